@@ -1,0 +1,83 @@
+/* Models: loading (GGUF, llama2.c checkpoints), hyperparameters, and the one transformer
+ * forward pass that every model (draft or target) runs. */
+#ifndef SPECDEC_MODEL_H
+#define SPECDEC_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "specdec/kv.h"
+#include "specdec/status.h"
+#include "specdec/tokenizer.h"
+#include "specdec/types.h"
+
+typedef enum {
+    SD_ROPE_INTERLEAVED = 0, /* pairs (2i, 2i+1): llama2.c and GGUF "llama" */
+    SD_ROPE_HALF = 1,        /* pairs (i, i + d/2): Hugging Face rotate_half */
+} sd_rope_style;
+
+typedef struct {
+    int dim;        /* embedding width */
+    int n_layers;
+    int n_heads;
+    int n_kv_heads; /* < n_heads: grouped-query attention */
+    int head_dim;   /* dim / n_heads */
+    int hidden_dim; /* FFN width */
+    int vocab_size;
+    int ctx_len;    /* training context from the file */
+    int rope_dim;   /* rotated dims per head (== head_dim for llama) */
+    float rope_theta;
+    float norm_eps;
+    sd_rope_style rope_style;
+} sd_hparams;
+
+typedef struct {
+    const char *tokenizer_path; /* llama2.c .bin: tokenizer.bin; NULL searches beside the model */
+    const char *tokenizer_fallback; /* used when none is given or found (a draft sharing the
+                                       target's tokenizer.bin) */
+    int n_ctx;                  /* 0: the model's ctx_len */
+    int n_batch;                /* most tokens one forward chunk holds (arena size); 0: 256 */
+} sd_model_params;
+
+sd_model_params sd_model_default_params(void);
+
+typedef struct sd_model sd_model;
+
+/* Threads for every kernel (OpenMP regions and OpenBLAS); n < 1 is ignored. */
+void sd_set_threads(int n);
+int sd_get_threads(void);
+
+/* Loads a .gguf or llama2.c .bin checkpoint (chosen by magic, not extension). */
+sd_status sd_model_load(const char *path, const sd_model_params *p, sd_model **out);
+/* Loads a GGUF image from memory (not copied: buf must outlive the model). */
+sd_status sd_model_load_gguf_mem(const void *buf, size_t len, const char *what,
+                                 const sd_model_params *p, sd_model **out);
+void sd_model_free(sd_model *m); /* NULL is fine */
+
+const sd_hparams *sd_model_hparams(const sd_model *m);
+const sd_tokenizer *sd_model_tokenizer(const sd_model *m);
+const char *sd_model_path(const sd_model *m);
+const char *sd_model_format(const sd_model *m); /* "gguf" or "llama2c" */
+/* Path of the tokenizer.bin a llama2.c model was loaded with; NULL for GGUF. */
+const char *sd_model_tokenizer_path(const sd_model *m);
+int sd_model_n_ctx(const sd_model *m);          /* usable context (<= ctx_len unless raised) */
+size_t sd_model_weight_bytes(const sd_model *m); /* bytes of all weight tensors */
+/* Bytes of weights one decode step streams (all matrices + the classifier; the embedding
+ * table contributes one row). The numerator of the bandwidth figure. */
+size_t sd_model_bytes_per_token(const sd_model *m);
+/* Prints architecture, hyperparameters, tensor type counts, vocab and special tokens,
+ * weight bytes and KV bytes per token. */
+void sd_model_describe(const sd_model *m, FILE *f);
+
+/* A KV cache shaped for this model with room for n_ctx tokens (0: sd_model_n_ctx). */
+sd_status sd_model_kv_create(const sd_model *m, int n_ctx, sd_kv **out);
+
+/* Runs tokens[0..n) at positions kv_len .. kv_len+n-1, appending their keys and values.
+ * logits: all_logits ? [n][vocab] : [vocab] for the last token only (may be NULL).
+ * One decode step is n == 1 (matrix-vector); n > 1 is the batched (GEMM) pass used by
+ * prefill and verification. On error the cache length is unchanged. */
+sd_status sd_model_forward(sd_model *m, sd_kv *kv, const int32_t *tokens, int n, float *logits,
+                           int all_logits);
+
+#endif

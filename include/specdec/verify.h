@@ -1,0 +1,31 @@
+/* Acceptance rules for speculative decoding, as pure functions over distributions.
+ * k drafts d[0..k-1]; the target's rows 0..k (row i scores the token after d[0..i-1]). */
+#ifndef SPECDEC_VERIFY_H
+#define SPECDEC_VERIFY_H
+
+#include <stdint.h>
+
+#include "specdec/sample.h"
+
+/* Greedy: accept while target_argmax[i] == draft[i]. Returns m accepted (0..k) and sets
+ * *next to target_argmax[m] (the correction, or the bonus when m == k). */
+int sd_verify_greedy(const int32_t *draft, int k, const int32_t *target_argmax, int32_t *next);
+
+/* Exact speculative sampling (Leviathan et al. 2023; Chen et al. 2023).
+ * p: [k+1][n] processed target distributions; q: [k][n] processed draft distributions.
+ * Accept draft[i] with probability min(1, p_i(d)/q_i(d)); at the first rejection draw
+ * *next from normalize(max(0, p_i - q_i)); when all k are accepted draw *next from p_k.
+ * residual: n floats of scratch. Returns m accepted. */
+int sd_verify_stochastic(const float *p, const float *q, const int32_t *draft, int k, int n,
+                         sd_rng *rng, float *residual, int32_t *next);
+
+/* Draws from normalize(max(0, p - q)) (written to residual). When the residual has no mass
+ * (p == q up to rounding) draws from p itself, which is then the correct distribution. */
+int32_t sd_sample_residual(const float *p, const float *q, int n, sd_rng *rng, float *residual);
+
+/* The analytic output distribution of one speculative step at a single position:
+ * P(out = x) = q(x) min(1, p(x)/q(x)) + (1 - sum_y q(y) min(1, p(y)/q(y))) * residual(x).
+ * Used by tests to prove the kernel preserves p. */
+void sd_verify_output_distribution(const float *p, const float *q, int n, float *out);
+
+#endif

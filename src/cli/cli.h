@@ -1,0 +1,43 @@
+/* Shared pieces of the specdec command line: argument helpers, model lookup, errors. */
+#ifndef SD_CLI_H
+#define SD_CLI_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "specdec/model.h"
+#include "specdec/status.h"
+
+/* Prints "error: <msg>" for a failed status (message from sd_last_error) and returns 1. */
+int cli_error_status(sd_status st);
+/* Prints "error: <formatted>" and returns 2 (usage errors). */
+int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Strict number parsing: the whole string must be a number in [lo, hi]. 0 on success. */
+int cli_parse_int(const char *flag, const char *s, long lo, long hi, int *out);
+int cli_parse_float(const char *flag, const char *s, double lo, double hi, float *out);
+int cli_parse_u64(const char *flag, const char *s, uint64_t *out);
+
+/* Resolves a model argument: an existing path, else NAME, NAME.gguf, NAME.bin,
+ * NAME/NAME.bin, NAME/NAME.gguf under each directory of the model search path
+ * ($SPECDEC_MODEL_PATH, colon-separated; ./models; ../shared/models). Returns a static
+ * buffer or NULL (with an error printed listing where it looked). */
+const char *cli_resolve_model(const char *arg, char *buf, size_t cap);
+
+/* Loads a model with a tokenizer override and context; prints the error. */
+int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer_fallback, int n_ctx,
+                   sd_model **out);
+
+/* SIGINT sets this; engines poll it between tokens. */
+extern volatile sig_atomic_t cli_interrupted;
+void cli_install_sigint(void);
+
+double cli_now(void);
+
+int cmd_generate(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_bench_decode(int argc, char **argv);
+int cmd_mkmodel(int argc, char **argv);
+
+#endif

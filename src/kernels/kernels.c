@@ -1,0 +1,438 @@
+/* Kernels: matrix products (streaming AVX-512 for decode and small batches, cblas_sgemm for
+ * large batches), RMSNorm, RoPE, softmax, SwiGLU, attention, with naive references. */
+#include "kernels/kernels.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fp16.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define SD_HAVE_AVX512 1
+#else
+#define SD_HAVE_AVX512 0
+#endif
+
+/* Below this many multiply-adds a parallel region costs more than it saves (the draft
+ * models are tiny; their matrices are a few thousand weights). */
+#define SD_PAR_MIN_WORK 32768
+
+/* OpenBLAS exports this; declared here so any cblas.h works. */
+extern void openblas_set_num_threads(int);
+
+static int g_threads = 0;
+
+void sd_kernels_set_threads(int n) {
+    if (n < 1) return;
+    g_threads = n;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+int sd_kernels_threads(void) { return g_threads > 0 ? g_threads : omp_get_max_threads(); }
+
+size_t sd_matmul_scratch_floats(int64_t cols) { return (size_t)SD_DEQUANT_TILE_ROWS * (size_t)cols; }
+
+/* ---------------------------------------------------------------- row access */
+
+static inline const uint8_t *row_ptr(const sd_tensor *W, int64_t r) {
+    return (const uint8_t *)W->data + (size_t)r * W->row_bytes;
+}
+
+int sd_dequant_row(const sd_tensor *W, int64_t r, float *out) {
+    const uint8_t *p = row_ptr(W, r);
+    switch (W->type) {
+    case SD_TYPE_F32:
+        memcpy(out, p, (size_t)W->cols * sizeof(float));
+        return 0;
+    case SD_TYPE_F16: {
+        const uint16_t *h = (const uint16_t *)p;
+        for (int64_t i = 0; i < W->cols; i++) out[i] = sd_fp16_to_fp32(h[i]);
+        return 0;
+    }
+    default:
+        return -1;
+    }
+}
+
+/* ---------------------------------------------------------------- reference matmul */
+
+int sd_matmul_ref(const sd_tensor *W, const float *X, int n, float *Y) {
+    float *row = malloc((size_t)W->cols * sizeof(float));
+    if (!row) return -1;
+    for (int64_t r = 0; r < W->rows; r++) {
+        if (sd_dequant_row(W, r, row) != 0) {
+            free(row);
+            return -1;
+        }
+        for (int j = 0; j < n; j++) {
+            double acc = 0;
+            const float *x = X + (size_t)j * W->cols;
+            for (int64_t c = 0; c < W->cols; c++) acc += (double)row[c] * x[c];
+            Y[(size_t)j * W->rows + r] = (float)acc;
+        }
+    }
+    free(row);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- streaming kernels */
+
+#if SD_HAVE_AVX512
+static inline __m512 load16_f32(const void *p) { return _mm512_loadu_ps(p); }
+static inline __m512 load16_f16(const void *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline __m512 maskload_f32(const void *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+static inline __m512 maskload_f16(const void *p, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
+/* One decode step: 4 rows at a time so four independent FMA chains hide latency while the
+ * weights stream from memory once. */
+#define DEFINE_MATVEC(SUF, ESZ, LOAD, MLOAD)                                                   \
+    static void matvec_##SUF(const sd_tensor *W, const float *x, float *y, int64_t r0,        \
+                             int64_t r1) {                                                     \
+        const int64_t cols = W->cols;                                                          \
+        const int64_t cv = cols & ~(int64_t)15;                                                \
+        const __mmask16 tail = (__mmask16)((1u << (cols - cv)) - 1u);                          \
+        int64_t r = r0;                                                                        \
+        for (; r + 4 <= r1; r += 4) {                                                          \
+            const uint8_t *w0 = row_ptr(W, r), *w1 = row_ptr(W, r + 1);                        \
+            const uint8_t *w2 = row_ptr(W, r + 2), *w3 = row_ptr(W, r + 3);                    \
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                        \
+            for (int64_t c = 0; c < cv; c += 16) {                                             \
+                __m512 xv = _mm512_loadu_ps(x + c);                                            \
+                a0 = _mm512_fmadd_ps(LOAD(w0 + c * ESZ), xv, a0);                              \
+                a1 = _mm512_fmadd_ps(LOAD(w1 + c * ESZ), xv, a1);                              \
+                a2 = _mm512_fmadd_ps(LOAD(w2 + c * ESZ), xv, a2);                              \
+                a3 = _mm512_fmadd_ps(LOAD(w3 + c * ESZ), xv, a3);                              \
+            }                                                                                  \
+            if (tail) {                                                                        \
+                __m512 xv = _mm512_maskz_loadu_ps(tail, x + cv);                               \
+                a0 = _mm512_fmadd_ps(MLOAD(w0 + cv * ESZ, tail), xv, a0);                      \
+                a1 = _mm512_fmadd_ps(MLOAD(w1 + cv * ESZ, tail), xv, a1);                      \
+                a2 = _mm512_fmadd_ps(MLOAD(w2 + cv * ESZ, tail), xv, a2);                      \
+                a3 = _mm512_fmadd_ps(MLOAD(w3 + cv * ESZ, tail), xv, a3);                      \
+            }                                                                                  \
+            y[r] = _mm512_reduce_add_ps(a0);                                                   \
+            y[r + 1] = _mm512_reduce_add_ps(a1);                                               \
+            y[r + 2] = _mm512_reduce_add_ps(a2);                                               \
+            y[r + 3] = _mm512_reduce_add_ps(a3);                                               \
+        }                                                                                      \
+        for (; r < r1; r++) {                                                                  \
+            const uint8_t *w0 = row_ptr(W, r);                                                 \
+            __m512 a0 = _mm512_setzero_ps();                                                   \
+            for (int64_t c = 0; c < cv; c += 16)                                               \
+                a0 = _mm512_fmadd_ps(LOAD(w0 + c * ESZ), _mm512_loadu_ps(x + c), a0);          \
+            if (tail)                                                                          \
+                a0 = _mm512_fmadd_ps(MLOAD(w0 + cv * ESZ, tail),                               \
+                                     _mm512_maskz_loadu_ps(tail, x + cv), a0);                 \
+            y[r] = _mm512_reduce_add_ps(a0);                                                   \
+        }                                                                                      \
+    }
+
+DEFINE_MATVEC(f32, 4, load16_f32, maskload_f32)
+DEFINE_MATVEC(f16, 2, load16_f16, maskload_f16)
+
+/* Small batch: each weight vector is loaded once and multiplied into NB token rows held
+ * in L1/L2, so verifying k+1 tokens streams the weights once, like one decode step. */
+#define DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, NB)                                                \
+    static void multi_##SUF##_##NB(const sd_tensor *W, const float *X, float *Y, int64_t r0,  \
+                                   int64_t r1) {                                               \
+        const int64_t cols = W->cols, rows = W->rows;                                          \
+        const int64_t cv = cols & ~(int64_t)15;                                                \
+        const __mmask16 tail = (__mmask16)((1u << (cols - cv)) - 1u);                          \
+        for (int64_t r = r0; r < r1; r++) {                                                    \
+            const uint8_t *w = row_ptr(W, r);                                                  \
+            __m512 acc[NB];                                                                    \
+            for (int j = 0; j < NB; j++) acc[j] = _mm512_setzero_ps();                         \
+            for (int64_t c = 0; c < cv; c += 16) {                                             \
+                __m512 wv = LOAD(w + c * ESZ);                                                 \
+                for (int j = 0; j < NB; j++)                                                   \
+                    acc[j] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(X + j * cols + c), acc[j]);   \
+            }                                                                                  \
+            if (tail) {                                                                        \
+                __m512 wv = MLOAD(w + cv * ESZ, tail);                                         \
+                for (int j = 0; j < NB; j++)                                                   \
+                    acc[j] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(tail, X + j * cols + cv), \
+                                             acc[j]);                                          \
+            }                                                                                  \
+            for (int j = 0; j < NB; j++) Y[j * rows + r] = _mm512_reduce_add_ps(acc[j]);      \
+        }                                                                                      \
+    }
+
+#define DEFINE_MULTI_ALL(SUF, ESZ, LOAD, MLOAD)                                                \
+    DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, 2)                                                     \
+    DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, 3)                                                     \
+    DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, 4)                                                     \
+    DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, 5)                                                     \
+    DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, 6)                                                     \
+    DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, 7)                                                     \
+    DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, 8)
+
+DEFINE_MULTI_ALL(f32, 4, load16_f32, maskload_f32)
+DEFINE_MULTI_ALL(f16, 2, load16_f16, maskload_f16)
+
+typedef void (*multi_fn)(const sd_tensor *, const float *, float *, int64_t, int64_t);
+static const multi_fn k_multi_f32[9] = {NULL, NULL, multi_f32_2, multi_f32_3, multi_f32_4,
+                                        multi_f32_5, multi_f32_6, multi_f32_7, multi_f32_8};
+static const multi_fn k_multi_f16[9] = {NULL, NULL, multi_f16_2, multi_f16_3, multi_f16_4,
+                                        multi_f16_5, multi_f16_6, multi_f16_7, multi_f16_8};
+#endif /* SD_HAVE_AVX512 */
+
+/* Portable fallback for machines without AVX-512: same structure, scalar. */
+static void multi_generic(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0,
+                          int64_t r1, float *rowbuf) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *w;
+        if (W->type == SD_TYPE_F32) {
+            w = (const float *)row_ptr(W, r);
+        } else {
+            sd_dequant_row(W, r, rowbuf);
+            w = rowbuf;
+        }
+        for (int j = 0; j < n; j++) {
+            const float *x = X + (size_t)j * W->cols;
+            float acc = 0;
+            for (int64_t c = 0; c < W->cols; c++) acc += w[c] * x[c];
+            Y[(size_t)j * W->rows + r] = acc;
+        }
+    }
+}
+
+/* Rows [r0, r1) for n <= SD_SMALL_BATCH tokens, in groups of at most 8 tokens. */
+static void small_batch_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0,
+                             int64_t r1, float *rowbuf) {
+#if SD_HAVE_AVX512
+    if (W->type == SD_TYPE_F32 || W->type == SD_TYPE_F16) {
+        const int f16 = W->type == SD_TYPE_F16;
+        for (int j0 = 0; j0 < n; j0 += 8) {
+            int nb = n - j0 < 8 ? n - j0 : 8;
+            const float *Xg = X + (size_t)j0 * W->cols;
+            float *Yg = Y + (size_t)j0 * W->rows;
+            if (nb == 1) {
+                if (f16) matvec_f16(W, Xg, Yg, r0, r1);
+                else matvec_f32(W, Xg, Yg, r0, r1);
+            } else {
+                (f16 ? k_multi_f16 : k_multi_f32)[nb](W, Xg, Yg, r0, r1);
+            }
+        }
+        return;
+    }
+#endif
+    multi_generic(W, X, n, Y, r0, r1, rowbuf);
+}
+
+static int type_has_kernel(sd_type t) { return t == SD_TYPE_F32 || t == SD_TYPE_F16; }
+
+int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratch) {
+    if (!type_has_kernel(W->type) || n < 1) return -1;
+    const int64_t rows = W->rows, cols = W->cols;
+    if (n <= SD_SMALL_BATCH) {
+        const double work = (double)rows * (double)cols * n;
+        /* Blocks of 16 rows keep each thread's output writes in separate cache lines. */
+        const int64_t nblk = (rows + 15) / 16;
+        int fail = 0;
+#pragma omp parallel if (work >= SD_PAR_MIN_WORK)
+        {
+            float *rowbuf = NULL;
+            if (W->type != SD_TYPE_F32 && !SD_HAVE_AVX512) {
+                rowbuf = malloc((size_t)cols * sizeof(float));
+                if (!rowbuf) {
+#pragma omp atomic write
+                    fail = 1;
+                }
+            }
+#pragma omp for schedule(static)
+            for (int64_t b = 0; b < nblk; b++) {
+                int64_t r0 = b * 16, r1 = r0 + 16 < rows ? r0 + 16 : rows;
+                if (W->type == SD_TYPE_F32 || rowbuf || SD_HAVE_AVX512)
+                    small_batch_rows(W, X, n, Y, r0, r1, rowbuf);
+            }
+            free(rowbuf);
+        }
+        return fail ? -1 : 0;
+    }
+    if (W->type == SD_TYPE_F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)rows, (int)cols, 1.0f, X,
+                    (int)cols, (const float *)W->data, (int)(W->row_bytes / sizeof(float)), 0.0f,
+                    Y, (int)rows);
+        return 0;
+    }
+    /* Other types: dequantise a tile of rows into scratch and multiply it, so no call
+     * ever expands the whole matrix. */
+    if (!scratch) return -1;
+    for (int64_t r0 = 0; r0 < rows; r0 += SD_DEQUANT_TILE_ROWS) {
+        int64_t nr = rows - r0 < SD_DEQUANT_TILE_ROWS ? rows - r0 : SD_DEQUANT_TILE_ROWS;
+#pragma omp parallel for schedule(static) if (nr * cols >= SD_PAR_MIN_WORK)
+        for (int64_t r = 0; r < nr; r++) sd_dequant_row(W, r0 + r, scratch + (size_t)r * cols);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)nr, (int)cols, 1.0f, X,
+                    (int)cols, scratch, (int)cols, 0.0f, Y + r0, (int)rows);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- elementwise */
+
+static inline float dot_f32(const float *a, const float *b, int n) {
+#if SD_HAVE_AVX512
+    __m512 acc = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+#else
+    float s = 0;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+#endif
+}
+
+void sd_rmsnorm(float *out, const float *x, const float *w, int n, int d, float eps) {
+    for (int t = 0; t < n; t++) {
+        const float *xr = x + (size_t)t * d;
+        float *o = out + (size_t)t * d;
+        float ss = dot_f32(xr, xr, d);
+        float scale = 1.0f / sqrtf(ss / (float)d + eps);
+        for (int i = 0; i < d; i++) o[i] = xr[i] * scale * w[i];
+    }
+}
+
+void sd_rope(float *x, int n_heads, int head_dim, int rope_dim, int pos, const float *inv_freq,
+             int half_style) {
+    const int half = rope_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float c = cosf((float)pos * inv_freq[i]);
+        float s = sinf((float)pos * inv_freq[i]);
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (size_t)h * head_dim;
+            /* interleaved: pair (2i, 2i+1); rotate-half: pair (i, i + rope_dim/2) */
+            int a = half_style ? i : 2 * i;
+            int b = half_style ? i + half : 2 * i + 1;
+            float v0 = v[a], v1 = v[b];
+            v[a] = v0 * c - v1 * s;
+            v[b] = v0 * s + v1 * c;
+        }
+    }
+}
+
+void sd_softmax(float *x, int n) {
+    float mx = x[0];
+    for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    float sum = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = 1.0f / sum;
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void sd_swiglu(float *a, const float *b, int n) {
+    for (int i = 0; i < n; i++) {
+        float g = a[i];
+        a[i] = g / (1.0f + expf(-g)) * b[i];
+    }
+}
+
+/* ---------------------------------------------------------------- attention */
+
+static void attend_one(const float *q, const float *K, const float *V, float *out, int n_ctx,
+                       int kv_dim, int head_dim, int kvh, float *att) {
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    for (int t = 0; t < n_ctx; t++)
+        att[t] = dot_f32(q, K + (size_t)t * kv_dim + (size_t)kvh * head_dim, head_dim) * scale;
+    sd_softmax(att, n_ctx);
+    memset(out, 0, (size_t)head_dim * sizeof(float));
+    for (int t = 0; t < n_ctx; t++) {
+        const float *v = V + (size_t)t * kv_dim + (size_t)kvh * head_dim;
+        const float a = att[t];
+        for (int i = 0; i < head_dim; i++) out[i] += a * v[i];
+    }
+}
+
+void sd_attention(const float *q, const float *K, const float *V, float *out, int n, int pos0,
+                  int n_heads, int n_kv_heads, int head_dim, float *att_scratch, int att_slots) {
+    const int q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
+    const int group = n_heads / n_kv_heads;
+    const int items = n * n_heads;
+    const int ctx_max = pos0 + n;
+    const double work = (double)items * ctx_max * head_dim;
+    int nt = sd_kernels_threads() < att_slots ? sd_kernels_threads() : att_slots;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (work >= SD_PAR_MIN_WORK)
+    for (int it = 0; it < items; it++) {
+        int t = it / n_heads, h = it % n_heads;
+        float *att = att_scratch + (size_t)omp_get_thread_num() * ctx_max;
+        attend_one(q + (size_t)t * q_dim + (size_t)h * head_dim, K, V,
+                   out + (size_t)t * q_dim + (size_t)h * head_dim, pos0 + t + 1, kv_dim, head_dim,
+                   h / group, att);
+    }
+}
+
+void sd_attention_ref(const float *q, const float *K, const float *V, float *out, int n, int pos0,
+                      int n_heads, int n_kv_heads, int head_dim) {
+    const int q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
+    const int group = n_heads / n_kv_heads;
+    double *att = malloc((size_t)(pos0 + n) * sizeof(double));
+    if (!att) return;
+    for (int t = 0; t < n; t++) {
+        for (int h = 0; h < n_heads; h++) {
+            const float *qh = q + (size_t)t * q_dim + (size_t)h * head_dim;
+            const int kvh = h / group, len = pos0 + t + 1;
+            double mx = -INFINITY, sum = 0;
+            for (int s = 0; s < len; s++) {
+                double d = 0;
+                for (int i = 0; i < head_dim; i++)
+                    d += (double)qh[i] * K[(size_t)s * kv_dim + (size_t)kvh * head_dim + i];
+                att[s] = d / sqrt((double)head_dim);
+                if (att[s] > mx) mx = att[s];
+            }
+            for (int s = 0; s < len; s++) sum += (att[s] = exp(att[s] - mx));
+            for (int i = 0; i < head_dim; i++) {
+                double o = 0;
+                for (int s = 0; s < len; s++)
+                    o += att[s] / sum * V[(size_t)s * kv_dim + (size_t)kvh * head_dim + i];
+                out[(size_t)t * q_dim + (size_t)h * head_dim + i] = (float)o;
+            }
+        }
+    }
+    free(att);
+}
+
+/* ---------------------------------------------------------------- bandwidth probe */
+
+double sd_stream_read(const float *buf, size_t n) {
+    double total = 0;
+#pragma omp parallel reduction(+ : total)
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        size_t chunk = (n / (size_t)nt) & ~(size_t)63;
+        size_t b = chunk * (size_t)id, e = id == nt - 1 ? n : b + chunk;
+#if SD_HAVE_AVX512
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        size_t i = b;
+        for (; i + 64 <= e; i += 64) {
+            a0 = _mm512_add_ps(a0, _mm512_loadu_ps(buf + i));
+            a1 = _mm512_add_ps(a1, _mm512_loadu_ps(buf + i + 16));
+            a2 = _mm512_add_ps(a2, _mm512_loadu_ps(buf + i + 32));
+            a3 = _mm512_add_ps(a3, _mm512_loadu_ps(buf + i + 48));
+        }
+        float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+        for (; i < e; i++) s += buf[i];
+#else
+        float s = 0;
+        for (size_t i = b; i < e; i++) s += buf[i];
+#endif
+        total += s;
+    }
+    return total;
+}

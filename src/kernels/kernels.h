@@ -1,0 +1,66 @@
+/* The math of the forward pass: matrix products per weight type, norms, RoPE, softmax,
+ * attention. The only module with OpenMP pragmas and BLAS calls; each fast path has a
+ * naive reference (suffix _ref) that tests compare against. */
+#ifndef SD_KERNELS_H
+#define SD_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "specdec/types.h"
+
+/* Threads used by OpenMP regions and OpenBLAS. n < 1 keeps the current setting. */
+void sd_kernels_set_threads(int n);
+int sd_kernels_threads(void);
+
+/* Batches up to this many tokens use the streaming multi-vector kernel: each weight vector
+ * is loaded once for up to 8 tokens, so verifying k+1 tokens costs about one decode step,
+ * and every dot product is summed in exactly the order of the decode matvec, so a verify
+ * pass reproduces decode logits bit for bit (greedy speculative == greedy plain, even at
+ * near-ties). 33 covers k+1 for the largest draft length. Larger batches (prefill) go to
+ * cblas_sgemm, which is compute-efficient but sums in its own order. */
+#define SD_SMALL_BATCH 33
+
+/* Rows of a non-F32 matrix dequantised per tile for the sgemm path. */
+#define SD_DEQUANT_TILE_ROWS 256
+
+/* Floats of scratch sd_matmul needs for a matrix with `cols` columns. */
+size_t sd_matmul_scratch_floats(int64_t cols);
+
+/* Y[n][rows] = X[n][cols] * W^T. n == 1 is the decode matvec. scratch: see above (may be
+ * NULL when W is F32). Returns 0, or -1 when W's type has no kernel. */
+int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratch);
+/* Naive reference: double accumulation, one row at a time. */
+int sd_matmul_ref(const sd_tensor *W, const float *X, int n, float *Y);
+
+/* Row r of W as floats (embedding lookup, dequantisation). Returns -1 for unknown types. */
+int sd_dequant_row(const sd_tensor *W, int64_t r, float *out);
+
+/* out[i] = x[i] / rms(x) * w[i] for each of n rows of length d. out may alias x. */
+void sd_rmsnorm(float *out, const float *x, const float *w, int n, int d, float eps);
+
+/* Rotates n_heads heads of length head_dim in x (one token at position pos); the first
+ * rope_dim dims of each head rotate with frequencies inv_freq[rope_dim/2]. */
+void sd_rope(float *x, int n_heads, int head_dim, int rope_dim, int pos, const float *inv_freq,
+             int half_style);
+
+/* In-place numerically stable softmax. */
+void sd_softmax(float *x, int n);
+
+/* a[i] = silu(a[i]) * b[i] */
+void sd_swiglu(float *a, const float *b, int n);
+
+/* Causal grouped-query attention for n query tokens at positions pos0..pos0+n-1.
+ * q: [n][n_heads*head_dim]; K, V caches: [>= pos0+n][n_kv_heads*head_dim] (already holding
+ * the new tokens' keys and values); out: [n][n_heads*head_dim].
+ * att_scratch: att_slots x (pos0+n) floats; at most att_slots threads run. */
+void sd_attention(const float *q, const float *K, const float *V, float *out, int n, int pos0,
+                  int n_heads, int n_kv_heads, int head_dim, float *att_scratch, int att_slots);
+void sd_attention_ref(const float *q, const float *K, const float *V, float *out, int n, int pos0,
+                      int n_heads, int n_kv_heads, int head_dim);
+
+/* Sum of squares of a large buffer read with the same streaming loads as matvec; used by
+ * the bandwidth probe. */
+double sd_stream_read(const float *buf, size_t n);
+
+#endif

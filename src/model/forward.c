@@ -1,0 +1,106 @@
+/* The Llama forward pass over n tokens, shared by every model: prefill, verification and
+ * single-token decode differ only in n (the kernels pick matvec or GEMM). */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "model/model_internal.h"
+
+static void add_inplace(float *x, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+static sd_status mm(sd_model *m, const sd_tensor *W, const float *X, int n, float *Y) {
+    if (sd_matmul(W, X, n, Y, m->arena.tile) != 0) {
+        const sd_type_traits *ti = sd_type_info(W->type);
+        return sd_fail(SD_ERR_UNSUPPORTED, "%s: no kernel for %s weights", m->path, ti ? ti->name : "?");
+    }
+    return SD_OK;
+}
+
+/* One chunk of nc <= n_batch tokens at positions pos..pos+nc-1; K/V rows are written into
+ * the cache in place (the cache length is advanced by the caller). */
+static sd_status forward_chunk(sd_model *m, sd_kv *kv, const int32_t *tok, int nc, int pos,
+                               float *logits, int all_logits) {
+    const sd_hparams *hp = &m->hp;
+    const sd_arena *a = &m->arena;
+    const int dim = hp->dim, hid = hp->hidden_dim;
+    const int q_dim = hp->n_heads * hp->head_dim, kv_dim = hp->n_kv_heads * hp->head_dim;
+    const int half = hp->rope_style == SD_ROPE_HALF;
+    sd_status st;
+
+    for (int t = 0; t < nc; t++)
+        if (sd_dequant_row(&m->tok_embd, tok[t], a->x + (size_t)t * dim) != 0)
+            return sd_fail(SD_ERR_UNSUPPORTED, "%s: cannot read token embeddings", m->path);
+
+    for (int l = 0; l < hp->n_layers; l++) {
+        const sd_layer *L = &m->layers[l];
+        float *kc = sd_kv_k(kv, l), *vc = sd_kv_v(kv, l);
+        float *knew = kc + (size_t)pos * kv_dim, *vnew = vc + (size_t)pos * kv_dim;
+
+        sd_rmsnorm(a->xb, a->x, L->attn_norm, nc, dim, hp->norm_eps);
+        if ((st = mm(m, &L->wq, a->xb, nc, a->q)) != SD_OK) return st;
+        if ((st = mm(m, &L->wk, a->xb, nc, knew)) != SD_OK) return st;
+        if ((st = mm(m, &L->wv, a->xb, nc, vnew)) != SD_OK) return st;
+        for (int t = 0; t < nc; t++) {
+            sd_rope(a->q + (size_t)t * q_dim, hp->n_heads, hp->head_dim, hp->rope_dim, pos + t,
+                    m->inv_freq, half);
+            sd_rope(knew + (size_t)t * kv_dim, hp->n_kv_heads, hp->head_dim, hp->rope_dim, pos + t,
+                    m->inv_freq, half);
+        }
+        sd_attention(a->q, kc, vc, a->att_out, nc, pos, hp->n_heads, hp->n_kv_heads, hp->head_dim,
+                     a->att, a->att_threads);
+        if ((st = mm(m, &L->wo, a->att_out, nc, a->xb)) != SD_OK) return st;
+        add_inplace(a->x, a->xb, (size_t)nc * dim);
+
+        sd_rmsnorm(a->xb, a->x, L->ffn_norm, nc, dim, hp->norm_eps);
+        if ((st = mm(m, &L->w1, a->xb, nc, a->hb)) != SD_OK) return st;
+        if ((st = mm(m, &L->w3, a->xb, nc, a->hb2)) != SD_OK) return st;
+        sd_swiglu(a->hb, a->hb2, nc * hid);
+        if ((st = mm(m, &L->w2, a->hb, nc, a->xb)) != SD_OK) return st;
+        add_inplace(a->x, a->xb, (size_t)nc * dim);
+    }
+
+    if (!logits) return SD_OK;
+    if (all_logits) {
+        sd_rmsnorm(a->xb, a->x, m->output_norm, nc, dim, hp->norm_eps);
+        return mm(m, &m->output, a->xb, nc, logits);
+    }
+    const float *last = a->x + (size_t)(nc - 1) * dim;
+    sd_rmsnorm(a->xb, last, m->output_norm, 1, dim, hp->norm_eps);
+    return mm(m, &m->output, a->xb, 1, logits);
+}
+
+sd_status sd_model_forward(sd_model *m, sd_kv *kv, const int32_t *tokens, int n, float *logits,
+                           int all_logits) {
+    const sd_hparams *hp = &m->hp;
+    if (n <= 0) return sd_fail(SD_ERR_INVALID_ARG, "forward: %d tokens", n);
+    if (sd_kv_n_layers(kv) != hp->n_layers || sd_kv_kv_dim(kv) != hp->n_kv_heads * hp->head_dim)
+        return sd_fail(SD_ERR_INVALID_ARG, "forward: KV cache shape does not match %s", m->path);
+    if (sd_kv_capacity(kv) > m->n_ctx) /* the attention scratch is sized for n_ctx */
+        return sd_fail(SD_ERR_INVALID_ARG, "forward: KV cache of %d positions exceeds the context of %d %s was loaded with",
+                       sd_kv_capacity(kv), m->n_ctx, m->path);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= hp->vocab_size)
+            return sd_fail(SD_ERR_INVALID_ARG, "forward: token id %d at %d outside vocabulary of %d",
+                           (int)tokens[i], i, hp->vocab_size);
+    const int len0 = sd_kv_len(kv);
+    if (n > sd_kv_capacity(kv) - len0)
+        return sd_fail(SD_ERR_CONTEXT_FULL, "context full: %d tokens at position %d exceed the context of %d",
+                       n, len0, sd_kv_capacity(kv));
+    const int nb = m->arena.n_batch;
+    for (int off = 0; off < n; off += nb) {
+        int nc = n - off < nb ? n - off : nb;
+        int last_chunk = off + nc == n;
+        float *lg = NULL;
+        if (logits && all_logits) lg = logits + (size_t)off * hp->vocab_size;
+        else if (logits && last_chunk) lg = logits;
+        sd_status st = forward_chunk(m, kv, tokens + off, nc, len0 + off, lg, all_logits);
+        if (st == SD_OK) st = sd_kv_advance(kv, nc);
+        if (st != SD_OK) {
+            sd_kv_truncate(kv, len0);
+            return st;
+        }
+    }
+    return SD_OK;
+}

@@ -1,0 +1,129 @@
+/* llama2.c checkpoints (karpathy/llama2.c "version 0" export): a 7-int header, then F32
+ * tensors in a fixed order; a negative vocab_size means the classifier is stored separately. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/model_internal.h"
+
+static sd_tensor mat(const float *p, int64_t rows, int64_t cols) {
+    sd_tensor t;
+    t.type = SD_TYPE_F32;
+    t.rows = rows;
+    t.cols = cols;
+    t.row_bytes = (size_t)cols * sizeof(float);
+    t.data = p;
+    return t;
+}
+
+static int file_exists(const char *p) { return access(p, R_OK) == 0; }
+
+/* tokenizer.bin beside the model, else tok<vocab>.bin (llama2.c's name for custom vocabs). */
+static sd_status find_tokenizer(const char *model_path, int vocab, char *out, size_t cap) {
+    const char *slash = strrchr(model_path, '/');
+    int dlen = slash ? (int)(slash - model_path) : 1;
+    const char *dir = slash ? model_path : ".";
+    snprintf(out, cap, "%.*s/tokenizer.bin", dlen, dir);
+    if (file_exists(out)) return SD_OK;
+    snprintf(out, cap, "%.*s/tok%d.bin", dlen, dir, vocab);
+    if (file_exists(out)) return SD_OK;
+    return sd_fail(SD_ERR_IO,
+                   "%s: llama2.c checkpoint needs a tokenizer: none found beside it (tokenizer.bin or tok%d.bin); pass one with -z",
+                   model_path, vocab);
+}
+
+sd_status sd_model_load_llama2c(sd_model *m, const void *buf, size_t len, const sd_model_params *p) {
+    if (len < 7 * sizeof(int32_t))
+        return sd_fail(SD_ERR_FORMAT, "%s: truncated llama2.c header (%zu bytes)", m->path, len);
+    int32_t h[7];
+    memcpy(h, buf, sizeof h);
+    int32_t dim = h[0], hidden = h[1], nl = h[2], nh = h[3], nkv = h[4], vocab = h[5], seq = h[6];
+    /* Anything else (an unknown format, a GGUF with a damaged magic) lands here: a header
+     * outside these bounds is reported as not a model rather than as odd numbers. */
+    const int32_t lim = 1 << 20;
+    if (dim <= 0 || dim > lim || hidden <= 0 || hidden > lim || nl <= 0 || nl > 4096 || nh <= 0 ||
+        nh > dim || nkv <= 0 || nkv > nh || vocab == 0 || vocab == INT32_MIN || abs(vocab) > lim ||
+        seq <= 0 || seq > lim)
+        return sd_fail(SD_ERR_FORMAT,
+                       "%s: not a GGUF file (bad magic) and not a llama2.c checkpoint (header dim=%d hidden=%d layers=%d heads=%d kv_heads=%d vocab=%d seq_len=%d)",
+                       m->path, dim, hidden, nl, nh, nkv, vocab, seq);
+    if (dim % nh != 0)
+        return sd_fail(SD_ERR_FORMAT, "%s: n_heads=%d does not divide dim=%d", m->path, nh, dim);
+    if (nh % nkv != 0)
+        return sd_fail(SD_ERR_FORMAT, "%s: n_kv_heads=%d does not divide n_heads=%d", m->path, nkv, nh);
+    const int shared = vocab > 0;
+    if (vocab < 0) vocab = -vocab;
+    const int64_t hd = dim / nh, kv_dim = (int64_t)nkv * hd;
+
+    /* Sizes in floats; each factor is < 2^20, so 64-bit products cannot overflow. */
+    const int64_t n_emb = (int64_t)vocab * dim;
+    const int64_t per_layer_att = (int64_t)dim * dim * 2 + (int64_t)dim * kv_dim * 2;
+    const int64_t per_layer_ffn = (int64_t)dim * hidden * 3;
+    int64_t need = n_emb + (int64_t)nl * (2 * dim + per_layer_att + per_layer_ffn) + dim +
+                   (int64_t)seq * hd; /* freq_cis_real + imag: seq * hd/2 each */
+    if (!shared) need += n_emb;
+    const uint64_t need_bytes = 28 + (uint64_t)need * 4;
+    if (need_bytes > len)
+        return sd_fail(SD_ERR_FORMAT,
+                       "%s: truncated llama2.c checkpoint: header implies %llu bytes, file has %zu",
+                       m->path, (unsigned long long)need_bytes, len);
+
+    sd_hparams *hp = &m->hp;
+    hp->dim = dim;
+    hp->hidden_dim = hidden;
+    hp->n_layers = nl;
+    hp->n_heads = nh;
+    hp->n_kv_heads = nkv;
+    hp->head_dim = (int)hd;
+    hp->vocab_size = vocab;
+    hp->ctx_len = seq;
+    hp->rope_dim = (int)hd;
+    hp->rope_theta = 10000.0f;
+    hp->norm_eps = 1e-5f;
+    hp->rope_style = SD_ROPE_INTERLEAVED;
+
+    m->layers = calloc((size_t)nl, sizeof *m->layers);
+    if (!m->layers) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    const float *w = (const float *)((const uint8_t *)buf + 28);
+    m->tok_embd = mat(w, vocab, dim);
+    w += n_emb;
+    for (int l = 0; l < nl; l++) m->layers[l].attn_norm = w + (size_t)l * dim;
+    w += (size_t)nl * dim;
+    for (int l = 0; l < nl; l++) m->layers[l].wq = mat(w + (size_t)l * dim * dim, dim, dim);
+    w += (size_t)nl * dim * dim;
+    for (int l = 0; l < nl; l++) m->layers[l].wk = mat(w + (size_t)l * dim * kv_dim, kv_dim, dim);
+    w += (size_t)nl * dim * kv_dim;
+    for (int l = 0; l < nl; l++) m->layers[l].wv = mat(w + (size_t)l * dim * kv_dim, kv_dim, dim);
+    w += (size_t)nl * dim * kv_dim;
+    for (int l = 0; l < nl; l++) m->layers[l].wo = mat(w + (size_t)l * dim * dim, dim, dim);
+    w += (size_t)nl * dim * dim;
+    for (int l = 0; l < nl; l++) m->layers[l].ffn_norm = w + (size_t)l * dim;
+    w += (size_t)nl * dim;
+    for (int l = 0; l < nl; l++) m->layers[l].w1 = mat(w + (size_t)l * dim * hidden, hidden, dim);
+    w += (size_t)nl * dim * hidden;
+    for (int l = 0; l < nl; l++) m->layers[l].w2 = mat(w + (size_t)l * dim * hidden, dim, hidden);
+    w += (size_t)nl * dim * hidden;
+    for (int l = 0; l < nl; l++) m->layers[l].w3 = mat(w + (size_t)l * dim * hidden, hidden, dim);
+    w += (size_t)nl * dim * hidden;
+    m->output_norm = w;
+    w += dim;
+    w += (size_t)seq * hd; /* skip the precomputed RoPE tables: we compute them */
+    m->output = shared ? m->tok_embd : mat(w, vocab, dim);
+    m->n_tensors = 2 + 9 * nl + (shared ? 0 : 1);
+    m->type_counts[SD_TYPE_F32] = m->n_tensors;
+    m->weight_bytes = (size_t)(need - (int64_t)seq * hd) * 4;
+
+    char tpath[4096];
+    const char *tp = p ? p->tokenizer_path : NULL;
+    if (!tp) {
+        sd_status st = find_tokenizer(m->path, vocab, tpath, sizeof tpath);
+        if (st == SD_OK) tp = tpath;
+        else if (p && p->tokenizer_fallback) tp = p->tokenizer_fallback;
+        else return st;
+    }
+    m->tok_path = strdup(tp);
+    if (!m->tok_path) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    return sd_tokenizer_load_llama2c(tp, vocab, &m->tok);
+}

@@ -1,0 +1,262 @@
+/* Model loading: maps the file, picks the format by its magic, validates hyperparameters
+ * against the tensors, and sizes the activation arena once. */
+#include "model/model_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/fp16.h"
+#include "kernels/kernels.h"
+
+sd_model_params sd_model_default_params(void) {
+    sd_model_params p = {0};
+    p.tokenizer_path = NULL;
+    p.n_ctx = 0;
+    p.n_batch = 256;
+    return p;
+}
+
+void sd_set_threads(int n) { sd_kernels_set_threads(n); }
+int sd_get_threads(void) { return sd_kernels_threads(); }
+
+static sd_model *model_new(const char *path) {
+    sd_model *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->path = strdup(path ? path : "(memory)");
+    if (!m->path) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void sd_model_free(sd_model *m) {
+    if (!m) return;
+    free(m->arena.base);
+    sd_tokenizer_free(m->tok);
+    free(m->tok_path);
+    free(m->layers);
+    free(m->owned);
+    free(m->inv_freq);
+    sd_gguf_free(m->gguf);
+    if (m->map) munmap(m->map, m->map_len);
+    free(m->path);
+    free(m);
+}
+
+static sd_status map_file(const char *path, void **map, size_t *len) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return sd_fail(SD_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return sd_fail(SD_ERR_IO, "%s: not a regular file", path);
+    }
+    if (st.st_size < 8) {
+        close(fd);
+        return sd_fail(SD_ERR_FORMAT, "%s: file of %lld bytes is too small to be a model", path,
+                       (long long)st.st_size);
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return sd_fail(SD_ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
+    *map = p;
+    *len = (size_t)st.st_size;
+    return SD_OK;
+}
+
+sd_status sd_model_finish(sd_model *m, const sd_model_params *p) {
+    sd_hparams *hp = &m->hp;
+    const char *f = m->path;
+    if (hp->dim <= 0 || hp->n_layers <= 0 || hp->n_heads <= 0 || hp->n_kv_heads <= 0 ||
+        hp->hidden_dim <= 0 || hp->vocab_size <= 0)
+        return sd_fail(SD_ERR_FORMAT,
+                       "%s: bad hyperparameters dim=%d layers=%d heads=%d kv_heads=%d hidden=%d vocab=%d",
+                       f, hp->dim, hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->hidden_dim,
+                       hp->vocab_size);
+    if (hp->dim % hp->n_heads != 0)
+        return sd_fail(SD_ERR_FORMAT, "%s: n_heads=%d does not divide dim=%d", f, hp->n_heads, hp->dim);
+    if (hp->n_heads % hp->n_kv_heads != 0)
+        return sd_fail(SD_ERR_FORMAT, "%s: n_kv_heads=%d does not divide n_heads=%d", f,
+                       hp->n_kv_heads, hp->n_heads);
+    if (hp->head_dim != hp->dim / hp->n_heads)
+        return sd_fail(SD_ERR_FORMAT, "%s: head_dim=%d but dim/n_heads=%d", f, hp->head_dim,
+                       hp->dim / hp->n_heads);
+    if (hp->rope_dim <= 0 || hp->rope_dim > hp->head_dim || hp->rope_dim % 2 != 0)
+        return sd_fail(SD_ERR_FORMAT, "%s: RoPE dimension %d must be even and in 2..head_dim=%d", f,
+                       hp->rope_dim, hp->head_dim);
+    if (!(hp->rope_theta > 0) || !isfinite(hp->rope_theta))
+        return sd_fail(SD_ERR_FORMAT, "%s: bad RoPE base %g", f, (double)hp->rope_theta);
+    if (!(hp->norm_eps > 0) || !isfinite(hp->norm_eps))
+        return sd_fail(SD_ERR_FORMAT, "%s: bad RMSNorm epsilon %g", f, (double)hp->norm_eps);
+    if (hp->ctx_len <= 0)
+        return sd_fail(SD_ERR_FORMAT, "%s: bad context length %d", f, hp->ctx_len);
+    if (m->tok && sd_tokenizer_n_vocab(m->tok) > hp->vocab_size)
+        return sd_fail(SD_ERR_FORMAT, "%s: tokenizer has %d tokens but the model only %d logits", f,
+                       sd_tokenizer_n_vocab(m->tok), hp->vocab_size);
+
+    m->n_ctx = p && p->n_ctx > 0 ? p->n_ctx : hp->ctx_len;
+    if (p && p->n_ctx < 0) return sd_fail(SD_ERR_INVALID_ARG, "context size %d must be >= 0", p->n_ctx);
+
+    m->inv_freq = malloc((size_t)(hp->rope_dim / 2) * sizeof(float));
+    if (!m->inv_freq) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < hp->rope_dim / 2; i++)
+        m->inv_freq[i] = (float)(1.0 / pow((double)hp->rope_theta, (double)(2 * i) / hp->rope_dim));
+
+    /* Arena: one allocation sized for n_batch tokens, carved into the buffers below. */
+    int nb = p && p->n_batch > 0 ? p->n_batch : 256;
+    if (nb > m->n_ctx) nb = m->n_ctx;
+    const size_t q_dim = (size_t)hp->n_heads * hp->head_dim;
+    int slots = omp_get_max_threads();
+    if (omp_get_num_procs() > slots) slots = omp_get_num_procs();
+    size_t max_cols = (size_t)(hp->hidden_dim > hp->dim ? hp->hidden_dim : hp->dim);
+    if (q_dim > max_cols) max_cols = q_dim;
+    size_t sizes[8] = {
+        (size_t)nb * hp->dim, (size_t)nb * hp->dim, (size_t)nb * q_dim, (size_t)nb * q_dim,
+        (size_t)nb * hp->hidden_dim, (size_t)nb * hp->hidden_dim, (size_t)slots * m->n_ctx,
+        sd_matmul_scratch_floats((int64_t)max_cols)};
+    size_t total = 0;
+    for (int i = 0; i < 8; i++) total += (sizes[i] + 15) & ~(size_t)15; /* 64-byte aligned parts */
+    float *base = aligned_alloc(64, total * sizeof(float));
+    if (!base)
+        return sd_fail(SD_ERR_NOMEM, "%s: cannot allocate %zu bytes of activations", f,
+                       total * sizeof(float));
+    float **parts[8] = {&m->arena.x,  &m->arena.xb, &m->arena.q,   &m->arena.att_out,
+                        &m->arena.hb, &m->arena.hb2, &m->arena.att, &m->arena.tile};
+    float *cur = base;
+    for (int i = 0; i < 8; i++) {
+        *parts[i] = cur;
+        cur += (sizes[i] + 15) & ~(size_t)15;
+    }
+    m->arena.base = base;
+    m->arena.n_batch = nb;
+    m->arena.att_threads = slots;
+    return SD_OK;
+}
+
+static sd_status load_common(sd_model *m, const void *buf, size_t len, const sd_model_params *p) {
+    sd_status st;
+    if (len >= 4 && memcmp(buf, "GGUF", 4) == 0) {
+        m->format = "gguf";
+        st = sd_model_load_gguf(m, buf, len, p);
+    } else {
+        m->format = "llama2c";
+        st = sd_model_load_llama2c(m, buf, len, p);
+    }
+    if (st != SD_OK) return st;
+    return sd_model_finish(m, p);
+}
+
+sd_status sd_model_load(const char *path, const sd_model_params *p, sd_model **out) {
+    *out = NULL;
+    sd_model_params dp = sd_model_default_params();
+    if (!p) p = &dp;
+    if (!path) return sd_fail(SD_ERR_INVALID_ARG, "no model path given");
+    sd_model *m = model_new(path);
+    if (!m) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    sd_status st = map_file(path, &m->map, &m->map_len);
+    if (st == SD_OK) st = load_common(m, m->map, m->map_len, p);
+    if (st != SD_OK) {
+        sd_model_free(m);
+        return st;
+    }
+    *out = m;
+    return SD_OK;
+}
+
+sd_status sd_model_load_gguf_mem(const void *buf, size_t len, const char *what,
+                                 const sd_model_params *p, sd_model **out) {
+    *out = NULL;
+    sd_model_params dp = sd_model_default_params();
+    if (!p) p = &dp;
+    sd_model *m = model_new(what);
+    if (!m) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    sd_status st;
+    if (len < 4 || memcmp(buf, "GGUF", 4) != 0) {
+        st = sd_fail(SD_ERR_FORMAT, "%s: not a GGUF image", m->path);
+    } else {
+        m->format = "gguf";
+        st = sd_model_load_gguf(m, buf, len, p);
+        if (st == SD_OK) st = sd_model_finish(m, p);
+    }
+    if (st != SD_OK) {
+        sd_model_free(m);
+        return st;
+    }
+    *out = m;
+    return SD_OK;
+}
+
+const sd_hparams *sd_model_hparams(const sd_model *m) { return &m->hp; }
+const sd_tokenizer *sd_model_tokenizer(const sd_model *m) { return m->tok; }
+const char *sd_model_path(const sd_model *m) { return m->path; }
+const char *sd_model_format(const sd_model *m) { return m->format; }
+const char *sd_model_tokenizer_path(const sd_model *m) { return m->tok_path; }
+int sd_model_n_ctx(const sd_model *m) { return m->n_ctx; }
+size_t sd_model_weight_bytes(const sd_model *m) { return m->weight_bytes; }
+
+static size_t tensor_bytes(const sd_tensor *t) { return t->row_bytes * (size_t)t->rows; }
+
+size_t sd_model_bytes_per_token(const sd_model *m) {
+    size_t b = 0;
+    for (int l = 0; l < m->hp.n_layers; l++) {
+        const sd_layer *L = &m->layers[l];
+        b += tensor_bytes(&L->wq) + tensor_bytes(&L->wk) + tensor_bytes(&L->wv) +
+             tensor_bytes(&L->wo) + tensor_bytes(&L->w1) + tensor_bytes(&L->w2) +
+             tensor_bytes(&L->w3) + 2 * (size_t)m->hp.dim * sizeof(float);
+    }
+    b += tensor_bytes(&m->output) + m->tok_embd.row_bytes + (size_t)m->hp.dim * sizeof(float);
+    return b;
+}
+
+sd_status sd_model_kv_create(const sd_model *m, int n_ctx, sd_kv **out) {
+    if (n_ctx <= 0) n_ctx = m->n_ctx;
+    return sd_kv_create(m->hp.n_layers, n_ctx, m->hp.n_kv_heads * m->hp.head_dim, out);
+}
+
+void sd_model_describe(const sd_model *m, FILE *f) {
+    const sd_hparams *hp = &m->hp;
+    fprintf(f, "file:           %s\n", m->path);
+    fprintf(f, "format:         %s\n", m->format);
+    fprintf(f, "architecture:   llama\n");
+    fprintf(f, "dim:            %d\n", hp->dim);
+    fprintf(f, "layers:         %d\n", hp->n_layers);
+    fprintf(f, "heads:          %d (kv heads %d, head dim %d%s)\n", hp->n_heads, hp->n_kv_heads,
+            hp->head_dim, hp->n_kv_heads < hp->n_heads ? ", grouped-query" : "");
+    fprintf(f, "ffn hidden:     %d\n", hp->hidden_dim);
+    fprintf(f, "vocab:          %d\n", hp->vocab_size);
+    fprintf(f, "context:        %d (training), %d (this run)\n", hp->ctx_len, m->n_ctx);
+    fprintf(f, "rope:           %s, dims %d, base %g\n",
+            hp->rope_style == SD_ROPE_HALF ? "rotate-half" : "interleaved pairs", hp->rope_dim,
+            (double)hp->rope_theta);
+    fprintf(f, "rmsnorm eps:    %g\n", (double)hp->norm_eps);
+    fprintf(f, "classifier:     %s\n", m->output.data == m->tok_embd.data ? "tied to token embeddings" : "separate");
+    fprintf(f, "tensors:        %d (", m->n_tensors);
+    int first = 1;
+    for (int t = 0; t < SD_TYPE_COUNT; t++) {
+        if (!m->type_counts[t]) continue;
+        const sd_type_traits *ti = sd_type_info((uint32_t)t);
+        fprintf(f, "%s%d %s", first ? "" : ", ", m->type_counts[t], ti ? ti->name : "?");
+        first = 0;
+    }
+    fprintf(f, ")\n");
+    fprintf(f, "weights:        %zu bytes (%.2f MiB); %zu bytes read per decoded token\n",
+            m->weight_bytes, m->weight_bytes / 1048576.0, sd_model_bytes_per_token(m));
+    size_t kvpt = 2 * (size_t)hp->n_layers * hp->n_kv_heads * hp->head_dim * sizeof(float);
+    fprintf(f, "kv cache:       %zu bytes per token (f32), %zu bytes for %d tokens\n", kvpt,
+            kvpt * (size_t)m->n_ctx, m->n_ctx);
+    if (m->tok) {
+        const sd_tokenizer *t = m->tok;
+        fprintf(f, "tokenizer:      %s, %d tokens, bos %d, eos %d, add_bos %d\n",
+                sd_tokenizer_kind_of(t) == SD_TOKENIZER_SPM ? "sentencepiece (spm)" : "bpe",
+                sd_tokenizer_n_vocab(t), (int)sd_tokenizer_bos(t), (int)sd_tokenizer_eos(t),
+                sd_tokenizer_add_bos(t));
+    }
+}

@@ -1,0 +1,77 @@
+/* Shared test helpers (see sdtest.h). */
+#include "sdtest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <math.h>
+#include <sys/stat.h>
+
+#ifndef SDTEST_SOURCE_DIR
+#define SDTEST_SOURCE_DIR "."
+#endif
+
+static int file_exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+const char *sdtest_shared(const char *rel) {
+    static char buf[4096];
+    const char *env = getenv("SPECDEC_SHARED");
+    const char *bases[3] = {env, "../shared", SDTEST_SOURCE_DIR "/../shared"};
+    for (int i = 0; i < 3; i++) {
+        if (!bases[i] || !bases[i][0]) continue;
+        snprintf(buf, sizeof buf, "%s/%s", bases[i], rel);
+        if (file_exists(buf)) return buf;
+    }
+    return NULL;
+}
+
+char *sdtest_shared_or_skip(const char *rel) {
+    const char *p = sdtest_shared(rel);
+    if (!p) {
+        printf("SKIP: needs shared test data %s (not found under $SPECDEC_SHARED or ../shared)\n", rel);
+        fflush(stdout);
+        skip();
+        return NULL;
+    }
+    return strdup(p);
+}
+
+const char *sdtest_tmp_path(const char *name) {
+    static char dir[256];
+    static char buf[512];
+    if (!dir[0]) {
+        snprintf(dir, sizeof dir, "/tmp/sdtest.%ld", (long)getpid());
+        mkdir(dir, 0700);
+    }
+    snprintf(buf, sizeof buf, "%s/%s", dir, name);
+    return buf;
+}
+
+void *sdtest_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *b = malloc(n > 0 ? (size_t)n : 1);
+    if (b && n > 0 && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b && len) *len = (size_t)n;
+    return b;
+}
+
+double sdtest_max_abs_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > m || d != d) m = (d != d) ? INFINITY : d;
+    }
+    return m;
+}

@@ -1,0 +1,30 @@
+/* Shared test helpers: locating ../shared test data (skip with a message when absent),
+ * temporary files, and float comparisons with named tolerances. */
+#ifndef SDTEST_H
+#define SDTEST_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* Path of a file under the shared test-data directory ($SPECDEC_SHARED, else ../shared
+ * relative to the working directory, else the source tree's ../shared), or NULL when
+ * absent. The returned string is static storage overwritten by the next call. */
+const char *sdtest_shared(const char *rel);
+
+/* Same, but prints "SKIP: <what> needs <rel> (not found; set SPECDEC_SHARED)" and calls
+ * cmocka's skip() when the file is missing. Returns a strdup'd path the caller frees. */
+char *sdtest_shared_or_skip(const char *rel);
+
+/* A fresh path in a per-process temporary directory (removed by the OS; not by us). */
+const char *sdtest_tmp_path(const char *name);
+
+/* Reads a whole file into a malloc'd buffer (NULL on error). */
+void *sdtest_read_file(const char *path, size_t *len);
+
+/* Largest |a[i] - b[i]|. */
+double sdtest_max_abs_diff(const float *a, const float *b, size_t n);
+
+#endif
