@@ -1,0 +1,300 @@
+/* Synthetic Llama GGUF models: deterministic random weights of any shape and a SentencePiece-style
+ * vocabulary, named exactly as llama.cpp names them so the real loader path is exercised. */
+#include "specdec/synth.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fp16.h"
+#include "specdec/types.h"
+
+#define SYNTH_MAX_DIM (1 << 20) /* any single size above this is a typo, not a model */
+#define SPM_SPACE "\xe2\x96\x81" /* U+2581, SentencePiece's visible space */
+
+sd_synth_params sd_synth_default_params(void) {
+    sd_synth_params p = {
+        .dim = 64, .n_layers = 5, .n_heads = 8, .n_kv_heads = 4, .hidden_dim = 172, .vocab_size = 512,
+        .ctx_len = 512, .rope_theta = 10000.0f, .norm_eps = 1e-5f, .wtype = SD_TYPE_F32, .tied_output = 0,
+        .seed = 1234, .weight_scale = 0.0f,
+    };
+    return p;
+}
+
+static sd_status check_size(const char *field, int v) {
+    if (v <= 0 || v > SYNTH_MAX_DIM)
+        return sd_fail(SD_ERR_INVALID_ARG, "synth: %s = %d must be in [1, %d]", field, v, SYNTH_MAX_DIM);
+    return SD_OK;
+}
+
+sd_status sd_synth_validate(const sd_synth_params *p) {
+    if (!p) return sd_fail(SD_ERR_INVALID_ARG, "synth: NULL params");
+    sd_status st;
+    if ((st = check_size("dim", p->dim)) || (st = check_size("n_layers", p->n_layers)) ||
+        (st = check_size("n_heads", p->n_heads)) || (st = check_size("n_kv_heads", p->n_kv_heads)) ||
+        (st = check_size("hidden_dim", p->hidden_dim)) || (st = check_size("vocab_size", p->vocab_size)) ||
+        (st = check_size("ctx_len", p->ctx_len)))
+        return st;
+    if (p->dim % p->n_heads != 0)
+        return sd_fail(SD_ERR_INVALID_ARG, "synth: dim %d is not divisible by n_heads %d", p->dim, p->n_heads);
+    if (p->n_heads % p->n_kv_heads != 0)
+        return sd_fail(SD_ERR_INVALID_ARG, "synth: n_heads %d is not divisible by n_kv_heads %d", p->n_heads,
+                       p->n_kv_heads);
+    if ((p->dim / p->n_heads) % 2 != 0)
+        return sd_fail(SD_ERR_INVALID_ARG, "synth: head_dim %d (dim %d / n_heads %d) must be even for RoPE",
+                       p->dim / p->n_heads, p->dim, p->n_heads);
+    if (p->vocab_size < 3)
+        return sd_fail(SD_ERR_INVALID_ARG, "synth: vocab_size %d must be >= 3 (<unk>, <s>, </s>)", p->vocab_size);
+    if (!(isfinite(p->rope_theta) && p->rope_theta > 0))
+        return sd_fail(SD_ERR_INVALID_ARG, "synth: rope_theta %g must be finite and > 0", (double)p->rope_theta);
+    if (!(isfinite(p->norm_eps) && p->norm_eps > 0))
+        return sd_fail(SD_ERR_INVALID_ARG, "synth: norm_eps %g must be finite and > 0", (double)p->norm_eps);
+    if (!(isfinite(p->weight_scale) && p->weight_scale >= 0))
+        return sd_fail(SD_ERR_INVALID_ARG, "synth: weight_scale %g must be finite and >= 0 (0 = default)",
+                       (double)p->weight_scale);
+    if (p->wtype != SD_TYPE_F32 && p->wtype != SD_TYPE_F16) {
+        const sd_type_traits *t = sd_type_info(p->wtype);
+        return sd_fail(SD_ERR_INVALID_ARG, "synth: wtype %" PRIu32 " (%s) not supported (use f32 or f16)", p->wtype,
+                       t ? t->name : "unknown");
+    }
+    /* The largest single tensor is the embedding or a feed-forward matrix; each must be
+     * addressable as floats for generation. */
+    uint64_t emb = (uint64_t)p->dim * (uint64_t)p->vocab_size;
+    uint64_t ffn = (uint64_t)p->dim * (uint64_t)p->hidden_dim;
+    uint64_t big = emb > ffn ? emb : ffn;
+    if (big > SIZE_MAX / sizeof(float) / 4)
+        return sd_fail(SD_ERR_INVALID_ARG, "synth: tensor of %" PRIu64 " elements is too large", big);
+    return SD_OK;
+}
+
+/* ------------------------------------------------------------------ vocabulary */
+
+/* Single characters first, then pieces each the concatenation of two earlier ones, so an SPM
+ * tokenizer can actually reach them by merges (lower score = merged later). */
+static const char *const k_pieces[] = {
+    SPM_SPACE, "e", "t", "a", "o", "h", "n", "s", "i", "r", "d", "l", "y", "w", "u", "m", "g", "c", "f", "b", "p",
+    "k", "v", "j", "x", "q", "z", "T", "O", "L", "S", "I", "H", "A", "B", "M", "0", "1", "2", "3", "4", "5", "6",
+    "7", "8", "9", ".", ",", "!", "?", "'", "\"", "-",
+    SPM_SPACE "t", "he", SPM_SPACE "a", "in", SPM_SPACE "s", SPM_SPACE "w", "er", SPM_SPACE "t" "he", "an", "nd",
+    SPM_SPACE "b", SPM_SPACE "h", "ou", SPM_SPACE "o", SPM_SPACE "c", "ed", SPM_SPACE "a" "nd", "it", SPM_SPACE "f",
+    "at", "en", "in" "g", "is", SPM_SPACE "T", "on", SPM_SPACE "t" "o", SPM_SPACE "h" "e", SPM_SPACE "l",
+    SPM_SPACE "p", SPM_SPACE "m", SPM_SPACE "d", SPM_SPACE "O", "ce", SPM_SPACE "O" "n", SPM_SPACE "O" "n" "ce", "as",
+    "ar", SPM_SPACE "w" "as", "ll", SPM_SPACE "S", SPM_SPACE "s" "h", SPM_SPACE "s" "h" "e", "ay", SPM_SPACE "it",
+    SPM_SPACE "in", SPM_SPACE "g", "le", SPM_SPACE "p" "l", SPM_SPACE "p" "l" "ay", SPM_SPACE "t" "i",
+    SPM_SPACE "t" "i" "m", SPM_SPACE "t" "i" "m" "e", "up", SPM_SPACE "up", SPM_SPACE "T" "he", SPM_SPACE "d" "ay",
+    SPM_SPACE "h" "a", SPM_SPACE "h" "a" "d", "ig", SPM_SPACE "b" "ig", SPM_SPACE "L", "il", SPM_SPACE "L" "il",
+    SPM_SPACE "L" "il" "y", SPM_SPACE "t" "he" "y", SPM_SPACE "h" "e" "r", SPM_SPACE "s" "a", "id",
+    SPM_SPACE "s" "a" "id", SPM_SPACE "f" "r", SPM_SPACE "f" "r" "i", "en" "d", SPM_SPACE "f" "r" "i" "en" "d",
+};
+#define N_PIECES ((int)(sizeof k_pieces / sizeof k_pieces[0]))
+
+void sd_synth_vocab_free(sd_synth_vocab *v) {
+    if (!v) return;
+    if (v->pieces)
+        for (int i = 0; i < v->n; i++) free(v->pieces[i]);
+    free(v->pieces);
+    free(v->scores);
+    free(v->types);
+    memset(v, 0, sizeof *v);
+}
+
+sd_status sd_synth_vocab_build(int vocab_size, sd_synth_vocab *out) {
+    if (!out) return sd_fail(SD_ERR_INVALID_ARG, "synth vocab: NULL output");
+    memset(out, 0, sizeof *out);
+    if (vocab_size < 3 || vocab_size > SYNTH_MAX_DIM)
+        return sd_fail(SD_ERR_INVALID_ARG, "synth vocab: vocab_size %d not in [3, %d]", vocab_size, SYNTH_MAX_DIM);
+    out->n = vocab_size;
+    out->pieces = calloc((size_t)vocab_size, sizeof *out->pieces);
+    out->scores = calloc((size_t)vocab_size, sizeof *out->scores);
+    out->types = calloc((size_t)vocab_size, sizeof *out->types);
+    if (!out->pieces || !out->scores || !out->types) goto oom;
+
+    int id = 0;
+    static const char *const specials[3] = {"<unk>", "<s>", "</s>"};
+    static const int32_t special_types[3] = {2, 3, 3};
+    for (; id < 3; id++) {
+        out->pieces[id] = strdup(specials[id]);
+        out->types[id] = special_types[id];
+        if (!out->pieces[id]) goto oom;
+    }
+    if (vocab_size >= 3 + 256) {
+        for (int b = 0; b < 256; b++, id++) {
+            char buf[8];
+            snprintf(buf, sizeof buf, "<0x%02X>", b);
+            out->pieces[id] = strdup(buf);
+            out->types[id] = 6;
+            if (!out->pieces[id]) goto oom;
+        }
+    }
+    for (int k = 0; id < vocab_size; id++, k++) {
+        if (k < N_PIECES) {
+            out->pieces[id] = strdup(k_pieces[k]);
+        } else {
+            /* "▁w<id>" cannot collide with a listed piece: none is "▁w" followed by digits. */
+            char buf[32];
+            snprintf(buf, sizeof buf, SPM_SPACE "w%d", id);
+            out->pieces[id] = strdup(buf);
+        }
+        if (!out->pieces[id]) goto oom;
+        out->types[id] = 1;
+        out->scores[id] = -(float)k;
+    }
+    return SD_OK;
+oom:
+    sd_synth_vocab_free(out);
+    return sd_fail(SD_ERR_NOMEM, "synth vocab: no memory for %d pieces", vocab_size);
+}
+
+sd_status sd_synth_add_tokenizer(sd_gguf_writer *w, int vocab_size) {
+    if (!w) return sd_fail(SD_ERR_INVALID_ARG, "synth: NULL writer");
+    sd_synth_vocab v;
+    sd_status st = sd_synth_vocab_build(vocab_size, &v);
+    if (st) return st;
+    if (!(st = sd_gguf_set_str(w, "tokenizer.ggml.model", "llama")) &&
+        !(st = sd_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.pieces, (uint64_t)v.n)) &&
+        !(st = sd_gguf_set_arr_f32(w, "tokenizer.ggml.scores", v.scores, (uint64_t)v.n)) &&
+        !(st = sd_gguf_set_arr_i32(w, "tokenizer.ggml.token_type", v.types, (uint64_t)v.n)) &&
+        !(st = sd_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1)) &&
+        !(st = sd_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 2)) &&
+        !(st = sd_gguf_set_u32(w, "tokenizer.ggml.unknown_token_id", 0)) &&
+        !(st = sd_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", 1)))
+        st = sd_gguf_set_bool(w, "tokenizer.ggml.add_space_prefix", 1);
+    sd_synth_vocab_free(&v);
+    return st;
+}
+
+/* ------------------------------------------------------------------ weights */
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Each tensor draws from its own stream keyed by (seed, name), so its values do not depend on
+ * which other tensors exist or in what order they are generated. */
+static uint64_t stream_for(uint64_t seed, const char *name) {
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    uint64_t s = seed ^ h;
+    splitmix64(&s); /* decorrelates seeds that differ in few bits */
+    return s;
+}
+
+/* Fills rows x cols with mean + uniform noise of standard deviation std, stored as `type`. */
+static sd_status add_random(sd_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, int64_t cols,
+                            int64_t rows, float mean, float std, uint64_t seed) {
+    size_t n = (size_t)cols * (size_t)rows; /* bounded by sd_synth_validate */
+    size_t esz = type == SD_TYPE_F16 ? 2 : 4;
+    void *buf = malloc(n * esz);
+    if (!buf) return sd_fail(SD_ERR_NOMEM, "synth: no memory for tensor %s (%zu elements)", name, n);
+    uint64_t s = stream_for(seed, name);
+    float half_width = std * 1.7320508f; /* uniform on [-a, a] has std a / sqrt(3) */
+    for (size_t i = 0; i < n; i++) {
+        float u = (float)(splitmix64(&s) >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
+        float v = mean + (2.0f * u - 1.0f) * half_width;
+        if (type == SD_TYPE_F16) ((uint16_t *)buf)[i] = sd_fp32_to_fp16(v);
+        else ((float *)buf)[i] = v;
+    }
+    uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
+    sd_status st = sd_gguf_add_tensor(w, name, type, n_dims, ne, buf, n * esz);
+    free(buf);
+    return st;
+}
+
+static sd_status add_norm(sd_gguf_writer *w, const char *name, int dim, uint64_t seed) {
+    return add_random(w, name, SD_TYPE_F32, 1, dim, 1, 1.0f, 0.02f, seed);
+}
+
+/* A GGUF matrix with ne = {cols, rows}: y = W x takes x of length cols. */
+static sd_status add_matrix(const sd_synth_params *p, sd_gguf_writer *w, const char *name, int cols, int rows) {
+    float std = p->weight_scale > 0 ? p->weight_scale : 1.0f / sqrtf((float)cols);
+    return add_random(w, name, p->wtype, 2, cols, rows, 0.0f, std, p->seed);
+}
+
+static sd_status add_metadata(const sd_synth_params *p, sd_gguf_writer *w) {
+    uint32_t head_dim = (uint32_t)(p->dim / p->n_heads);
+    sd_status st;
+    if ((st = sd_gguf_set_str(w, "general.architecture", "llama")) ||
+        (st = sd_gguf_set_str(w, "general.name", "specdec-synth")) ||
+        (st = sd_gguf_set_u32(w, "general.file_type", p->wtype == SD_TYPE_F16 ? 1 : 0)) ||
+        (st = sd_gguf_set_u32(w, "llama.context_length", (uint32_t)p->ctx_len)) ||
+        (st = sd_gguf_set_u32(w, "llama.embedding_length", (uint32_t)p->dim)) ||
+        (st = sd_gguf_set_u32(w, "llama.block_count", (uint32_t)p->n_layers)) ||
+        (st = sd_gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)p->hidden_dim)) ||
+        (st = sd_gguf_set_u32(w, "llama.attention.head_count", (uint32_t)p->n_heads)) ||
+        (st = sd_gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)p->n_kv_heads)) ||
+        (st = sd_gguf_set_u32(w, "llama.rope.dimension_count", head_dim)) ||
+        (st = sd_gguf_set_f32(w, "llama.rope.freq_base", p->rope_theta)) ||
+        (st = sd_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", p->norm_eps)) ||
+        (st = sd_gguf_set_u32(w, "llama.vocab_size", (uint32_t)p->vocab_size)))
+        return st;
+    return sd_synth_add_tokenizer(w, p->vocab_size);
+}
+
+static sd_status add_layer(const sd_synth_params *p, sd_gguf_writer *w, int l) {
+    int head_dim = p->dim / p->n_heads;
+    int q_dim = p->n_heads * head_dim, kv_dim = p->n_kv_heads * head_dim;
+    char name[64];
+    sd_status st;
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
+    if ((st = add_norm(w, NAME("attn_norm.weight"), p->dim, p->seed)) ||
+        (st = add_matrix(p, w, NAME("attn_q.weight"), p->dim, q_dim)) ||
+        (st = add_matrix(p, w, NAME("attn_k.weight"), p->dim, kv_dim)) ||
+        (st = add_matrix(p, w, NAME("attn_v.weight"), p->dim, kv_dim)) ||
+        (st = add_matrix(p, w, NAME("attn_output.weight"), q_dim, p->dim)) ||
+        (st = add_norm(w, NAME("ffn_norm.weight"), p->dim, p->seed)) ||
+        (st = add_matrix(p, w, NAME("ffn_gate.weight"), p->dim, p->hidden_dim)) ||
+        (st = add_matrix(p, w, NAME("ffn_up.weight"), p->dim, p->hidden_dim)) ||
+        (st = add_matrix(p, w, NAME("ffn_down.weight"), p->hidden_dim, p->dim)))
+        return st;
+#undef NAME
+    return SD_OK;
+}
+
+sd_status sd_synth_build(const sd_synth_params *p, sd_gguf_writer **out) {
+    if (!out) return sd_fail(SD_ERR_INVALID_ARG, "synth: NULL output");
+    *out = NULL;
+    sd_status st = sd_synth_validate(p);
+    if (st) return st;
+    sd_gguf_writer *w = sd_gguf_writer_create();
+    if (!w) return sd_fail(SD_ERR_NOMEM, "synth: no memory for the writer");
+
+    /* A tied embedding is also the classifier: with the usual 0.02 its logits would be
+     * nearly flat, so it gets the classifier's 1/sqrt(dim) instead. */
+    float emb_std = p->weight_scale > 0 ? p->weight_scale
+                    : p->tied_output    ? 1.0f / sqrtf((float)p->dim)
+                                        : 0.02f;
+    st = add_metadata(p, w);
+    if (!st) st = add_random(w, "token_embd.weight", p->wtype, 2, p->dim, p->vocab_size, 0.0f, emb_std, p->seed);
+    for (int l = 0; !st && l < p->n_layers; l++) st = add_layer(p, w, l);
+    if (!st) st = add_norm(w, "output_norm.weight", p->dim, p->seed);
+    if (!st && !p->tied_output) st = add_matrix(p, w, "output.weight", p->dim, p->vocab_size);
+    if (st) {
+        sd_gguf_writer_free(w);
+        return st;
+    }
+    *out = w;
+    return SD_OK;
+}
+
+sd_status sd_synth_write_file(const sd_synth_params *p, const char *path) {
+    sd_gguf_writer *w;
+    sd_status st = sd_synth_build(p, &w);
+    if (st) return st;
+    st = sd_gguf_write_file(w, path);
+    sd_gguf_writer_free(w);
+    return st;
+}
+
+sd_status sd_synth_write_mem(const sd_synth_params *p, void **buf, size_t *len) {
+    sd_gguf_writer *w;
+    sd_status st = sd_synth_build(p, &w);
+    if (st) return st;
+    st = sd_gguf_write_mem(w, buf, len);
+    sd_gguf_writer_free(w);
+    return st;
+}
