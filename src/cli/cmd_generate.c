@@ -263,6 +263,15 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
 
+    if (compare) {
+        /* Warm both paths (page faults on the mapped weights, thread pools) so neither
+         * timed run pays one-time costs the other does not. */
+        sd_spec_params wp = p;
+        wp.n_predict = 8;
+        sd_spec *w = NULL;
+        if (sd_spec_create(tm, dm, &wp, &w) == SD_OK) sd_spec_generate(w, ids, n_ids, NULL, NULL, NULL);
+        sd_spec_free(w);
+    }
     pr.tok = tok;
     pr.prev = -1;
     pr.stream = stream;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -88,7 +89,10 @@ int cli_parse_u64(const char *flag, const char *s, uint64_t *out) {
     return 0;
 }
 
-static int is_file(const char *p) { return access(p, R_OK) == 0; }
+static int is_file(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
 
 const char *cli_resolve_model(const char *arg, char *buf, size_t cap) {
     if (is_file(arg)) {

@@ -17,9 +17,10 @@
 #define SD_HAVE_AVX512 0
 #endif
 
-/* Below this many multiply-adds a parallel region costs more than it saves (the draft
- * models are tiny; their matrices are a few thousand weights). */
-#define SD_PAR_MIN_WORK 32768
+/* Below this many multiply-adds (~20 us of one core) a parallel region's fork/join, and on a
+ * busy machine the wait for a descheduled thread, cost more than a second core saves.
+ * Draft models and stories260K stay single-threaded; every 110M-shape matrix goes parallel. */
+#define SD_PAR_MIN_WORK (1 << 19)
 
 /* OpenBLAS exports this; declared here so any cblas.h works. */
 extern void openblas_set_num_threads(int);

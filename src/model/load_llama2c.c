@@ -46,9 +46,17 @@ sd_status sd_model_load_llama2c(sd_model *m, const void *buf, size_t len, const 
     if (dim <= 0 || dim > lim || hidden <= 0 || hidden > lim || nl <= 0 || nl > 4096 || nh <= 0 ||
         nh > dim || nkv <= 0 || nkv > nh || vocab == 0 || vocab == INT32_MIN || abs(vocab) > lim ||
         seq <= 0 || seq > lim)
+    {
+        /* Show the first four bytes as text where printable: usually the clue. */
+        const unsigned char *b = buf;
+        char magic[5];
+        for (int i = 0; i < 4; i++) magic[i] = (b[i] >= 32 && b[i] < 127) ? (char)b[i] : '.';
+        magic[4] = 0;
         return sd_fail(SD_ERR_FORMAT,
-                       "%s: not a GGUF file (bad magic) and not a llama2.c checkpoint (header dim=%d hidden=%d layers=%d heads=%d kv_heads=%d vocab=%d seq_len=%d)",
-                       m->path, dim, hidden, nl, nh, nkv, vocab, seq);
+                       "%s: not a model: bad magic 0x%02x%02x%02x%02x (\"%s\") is not GGUF, and the bytes "
+                       "are not a plausible llama2.c header",
+                       m->path, b[0], b[1], b[2], b[3], magic);
+    }
     if (dim % nh != 0)
         return sd_fail(SD_ERR_FORMAT, "%s: n_heads=%d does not divide dim=%d", m->path, nh, dim);
     if (nh % nkv != 0)

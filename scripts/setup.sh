@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages specdec needs (when missing), then configures and builds.
+# Usage: scripts/setup.sh [BUILD_DIR] [extra cmake args...]   (default BUILD_DIR: build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "setup: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "setup: missing packages: ${missing[*]}" >&2
+    echo "setup: run as root:  sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+BUILD=${1:-build}
+shift || true
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" 2>&1 | grep -vE '^\[ *[0-9]+%\]|^-- ' || true
+test -x "$BUILD/specdec" || { echo "setup: build failed" >&2; exit 1; }

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# CLI contract: --help for every subcommand, exit codes (0 ok, 1 runtime error, 2 usage),
+# one-line "error: ..." messages, and a real generation when ../shared is present.
+# Usage: test_cli.sh SPECDEC_BINARY SOURCE_DIR
+set -u
+BIN=$1
+SRC=$2
+SHARED=${SPECDEC_SHARED:-$SRC/../shared}
+pass=0; fail=0; skip=0
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+check() { # name expected_rc stderr_pattern -- cmd...
+  local name=$1 want=$2 pat=$3; shift 4
+  "$@" >"$TMP/out" 2>"$TMP/err"; local rc=$?
+  if [ "$rc" != "$want" ]; then
+    echo "FAIL $name: exit $rc, expected $want"; sed 's/^/  /' "$TMP/err" | head -5; fail=$((fail+1)); return
+  fi
+  if [ -n "$pat" ] && ! grep -qE -e "$pat" "$TMP/err" "$TMP/out"; then
+    echo "FAIL $name: output lacks /$pat/"; sed 's/^/  /' "$TMP/err" | head -5; fail=$((fail+1)); return
+  fi
+  if [ "$want" != 0 ] && [ "$(grep -c '^error: ' "$TMP/err")" != 1 ]; then
+    echo "FAIL $name: expected exactly one 'error: ' line on stderr"; cat "$TMP/err"; fail=$((fail+1)); return
+  fi
+  echo "ok   $name"; pass=$((pass+1))
+}
+
+check "top-level help"        0 "commands:"          -- "$BIN" --help
+check "no command"            2 "unknown command|usage" -- "$BIN" bogus
+for c in generate info bench-decode mkmodel; do
+  check "$c --help"           0 "usage: specdec $c"  -- "$BIN" $c --help
+done
+check "generate needs -m"     2 "-m MODEL is required" -- "$BIN" generate
+check "unknown option"        2 "unknown option '--frobnicate'" -- "$BIN" generate -m x --frobnicate
+check "missing model"         1 "model '/nonexistent.gguf' not found" -- "$BIN" generate -m /nonexistent.gguf
+check "bad -n"                2 "-n expects an integer" -- "$BIN" generate -m x -n lots
+check "k = 0"                 2 "--draft-max expects an integer in 1..32" -- "$BIN" generate -m x --draft-max 0
+check "negative temperature"  2 "--temp expects a number" -- "$BIN" generate -m x --temp -1
+check "top-p outside (0,1]"   2 "--top-p" -- "$BIN" generate -m x --top-p 1.5
+check "threads < 1"           2 "--threads expects an integer in 1" -- "$BIN" generate -m x --threads 0
+check "compare without draft" 2 "--compare needs a draft" -- "$BIN" generate -m x --compare
+
+# A tiny random model made by the tool itself: generation, info, context errors.
+"$BIN" mkmodel "$TMP/tiny.gguf" --dim 32 --layers 1 --heads 4 --kv-heads 2 --hidden 64 --vocab 300 --ctx 32 2>/dev/null
+check "info tiny"             0 "grouped-query"      -- "$BIN" info "$TMP/tiny.gguf"
+check "generate tiny"         0 "decode:"            -- "$BIN" generate -m "$TMP/tiny.gguf" -n 8
+check "prompt too long"       2 "does not fit the context of 32" -- "$BIN" generate -m "$TMP/tiny.gguf" -p "$(printf 'a b c d e f g h i j k l m n o p q r s t u v w x y z %.0s' 1 2)"
+check "n too large"           2 "cannot generate 100 tokens" -- "$BIN" generate -m "$TMP/tiny.gguf" -n 100
+check "spec tiny self-draft"  0 "acceptance rate: +100.0%" -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 12 --ignore-eos
+check "stats json"            0 ""                   -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 8 --stats-json "$TMP/s.json"
+grep -q '"acceptance_rate"' "$TMP/s.json" && { echo "ok   stats json content"; pass=$((pass+1)); } || { echo "FAIL stats json content"; fail=$((fail+1)); }
+
+if [ -f "$SHARED/models/stories260K/stories260K.bin" ] && [ -f "$SHARED/models/stories-draft/stories-draft.bin" ]; then
+  export SPECDEC_MODEL_PATH="$SHARED/models"
+  check "real pair --compare"  0 "greedy outputs identical: yes" -- "$BIN" generate -m stories260K -md stories-draft -n 64 --compare
+  check "real pair stdout"     0 "Once upon a time, there was a little girl named Lily" -- "$BIN" generate -m stories260K -md stories-draft -n 32
+  # Same vocabulary size (512), different pieces: the pair check must refuse it.
+  "$BIN" mkmodel "$TMP/other512.gguf" --dim 32 --layers 1 --heads 4 --hidden 64 --vocab 512 --ctx 64 2>/dev/null
+  check "incompatible pair"    1 "differ at id [0-9]+" -- "$BIN" generate -m stories260K -md "$TMP/other512.gguf"
+else
+  echo "SKIP real pair checks: needs $SHARED/models/stories260K and stories-draft"; skip=$((skip+1))
+fi
+
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" = 0 ]

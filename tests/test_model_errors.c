@@ -1,0 +1,242 @@
+/* Bad model files and bad requests: each fails with its own status and a message that names
+ * the problem; nothing crashes, nothing is half-loaded. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sdtest.h"
+#include "sdtest_models.h"
+#include "specdec/gguf.h"
+#include "specdec/spec.h"
+#include "specdec/types.h"
+
+static void expect_load_error(const char *path, sd_status want, const char *needle) {
+    sd_model *m = (sd_model *)0x1;
+    sd_status st = sd_model_load(path, NULL, &m);
+    printf("  %s -> %s: %s\n", path, sd_status_str(st), sd_last_error());
+    assert_int_equal(st, want);
+    assert_null(m);
+    if (!strstr(sd_last_error(), needle)) fail_msg("message '%s' lacks '%s'", sd_last_error(), needle);
+}
+
+static void write_bytes(const char *path, const void *buf, size_t len) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, len, f), len);
+    fclose(f);
+}
+
+/* A tiny valid llama GGUF in memory, built by the synthetic writer. */
+static void *tiny_gguf(size_t *len) {
+    sd_synth_params p = sd_synth_default_params();
+    p.dim = 32; p.n_layers = 1; p.n_heads = 4; p.n_kv_heads = 2; p.hidden_dim = 64;
+    p.vocab_size = 300; p.ctx_len = 64;
+    void *buf = NULL;
+    assert_int_equal(sd_synth_write_mem(&p, &buf, len), SD_OK);
+    return buf;
+}
+
+/* A minimal llama GGUF built by hand so single fields can be made wrong. */
+typedef struct {
+    uint32_t dim, heads, kv_heads, hidden, vocab;
+    const char *arch;
+    uint32_t q_type;     /* type of blk.0.attn_q.weight */
+    uint64_t q_rows;     /* rows of blk.0.attn_q.weight (dim when consistent) */
+} hand_spec;
+
+static hand_spec hand_default(void) {
+    hand_spec h = {256, 4, 4, 256, 260, "llama", SD_TYPE_F32, 256};
+    return h;
+}
+
+static const char *hand_gguf(const hand_spec *h, const char *name) {
+    sd_gguf_writer *w = sd_gguf_writer_create();
+    assert_non_null(w);
+    sd_gguf_set_str(w, "general.architecture", h->arch);
+    sd_gguf_set_u32(w, "llama.embedding_length", h->dim);
+    sd_gguf_set_u32(w, "llama.block_count", 1);
+    sd_gguf_set_u32(w, "llama.feed_forward_length", h->hidden);
+    sd_gguf_set_u32(w, "llama.attention.head_count", h->heads);
+    sd_gguf_set_u32(w, "llama.attention.head_count_kv", h->kv_heads);
+    sd_gguf_set_u32(w, "llama.context_length", 64);
+    assert_int_equal(sd_synth_add_tokenizer(w, (int)h->vocab), SD_OK);
+    size_t big = (size_t)h->dim * (h->vocab > h->hidden ? h->vocab : h->hidden) * 4;
+    if ((size_t)h->dim * h->q_rows * 4 > big) big = (size_t)h->dim * h->q_rows * 4;
+    float *zeros = calloc(1, big);
+    uint32_t kvd = h->heads ? h->dim / h->heads * h->kv_heads : 0;
+    struct { const char *n; uint32_t type; uint64_t ne0, ne1; } t[] = {
+        {"token_embd.weight", SD_TYPE_F32, h->dim, h->vocab},
+        {"output_norm.weight", SD_TYPE_F32, h->dim, 1},
+        {"blk.0.attn_norm.weight", SD_TYPE_F32, h->dim, 1},
+        {"blk.0.ffn_norm.weight", SD_TYPE_F32, h->dim, 1},
+        {"blk.0.attn_q.weight", h->q_type, h->dim, h->q_rows},
+        {"blk.0.attn_k.weight", SD_TYPE_F32, h->dim, kvd},
+        {"blk.0.attn_v.weight", SD_TYPE_F32, h->dim, kvd},
+        {"blk.0.attn_output.weight", SD_TYPE_F32, h->dim, h->dim},
+        {"blk.0.ffn_gate.weight", SD_TYPE_F32, h->dim, h->hidden},
+        {"blk.0.ffn_up.weight", SD_TYPE_F32, h->dim, h->hidden},
+        {"blk.0.ffn_down.weight", SD_TYPE_F32, h->hidden, h->dim},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        uint64_t ne[2] = {t[i].ne0, t[i].ne1};
+        size_t nb = sd_type_row_bytes(t[i].type, (int64_t)ne[0]) * ne[1];
+        assert_int_equal(sd_gguf_add_tensor(w, t[i].n, t[i].type, ne[1] == 1 ? 1 : 2, ne, zeros, nb), SD_OK);
+    }
+    const char *path = sdtest_tmp_path(name);
+    assert_int_equal(sd_gguf_write_file(w, path), SD_OK);
+    sd_gguf_writer_free(w);
+    free(zeros);
+    return path;
+}
+
+static void test_missing_file(void **state) {
+    (void)state;
+    expect_load_error("/nonexistent/model.gguf", SD_ERR_IO, "No such file");
+}
+
+static void test_truncated_gguf(void **state) {
+    (void)state;
+    size_t len;
+    void *buf = tiny_gguf(&len);
+    const char *path = sdtest_tmp_path("trunc.gguf");
+    write_bytes(path, buf, 40); /* inside the metadata */
+    expect_load_error(path, SD_ERR_FORMAT, "trunc.gguf");
+    free(buf);
+}
+
+static void test_tensor_data_outside_file(void **state) {
+    (void)state;
+    size_t len;
+    void *buf = tiny_gguf(&len);
+    const char *path = sdtest_tmp_path("short.gguf");
+    write_bytes(path, buf, len - 64); /* headers intact, the last tensor's data cut */
+    expect_load_error(path, SD_ERR_FORMAT, "outside file");
+    free(buf);
+}
+
+static void test_truncated_llama2c(void **state) {
+    (void)state;
+    char *src = sdtest_shared_or_skip("models/stories260K/stories260K.bin");
+    size_t len;
+    void *buf = sdtest_read_file(src, &len);
+    const char *path = sdtest_tmp_path("trunc.bin");
+    write_bytes(path, buf, len / 2);
+    expect_load_error(path, SD_ERR_FORMAT, "truncated llama2.c checkpoint");
+    free(buf);
+    free(src);
+}
+
+static void test_wrong_magic(void **state) {
+    (void)state;
+    const char junk[64] = "this is not a model file at all, just some text.....";
+    const char *path = sdtest_tmp_path("junk.gguf");
+    write_bytes(path, junk, sizeof junk);
+    expect_load_error(path, SD_ERR_FORMAT, "bad magic");
+}
+
+static void test_unsupported_version(void **state) {
+    (void)state;
+    size_t len;
+    uint8_t *buf = tiny_gguf(&len);
+    buf[4] = 1; /* version 1: a GGUF of the past */
+    const char *path = sdtest_tmp_path("v1.gguf");
+    write_bytes(path, buf, len);
+    expect_load_error(path, SD_ERR_UNSUPPORTED, "version 1");
+    free(buf);
+}
+
+static void test_unknown_architecture(void **state) {
+    (void)state;
+    hand_spec h = hand_default();
+    h.arch = "gpt2";
+    expect_load_error(hand_gguf(&h, "gpt2.gguf"), SD_ERR_UNSUPPORTED, "unknown architecture 'gpt2'");
+}
+
+static void test_unsupported_tensor_type(void **state) {
+    (void)state;
+    hand_spec h = hand_default();
+    h.q_type = SD_TYPE_Q2_K; /* a valid ggml type without a kernel here */
+    expect_load_error(hand_gguf(&h, "q2k.gguf"), SD_ERR_UNSUPPORTED, "blk.0.attn_q.weight has type q2_K");
+}
+
+static void test_inconsistent_shape(void **state) {
+    (void)state;
+    hand_spec h = hand_default();
+    h.q_rows = 128;
+    expect_load_error(hand_gguf(&h, "shape.gguf"), SD_ERR_FORMAT, "blk.0.attn_q.weight has shape [256, 128");
+}
+
+static void test_heads_not_dividing_dim(void **state) {
+    (void)state;
+    hand_spec h = hand_default();
+    h.heads = 7;
+    h.kv_heads = 7;
+    expect_load_error(hand_gguf(&h, "heads.gguf"), SD_ERR_FORMAT, "head_count=7 does not divide");
+}
+
+static void test_hand_model_loads(void **state) {
+    (void)state; /* the control: the hand-built file is valid when nothing is changed */
+    hand_spec h = hand_default();
+    sd_model *m = NULL;
+    assert_int_equal(sd_model_load(hand_gguf(&h, "ok.gguf"), NULL, &m), SD_OK);
+    sd_model_free(m);
+    sd_model_free(NULL);
+}
+
+static void test_prompt_longer_than_context(void **state) {
+    (void)state;
+    sd_model *m = sdtest_tiny_model(32, 1, 4, 2, 64, 300, 9);
+    sd_spec_params p = sd_spec_default_params();
+    p.n_ctx = 16;
+    sd_spec *s = NULL;
+    assert_int_equal(sd_spec_create(m, NULL, &p, &s), SD_OK);
+    int32_t prompt[16] = {1};
+    for (int i = 1; i < 16; i++) prompt[i] = 10 + i;
+    assert_int_equal(sd_spec_generate(s, prompt, 16, NULL, NULL, NULL), SD_ERR_CONTEXT_FULL);
+    assert_non_null(strstr(sd_last_error(), "prompt of 16 tokens does not fit the context of 16"));
+    /* one position fewer fits */
+    sd_spec_stats st;
+    assert_int_equal(sd_spec_generate(s, prompt, 15, NULL, NULL, &st), SD_OK);
+    assert_string_equal(st.stop_reason, "context");
+    assert_int_equal(st.n_generated, 1);
+    sd_spec_free(s);
+    sd_model_free(m);
+}
+
+static void test_forward_bad_requests(void **state) {
+    (void)state;
+    sd_model *m = sdtest_tiny_model(32, 1, 4, 2, 64, 300, 9);
+    sd_kv *kv = NULL;
+    assert_int_equal(sd_model_kv_create(m, 8, &kv), SD_OK);
+    int32_t tok[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    assert_int_equal(sd_model_forward(m, kv, tok, 9, NULL, 0), SD_ERR_CONTEXT_FULL);
+    assert_int_equal(sd_kv_len(kv), 0);
+    int32_t bad = 300;
+    assert_int_equal(sd_model_forward(m, kv, &bad, 1, NULL, 0), SD_ERR_INVALID_ARG);
+    assert_non_null(strstr(sd_last_error(), "outside vocabulary"));
+    assert_int_equal(sd_model_forward(m, kv, tok, 0, NULL, 0), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_model_forward(m, kv, tok, 8, NULL, 0), SD_OK);
+    assert_int_equal(sd_model_forward(m, kv, tok, 1, NULL, 0), SD_ERR_CONTEXT_FULL);
+    assert_int_equal(sd_kv_len(kv), 8);
+    sd_kv_free(kv);
+    sd_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_missing_file),
+        cmocka_unit_test(test_truncated_gguf),
+        cmocka_unit_test(test_tensor_data_outside_file),
+        cmocka_unit_test(test_truncated_llama2c),
+        cmocka_unit_test(test_wrong_magic),
+        cmocka_unit_test(test_unsupported_version),
+        cmocka_unit_test(test_unknown_architecture),
+        cmocka_unit_test(test_unsupported_tensor_type),
+        cmocka_unit_test(test_inconsistent_shape),
+        cmocka_unit_test(test_heads_not_dividing_dim),
+        cmocka_unit_test(test_hand_model_loads),
+        cmocka_unit_test(test_prompt_longer_than_context),
+        cmocka_unit_test(test_forward_bad_requests),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
