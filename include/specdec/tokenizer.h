@@ -56,9 +56,12 @@ int sd_tokenizer_token_type(const sd_tokenizer *t, int32_t id); /* SD_TOKEN_*, -
 
 /* Encodes len bytes of text. add_bos prepends BOS when the vocab has one.
  * Writes at most cap ids; *n_out receives the full count even when it exceeds cap
- * (then SD_ERR_INVALID_ARG is returned and out holds the first cap ids).
- * Matches llama.cpp's SPM tokenizer: spaces escaped to U+2581, a leading U+2581 added
- * when add_space_prefix (and the text is non-empty), merges by best score, byte fallback. */
+ * (then SD_ERR_INVALID_ARG is returned and out holds the first cap ids; out may be NULL
+ * with cap 0 to count). Matches llama.cpp's SPM tokenizer with parse_special off: spaces
+ * escaped to U+2581, a leading U+2581 added when add_space_prefix (and the text is
+ * non-empty), merges by best score (ties: leftmost), byte fallback ("<0xXX>", else the
+ * unknown token). Unlike llama.cpp it does not split user-defined pieces out of the text
+ * first (Llama-2-style vocabularies have none). Safe to call from several threads. */
 sd_status sd_tokenizer_encode(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
                               int32_t *out, int cap, int *n_out);
 

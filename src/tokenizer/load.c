@@ -1,0 +1,333 @@
+/* Tokenizer loaders: llama2.c tokenizer.bin and GGUF "llama" (SentencePiece) metadata.
+ * Both produce the same canonical pieces ("▁the", "<s>") so vocabularies from either compare equal. */
+#include "tok_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char SPACE_ESC[3] = {'\xe2', '\x96', '\x81'}; /* U+2581 "▁" */
+
+/* ---- llama2.c tokenizer.bin ---- */
+
+static int32_t rd_i32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v); /* the format is little-endian, like every host we target */
+    return v;
+}
+
+static float rd_f32(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Walks the records once to validate every length and size the text store.
+ * llama2.c's exporter replaced "▁" by ' ', so each space grows by 2 bytes on the way back. */
+static sd_status scan_llama2c(const uint8_t *p, size_t len, int n, const char *what,
+                              size_t *text_bytes, size_t *max_piece) {
+    if (len < 4) return sd_fail(SD_ERR_FORMAT, "%s: truncated (%zu bytes, no header)", what, len);
+    int32_t max_token_length = rd_i32(p);
+    if (max_token_length < 0)
+        return sd_fail(SD_ERR_FORMAT, "%s: negative max_token_length %d", what, (int)max_token_length);
+    size_t pos = 4, total = 0, longest = 0;
+    for (int i = 0; i < n; i++) {
+        if (len - pos < 8)
+            return sd_fail(SD_ERR_FORMAT, "%s: truncated at token %d of %d (offset %zu of %zu)",
+                           what, i, n, pos, len);
+        float score = rd_f32(p + pos);
+        int32_t l = rd_i32(p + pos + 4);
+        pos += 8;
+        if (isnan(score))
+            return sd_fail(SD_ERR_FORMAT, "%s: token %d has a NaN score", what, i);
+        if (l < 0)
+            return sd_fail(SD_ERR_FORMAT, "%s: token %d has negative length %d", what, i, (int)l);
+        if ((size_t)l > len - pos)
+            return sd_fail(SD_ERR_FORMAT,
+                           "%s: token %d has length %d but only %zu bytes remain (offset %zu)", what,
+                           i, (int)l, len - pos, pos);
+        size_t grown = (size_t)l;
+        for (int32_t k = 0; k < l; k++)
+            if (p[pos + (size_t)k] == ' ') grown += sizeof SPACE_ESC - 1;
+        total += grown;
+        if (grown > longest) longest = grown;
+        pos += (size_t)l;
+    }
+    if (pos != len)
+        return sd_fail(SD_ERR_FORMAT,
+                       "%s: %zu bytes left after %d tokens (does vocab_size match this file?)",
+                       what, len - pos, n);
+    *text_bytes = total;
+    *max_piece = longest;
+    return SD_OK;
+}
+
+sd_status sd_tokenizer_from_llama2c_buf(const void *buf, size_t len, int vocab_size,
+                                        const char *what, sd_tokenizer **out) {
+    if (!out) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: out is NULL");
+    *out = NULL;
+    if (!what) what = "tokenizer.bin";
+    if (!buf && len) return sd_fail(SD_ERR_INVALID_ARG, "%s: NULL buffer", what);
+    /* ids 0..2 are fixed by the format, so smaller vocabularies cannot be llama2.c ones */
+    if (vocab_size < 3 || vocab_size > SD_TOK_MAX_VOCAB)
+        return sd_fail(SD_ERR_INVALID_ARG, "%s: vocab_size %d is out of range (3..%d)", what,
+                       vocab_size, SD_TOK_MAX_VOCAB);
+    const uint8_t *p = buf;
+    size_t text_bytes = 0, max_piece = 0;
+    sd_status st = scan_llama2c(p, len, vocab_size, what, &text_bytes, &max_piece);
+    if (st != SD_OK) return st;
+
+    sd_tokenizer *t;
+    st = sd_tok_alloc(vocab_size, text_bytes, what, &t);
+    if (st != SD_OK) return st;
+    char *scratch = malloc(max_piece + 1);
+    if (!scratch) {
+        sd_tokenizer_free(t);
+        return sd_fail(SD_ERR_NOMEM, "%s: out of memory", what);
+    }
+    t->unk = 0;
+    t->bos = 1;
+    t->eos = 2;
+    size_t pos = 4;
+    for (int32_t id = 0; id < vocab_size; id++) {
+        float score = rd_f32(p + pos);
+        size_t l = (size_t)rd_i32(p + pos + 4);
+        const char *src = (const char *)p + pos + 8;
+        pos += 8 + l;
+        size_t n = 0;
+        for (size_t k = 0; k < l; k++) {
+            if (src[k] == ' ') {
+                memcpy(scratch + n, SPACE_ESC, sizeof SPACE_ESC);
+                n += sizeof SPACE_ESC;
+            } else {
+                scratch[n++] = src[k];
+            }
+        }
+        char *s = scratch;
+        /* llama2.c's exporter wrote BOS/EOS as "\n<s>\n" and "\n</s>\n"; GGUF has "<s>". */
+        if ((id == t->bos || id == t->eos) && n > 2 && s[0] == '\n' && s[n - 1] == '\n') {
+            s++;
+            n -= 2;
+        }
+        int type = sd_tok_infer_type(t, id, s, n);
+        if (sd_tok_add_piece(t, id, s, n, score, type) != 0) {
+            free(scratch);
+            sd_tokenizer_free(t);
+            return sd_fail(SD_ERR_FORMAT, "%s: token text store overflow at id %d", what, (int)id);
+        }
+    }
+    free(scratch);
+    st = sd_tok_finish(t, what);
+    if (st != SD_OK) {
+        sd_tokenizer_free(t);
+        return st;
+    }
+    *out = t;
+    return SD_OK;
+}
+
+sd_status sd_tokenizer_load_llama2c(const char *path, int vocab_size, sd_tokenizer **out) {
+    if (!out) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: out is NULL");
+    *out = NULL;
+    if (!path) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: path is NULL");
+    FILE *f = fopen(path, "rb");
+    if (!f) return sd_fail(SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    sd_status st = SD_OK;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (n < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        st = sd_fail(SD_ERR_IO, "%s: cannot determine the size: %s", path, strerror(errno));
+    } else {
+        len = (size_t)n;
+        buf = malloc(len ? len : 1);
+        if (!buf) st = sd_fail(SD_ERR_NOMEM, "%s: out of memory for %zu bytes", path, len);
+        else if (fread(buf, 1, len, f) != len)
+            st = sd_fail(SD_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+    }
+    fclose(f);
+    if (st == SD_OK) st = sd_tokenizer_from_llama2c_buf(buf, len, vocab_size, path, out);
+    free(buf);
+    return st;
+}
+
+/* ---- GGUF ---- */
+
+static const char K_MODEL[] = "tokenizer.ggml.model";
+static const char K_TOKENS[] = "tokenizer.ggml.tokens";
+static const char K_SCORES[] = "tokenizer.ggml.scores";
+static const char K_TYPES[] = "tokenizer.ggml.token_type";
+
+static int is_int_type(sd_gguf_vtype ty) {
+    return ty <= SD_GGUF_INT32 || ty == SD_GGUF_UINT64 || ty == SD_GGUF_INT64;
+}
+
+static int is_signed_type(sd_gguf_vtype ty) {
+    return ty == SD_GGUF_INT8 || ty == SD_GGUF_INT16 || ty == SD_GGUF_INT32 || ty == SD_GGUF_INT64;
+}
+
+/* Optional special-token id. Converters write "none" as -1 stored in a uint32
+ * (4294967295), so all-ones and -1 both mean absent; anything else must be a valid id. */
+static sd_status get_special_id(const sd_gguf *g, const char *key, int32_t def, int n_vocab,
+                                const char *what, int32_t *out) {
+    const sd_gguf_kv *kv = sd_gguf_find_kv(g, key);
+    if (!kv) {
+        *out = def < n_vocab ? def : -1;
+        return SD_OK;
+    }
+    if (!is_int_type(kv->type))
+        return sd_fail(SD_ERR_FORMAT, "%s: %s has value type %d, expected an integer", what, key,
+                       (int)kv->type);
+    if (is_signed_type(kv->type)) {
+        int64_t v = kv->v.i64;
+        if (v == -1) {
+            *out = -1;
+            return SD_OK;
+        }
+        if (v < 0 || v >= n_vocab)
+            return sd_fail(SD_ERR_FORMAT, "%s: %s = %lld is out of range (vocabulary of %d)", what,
+                           key, (long long)v, n_vocab);
+        *out = (int32_t)v;
+        return SD_OK;
+    }
+    uint64_t v = kv->v.u64;
+    if (v == UINT32_MAX || v == UINT64_MAX) {
+        *out = -1;
+        return SD_OK;
+    }
+    if (v >= (uint64_t)n_vocab)
+        return sd_fail(SD_ERR_FORMAT, "%s: %s = %llu is out of range (vocabulary of %d)", what, key,
+                       (unsigned long long)v, n_vocab);
+    *out = (int32_t)v;
+    return SD_OK;
+}
+
+static sd_status get_flag(const sd_gguf *g, const char *key, int def, const char *what, int *out) {
+    const sd_gguf_kv *kv = sd_gguf_find_kv(g, key);
+    if (!kv) {
+        *out = def;
+        return SD_OK;
+    }
+    if (kv->type != SD_GGUF_BOOL)
+        return sd_fail(SD_ERR_FORMAT, "%s: %s has value type %d, expected a bool", what, key,
+                       (int)kv->type);
+    *out = kv->v.u64 != 0;
+    return SD_OK;
+}
+
+/* Optional per-token array: NULL when absent, else it must hold one elem per token. */
+static sd_status get_token_array(const sd_gguf *g, const char *key, sd_gguf_vtype elem,
+                                 uint64_t n, const char *what, const uint8_t **data) {
+    *data = NULL;
+    const sd_gguf_kv *kv = sd_gguf_find_kv(g, key);
+    if (!kv) return SD_OK;
+    if (kv->type != SD_GGUF_ARRAY || kv->arr_type != elem)
+        return sd_fail(SD_ERR_FORMAT, "%s: %s has type %d (element type %d), expected an array of %d",
+                       what, key, (int)kv->type, (int)kv->arr_type, (int)elem);
+    if (kv->arr_n != n)
+        return sd_fail(SD_ERR_FORMAT, "%s: %s has %llu entries but %s has %llu", what, key,
+                       (unsigned long long)kv->arr_n, K_TOKENS, (unsigned long long)n);
+    if (n && !kv->arr_data)
+        return sd_fail(SD_ERR_FORMAT, "%s: %s has no data", what, key);
+    *data = kv->arr_data;
+    return SD_OK;
+}
+
+sd_status sd_tokenizer_from_gguf(const sd_gguf *g, const char *what, sd_tokenizer **out) {
+    if (!out) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: out is NULL");
+    *out = NULL;
+    if (!what) what = "gguf";
+    if (!g) return sd_fail(SD_ERR_INVALID_ARG, "%s: NULL gguf", what);
+
+    const sd_gguf_kv *kv = sd_gguf_find_kv(g, K_MODEL);
+    if (!kv) return sd_fail(SD_ERR_FORMAT, "%s: missing key %s (no tokenizer in this file)", what, K_MODEL);
+    if (kv->type != SD_GGUF_STRING)
+        return sd_fail(SD_ERR_FORMAT, "%s: %s has value type %d, expected a string", what, K_MODEL,
+                       (int)kv->type);
+    if (!sd_str_eq(kv->v.str, "llama")) {
+        char q[96];
+        return sd_fail(SD_ERR_UNSUPPORTED,
+                       "%s: %s is %s; only \"llama\" (SentencePiece) vocabularies are supported",
+                       what, K_MODEL, sd_tok_quote(kv->v.str.ptr, (size_t)kv->v.str.len, q, sizeof q));
+    }
+
+    const sd_gguf_kv *toks = sd_gguf_find_kv(g, K_TOKENS);
+    if (!toks) return sd_fail(SD_ERR_FORMAT, "%s: missing key %s", what, K_TOKENS);
+    if (toks->type != SD_GGUF_ARRAY || toks->arr_type != SD_GGUF_STRING || (toks->arr_n && !toks->arr_strs))
+        return sd_fail(SD_ERR_FORMAT, "%s: %s is not an array of strings", what, K_TOKENS);
+    uint64_t n = toks->arr_n;
+    if (n == 0 || n > SD_TOK_MAX_VOCAB)
+        return sd_fail(SD_ERR_FORMAT, "%s: %s has %llu entries (expected 1..%d)", what, K_TOKENS,
+                       (unsigned long long)n, SD_TOK_MAX_VOCAB);
+    int n_vocab = (int)n;
+    size_t text_bytes = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t l = toks->arr_strs[i].len;
+        if (l > UINT32_MAX || text_bytes > (size_t)UINT32_MAX)
+            return sd_fail(SD_ERR_FORMAT, "%s: %s[%llu] is %llu bytes long (too long)", what,
+                           K_TOKENS, (unsigned long long)i, (unsigned long long)l);
+        text_bytes += (size_t)l;
+    }
+
+    const uint8_t *scores, *types;
+    sd_status st = get_token_array(g, K_SCORES, SD_GGUF_FLOAT32, n, what, &scores);
+    if (st == SD_OK) st = get_token_array(g, K_TYPES, SD_GGUF_INT32, n, what, &types);
+    if (st != SD_OK) return st;
+
+    int32_t bos, eos, unk, pad;
+    int add_bos, add_space_prefix;
+    /* defaults are llama.cpp's for "llama" vocabularies */
+    st = get_special_id(g, "tokenizer.ggml.bos_token_id", 1, n_vocab, what, &bos);
+    if (st == SD_OK) st = get_special_id(g, "tokenizer.ggml.eos_token_id", 2, n_vocab, what, &eos);
+    if (st == SD_OK) st = get_special_id(g, "tokenizer.ggml.unknown_token_id", 0, n_vocab, what, &unk);
+    if (st == SD_OK) st = get_special_id(g, "tokenizer.ggml.padding_token_id", -1, n_vocab, what, &pad);
+    if (st == SD_OK) st = get_flag(g, "tokenizer.ggml.add_bos_token", 1, what, &add_bos);
+    if (st == SD_OK) st = get_flag(g, "tokenizer.ggml.add_space_prefix", 1, what, &add_space_prefix);
+    if (st != SD_OK) return st;
+
+    sd_tokenizer *t;
+    st = sd_tok_alloc(n_vocab, text_bytes, what, &t);
+    if (st != SD_OK) return st;
+    t->bos = bos;
+    t->eos = eos;
+    t->unk = unk;
+    t->pad = pad;
+    t->add_bos = add_bos;
+    t->add_space_prefix = add_space_prefix;
+    for (int32_t id = 0; id < n_vocab; id++) {
+        sd_str s = toks->arr_strs[id];
+        float score = 0.0f;
+        if (scores) memcpy(&score, scores + (size_t)id * 4, 4);
+        if (isnan(score)) {
+            sd_tokenizer_free(t);
+            return sd_fail(SD_ERR_FORMAT, "%s: %s[%d] is NaN", what, K_SCORES, (int)id);
+        }
+        int type;
+        if (types) {
+            int32_t v;
+            memcpy(&v, types + (size_t)id * 4, 4);
+            if (v < SD_TOKEN_NORMAL || v > SD_TOKEN_BYTE) {
+                sd_tokenizer_free(t);
+                return sd_fail(SD_ERR_FORMAT, "%s: %s[%d] = %d is not a token type (%d..%d)", what,
+                               K_TYPES, (int)id, (int)v, SD_TOKEN_NORMAL, SD_TOKEN_BYTE);
+            }
+            type = v;
+        } else {
+            type = sd_tok_infer_type(t, id, s.ptr, (size_t)s.len);
+        }
+        if (sd_tok_add_piece(t, id, s.ptr, (size_t)s.len, score, type) != 0) {
+            sd_tokenizer_free(t);
+            return sd_fail(SD_ERR_FORMAT, "%s: token text store overflow at id %d", what, (int)id);
+        }
+    }
+    st = sd_tok_finish(t, what);
+    if (st != SD_OK) {
+        sd_tokenizer_free(t);
+        return st;
+    }
+    *out = t;
+    return SD_OK;
+}

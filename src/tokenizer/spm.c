@@ -1,0 +1,251 @@
+/* SentencePiece BPE encoding and decoding, matching llama.cpp's llm_tokenizer_spm:
+ * escape spaces, split into UTF-8 characters, merge best-scoring pairs, byte fallback. */
+#include "tok_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Keeps symbol indices, byte offsets and token counts (each at most 3 per input byte,
+ * plus the prefix) inside int32. */
+#define SPM_MAX_TEXT ((size_t)1 << 28)
+
+typedef struct {
+    int32_t prev, next; /* neighbours in the live chain, -1 at the ends */
+    uint32_t off, n;    /* bytes of the escaped text; n == 0 once merged into its left */
+} spm_sym;
+
+/* A queued pair. key orders the queue the way llama.cpp's comparator does (higher score
+ * first, ties to the leftmost pair) as one integer, so the heap compares without branches
+ * on floats: the score's bits made monotone in the high half, ~left in the low half. */
+typedef struct {
+    uint64_t key;
+    int32_t right;
+    uint32_t size; /* n(left) + n(right) when queued: a stale entry no longer matches */
+} spm_bigram;
+
+typedef struct {
+    const sd_tokenizer *t;
+    const char *text;
+    spm_sym *sym;
+    spm_bigram *heap;
+    size_t n_heap;
+} spm_state;
+
+static uint64_t bigram_key(float score, int32_t left) {
+    uint32_t bits;
+    score += 0.0f; /* -0.0 -> +0.0: they compare equal as floats and must tie here too */
+    memcpy(&bits, &score, sizeof bits);
+    bits = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u; /* scores are never NaN */
+    return (uint64_t)bits << 32 | (uint32_t)~(uint32_t)left;
+}
+
+static int32_t bigram_left(const spm_bigram *b) { return (int32_t) ~(uint32_t)b->key; }
+
+static void heap_push(spm_state *s, spm_bigram b) {
+    size_t i = s->n_heap++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (s->heap[parent].key >= b.key) break;
+        s->heap[i] = s->heap[parent];
+        i = parent;
+    }
+    s->heap[i] = b;
+}
+
+static spm_bigram heap_pop(spm_state *s) {
+    spm_bigram top = s->heap[0];
+    spm_bigram last = s->heap[--s->n_heap];
+    size_t n = s->n_heap, i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        c += c + 1 < n && s->heap[c + 1].key > s->heap[c].key;
+        if (s->heap[c].key <= last.key) break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    if (n) s->heap[i] = last;
+    return top;
+}
+
+/* Queues the pair (left, right) if their concatenation is a piece. Any piece type counts,
+ * as in llama.cpp (which has a "do we need to support is_unused?" note here too). */
+static void try_add_bigram(spm_state *s, int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return;
+    const spm_sym *l = &s->sym[left];
+    uint32_t size = l->n + s->sym[right].n;
+    int32_t id = sd_tok_lookup(s->t, s->text + l->off, size);
+    if (id < 0) return;
+    spm_bigram b = {bigram_key(s->t->score[id], left), right, size};
+    heap_push(s, b);
+}
+
+/* Length of the character starting at p (n bytes left): the lead byte's high nibble gives
+ * the length, as llama.cpp's unicode_len_utf8 does, but only if that many bytes remain and
+ * the rest are continuation bytes; otherwise the byte stands alone. llama.cpp skips that
+ * check, so a stray lead byte swallows what follows, e.g. the "▁" escaping a following
+ * space, which then decodes as "▁" instead of ' '. Valid UTF-8 splits identically. */
+static size_t char_len(const unsigned char *p, size_t n) {
+    static const uint8_t by_nibble[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    size_t len = by_nibble[p[0] >> 4];
+    if (len > n) return 1;
+    for (size_t i = 1; i < len; i++)
+        if ((p[i] & 0xC0) != 0x80) return 1;
+    return len;
+}
+
+sd_status sd_tokenizer_encode(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
+                              int32_t *out, int cap, int *n_out) {
+    if (n_out) *n_out = 0;
+    if (!t || !n_out || cap < 0 || (!out && cap > 0) || (!text && len))
+        return sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: bad arguments (cap %d)", cap);
+    if (len > SPM_MAX_TEXT)
+        return sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: text of %zu bytes exceeds the %zu-byte limit",
+                       len, SPM_MAX_TEXT);
+    int count = 0;
+    if (add_bos && t->bos >= 0) {
+        if (count < cap) out[count] = t->bos;
+        count++;
+    }
+    if (len == 0) { /* llama.cpp emits nothing for empty text, not even the space prefix */
+        *n_out = count;
+        if (count > cap)
+            return sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: %d tokens do not fit in %d", count, cap);
+        return SD_OK;
+    }
+
+    static const char esc[3] = {'\xe2', '\x96', '\x81'}; /* U+2581 "▁" */
+    size_t n_space = 0;
+    for (size_t i = 0; i < len; i++) n_space += text[i] == ' ';
+    size_t prefix = t->add_space_prefix ? sizeof esc : 0;
+    size_t n_text = prefix + len + n_space * (sizeof esc - 1);
+
+    spm_state s = {t, NULL, NULL, NULL, 0};
+    char *buf = malloc(n_text);
+    if (!buf) return sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory for %zu bytes", n_text);
+    size_t o = 0;
+    if (prefix) {
+        memcpy(buf, esc, sizeof esc);
+        o = sizeof esc;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') {
+            memcpy(buf + o, esc, sizeof esc);
+            o += sizeof esc;
+        } else {
+            buf[o++] = text[i];
+        }
+    }
+    s.text = buf;
+
+    const unsigned char *ubuf = (const unsigned char *)buf;
+    size_t n_sym = 0;
+    for (size_t i = 0; i < n_text; n_sym++) i += char_len(ubuf + i, n_text - i);
+    /* Each merge queues at most two new pairs on top of the n_sym - 1 initial ones. */
+    s.sym = malloc(n_sym * sizeof *s.sym);
+    s.heap = malloc(3 * n_sym * sizeof *s.heap);
+    sd_status st = SD_OK;
+    if (!s.sym || !s.heap) {
+        st = sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory for %zu symbols", n_sym);
+        goto done;
+    }
+    size_t pos = 0;
+    for (size_t i = 0; i < n_sym; i++) {
+        size_t n = char_len(ubuf + pos, n_text - pos);
+        s.sym[i].off = (uint32_t)pos;
+        s.sym[i].n = (uint32_t)n;
+        s.sym[i].prev = (int32_t)i - 1;
+        s.sym[i].next = i + 1 < n_sym ? (int32_t)i + 1 : -1;
+        pos += n;
+    }
+
+    for (size_t i = 1; i < n_sym; i++) try_add_bigram(&s, (int32_t)i - 1, (int32_t)i);
+    while (s.n_heap) {
+        spm_bigram b = heap_pop(&s);
+        int32_t left = bigram_left(&b);
+        spm_sym *l = &s.sym[left], *r = &s.sym[b.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale: a side was merged */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) s.sym[r->next].prev = left;
+        try_add_bigram(&s, l->prev, left);
+        try_add_bigram(&s, left, l->next);
+    }
+
+    /* Every merged symbol is a piece by construction, so llama.cpp's rev_merge re-split never
+     * fires; only single characters missing from the vocabulary fall back to byte tokens. */
+    for (int32_t i = 0; i >= 0; i = s.sym[i].next) {
+        const spm_sym *y = &s.sym[i];
+        int32_t id = sd_tok_lookup(t, buf + y->off, y->n);
+        if (id >= 0) {
+            if (count < cap) out[count] = id;
+            count++;
+            continue;
+        }
+        for (uint32_t k = 0; k < y->n; k++) {
+            unsigned char c = (unsigned char)buf[y->off + k];
+            id = t->byte_tok[c] >= 0 ? t->byte_tok[c] : t->unk;
+            if (id < 0) {
+                st = sd_fail(SD_ERR_UNSUPPORTED,
+                             "tokenizer encode: byte 0x%02X has no token and the vocabulary has "
+                             "no byte fallback or unknown token", c);
+                goto done;
+            }
+            if (count < cap) out[count] = id;
+            count++;
+        }
+    }
+    *n_out = count;
+    if (count > cap)
+        st = sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: %d tokens do not fit in %d", count, cap);
+
+done:
+    free(buf);
+    free(s.sym);
+    free(s.heap);
+    return st;
+}
+
+int sd_tokenizer_decode(const sd_tokenizer *t, int32_t prev, int32_t id, char *buf, size_t cap) {
+    if (!t || (!buf && cap)) {
+        sd_fail(SD_ERR_INVALID_ARG, "tokenizer decode: bad arguments");
+        return -1;
+    }
+    if (id < 0 || id >= t->n_vocab) {
+        sd_fail(SD_ERR_INVALID_ARG, "tokenizer decode: token id %d is out of range (vocabulary of %d)",
+                (int)id, t->n_vocab);
+        return -1;
+    }
+    const char *p = t->text + t->off[id];
+    size_t n = t->len[id], o = 0;
+    switch (t->type[id]) {
+    case SD_TOKEN_BYTE:
+        if (cap) {
+            buf[0] = (char)sd_tok_byte_value(p, n);
+            return 1;
+        }
+        return 0;
+    case SD_TOKEN_USER_DEFINED: /* printed verbatim, like llama.cpp */
+        o = n < cap ? n : cap;
+        if (o) memcpy(buf, p, o);
+        return (int)o;
+    case SD_TOKEN_NORMAL:
+        break;
+    default: /* control, unknown and unused tokens print nothing (llama.cpp without "special") */
+        return 0;
+    }
+    size_t i = 0;
+    /* SentencePiece decoding drops the space that add_space_prefix put before the first word. */
+    if (t->add_space_prefix && (prev < 0 || prev == t->bos) && n >= 3 && memcmp(p, "\xe2\x96\x81", 3) == 0)
+        i = 3;
+    while (i < n && o < cap) {
+        if (n - i >= 3 && memcmp(p + i, "\xe2\x96\x81", 3) == 0) {
+            buf[o++] = ' ';
+            i += 3;
+        } else {
+            buf[o++] = p[i++];
+        }
+    }
+    return (int)o;
+}
