@@ -326,7 +326,49 @@ void sd_rope(float *x, int n_heads, int head_dim, int rope_dim, int pos, const f
     }
 }
 
+#if SD_HAVE_AVX512
+/* exp for 16 lanes: 2^n * e^r with n = round(x / ln 2), |r| <= ln2/2, Cephes' degree-6
+ * polynomial for e^r (about 1 ulp), and scalef for the 2^n. Softmax of a 32000-entry
+ * vocabulary or of a few hundred attention scores is dominated by exp otherwise. */
+static inline __m512 exp512(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.72283f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+static inline __mmask16 tail_mask(int left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u); }
+#endif
+
 void sd_softmax(float *x, int n) {
+#if SD_HAVE_AVX512
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int i = 0; i < n; i += 16)
+        vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(n - i), x + i));
+    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+    __m512 vsum = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = tail_mask(n - i);
+        __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), mx));
+        e = _mm512_maskz_mov_ps(m, e);
+        _mm512_mask_storeu_ps(x + i, m, e);
+        vsum = _mm512_add_ps(vsum, e);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
+    }
+#else
     float mx = x[0];
     for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
     float sum = 0;
@@ -336,6 +378,7 @@ void sd_softmax(float *x, int n) {
     }
     float inv = 1.0f / sum;
     for (int i = 0; i < n; i++) x[i] *= inv;
+#endif
 }
 
 void sd_swiglu(float *a, const float *b, int n) {
@@ -350,15 +393,54 @@ void sd_swiglu(float *a, const float *b, int n) {
 static void attend_one(const float *q, const float *K, const float *V, float *out, int n_ctx,
                        int kv_dim, int head_dim, int kvh, float *att) {
     const float scale = 1.0f / sqrtf((float)head_dim);
-    for (int t = 0; t < n_ctx; t++)
-        att[t] = dot_f32(q, K + (size_t)t * kv_dim + (size_t)kvh * head_dim, head_dim) * scale;
+    const float *Kh = K + (size_t)kvh * head_dim;
+#if SD_HAVE_AVX512
+    if (head_dim < 16) {
+        /* Short heads: 16 positions per step, gathering one dimension of 16 keys at a time,
+         * instead of a horizontal sum per position. */
+        const __m512i idx = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(kv_dim));
+        for (int t0 = 0; t0 < n_ctx; t0 += 16) {
+            const __mmask16 m = tail_mask(n_ctx - t0);
+            const float *base = Kh + (size_t)t0 * kv_dim;
+            __m512 acc = _mm512_setzero_ps();
+            for (int d = 0; d < head_dim; d++)
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(q[d]),
+                                      _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, base + d, 4), acc);
+            _mm512_mask_storeu_ps(att + t0, m, _mm512_mul_ps(acc, _mm512_set1_ps(scale)));
+        }
+    } else
+#endif
+    {
+        for (int t = 0; t < n_ctx; t++) att[t] = dot_f32(q, Kh + (size_t)t * kv_dim, head_dim) * scale;
+    }
     sd_softmax(att, n_ctx);
+    const float *Vh = V + (size_t)kvh * head_dim;
+#if SD_HAVE_AVX512
+    /* Weighted sum of value rows in registers, 16 dims at a time; two accumulators over
+     * alternating positions hide the FMA latency (the memory round trip of out[] per
+     * position was the bottleneck of short heads). */
+    for (int c = 0; c < head_dim; c += 16) {
+        const __mmask16 m = tail_mask(head_dim - c);
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        int t = 0;
+        for (; t + 2 <= n_ctx; t += 2) {
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(att[t]), _mm512_maskz_loadu_ps(m, Vh + (size_t)t * kv_dim + c), a0);
+            a1 = _mm512_fmadd_ps(_mm512_set1_ps(att[t + 1]),
+                                 _mm512_maskz_loadu_ps(m, Vh + (size_t)(t + 1) * kv_dim + c), a1);
+        }
+        if (t < n_ctx)
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(att[t]), _mm512_maskz_loadu_ps(m, Vh + (size_t)t * kv_dim + c), a0);
+        _mm512_mask_storeu_ps(out + c, m, _mm512_add_ps(a0, a1));
+    }
+#else
     memset(out, 0, (size_t)head_dim * sizeof(float));
     for (int t = 0; t < n_ctx; t++) {
-        const float *v = V + (size_t)t * kv_dim + (size_t)kvh * head_dim;
+        const float *v = Vh + (size_t)t * kv_dim;
         const float a = att[t];
         for (int i = 0; i < head_dim; i++) out[i] += a * v[i];
     }
+#endif
 }
 
 void sd_attention(const float *q, const float *K, const float *V, float *out, int n, int pos0,

@@ -1,0 +1,205 @@
+/* Kernels against their naive references: matmul per type and batch size (including the
+ * matvec/multi-vector/GEMM switch points and masked tails), attention, softmax, RMSNorm, RoPE. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fp16.h"
+#include "kernels/kernels.h"
+#include "sdtest.h"
+
+/* Float32 dot products of up to ~2000 terms against a double-accumulated reference:
+ * relative error bounded by ~n * 2^-24 in the worst case, far less in practice. */
+#define TOL_MATMUL_REL 2e-5
+/* The vectorised exp is a degree-7 polynomial: within a few ulps of expf. */
+#define TOL_SOFTMAX_REL 1e-6
+#define TOL_ATTENTION 1e-5
+#define TOL_ELEMENTWISE 1e-6
+
+static uint64_t g_rng = 88172645463325252ull;
+static float frand(void) { /* xorshift64: uniform in [-1, 1) */
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+static void check_matmul(sd_type type, int rows, int cols, int n) {
+    size_t esz = type == SD_TYPE_F16 ? 2 : 4;
+    void *w = malloc((size_t)rows * cols * esz);
+    float *x = malloc((size_t)n * cols * sizeof(float));
+    float *y = malloc((size_t)n * rows * sizeof(float));
+    float *yr = malloc((size_t)n * rows * sizeof(float));
+    float *scratch = malloc(sd_matmul_scratch_floats(cols) * sizeof(float));
+    for (int i = 0; i < rows * cols; i++) {
+        float v = frand();
+        if (type == SD_TYPE_F16) ((uint16_t *)w)[i] = sd_fp32_to_fp16(v);
+        else ((float *)w)[i] = v;
+    }
+    for (int i = 0; i < n * cols; i++) x[i] = frand();
+    sd_tensor W = {type, rows, cols, (size_t)cols * esz, w};
+    assert_int_equal(sd_matmul(&W, x, n, y, scratch), 0);
+    assert_int_equal(sd_matmul_ref(&W, x, n, yr), 0);
+    double worst = 0, scale = 0;
+    for (int i = 0; i < n * rows; i++) {
+        double d = fabs((double)y[i] - yr[i]);
+        if (d > worst) worst = d;
+        if (fabs(yr[i]) > scale) scale = fabs(yr[i]);
+    }
+    if (worst > TOL_MATMUL_REL * (scale > 1 ? scale : 1) * sqrt((double)cols / 64.0))
+        fail_msg("matmul type %d %dx%d n=%d: max diff %g (scale %g)", type, rows, cols, n, worst, scale);
+    /* Rows of a batch equal single-token matvecs bit for bit up to SD_SMALL_BATCH. */
+    if (n <= SD_SMALL_BATCH) {
+        float *y1 = malloc((size_t)rows * sizeof(float));
+        for (int j = 0; j < n; j++) {
+            assert_int_equal(sd_matmul(&W, x + (size_t)j * cols, 1, y1, scratch), 0);
+            assert_memory_equal(y1, y + (size_t)j * rows, (size_t)rows * sizeof(float));
+        }
+        free(y1);
+    }
+    free(w);
+    free(x);
+    free(y);
+    free(yr);
+    free(scratch);
+}
+
+static void test_matmul_f32(void **state) {
+    (void)state;
+    static const int ns[] = {1, 2, 3, 5, 8, 9, 16, 17, 33, 34, 70};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+        check_matmul(SD_TYPE_F32, 37, 64, ns[i]);
+        check_matmul(SD_TYPE_F32, 64, 172, ns[i]); /* 172 = 10*16 + 12: masked tail */
+        check_matmul(SD_TYPE_F32, 5, 7, ns[i]);    /* shorter than one vector */
+    }
+    check_matmul(SD_TYPE_F32, 2048, 768, 1); /* big enough to run the parallel path */
+    check_matmul(SD_TYPE_F32, 768, 2048, 5);
+}
+
+static void test_matmul_f16(void **state) {
+    (void)state;
+    static const int ns[] = {1, 2, 4, 8, 9, 33, 40};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+        check_matmul(SD_TYPE_F16, 37, 64, ns[i]);
+        check_matmul(SD_TYPE_F16, 300, 172, ns[i]); /* several dequantisation tiles for GEMM */
+    }
+}
+
+static void test_matmul_unsupported_type(void **state) {
+    (void)state;
+    float x[32] = {0}, y[4];
+    sd_tensor W = {SD_TYPE_Q2_K, 4, 256, 84, x};
+    assert_int_equal(sd_matmul(&W, x, 1, y, NULL), -1);
+}
+
+static void test_softmax(void **state) {
+    (void)state;
+    static const int ns[] = {1, 5, 16, 17, 100, 1000};
+    for (size_t c = 0; c < sizeof ns / sizeof *ns; c++) {
+        int n = ns[c];
+        float *x = malloc((size_t)n * sizeof(float));
+        double *r = malloc((size_t)n * sizeof(double));
+        double mx = -1e30, sum = 0;
+        for (int i = 0; i < n; i++) {
+            x[i] = 20 * frand();
+            if (i == 3) x[i] = -100; /* far below the max: underflows cleanly */
+            if (x[i] > mx) mx = x[i];
+        }
+        for (int i = 0; i < n; i++) sum += (r[i] = exp((double)x[i] - mx));
+        sd_softmax(x, n);
+        double total = 0;
+        for (int i = 0; i < n; i++) {
+            double want = r[i] / sum;
+            if (fabs(x[i] - want) > TOL_SOFTMAX_REL * (want > 1e-3 ? want : 1e-3) * 10)
+                fail_msg("softmax n=%d i=%d: %g vs %g", n, i, (double)x[i], want);
+            total += x[i];
+        }
+        assert_true(fabs(total - 1) < 1e-5);
+        free(x);
+        free(r);
+    }
+}
+
+static void check_attention(int n, int pos0, int n_heads, int n_kv_heads, int hd) {
+    const int T = pos0 + n, qd = n_heads * hd, kvd = n_kv_heads * hd;
+    float *q = malloc((size_t)n * qd * sizeof(float)), *K = malloc((size_t)T * kvd * sizeof(float));
+    float *V = malloc((size_t)T * kvd * sizeof(float));
+    float *o = malloc((size_t)n * qd * sizeof(float)), *orf = malloc((size_t)n * qd * sizeof(float));
+    float *att = malloc((size_t)4 * T * sizeof(float));
+    for (int i = 0; i < n * qd; i++) q[i] = 2 * frand();
+    for (int i = 0; i < T * kvd; i++) K[i] = 2 * frand(), V[i] = frand();
+    sd_attention(q, K, V, o, n, pos0, n_heads, n_kv_heads, hd, att, 4);
+    sd_attention_ref(q, K, V, orf, n, pos0, n_heads, n_kv_heads, hd);
+    double d = sdtest_max_abs_diff(o, orf, (size_t)n * qd);
+    if (d > TOL_ATTENTION) fail_msg("attention n=%d pos0=%d heads=%d/%d hd=%d: %g", n, pos0, n_heads, n_kv_heads, hd, d);
+    /* Each query token attends causally: a batch equals one token at a time. */
+    float *o1 = malloc((size_t)qd * sizeof(float));
+    for (int t = 0; t < n; t++) {
+        sd_attention(q + (size_t)t * qd, K, V, o1, 1, pos0 + t, n_heads, n_kv_heads, hd, att, 4);
+        assert_memory_equal(o1, o + (size_t)t * qd, (size_t)qd * sizeof(float));
+    }
+    free(o1);
+    free(q);
+    free(K);
+    free(V);
+    free(o);
+    free(orf);
+    free(att);
+}
+
+static void test_attention(void **state) {
+    (void)state;
+    check_attention(1, 0, 8, 4, 8);
+    check_attention(5, 20, 8, 4, 8);   /* stories260K: head_dim 8, GQA 2:1 */
+    check_attention(3, 33, 6, 6, 8);   /* the draft: MHA */
+    check_attention(4, 100, 12, 12, 64); /* 110M shape */
+    check_attention(7, 17, 8, 2, 16);
+    check_attention(2, 300, 4, 1, 32);  /* multi-query */
+    check_attention(9, 0, 4, 2, 12);    /* head_dim not a multiple of 8 */
+}
+
+static void test_rmsnorm_rope_swiglu(void **state) {
+    (void)state;
+    float x[2 * 24], w[24], out[2 * 24];
+    for (int i = 0; i < 48; i++) x[i] = frand();
+    for (int i = 0; i < 24; i++) w[i] = 1 + frand() / 4;
+    sd_rmsnorm(out, x, w, 2, 24, 1e-5f);
+    for (int t = 0; t < 2; t++) {
+        double ss = 0;
+        for (int i = 0; i < 24; i++) ss += (double)x[t * 24 + i] * x[t * 24 + i];
+        double s = 1 / sqrt(ss / 24 + 1e-5);
+        for (int i = 0; i < 24; i++) assert_true(fabs(out[t * 24 + i] - x[t * 24 + i] * s * w[i]) < TOL_ELEMENTWISE);
+    }
+    /* RoPE: both conventions rotate pairs by pos * theta^(-2i/d); norms of pairs are kept. */
+    float inv[4];
+    for (int i = 0; i < 4; i++) inv[i] = (float)pow(10000.0, -2.0 * i / 8);
+    for (int style = 0; style < 2; style++) {
+        float v[16], r[16];
+        for (int i = 0; i < 16; i++) v[i] = r[i] = frand();
+        sd_rope(r, 2, 8, 8, 5, inv, style);
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < 4; i++) {
+                int a = style ? i : 2 * i, b = style ? i + 4 : 2 * i + 1;
+                double c = cos(5.0 * inv[i]), s = sin(5.0 * inv[i]);
+                double ea = v[h * 8 + a] * c - v[h * 8 + b] * s, eb = v[h * 8 + a] * s + v[h * 8 + b] * c;
+                assert_true(fabs(r[h * 8 + a] - ea) < TOL_ELEMENTWISE && fabs(r[h * 8 + b] - eb) < TOL_ELEMENTWISE);
+            }
+    }
+    float g[5] = {-3, -0.5f, 0, 0.5f, 3}, u[5] = {1, 2, 3, 4, 5};
+    sd_swiglu(g, u, 5);
+    float gi[5] = {-3, -0.5f, 0, 0.5f, 3};
+    for (int i = 0; i < 5; i++) assert_true(fabs(g[i] - gi[i] / (1 + exp(-gi[i])) * u[i]) < TOL_ELEMENTWISE);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul_f32),
+        cmocka_unit_test(test_matmul_f16),
+        cmocka_unit_test(test_matmul_unsupported_type),
+        cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_rmsnorm_rope_swiglu),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
