@@ -1,5 +1,6 @@
 /* Bad model files and bad requests: each fails with its own status and a message that names
  * the problem; nothing crashes, nothing is half-loaded. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +223,34 @@ static void test_forward_bad_requests(void **state) {
     sd_model_free(m);
 }
 
+/* A NaN in blk.0's weights is reported as a numeric error naming layer 0, not as
+ * garbage logits; the cache is left as it was. */
+static void test_nan_weights_named(void **state) {
+    (void)state;
+    size_t len;
+    uint8_t *buf = tiny_gguf(&len);
+    sd_gguf *g = NULL;
+    assert_int_equal(sd_gguf_parse(buf, len, "nan", &g), SD_OK);
+    const sd_gguf_tensor *t = sd_gguf_find_tensor(g, "blk.0.ffn_down.weight");
+    assert_non_null(t);
+    float nan = NAN;
+    memcpy((uint8_t *)buf + ((const uint8_t *)t->data - buf) + 8, &nan, sizeof nan);
+    sd_gguf_free(g);
+    sd_model *m = NULL;
+    assert_int_equal(sd_model_load_gguf_mem(buf, len, "nan.gguf", NULL, &m), SD_OK);
+    sd_kv *kv = NULL;
+    assert_int_equal(sd_model_kv_create(m, 0, &kv), SD_OK);
+    int32_t tok[3] = {1, 5, 9};
+    float logits[300];
+    assert_int_equal(sd_model_forward(m, kv, tok, 3, logits, 0), SD_ERR_NUMERIC);
+    printf("  %s\n", sd_last_error());
+    assert_non_null(strstr(sd_last_error(), "layer 0 produced a non-finite activation"));
+    assert_int_equal(sd_kv_len(kv), 0);
+    sd_kv_free(kv);
+    sd_model_free(m);
+    free(buf);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_missing_file),
@@ -237,6 +266,7 @@ int main(void) {
         cmocka_unit_test(test_hand_model_loads),
         cmocka_unit_test(test_prompt_longer_than_context),
         cmocka_unit_test(test_forward_bad_requests),
+        cmocka_unit_test(test_nan_weights_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

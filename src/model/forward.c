@@ -10,6 +10,15 @@ static void add_inplace(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+/* Index of the first non-finite value, or -1. Checking the residual stream after every
+ * layer costs about n*dim compares per layer (noise next to the matrices) and turns NaN
+ * logits into an error that names where they started. */
+static long first_nonfinite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return (long)i;
+    return -1;
+}
+
 static sd_status mm(sd_model *m, const sd_tensor *W, const float *X, int n, float *Y) {
     if (sd_matmul(W, X, n, Y, m->arena.tile) != 0) {
         const sd_type_traits *ti = sd_type_info(W->type);
@@ -59,6 +68,12 @@ static sd_status forward_chunk(sd_model *m, sd_kv *kv, const int32_t *tok, int n
         sd_swiglu(a->hb, a->hb2, nc * hid);
         if ((st = mm(m, &L->w2, a->hb, nc, a->xb)) != SD_OK) return st;
         add_inplace(a->x, a->xb, (size_t)nc * dim);
+        long bad = first_nonfinite(a->x, (size_t)nc * dim);
+        if (bad >= 0)
+            return sd_fail(SD_ERR_NUMERIC,
+                           "%s: layer %d produced a non-finite activation (%g) at position %d: the weights or the "
+                           "inputs hold NaN/Inf, or the activations overflowed",
+                           m->path, l, (double)a->x[bad], pos + (int)(bad / dim));
     }
 
     if (!logits) return SD_OK;
