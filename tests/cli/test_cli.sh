@@ -50,6 +50,19 @@ check "spec tiny self-draft"  0 "acceptance rate: +100.0%" -- "$BIN" generate -m
 check "stats json"            0 ""                   -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 8 --stats-json "$TMP/s.json"
 grep -q '"acceptance_rate"' "$TMP/s.json" && { echo "ok   stats json content"; pass=$((pass+1)); } || { echo "FAIL stats json content"; fail=$((fail+1)); }
 
+# Ctrl-C during a long generation: stops at the next token, prints statistics, exits 130.
+"$BIN" mkmodel "$TMP/slow.gguf" --dim 256 --layers 6 --heads 8 --hidden 768 --vocab 300 --ctx 8192 2>/dev/null
+"$BIN" generate -m "$TMP/slow.gguf" -md "$TMP/slow.gguf" -n 8000 --ignore-eos >"$TMP/int.out" 2>"$TMP/int.err" &
+gpid=$!
+sleep 1
+kill -INT $gpid
+wait $gpid; rc=$?
+if [ "$rc" = 130 ] && grep -q "stopped: interrupted" "$TMP/int.err"; then
+  echo "ok   SIGINT stops with statistics and exit 130"; pass=$((pass+1))
+else
+  echo "FAIL SIGINT: exit $rc"; tail -3 "$TMP/int.err"; fail=$((fail+1))
+fi
+
 if [ -f "$SHARED/models/stories260K/stories260K.bin" ] && [ -f "$SHARED/models/stories-draft/stories-draft.bin" ]; then
   export SPECDEC_MODEL_PATH="$SHARED/models"
   check "real pair --compare"  0 "greedy outputs identical: yes" -- "$BIN" generate -m stories260K -md stories-draft -n 64 --compare
