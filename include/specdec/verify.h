@@ -15,7 +15,10 @@ int sd_verify_greedy(const int32_t *draft, int k, const int32_t *target_argmax, 
  * p: [k+1][n] processed target distributions; q: [k][n] processed draft distributions.
  * Accept draft[i] with probability min(1, p_i(d)/q_i(d)); at the first rejection draw
  * *next from normalize(max(0, p_i - q_i)); when all k are accepted draw *next from p_k.
- * residual: n floats of scratch. Returns m accepted. */
+ * residual: n floats of scratch. Returns m accepted.
+ * q_i(d) == 0 (a draft that sampling q_i could not produce) is accepted iff p_i(d) > 0, the
+ * limit of the ratio; an id outside [0, n) is rejected. RNG use: one uniform per examined
+ * draft plus one for *next, so streams stay reproducible for a given seed. */
 int sd_verify_stochastic(const float *p, const float *q, const int32_t *draft, int k, int n,
                          sd_rng *rng, float *residual, int32_t *next);
 

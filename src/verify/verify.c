@@ -1,0 +1,74 @@
+/* Acceptance rules for speculative decoding: greedy prefix matching and exact rejection
+ * sampling (Leviathan et al. 2023; Chen et al. 2023), as pure functions over distributions. */
+#include "specdec/verify.h"
+
+#include <string.h>
+
+int sd_verify_greedy(const int32_t *draft, int k, const int32_t *target_argmax, int32_t *next) {
+    int m = 0;
+    while (m < k && draft[m] == target_argmax[m]) m++;
+    *next = target_argmax[m];
+    return m;
+}
+
+int32_t sd_sample_residual(const float *p, const float *q, int n, sd_rng *rng, float *residual) {
+    double mass = 0;
+    for (int i = 0; i < n; i++) {
+        float d = p[i] - q[i];
+        residual[i] = d > 0 ? d : 0.0f;
+        mass += residual[i];
+    }
+    /* No residual mass means p <= q everywhere, so p == q (both sum to 1) and rejection had
+     * probability zero; p is then the distribution the output must follow. Copying it keeps
+     * the contract that residual holds what was drawn from. */
+    if (!(mass > 0)) {
+        memcpy(residual, p, (size_t)n * sizeof *residual);
+        return sd_sample_draw(residual, n, rng);
+    }
+    const float inv = (float)(1.0 / mass);
+    for (int i = 0; i < n; i++) residual[i] *= inv;
+    return sd_sample_draw(residual, n, rng);
+}
+
+/* One uniform is consumed per examined draft and one for *next, so a run's RNG use depends
+ * only on where the first rejection happens. */
+int sd_verify_stochastic(const float *p, const float *q, const int32_t *draft, int k, int n,
+                         sd_rng *rng, float *residual, int32_t *next) {
+    for (int i = 0; i < k; i++) {
+        const float *pi = p + (size_t)i * (size_t)n;
+        const float *qi = q + (size_t)i * (size_t)n;
+        const int32_t d = draft[i];
+        /* An out-of-range id is a caller bug; treating it as a token the target gives no mass
+         * rejects it without reading out of bounds. */
+        const float pd = (d >= 0 && d < n) ? pi[d] : 0.0f;
+        const float qd = (d >= 0 && d < n) ? qi[d] : 0.0f;
+        const double r = sd_rng_uniform(rng);
+        /* r < p/q written as r*q < p: no division, and q(d) == 0 needs no special case. Such a
+         * draft cannot come from sampling q (zero-mass tokens are never drawn), so any rule
+         * keeps the output exact; this one is the limit p/q -> inf: accept iff p(d) > 0, so a
+         * token the target forbids is never emitted. r < 1 makes p(d) >= q(d) always accept. */
+        if (!(r * qd < pd)) {
+            *next = sd_sample_residual(pi, qi, n, rng, residual);
+            return i;
+        }
+    }
+    *next = sd_sample_draw(p + (size_t)k * (size_t)n, n, rng);
+    return k;
+}
+
+void sd_verify_output_distribution(const float *p, const float *q, int n, float *out) {
+    /* q(x) min(1, p(x)/q(x)) = min(p(x), q(x)) (0 when q(x) = 0: x is never drafted). */
+    double accepted = 0, resid_mass = 0;
+    for (int i = 0; i < n; i++) {
+        accepted += p[i] < q[i] ? p[i] : q[i];
+        if (p[i] > q[i]) resid_mass += (double)p[i] - (double)q[i];
+    }
+    const double reject = 1.0 - accepted;
+    for (int i = 0; i < n; i++) {
+        double acc = p[i] < q[i] ? p[i] : q[i];
+        /* Mirrors sd_sample_residual, including its fall-back to p when the residual is empty. */
+        double res = resid_mass > 0 ? (p[i] > q[i] ? ((double)p[i] - q[i]) / resid_mass : 0.0)
+                                    : p[i];
+        out[i] = (float)(acc + reject * res);
+    }
+}

@@ -1,0 +1,576 @@
+/* Tests for the RNG and the logits -> distribution pipeline: exact RNG streams, temperature,
+ * top-k/top-p set selection against a sort-based reference, and draw frequencies. */
+#include "sdtest.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "specdec/sample.h"
+
+/* Upper 0.001 quantile of chi-square with df degrees of freedom, by the Wilson-Hilferty
+ * approximation: (X/df)^(1/3) is close to normal with mean 1 - 2/(9df) and variance 2/(9df),
+ * so X_crit = df (1 - h + z sqrt(h))^3 with h = 2/(9df) and z = Phi^-1(0.999) = 3.0902.
+ * For df >= 3 it is within 2% of the exact quantile and errs high (df = 7: 24.53 vs 24.32,
+ * exact values from the regularised incomplete gamma), i.e. slightly conservative. At
+ * p = 0.001 a correct sampler fails for about one seed in 1000; every seed here is fixed, so
+ * a pass is reproducible rather than lucky on each run. */
+static double chi2_crit_001(int df) {
+    const double z = 3.090232306167813;
+    const double h = 2.0 / (9.0 * df);
+    const double c = 1.0 - h + z * sqrt(h);
+    return df * c * c * c;
+}
+
+/* Pearson statistic over cells with positive expectation; cells the distribution forbids
+ * must be empty (checked here, since they carry no chi-square information). Sets *df. */
+static double chi2_stat(const long *obs, const float *prob, int n, long total, int *df) {
+    double x = 0;
+    int cells = 0;
+    for (int i = 0; i < n; i++) {
+        if (prob[i] <= 0) {
+            assert_int_equal(obs[i], 0);
+            continue;
+        }
+        double e = (double)prob[i] * (double)total;
+        x += ((double)obs[i] - e) * ((double)obs[i] - e) / e;
+        cells++;
+    }
+    *df = cells - 1;
+    return x;
+}
+
+static float *make_probs(const sd_sampler_params *sp, const float *logits, int n) {
+    float *probs = malloc((size_t)n * sizeof *probs);
+    void *scratch = malloc(sd_sample_scratch_bytes(n));
+    assert_non_null(probs);
+    assert_non_null(scratch);
+    assert_int_equal(sd_sample_probs(sp, logits, n, probs, scratch), SD_OK);
+    free(scratch);
+    return probs;
+}
+
+static sd_sampler_params params(float t, int k, float p) {
+    sd_sampler_params sp = sd_sampler_default_params();
+    sp.temperature = t;
+    sp.top_k = k;
+    sp.top_p = p;
+    return sp;
+}
+
+static double sum_f(const float *x, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += x[i];
+    return s;
+}
+
+static int count_nonzero(const float *x, int n) {
+    int c = 0;
+    for (int i = 0; i < n; i++) c += x[i] != 0;
+    return c;
+}
+
+/* ---- RNG ------------------------------------------------------------------------------- */
+
+/* Published xoshiro256** outputs from state {1, 2, 3, 4} (the reference implementation's
+ * vector, also used by e.g. Rust's rand_xoshiro): pins the generator independently of us. */
+static void test_rng_published_vector(void **state) {
+    (void)state;
+    sd_rng r = {{1, 2, 3, 4}};
+    const uint64_t want[] = {11520ULL, 0ULL, 1509978240ULL, 1215971899390074240ULL,
+                             1216172134540287360ULL, 607988272756665600ULL};
+    for (int i = 0; i < 6; i++) assert_true(sd_rng_next(&r) == want[i]);
+}
+
+/* Seeding: SplitMix64 from 0 gives the published first outputs 0xe220a8397b1dcdaf, ...;
+ * the streams for seeds 0 and 42 were computed with a plain-python transcription of the
+ * reference algorithms (which reproduces both published vectors above). */
+static void test_rng_seeded_known_values(void **state) {
+    (void)state;
+    sd_rng r;
+    sd_rng_seed(&r, 0);
+    assert_true(r.s[0] == 0xe220a8397b1dcdafULL && r.s[1] == 0x6e789e6aa1b965f4ULL &&
+                r.s[2] == 0x06c45d188009454fULL && r.s[3] == 0xf88bb8a8724c81ecULL);
+    const uint64_t want0[] = {0x99ec5f36cb75f2b4ULL, 0xbf6e1f784956452aULL,
+                              0x1a5f849d4933e6e0ULL, 0x6aa594f1262d2d2cULL};
+    for (int i = 0; i < 4; i++) assert_true(sd_rng_next(&r) == want0[i]);
+
+    sd_rng_seed(&r, 42);
+    const uint64_t want42[] = {0x15780b2e0c2ec716ULL, 0x6104d9866d113a7eULL,
+                               0xae17533239e499a1ULL, 0xecb8ad4703b360a1ULL};
+    for (int i = 0; i < 4; i++) assert_true(sd_rng_next(&r) == want42[i]);
+
+    /* The uniforms are exact multiples of 2^-24, so they compare exactly. */
+    sd_rng_seed(&r, 42);
+    assert_true(sd_rng_uniform(&r) == 0.08386296033859253f);
+    assert_true(sd_rng_uniform(&r) == 0.37898021936416626f);
+    assert_true(sd_rng_uniform(&r) == 0.6800433993339539f);
+}
+
+static void test_rng_reproducible(void **state) {
+    (void)state;
+    sd_rng a, b, c;
+    sd_rng_seed(&a, 1234);
+    sd_rng_seed(&b, 1234);
+    sd_rng_seed(&c, 1235);
+    int differ = 0;
+    for (int i = 0; i < 1000; i++) {
+        uint64_t x = sd_rng_next(&a);
+        assert_true(x == sd_rng_next(&b));
+        differ += x != sd_rng_next(&c);
+    }
+    assert_true(differ > 990); /* adjacent seeds give unrelated streams */
+}
+
+/* Moments of U[0,1): mean 1/2 (sd of the estimate sqrt(1/12/N)), variance 1/12 (sd of the
+ * estimate about sqrt(1/180/N)). Tolerances are 5 sd. */
+static void test_uniform_moments(void **state) {
+    (void)state;
+    const int n = 1 << 20;
+    sd_rng r;
+    sd_rng_seed(&r, 7);
+    double s = 0, s2 = 0;
+    float lo = 1, hi = 0;
+    for (int i = 0; i < n; i++) {
+        float u = sd_rng_uniform(&r);
+        lo = u < lo ? u : lo;
+        hi = u > hi ? u : hi;
+        s += u;
+        s2 += (double)u * u;
+    }
+    double mean = s / n, var = s2 / n - mean * mean;
+    assert_true(lo >= 0.0f && hi < 1.0f);
+    assert_true(fabs(mean - 0.5) < 5 * sqrt(1.0 / 12 / n));
+    assert_true(fabs(var - 1.0 / 12) < 5 * sqrt(1.0 / 180 / n));
+}
+
+/* ---- Argmax and greedy ----------------------------------------------------------------- */
+
+static void test_argmax_ties(void **state) {
+    (void)state;
+    const float x[] = {-INFINITY, 3.0f, 1.0f, 3.0f, 3.0f};
+    assert_int_equal(sd_argmax(x, 5), 1);
+    assert_int_equal(sd_argmax(x, 1), 0);
+    assert_int_equal(sd_argmax(x, 0), -1);
+    const float y[] = {-5.0f, -2.0f, -2.0f};
+    assert_int_equal(sd_argmax(y, 3), 1);
+}
+
+static void test_greedy_one_hot(void **state) {
+    (void)state;
+    const float logits[] = {0.5f, 2.0f, -1.0f, 2.0f, 1.9f};
+    /* top-k/top-p are irrelevant under greedy and must not change the answer. */
+    sd_sampler_params sp = params(0.0f, 2, 0.3f);
+    float *probs = make_probs(&sp, logits, 5);
+    for (int i = 0; i < 5; i++) assert_true(probs[i] == (i == 1 ? 1.0f : 0.0f));
+    free(probs);
+    /* Greedy needs no scratch. */
+    float out[5];
+    sp = params(0.0f, 0, 1.0f);
+    assert_int_equal(sd_sample_probs(&sp, logits, 5, out, NULL), SD_OK);
+    assert_true(out[1] == 1.0f && sum_f(out, 5) == 1.0);
+}
+
+/* ---- Temperature ----------------------------------------------------------------------- */
+
+static void fill_logits(float *x, int n, uint64_t seed, float scale) {
+    sd_rng r;
+    sd_rng_seed(&r, seed);
+    for (int i = 0; i < n; i++) x[i] = (sd_rng_uniform(&r) * 2.0f - 1.0f) * scale;
+}
+
+static void test_temperature_one_is_softmax(void **state) {
+    (void)state;
+    enum { N = 1000 };
+    float logits[N];
+    fill_logits(logits, N, 11, 8.0f);
+    sd_sampler_params sp = params(1.0f, 0, 1.0f);
+    float *probs = make_probs(&sp, logits, N);
+    double mx = logits[sd_argmax(logits, N)], z = 0;
+    for (int i = 0; i < N; i++) z += exp((double)logits[i] - mx);
+    for (int i = 0; i < N; i++)
+        assert_true(fabs(probs[i] - exp((double)logits[i] - mx) / z) < 1e-6);
+    free(probs);
+
+    /* T = 2 is softmax(logits / 2). */
+    sp = params(2.0f, 0, 1.0f);
+    probs = make_probs(&sp, logits, N);
+    z = 0;
+    for (int i = 0; i < N; i++) z += exp(((double)logits[i] - mx) / 2);
+    for (int i = 0; i < N; i++)
+        assert_true(fabs(probs[i] - exp(((double)logits[i] - mx) / 2) / z) < 1e-6);
+    free(probs);
+}
+
+static void test_temperature_limits(void **state) {
+    (void)state;
+    const float logits[] = {1.0f, 1.5f, 0.2f, 1.4f, -3.0f};
+    /* Small T concentrates on the argmax (gap 0.1 / T = 100 nats here). */
+    sd_sampler_params sp = params(1e-3f, 0, 1.0f);
+    float *probs = make_probs(&sp, logits, 5);
+    assert_true(probs[1] > 1.0f - 1e-6f);
+    free(probs);
+    /* A denormal T must still give a clean one-hot, not NaN from 0 * inf. */
+    sp = params(1e-40f, 0, 1.0f);
+    probs = make_probs(&sp, logits, 5);
+    for (int i = 0; i < 5; i++) assert_true(probs[i] == (i == 1 ? 1.0f : 0.0f));
+    free(probs);
+    /* Huge T flattens towards uniform. */
+    sp = params(1e6f, 0, 1.0f);
+    probs = make_probs(&sp, logits, 5);
+    for (int i = 0; i < 5; i++) assert_true(fabs(probs[i] - 0.2) < 1e-5);
+    free(probs);
+    /* Extreme but finite logits: max subtraction keeps everything finite. */
+    const float wide[] = {-3e38f, 3e38f, 0.0f};
+    sp = params(1.0f, 0, 1.0f);
+    probs = make_probs(&sp, wide, 3);
+    assert_true(probs[0] == 0.0f && probs[1] == 1.0f && probs[2] == 0.0f);
+    free(probs);
+}
+
+/* ---- top-k / top-p --------------------------------------------------------------------- */
+
+static void test_top_k_keeps_exactly_k(void **state) {
+    (void)state;
+    /* Ties straddle the cut: the three 2.0s compete for two slots; lower indices win. */
+    const float logits[] = {1.0f, 2.0f, 0.0f, 2.0f, 3.0f, 2.0f, -1.0f};
+    sd_sampler_params sp = params(1.0f, 3, 1.0f);
+    float *probs = make_probs(&sp, logits, 7);
+    assert_int_equal(count_nonzero(probs, 7), 3);
+    assert_true(probs[4] > 0 && probs[1] > 0 && probs[3] > 0 && probs[5] == 0);
+    double z = exp(3.0) + 2 * exp(2.0);
+    assert_true(fabs(probs[4] - exp(3.0) / z) < 1e-6);
+    assert_true(fabs(probs[1] - exp(2.0) / z) < 1e-6 && probs[1] == probs[3]);
+    free(probs);
+
+    /* All equal: exactly the first k. */
+    const float flat[] = {0, 0, 0, 0, 0, 0};
+    sp = params(0.7f, 4, 1.0f);
+    probs = make_probs(&sp, flat, 6);
+    for (int i = 0; i < 6; i++) assert_true(probs[i] == (i < 4 ? 0.25f : 0.0f));
+    free(probs);
+
+    /* k = 1 is argmax; k >= n is off. */
+    sp = params(1.0f, 1, 1.0f);
+    probs = make_probs(&sp, logits, 7);
+    for (int i = 0; i < 7; i++) assert_true(probs[i] == (i == 4 ? 1.0f : 0.0f));
+    free(probs);
+    sp = params(1.0f, 7, 1.0f);
+    probs = make_probs(&sp, logits, 7);
+    assert_int_equal(count_nonzero(probs, 7), 7);
+    free(probs);
+}
+
+static void test_top_p_minimal_prefix(void **state) {
+    (void)state;
+    /* Token 2: 0.5, token 0: 0.3, token 3: 0.15, token 1: 0.05 (ranked 2, 0, 3, 1). */
+    const float logits[] = {logf(0.3f), logf(0.05f), logf(0.5f), logf(0.15f)};
+    struct {
+        float top_p;
+        int keep[4];
+        double z;
+    } cases[] = {
+        {0.4f, {0, 0, 1, 0}, 0.5},       {0.7f, {1, 0, 1, 0}, 0.8},
+        {0.85f, {1, 0, 1, 1}, 0.95},     {0.96f, {1, 1, 1, 1}, 1.0},
+        {1.0f, {1, 1, 1, 1}, 1.0},
+    };
+    const double base[] = {0.3, 0.05, 0.5, 0.15};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        sd_sampler_params sp = params(1.0f, 0, cases[c].top_p);
+        float *probs = make_probs(&sp, logits, 4);
+        for (int i = 0; i < 4; i++) {
+            double want = cases[c].keep[i] ? base[i] / cases[c].z : 0.0;
+            assert_true(fabs(probs[i] - want) < 1e-6);
+        }
+        free(probs);
+    }
+
+    /* Ties: four equal tokens, top_p = 0.5 is reached exactly by two of them (exact in
+     * binary), and the lower two win; a hair more needs a third. */
+    const float flat[] = {0, 0, 0, 0};
+    sd_sampler_params sp = params(1.0f, 0, 0.5f);
+    float *probs = make_probs(&sp, flat, 4);
+    for (int i = 0; i < 4; i++) assert_true(probs[i] == (i < 2 ? 0.5f : 0.0f));
+    free(probs);
+    sp = params(1.0f, 0, 0.51f);
+    probs = make_probs(&sp, flat, 4);
+    assert_int_equal(count_nonzero(probs, 4), 3);
+    assert_true(probs[3] == 0.0f);
+    free(probs);
+
+    /* top-p after top-k measures the renormalised top-k mass: top-2 is {2: 0.625, 0: 0.375},
+     * so top_p = 0.6 keeps only token 2 (it would need token 0 too against the full 0.5). */
+    sp = params(1.0f, 2, 0.6f);
+    probs = make_probs(&sp, logits, 4);
+    for (int i = 0; i < 4; i++) assert_true(probs[i] == (i == 2 ? 1.0f : 0.0f));
+    free(probs);
+}
+
+/* Reference for the selection: full sort by (prob desc, id asc), then cut. It repeats the
+ * library's expf((l - max) / T) so both sides rank bit-identical values. */
+typedef struct {
+    float p;
+    int32_t id;
+} ranked;
+
+static int ranked_cmp(const void *a, const void *b) {
+    const ranked *x = a, *y = b;
+    if (x->p != y->p) return x->p > y->p ? -1 : 1;
+    return x->id < y->id ? -1 : 1;
+}
+
+static void reference_probs(const float *logits, int n, float t, int k, float top_p, float *out) {
+    const float mx = logits[sd_argmax(logits, n)];
+    ranked *ord = malloc((size_t)n * sizeof *ord);
+    assert_non_null(ord);
+    for (int i = 0; i < n; i++) ord[i] = (ranked){expf((logits[i] - mx) / t), i};
+    qsort(ord, (size_t)n, sizeof *ord, ranked_cmp);
+    int m = (k > 0 && k < n) ? k : n;
+    double mass = 0;
+    for (int i = 0; i < m; i++) mass += ord[i].p;
+    if (top_p < 1.0f) {
+        double cum = 0;
+        int cut = 0;
+        while (cut < m && cum < (double)top_p * mass) cum += ord[cut++].p;
+        m = cut;
+        mass = cum;
+    }
+    memset(out, 0, (size_t)n * sizeof *out);
+    for (int i = 0; i < m; i++) out[ord[i].id] = (float)(ord[i].p / mass);
+    free(ord);
+}
+
+/* The quickselect paths against the sort-based reference on a realistic 32k vocabulary,
+ * with logits quantised to 1/8 so that many ties straddle every cut. */
+static void test_selection_matches_reference_32k(void **state) {
+    (void)state;
+    enum { N = 32000 };
+    float *logits = malloc(N * sizeof *logits);
+    float *want = malloc(N * sizeof *want);
+    assert_non_null(logits);
+    assert_non_null(want);
+    fill_logits(logits, N, 99, 12.0f);
+    for (int i = 0; i < N; i++) logits[i] = roundf(logits[i] * 8.0f) / 8.0f;
+    const struct {
+        float t;
+        int k;
+        float p;
+    } cfg[] = {{1.0f, 40, 1.0f},  {1.0f, 0, 0.9f},    {0.7f, 50, 0.8f},  {1.0f, 1, 1.0f},
+               {1.0f, N - 1, 1.0f}, {1.5f, 0, 0.1f}, {1.0f, 0, 0.999f}, {0.3f, 1000, 0.95f},
+               {2.0f, 5000, 0.5f}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        sd_sampler_params sp = params(cfg[c].t, cfg[c].k, cfg[c].p);
+        float *got = make_probs(&sp, logits, N);
+        reference_probs(logits, N, cfg[c].t, cfg[c].k, cfg[c].p, want);
+        for (int i = 0; i < N; i++) {
+            /* Same kept set exactly; values to float rounding. */
+            assert_true((got[i] == 0) == (want[i] == 0));
+            assert_true(fabs(got[i] - want[i]) <= 1e-6 * want[i] + 1e-9);
+        }
+        if (cfg[c].k > 0) assert_true(count_nonzero(got, N) <= cfg[c].k);
+        if (cfg[c].k > 0 && cfg[c].p == 1.0f) assert_int_equal(count_nonzero(got, N), cfg[c].k);
+        free(got);
+    }
+    free(logits);
+    free(want);
+}
+
+/* Small random cases hit the selection's edge paths: cuts at bucket boundaries, the whole
+ * vocabulary in one bucket, tokens whose probability underflows to 0, k near n. */
+static void test_selection_matches_reference_random(void **state) {
+    (void)state;
+    enum { MAXN = 300 };
+    float logits[MAXN], got[MAXN], want[MAXN];
+    float scratch[2 * MAXN]; /* n floats + n ids, as sd_sample_scratch_bytes asks */
+    sd_rng r;
+    sd_rng_seed(&r, 4242);
+    for (int trial = 0; trial < 3000; trial++) {
+        const int n = 1 + (int)(sd_rng_next(&r) % MAXN);
+        const int style = trial % 4;
+        for (int i = 0; i < n; i++) {
+            float u = sd_rng_uniform(&r);
+            switch (style) {
+            case 0: logits[i] = u * 10.0f; break;                   /* smooth */
+            case 1: logits[i] = floorf(u * 4.0f); break;            /* heavy ties */
+            case 2: logits[i] = u < 0.2f ? 0.0f : -200.0f * u; break; /* underflow to 0 */
+            default: logits[i] = 0.0f; break;                       /* all in one bucket */
+            }
+        }
+        const float t = style == 2 ? 1.0f : 0.25f + 2.0f * sd_rng_uniform(&r);
+        const int k = (int)(sd_rng_next(&r) % (uint64_t)(n + 2)); /* includes 0 and >= n */
+        const float top_p = sd_rng_uniform(&r) < 0.3f ? 1.0f : 0.01f + 0.99f * sd_rng_uniform(&r);
+        sd_sampler_params sp = params(t, k, top_p);
+        assert_int_equal(sd_sample_probs(&sp, logits, n, got, scratch), SD_OK);
+        reference_probs(logits, n, t, k, top_p, want);
+        for (int i = 0; i < n; i++) {
+            if ((got[i] == 0) != (want[i] == 0) || fabs(got[i] - want[i]) > 1e-6 * want[i] + 1e-9)
+                fail_msg("trial %d (n %d style %d T %g k %d p %g): token %d got %g want %g", trial,
+                         n, style, (double)t, k, (double)top_p, i, (double)got[i], (double)want[i]);
+        }
+    }
+}
+
+static void test_probs_sum_to_one(void **state) {
+    (void)state;
+    enum { N = 5000 };
+    float logits[N];
+    fill_logits(logits, N, 5, 20.0f);
+    const float temps[] = {0.0f, 0.05f, 0.8f, 1.0f, 3.0f};
+    const int ks[] = {0, 1, 7, 100};
+    const float ps[] = {1.0f, 0.95f, 0.5f, 0.01f};
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 4; b++)
+            for (int c = 0; c < 4; c++) {
+                sd_sampler_params sp = params(temps[a], ks[b], ps[c]);
+                float *probs = make_probs(&sp, logits, N);
+                assert_true(fabs(sum_f(probs, N) - 1.0) < 1e-5);
+                for (int i = 0; i < N; i++) assert_true(probs[i] >= 0.0f && probs[i] <= 1.0f);
+                free(probs);
+            }
+}
+
+/* ---- Draws ----------------------------------------------------------------------------- */
+
+static void test_draw_frequencies(void **state) {
+    (void)state;
+    const float p[10] = {0.02f, 0.18f, 0.0f, 0.30f, 0.05f, 0.10f, 0.10f, 0.15f, 0.0f, 0.10f};
+    const long draws = 200000;
+    long obs[10] = {0};
+    sd_rng r;
+    sd_rng_seed(&r, 2024);
+    for (long i = 0; i < draws; i++) {
+        int32_t t = sd_sample_draw(p, 10, &r);
+        assert_true(t >= 0 && t < 10);
+        obs[t]++;
+    }
+    int df;
+    double x = chi2_stat(obs, p, 10, draws, &df);
+    assert_int_equal(df, 7);
+    assert_true(x < chi2_crit_001(df));
+}
+
+static void test_draw_edges(void **state) {
+    (void)state;
+    /* Mass short of 1 (rounding taken to the extreme): the overflow goes to the last id with
+     * mass, never to the zero-mass tail. */
+    const float short_mass[5] = {0.25f, 0.0f, 0.25f, 0.0f, 0.0f};
+    long obs[5] = {0};
+    sd_rng r;
+    sd_rng_seed(&r, 3);
+    for (int i = 0; i < 10000; i++) obs[sd_sample_draw(short_mass, 5, &r)]++;
+    assert_true(obs[1] == 0 && obs[3] == 0 && obs[4] == 0);
+    assert_true(obs[2] > 6500 && obs[0] > 2000); /* 3/4 and 1/4 in expectation */
+
+    const float one_hot[3] = {0, 0, 1};
+    for (int i = 0; i < 100; i++) assert_int_equal(sd_sample_draw(one_hot, 3, &r), 2);
+    const float empty[3] = {0, 0, 0};
+    assert_int_equal(sd_sample_draw(empty, 3, &r), -1);
+    assert_int_equal(sd_sample_draw(one_hot, 0, &r), -1);
+}
+
+/* The full plain-sampling path (process + draw) against its own processed distribution. */
+static void test_sample_pipeline_frequencies(void **state) {
+    (void)state;
+    const float logits[12] = {1.0f, 0.5f, 2.0f, -1.0f, 0.0f, 1.5f,
+                              1.5f, 0.2f, -0.5f, 3.0f, 0.1f, 0.3f};
+    sd_sampler_params sp = params(0.8f, 8, 0.9f);
+    float *probs = make_probs(&sp, logits, 12);
+    const long draws = 100000;
+    long obs[12] = {0};
+    sd_rng r;
+    sd_rng_seed(&r, sp.seed);
+    for (long i = 0; i < draws; i++) obs[sd_sample_draw(probs, 12, &r)]++;
+    int df;
+    double x = chi2_stat(obs, probs, 12, draws, &df);
+    assert_true(df >= 3);
+    assert_true(x < chi2_crit_001(df));
+    free(probs);
+}
+
+/* ---- Errors ---------------------------------------------------------------------------- */
+
+static void expect_param_error(sd_sampler_params sp, const char *msg) {
+    sd_clear_error();
+    assert_int_equal(sd_sampler_params_check(&sp), SD_ERR_INVALID_ARG);
+    if (!strstr(sd_last_error(), msg)) fail_msg("got '%s', want '%s'", sd_last_error(), msg);
+    /* sd_sample_probs validates the same way before touching anything. */
+    float logits[2] = {0, 1}, probs[2];
+    float scratch[16];
+    assert_int_equal(sd_sample_probs(&sp, logits, 2, probs, scratch), SD_ERR_INVALID_ARG);
+}
+
+static void test_params_check(void **state) {
+    (void)state;
+    sd_sampler_params d = sd_sampler_default_params();
+    assert_true(d.temperature == 0.0f && d.top_k == 0 && d.top_p == 1.0f && d.seed == 42);
+    assert_int_equal(sd_sampler_params_check(&d), SD_OK);
+    sd_sampler_params ok = params(0.7f, 40, 0.95f);
+    assert_int_equal(sd_sampler_params_check(&ok), SD_OK);
+    ok.top_p = 1e-6f;
+    assert_int_equal(sd_sampler_params_check(&ok), SD_OK);
+
+    expect_param_error(params(-1.0f, 0, 1.0f), "temperature must be >= 0 (got -1)");
+    expect_param_error(params(NAN, 0, 1.0f), "temperature must be finite (got nan)");
+    expect_param_error(params(INFINITY, 0, 1.0f), "temperature must be finite (got inf)");
+    expect_param_error(params(1.0f, -3, 1.0f), "top_k must be >= 0 (got -3)");
+    expect_param_error(params(1.0f, 0, 1.5f), "top_p must be in (0, 1] (got 1.5)");
+    expect_param_error(params(1.0f, 0, 0.0f), "top_p must be in (0, 1] (got 0)");
+    expect_param_error(params(1.0f, 0, NAN), "top_p must be in (0, 1] (got nan)");
+    assert_int_equal(sd_sampler_params_check(NULL), SD_ERR_INVALID_ARG);
+}
+
+static void test_nonfinite_logits(void **state) {
+    (void)state;
+    float probs[4];
+    float scratch[16];
+    const float temps[] = {0.0f, 1.0f};
+    for (int t = 0; t < 2; t++) {
+        sd_sampler_params sp = params(temps[t], 2, 0.9f);
+        float with_nan[4] = {0.0f, 1.0f, NAN, 2.0f};
+        sd_clear_error();
+        assert_int_equal(sd_sample_probs(&sp, with_nan, 4, probs, scratch), SD_ERR_NUMERIC);
+        assert_non_null(strstr(sd_last_error(), "logits[2] is NaN"));
+        float with_inf[4] = {-INFINITY, 1.0f, 0.0f, 2.0f};
+        assert_int_equal(sd_sample_probs(&sp, with_inf, 4, probs, scratch), SD_ERR_NUMERIC);
+        assert_non_null(strstr(sd_last_error(), "logits[0] is Inf"));
+    }
+}
+
+static void test_invalid_args(void **state) {
+    (void)state;
+    float logits[4] = {0, 1, 2, 3}, probs[4];
+    sd_sampler_params sp = params(1.0f, 2, 1.0f);
+    assert_int_equal(sd_sample_probs(&sp, logits, 4, probs, NULL), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_sample_probs(&sp, logits, 0, probs, NULL), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_sample_probs(&sp, NULL, 4, probs, NULL), SD_ERR_INVALID_ARG);
+    sp = params(1.0f, 0, 1.0f); /* no top-k/top-p: scratch unused */
+    assert_int_equal(sd_sample_probs(&sp, logits, 4, probs, NULL), SD_OK);
+    assert_true(sd_sample_scratch_bytes(10) >= 10 * (sizeof(float) + sizeof(int)));
+    assert_true(sd_sample_scratch_bytes(0) == 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rng_published_vector),
+        cmocka_unit_test(test_rng_seeded_known_values),
+        cmocka_unit_test(test_rng_reproducible),
+        cmocka_unit_test(test_uniform_moments),
+        cmocka_unit_test(test_argmax_ties),
+        cmocka_unit_test(test_greedy_one_hot),
+        cmocka_unit_test(test_temperature_one_is_softmax),
+        cmocka_unit_test(test_temperature_limits),
+        cmocka_unit_test(test_top_k_keeps_exactly_k),
+        cmocka_unit_test(test_top_p_minimal_prefix),
+        cmocka_unit_test(test_selection_matches_reference_32k),
+        cmocka_unit_test(test_selection_matches_reference_random),
+        cmocka_unit_test(test_probs_sum_to_one),
+        cmocka_unit_test(test_draw_frequencies),
+        cmocka_unit_test(test_draw_edges),
+        cmocka_unit_test(test_sample_pipeline_frequencies),
+        cmocka_unit_test(test_params_check),
+        cmocka_unit_test(test_nonfinite_logits),
+        cmocka_unit_test(test_invalid_args),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
