@@ -321,6 +321,13 @@ sd_status sd_spec_generate(sd_spec *s, const int32_t *prompt, int n_prompt, sd_t
 
         for (int i = 0; i < m && !e.done; i++) emit(&e, batch[1 + i]);
         if (!e.done) emit(&e, next);
+        if (e.done && sd_kv_len(s->kv) > s->n_tokens - 1) {
+            /* Stopped inside the accepted run (EOS or the callback): drop the accepted tokens
+             * that were never emitted, so both caches still hold a prefix of the history. */
+            sd_kv_truncate(s->kv, s->n_tokens - 1);
+            if (s->drafter->vt->consumed(s->drafter) > s->n_tokens - 1)
+                s->drafter->vt->rollback(s->drafter, s->n_tokens - 1);
+        }
         if (s->p.on_step) s->p.on_step(s, s->p.step_user);
     }
     st->t_total = now() - t0;

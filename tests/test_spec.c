@@ -1,0 +1,938 @@
+/* The speculative core end to end: greedy losslessness for every kind of draft, rollback
+ * invariants after each verify pass, sampling exactness (chi-square against the target's exact
+ * distribution, with controls), incompatible pairs, and context exhaustion. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sdtest.h"
+#include "sdtest_models.h"
+#include "kernels/kernels.h"
+#include "specdec/gguf.h"
+#include "specdec/sample.h"
+#include "specdec/spec.h"
+#include "specdec/synth.h"
+#include "specdec/tokenizer.h"
+#include "specdec/verify.h"
+
+/* Live cache vs a fresh prefill of the same tokens. The fresh prefill goes in chunks of at most
+ * SD_SMALL_BATCH tokens, which sum in the decode order (as every pass of the live cache did: the
+ * prompts are shorter than that), so the two agree bit for bit; the tolerance is the design's. */
+#define TOL_ROLLBACK_LOGITS 1e-5
+#define TOL_ROLLBACK_KV 1e-5
+/* A draft of random weights agrees with a trained target about as often as chance (1/512 per
+ * token, plus the odd frequent token): anything above this means the draft is not random. */
+#define MAX_RANDOM_DRAFT_ACCEPTANCE 0.10
+/* Chi-square cells need an expected count of at least this to be used on their own; rarer
+ * cells are pooled (the usual rule for Pearson's approximation). */
+#define CHI2_MIN_EXPECTED 5.0
+
+/* Tokens per generation in the greedy and rollback tests. The sanitizer build (unoptimised,
+ * instrumented) is ~10x slower, so it checks shorter generations. */
+#ifdef __SANITIZE_ADDRESS__
+#define N_GEN 40
+#else
+#define N_GEN 100
+#endif
+
+#define REAL_TARGET "models/stories260K/stories260K.bin"
+#define REAL_DRAFT "models/stories-draft/stories-draft.bin"
+#define REAL_TOKENIZER "models/stories260K/tok512.bin"
+#define LLAMA2_TOKENIZER "tokenizers/llama2/tokenizer.bin"
+
+/* ---------------------------------------------------------------- helpers */
+
+typedef struct {
+    int32_t out[1024];
+    int n;
+    int stop_after; /* 0: never stop from the callback */
+} collect;
+
+static int collect_cb(int32_t t, void *u) {
+    collect *c = u;
+    if (c->n < (int)(sizeof c->out / sizeof *c->out)) c->out[c->n] = t;
+    c->n++;
+    return c->stop_after > 0 && c->n >= c->stop_after;
+}
+
+static sd_spec_params greedy_params(int n_predict, int k) {
+    sd_spec_params p = sd_spec_default_params();
+    p.n_predict = n_predict;
+    p.draft_max = k;
+    p.stop_at_eos = 0;
+    return p;
+}
+
+/* Generates with (target, draft) under params p; tokens go to c, stats to st. */
+static void generate(sd_model *target, sd_model *draft, const sd_spec_params *p, const int32_t *prompt,
+                     int n_prompt, collect *c, sd_spec_stats *st) {
+    sd_spec *s = NULL;
+    if (sd_spec_create(target, draft, p, &s) != SD_OK) fail_msg("sd_spec_create: %s", sd_last_error());
+    memset(c, 0, sizeof *c);
+    if (sd_spec_generate(s, prompt, n_prompt, collect_cb, c, st) != SD_OK)
+        fail_msg("sd_spec_generate: %s", sd_last_error());
+    sd_spec_free(s);
+}
+
+/* Bookkeeping every run must satisfy. A run that stopped by length (no EOS, no callback) emits
+ * exactly one token per target pass plus one per accepted draft: the first from the prefill,
+ * then m + 1 per verify pass and 1 per plain step (drafts are capped so a pass never overshoots). */
+static void check_stats(const sd_spec_stats *st, int k, int n_emitted) {
+    assert_int_equal(st->n_generated, n_emitted);
+    assert_true(st->n_accepted >= 0 && st->n_accepted <= st->n_drafted);
+    assert_int_equal(st->k, k);
+    int sum_d = 0, sum_a = 0;
+    for (int i = 0; i < SD_MAX_DRAFT; i++) {
+        sum_d += st->drafted_at[i];
+        sum_a += st->accepted_at[i];
+        assert_true(st->accepted_at[i] <= st->drafted_at[i]);
+        if (i >= k) assert_int_equal(st->drafted_at[i], 0);
+        /* a pass that drafted position i drafted every earlier one; accepting position i means
+         * accepting every earlier one */
+        if (i > 0) {
+            assert_true(st->drafted_at[i] <= st->drafted_at[i - 1]);
+            assert_true(st->accepted_at[i] <= st->accepted_at[i - 1]);
+        }
+    }
+    assert_int_equal(sum_d, st->n_drafted);
+    assert_int_equal(sum_a, st->n_accepted);
+    assert_int_equal(st->drafted_at[0], st->n_verify); /* every verify pass drafts >= 1 */
+    if (k == 0) assert_int_equal(st->n_verify, 0);
+    if (strcmp(st->stop_reason, "length") == 0 || strcmp(st->stop_reason, "context") == 0)
+        assert_int_equal(st->n_generated, 1 + st->n_target_steps + st->n_verify + st->n_accepted);
+    assert_true(st->t_total >= st->t_prefill && st->t_prefill >= 0);
+}
+
+static int encode(const sd_model *m, const char *text, int32_t *ids, int cap) {
+    int n = 0;
+    if (sd_tokenizer_encode(sd_model_tokenizer(m), text, strlen(text), 1, ids, cap, &n) != SD_OK)
+        fail_msg("encode \"%s\": %s", text, sd_last_error());
+    assert_true(n >= 2 && ids[0] == sd_tokenizer_bos(sd_model_tokenizer(m)));
+    return n;
+}
+
+/* Plain greedy reference vs speculative greedy for each k: identical token for token. */
+static void check_lossless(sd_model *target, sd_model *draft, const int32_t *prompt, int n_prompt,
+                           int n_predict, double *acceptance_out) {
+    static const int ks[] = {1, 2, 4, 8};
+    sd_spec_params pp = greedy_params(n_predict, 0);
+    collect plain;
+    sd_spec_stats pst;
+    generate(target, NULL, &pp, prompt, n_prompt, &plain, &pst);
+    check_stats(&pst, 0, n_predict);
+    assert_int_equal(pst.n_target_steps, n_predict - 1);
+    long drafted = 0, accepted = 0;
+    for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
+        sd_spec_params sp = greedy_params(n_predict, ks[i]);
+        collect spec;
+        sd_spec_stats st;
+        generate(target, draft, &sp, prompt, n_prompt, &spec, &st);
+        assert_string_equal(st.stop_reason, "length");
+        check_stats(&st, ks[i], n_predict);
+        assert_int_equal(spec.n, n_predict);
+        for (int t = 0; t < n_predict; t++)
+            if (spec.out[t] != plain.out[t])
+                fail_msg("k=%d: token %d is %d speculatively, %d plainly", ks[i], t, spec.out[t], plain.out[t]);
+        if (draft == target) { /* self-drafting: the draft is the target, so all are accepted */
+            assert_int_equal(st.n_accepted, st.n_drafted);
+            assert_memory_equal(st.accepted_at, st.drafted_at, sizeof st.drafted_at);
+            /* only the very last token can need a plain step (k shrinks to fit n_predict) */
+            assert_true(st.n_target_steps <= 1);
+        }
+        drafted += st.n_drafted;
+        accepted += st.n_accepted;
+    }
+    if (acceptance_out) *acceptance_out = drafted ? (double)accepted / (double)drafted : 0;
+}
+
+/* A synthetic model whose tokenizer metadata is replaced by tk's pieces and types (same size):
+ * the weights are random but the vocabulary is the real one, so the pair passes the
+ * compatibility check. Only piece text (and BOS/EOS) takes part in that check; the pieces'
+ * merge scores do not (they only steer encoding, and this model never encodes), so they are 0. */
+static sd_model *synth_with_tokenizer(const sd_synth_params *p, const sd_tokenizer *tk) {
+    const int n = sd_tokenizer_n_vocab(tk);
+    assert_int_equal(n, p->vocab_size);
+    sd_gguf_writer *w = NULL;
+    assert_int_equal(sd_synth_build(p, &w), SD_OK);
+    char **pieces = calloc((size_t)n, sizeof *pieces);
+    float *scores = calloc((size_t)n, sizeof *scores);
+    int32_t *types = calloc((size_t)n, sizeof *types);
+    assert_true(pieces && scores && types);
+    for (int32_t id = 0; id < n; id++) {
+        size_t len = 0;
+        const char *s = sd_tokenizer_piece(tk, id, &len);
+        assert_non_null(s);
+        pieces[id] = strndup(s, len);
+        types[id] = sd_tokenizer_token_type(tk, id);
+    }
+    assert_int_equal(sd_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)pieces, (uint64_t)n), SD_OK);
+    assert_int_equal(sd_gguf_set_arr_f32(w, "tokenizer.ggml.scores", scores, (uint64_t)n), SD_OK);
+    assert_int_equal(sd_gguf_set_arr_i32(w, "tokenizer.ggml.token_type", types, (uint64_t)n), SD_OK);
+    assert_int_equal(sd_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)sd_tokenizer_bos(tk)), SD_OK);
+    assert_int_equal(sd_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)sd_tokenizer_eos(tk)), SD_OK);
+    static int counter;
+    char name[64];
+    snprintf(name, sizeof name, "vocab%d.gguf", counter++);
+    const char *path = sdtest_tmp_path(name);
+    assert_int_equal(sd_gguf_write_file(w, path), SD_OK);
+    sd_model *m = NULL;
+    if (sd_model_load(path, NULL, &m) != SD_OK) fail_msg("load %s: %s", path, sd_last_error());
+    remove(path); /* the mapping stays valid */
+    for (int i = 0; i < n; i++) free(pieces[i]);
+    free(pieces);
+    free(scores);
+    free(types);
+    sd_gguf_writer_free(w);
+    return m;
+}
+
+static sd_tokenizer *load_llama2c_tokenizer(const char *rel, int n_vocab) {
+    char *path = sdtest_shared_or_skip(rel);
+    sd_tokenizer *tk = NULL;
+    if (sd_tokenizer_load_llama2c(path, n_vocab, &tk) != SD_OK) fail_msg("%s: %s", path, sd_last_error());
+    free(path);
+    return tk;
+}
+
+static sd_synth_params synth_shape(int dim, int n_layers, int n_heads, int n_kv_heads, int hidden, int vocab,
+                                   int ctx, uint64_t seed) {
+    sd_synth_params p = sd_synth_default_params();
+    p.dim = dim;
+    p.n_layers = n_layers;
+    p.n_heads = n_heads;
+    p.n_kv_heads = n_kv_heads;
+    p.hidden_dim = hidden;
+    p.vocab_size = vocab;
+    p.ctx_len = ctx;
+    p.seed = seed;
+    return p;
+}
+
+/* Skips the test unless every listed shared file is present. Called before anything is
+ * allocated: a skip leaves the test by longjmp, and LeakSanitizer would report what it left. */
+static void require_shared(const char *a, const char *b, const char *c) {
+    const char *rel[3] = {a, b, c};
+    for (int i = 0; i < 3; i++)
+        if (rel[i]) free(sdtest_shared_or_skip(rel[i]));
+}
+
+static const char *const k_prompts[] = {"Once upon a time", "Lily and Tom went to the park", "The little dog"};
+
+/* ---------------------------------------------------------------- 1. greedy losslessness */
+
+/* (a) The target drafting for itself: every draft is accepted and the output is unchanged. */
+static void test_greedy_self_draft_tiny(void **state) {
+    (void)state;
+    sd_model *m = sdtest_tiny_model(64, 4, 8, 2, 96, 320, 21);
+    const int32_t prompt[4] = {1, 300, 17, 42};
+    check_lossless(m, m, prompt, 4, N_GEN, NULL);
+    sd_model_free(m);
+}
+
+static void test_greedy_self_draft_real(void **state) {
+    (void)state;
+    sd_model *m = sdtest_shared_model(REAL_TARGET, REAL_TOKENIZER);
+    for (size_t i = 0; i < sizeof k_prompts / sizeof *k_prompts; i++) {
+        int32_t prompt[64];
+        int n = encode(m, k_prompts[i], prompt, 64);
+        check_lossless(m, m, prompt, n, N_GEN, NULL);
+    }
+    sd_model_free(m);
+}
+
+/* (b) The distilled draft with its target: same output, and a useful acceptance rate. */
+static void test_greedy_real_pair(void **state) {
+    (void)state;
+    require_shared(REAL_TARGET, REAL_DRAFT, REAL_TOKENIZER);
+    sd_model *t = sdtest_shared_model(REAL_TARGET, REAL_TOKENIZER);
+    sd_model *d = sdtest_shared_model(REAL_DRAFT, REAL_TOKENIZER);
+    for (size_t i = 0; i < sizeof k_prompts / sizeof *k_prompts; i++) {
+        int32_t prompt[64];
+        int n = encode(t, k_prompts[i], prompt, 64);
+        double acc = 0;
+        check_lossless(t, d, prompt, n, N_GEN, &acc);
+        printf("  \"%s\": real draft acceptance %.2f over k = 1, 2, 4, 8\n", k_prompts[i], acc);
+        /* The draft's top-1 agrees ~70% of the time on the target's trajectories; even a
+         * pessimistic bound shows that the drafts are being used, not discarded. */
+        assert_true(acc > 0.3);
+    }
+    sd_model_free(d);
+    sd_model_free(t);
+}
+
+/* (c) A random-weight draft with the real vocabulary: nearly everything is rejected, and the
+ * output is still the target's. */
+static void test_greedy_random_draft(void **state) {
+    (void)state;
+    require_shared(REAL_TARGET, REAL_TOKENIZER, NULL);
+    sd_model *t = sdtest_shared_model(REAL_TARGET, REAL_TOKENIZER);
+    sd_tokenizer *tk = load_llama2c_tokenizer(REAL_TOKENIZER, 512);
+    sd_synth_params p = synth_shape(32, 1, 4, 4, 64, 512, 512, 99);
+    sd_model *d = synth_with_tokenizer(&p, tk);
+    for (size_t i = 0; i < sizeof k_prompts / sizeof *k_prompts; i++) {
+        int32_t prompt[64];
+        int n = encode(t, k_prompts[i], prompt, 64);
+        double acc = 1;
+        check_lossless(t, d, prompt, n, N_GEN, &acc);
+        printf("  \"%s\": random draft acceptance %.3f\n", k_prompts[i], acc);
+        assert_true(acc < MAX_RANDOM_DRAFT_ACCEPTANCE);
+    }
+    sd_model_free(d);
+    sd_tokenizer_free(tk);
+    sd_model_free(t);
+}
+
+/* (d) Generated GQA pairs sharing the synthetic vocabulary (no shared data needed). */
+static void test_greedy_tiny_gqa_pair(void **state) {
+    (void)state;
+    sd_synth_params tp = synth_shape(64, 4, 8, 2, 128, 320, 256, 31);
+    sd_synth_params dp = synth_shape(32, 1, 4, 2, 64, 320, 256, 32);
+    sd_model *t = sdtest_synth_model(&tp);
+    sd_model *d = sdtest_synth_model(&dp);
+    const int32_t prompts[2][5] = {{1, 300, 3 + 'a', 301, 7}, {1, 5, 6, 7, 8}};
+    for (int i = 0; i < 2; i++) check_lossless(t, d, prompts[i], 5, N_GEN, NULL);
+    /* Another draft shape: two layers, GQA 2:1, head_dim 8. */
+    sd_synth_params sp = synth_shape(48, 2, 6, 3, 96, 320, 256, 33);
+    sd_model *d2 = sdtest_synth_model(&sp);
+    check_lossless(t, d2, prompts[1], 5, 60, NULL);
+    sd_model_free(d2);
+    sd_model_free(d);
+    sd_model_free(t);
+}
+
+/* ---------------------------------------------------------------- 2. rollback */
+
+typedef struct {
+    sd_model *target, *draft;
+    sd_kv *fresh_t, *fresh_d;
+    float *live, *fresh;
+    int steps;
+    double worst_logit, worst_kv;
+} rollback_ctx;
+
+/* Prefills tokens into kv in chunks the decode-order kernels handle (see TOL_ROLLBACK_LOGITS). */
+static void prefill_chunked(sd_model *m, sd_kv *kv, const int32_t *tok, int n) {
+    assert_int_equal(sd_kv_truncate(kv, 0), SD_OK);
+    for (int i = 0; i < n; i += SD_SMALL_BATCH) {
+        int c = n - i < SD_SMALL_BATCH ? n - i : SD_SMALL_BATCH;
+        if (sd_model_forward(m, kv, tok + i, c, NULL, 0) != SD_OK) fail_msg("prefill: %s", sd_last_error());
+    }
+}
+
+static void rollback_on_step(sd_spec *s, void *user) {
+    rollback_ctx *c = user;
+    int n = 0;
+    const int32_t *hist = sd_spec_tokens(s, &n);
+    sd_kv *kt = sd_spec_target_kv(s), *kd = sd_spec_draft_kv(s);
+    const int V = sd_model_hparams(c->target)->vocab_size;
+    c->steps++;
+
+    /* Target: every history token but the pending last one, nothing rejected left over. */
+    if (sd_kv_len(kt) != n - 1) fail_msg("step %d: target cache %d, history %d", c->steps, sd_kv_len(kt), n);
+    /* Draft: a prefix of the history; it lags by at most the two tokens a pass can leave
+     * pending for it (the last accepted draft, which it never fed, and the correction). */
+    int dc = sd_spec_draft_consumed(s);
+    assert_non_null(kd);
+    assert_int_equal(sd_kv_len(kd), dc);
+    if (dc > n - 1 || dc < n - 2) fail_msg("step %d: draft consumed %d of history %d", c->steps, dc, n);
+    /* ... holding exactly the rows a fresh prefill of that prefix writes. */
+    prefill_chunked(c->draft, c->fresh_d, hist, dc);
+    const size_t row = (size_t)sd_kv_kv_dim(kd);
+    for (int l = 0; l < sd_kv_n_layers(kd); l++) {
+        double dk = sdtest_max_abs_diff(sd_kv_k(kd, l), sd_kv_k(c->fresh_d, l), row * (size_t)dc);
+        double dv = sdtest_max_abs_diff(sd_kv_v(kd, l), sd_kv_v(c->fresh_d, l), row * (size_t)dc);
+        if (dk > c->worst_kv) c->worst_kv = dk;
+        if (dv > c->worst_kv) c->worst_kv = dv;
+        if (dk > TOL_ROLLBACK_KV || dv > TOL_ROLLBACK_KV)
+            fail_msg("step %d layer %d: draft cache differs from a fresh prefill (K %g, V %g)", c->steps, l, dk, dv);
+    }
+
+    /* The next logits from the live cache (then rolled back: O(1), the loop never notices)
+     * equal those of a fresh prefill of history[0..n-1) followed by the pending token. */
+    assert_int_equal(sd_model_forward(c->target, kt, &hist[n - 1], 1, c->live, 0), SD_OK);
+    assert_int_equal(sd_kv_truncate(kt, n - 1), SD_OK);
+    prefill_chunked(c->target, c->fresh_t, hist, n - 1);
+    assert_int_equal(sd_model_forward(c->target, c->fresh_t, &hist[n - 1], 1, c->fresh, 0), SD_OK);
+    double d = sdtest_max_abs_diff(c->live, c->fresh, (size_t)V);
+    if (d > c->worst_logit) c->worst_logit = d;
+    if (d > TOL_ROLLBACK_LOGITS) fail_msg("step %d: live vs fresh logits differ by %g", c->steps, d);
+}
+
+static void check_rollback(sd_model *t, sd_model *d, const int32_t *prompt, int n_prompt) {
+    rollback_ctx c;
+    memset(&c, 0, sizeof c);
+    c.target = t;
+    c.draft = d;
+    const int V = sd_model_hparams(t)->vocab_size;
+    assert_int_equal(sd_model_kv_create(t, 0, &c.fresh_t), SD_OK);
+    assert_int_equal(sd_model_kv_create(d, 0, &c.fresh_d), SD_OK);
+    c.live = malloc((size_t)V * sizeof(float));
+    c.fresh = malloc((size_t)V * sizeof(float));
+    /* Greedy, and sampled (rejections land at random depths, exercising every rollback length). */
+    static const struct { int k; float temp; int top_k; } runs[] = {{4, 0, 0}, {1, 0, 0}, {3, 1.0f, 0}, {5, 0.8f, 40}};
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+        sd_spec_params p = greedy_params(N_GEN, runs[r].k);
+        p.sampling.temperature = runs[r].temp;
+        p.sampling.top_k = runs[r].top_k;
+        p.sampling.seed = 7 + r;
+        p.on_step = rollback_on_step;
+        p.step_user = &c;
+        int steps0 = c.steps;
+        collect out;
+        sd_spec_stats st;
+        generate(t, d, &p, prompt, n_prompt, &out, &st);
+        check_stats(&st, runs[r].k, N_GEN);
+        assert_int_equal(c.steps - steps0, st.n_verify); /* one callback per verify pass */
+        assert_true(st.n_verify > 0);
+    }
+    printf("  %s + %s: %d steps checked, worst logit diff %.3g, worst draft kv diff %.3g\n", sd_model_path(t),
+           sd_model_path(d), c.steps, c.worst_logit, c.worst_kv);
+    free(c.live);
+    free(c.fresh);
+    sd_kv_free(c.fresh_t);
+    sd_kv_free(c.fresh_d);
+}
+
+static void test_rollback_invariants(void **state) {
+    (void)state;
+    int have_real = sdtest_shared(REAL_TARGET) && sdtest_shared(REAL_DRAFT) && sdtest_shared(REAL_TOKENIZER);
+    sd_model *t, *d;
+    int32_t prompt[64];
+    int n;
+    if (have_real) {
+        t = sdtest_shared_model(REAL_TARGET, REAL_TOKENIZER);
+        d = sdtest_shared_model(REAL_DRAFT, REAL_TOKENIZER);
+        n = encode(t, "Once upon a time", prompt, 64);
+    } else {
+        printf("  (real pair absent: tiny GQA pair instead)\n");
+        sd_synth_params tsp = synth_shape(64, 4, 8, 2, 128, 320, 256, 41);
+        sd_synth_params dsp = synth_shape(32, 1, 4, 2, 64, 320, 256, 42);
+        t = sdtest_synth_model(&tsp);
+        d = sdtest_synth_model(&dsp);
+        const int32_t pr[4] = {1, 300, 301, 302};
+        memcpy(prompt, pr, sizeof pr);
+        n = 4;
+    }
+    check_rollback(t, d, prompt, n);
+    sd_model_free(d);
+    sd_model_free(t);
+}
+
+/* A generation that stops in the middle of a pass's accepted drafts (the token callback says
+ * stop) leaves both caches consistent with the emitted history: inspection stays valid after
+ * a generation, and the next generation starts from a reset anyway. */
+static void test_stop_mid_pass(void **state) {
+    (void)state;
+    sd_model *m = sdtest_tiny_model(64, 2, 8, 2, 96, 320, 51);
+    const int32_t prompt[3] = {1, 40, 41};
+    for (int stop_after = 2; stop_after <= 9; stop_after++) {
+        sd_spec_params p = greedy_params(100, 8);
+        sd_spec *s = NULL;
+        assert_int_equal(sd_spec_create(m, m, &p, &s), SD_OK); /* self-draft: passes of 9 tokens */
+        collect c;
+        memset(&c, 0, sizeof c);
+        c.stop_after = stop_after;
+        sd_spec_stats st;
+        assert_int_equal(sd_spec_generate(s, prompt, 3, collect_cb, &c, &st), SD_OK);
+        assert_string_equal(st.stop_reason, "callback");
+        assert_int_equal(c.n, stop_after);
+        assert_int_equal(st.n_generated, stop_after);
+        int n = 0;
+        sd_spec_tokens(s, &n);
+        assert_int_equal(n, 3 + stop_after);
+        if (sd_kv_len(sd_spec_target_kv(s)) > n - 1)
+            fail_msg("stop after %d: target cache holds %d positions, history %d", stop_after,
+                     sd_kv_len(sd_spec_target_kv(s)), n);
+        assert_true(sd_spec_draft_consumed(s) <= n - 1);
+        /* and a second generation on the same object is unaffected */
+        collect c2;
+        memset(&c2, 0, sizeof c2);
+        assert_int_equal(sd_spec_generate(s, prompt, 3, collect_cb, &c2, &st), SD_OK);
+        assert_int_equal(c2.n, 100);
+        assert_memory_equal(c2.out, c.out, (size_t)stop_after * sizeof(int32_t));
+        sd_spec_free(s);
+    }
+    sd_model_free(m);
+}
+
+/* ---------------------------------------------------------------- 3. sampling exactness
+ *
+ * The joint distribution of the first three generated tokens (t1, t2, t3) is computed exactly
+ * from the target: P = p(t1 | prompt) p(t2 | prompt t1) p(t3 | prompt t1 t2), each factor the
+ * processed distribution (sd_sample_probs) of the target's logits. t1 comes from the prefill;
+ * with k = 2 (n_predict 4) the first verify pass drafts two tokens, so t2 is the first draft
+ * position's outcome (accepted draft or residual draw) and t3 the second's (or, after a
+ * rejection, the next pass). Pearson's chi-square compares the speculative counts with that
+ * exact joint (V = 16: 4096 cells, rare ones pooled).
+ *
+ * Controls, through a hand-built loop of the same pieces (draft, verify, sd_verify_stochastic):
+ * with the right q it must pass too (the harness and the statistic are sound), and with q taken
+ * at another temperature than the drafts were drawn at, or with no verification at all (the
+ * draft's own samples), it must fail: the test has power against real mistakes. */
+#define EX_V 16
+#define EX_CELLS (EX_V * EX_V * EX_V)
+/* Generations per run. A broken sampler's chi-square excess grows linearly with the count,
+ * while the critical value grows only with the cells kept (~sqrt of the count here), so the
+ * count is what buys power: at 12000 the wrong-q control lands at ~2x the critical value. The
+ * sanitizer build runs ~10x slower and uses 4000 (wrong-q control still ~1.3x). */
+#ifdef __SANITIZE_ADDRESS__
+#define EX_N 4000
+#define EX_N_UNVERIFIED 4000
+#else
+#define EX_N 12000
+#define EX_N_UNVERIFIED 3000 /* far off: a quarter of the samples is plenty */
+#endif
+
+/* Upper 0.001 quantile of chi-square by Wilson-Hilferty: (X/df)^(1/3) is nearly normal with
+ * mean 1 - h and variance h, h = 2/(9 df); within 1% for df >= 3 and slightly high
+ * (conservative). Seeds are fixed, so a correct engine passes deterministically: p = 0.001
+ * bounds the chance that the fixed seeds happened to be unlucky, while the controls show that
+ * genuine errors exceed the critical value (wrong q ~2x, unverified drafts ~9x). */
+static double chi2_crit_001(int df) {
+    const double z = 3.090232306167813;
+    const double h = 2.0 / (9.0 * df);
+    const double c = 1.0 - h + z * sqrt(h);
+    return df * c * c * c;
+}
+
+/* Pearson statistic of counts against probabilities; cells with expectation below
+ * CHI2_MIN_EXPECTED are pooled into one (itself folded into the smallest kept cell if still
+ * too small). A hit in a cell of probability 0 is an outright failure (returns +inf). */
+static double chi2_pooled(const long *obs, const double *prob, int n, long total, int *df) {
+    double x = 0, pool_e = 0, pool_o = 0, min_e = INFINITY, min_o = 0;
+    int cells = 0, min_i = -1;
+    for (int i = 0; i < n; i++) {
+        if (prob[i] <= 0) {
+            if (obs[i] != 0) return INFINITY;
+            continue;
+        }
+        double e = prob[i] * (double)total;
+        if (e < CHI2_MIN_EXPECTED) {
+            pool_e += e;
+            pool_o += (double)obs[i];
+            continue;
+        }
+        x += ((double)obs[i] - e) * ((double)obs[i] - e) / e;
+        cells++;
+        if (e < min_e) {
+            min_e = e;
+            min_o = (double)obs[i];
+            min_i = i;
+        }
+    }
+    if (pool_e >= CHI2_MIN_EXPECTED) {
+        x += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+        cells++;
+    } else if (pool_e > 0 && min_i >= 0) { /* merge the pool into the smallest kept cell */
+        x -= (min_o - min_e) * (min_o - min_e) / min_e;
+        double e = min_e + pool_e, o = min_o + pool_o;
+        x += (o - e) * (o - e) / e;
+    }
+    *df = cells - 1;
+    return x;
+}
+
+typedef struct {
+    sd_model *target, *draft;
+    int32_t prompt[2];
+    int n_prompt;
+    sd_sampler_params sp;
+    double *joint; /* [EX_CELLS] exact P(t1, t2, t3) */
+} exact_setup;
+
+static void exact_joint(exact_setup *e) {
+    const int V = EX_V;
+    sd_kv *kv = NULL;
+    assert_int_equal(sd_model_kv_create(e->target, 0, &kv), SD_OK);
+    float logits[EX_V], p0[EX_V], p1[EX_V], p2[EX_V];
+    void *scratch = malloc(sd_sample_scratch_bytes(V));
+    assert_int_equal(sd_model_forward(e->target, kv, e->prompt, e->n_prompt, logits, 0), SD_OK);
+    assert_int_equal(sd_sample_probs(&e->sp, logits, V, p0, scratch), SD_OK);
+    double total = 0;
+    for (int32_t a = 0; a < V; a++) {
+        assert_int_equal(sd_model_forward(e->target, kv, &a, 1, logits, 0), SD_OK);
+        assert_int_equal(sd_sample_probs(&e->sp, logits, V, p1, scratch), SD_OK);
+        for (int32_t b = 0; b < V; b++) {
+            assert_int_equal(sd_model_forward(e->target, kv, &b, 1, logits, 0), SD_OK);
+            assert_int_equal(sd_sample_probs(&e->sp, logits, V, p2, scratch), SD_OK);
+            for (int c = 0; c < V; c++) {
+                double pr = (double)p0[a] * p1[b] * p2[c];
+                e->joint[(a * V + b) * V + c] = pr;
+                total += pr;
+            }
+            assert_int_equal(sd_kv_truncate(kv, e->n_prompt + 1), SD_OK);
+        }
+        assert_int_equal(sd_kv_truncate(kv, e->n_prompt), SD_OK);
+    }
+    assert_true(fabs(total - 1.0) < 1e-4);
+    free(scratch);
+    sd_kv_free(kv);
+}
+
+/* The engine: one sd_spec per generation, because the seed is fixed at creation
+ * (seed = base + i varies it across generations). */
+static void counts_engine(const exact_setup *e, int k, uint64_t base, int n, long *counts, double *acc) {
+    long drafted = 0, accepted = 0;
+    for (int i = 0; i < n; i++) {
+        sd_spec_params p = greedy_params(k + 2, k); /* the first verify pass drafts all k */
+        p.sampling = e->sp;
+        p.sampling.seed = base + (uint64_t)i;
+        p.n_ctx = 16;
+        collect c;
+        sd_spec_stats st;
+        generate(e->target, e->draft, &p, e->prompt, e->n_prompt, &c, &st);
+        assert_int_equal(c.n, k + 2);
+        counts[(c.out[0] * EX_V + c.out[1]) * EX_V + c.out[2]]++;
+        drafted += st.n_drafted;
+        accepted += st.n_accepted;
+    }
+    *acc = (double)accepted / (double)drafted;
+}
+
+typedef enum { HAND_CORRECT, HAND_WRONG_Q, HAND_NO_VERIFY } hand_mode;
+
+/* The speculative step by hand, for (t1, t2, t3) with k = 2. HAND_WRONG_Q draws the drafts
+ * from q at the run's temperature but verifies them against q at temperature 2 * T. */
+static void counts_hand(const exact_setup *e, hand_mode mode, uint64_t base, int n, long *counts) {
+    const int V = EX_V;
+    sd_kv *kt = NULL, *kd = NULL;
+    assert_int_equal(sd_model_kv_create(e->target, 16, &kt), SD_OK);
+    assert_int_equal(sd_model_kv_create(e->draft, 16, &kd), SD_OK);
+    void *scratch = malloc(sd_sample_scratch_bytes(V));
+    sd_sampler_params wrong = e->sp;
+    wrong.temperature = 2.0f * e->sp.temperature;
+    float lt[3 * EX_V], ld[EX_V], p[3 * EX_V], q[2 * EX_V], qv[2 * EX_V], residual[EX_V];
+    for (int i = 0; i < n; i++) {
+        sd_rng rng;
+        sd_rng_seed(&rng, base + (uint64_t)i);
+        sd_kv_truncate(kt, 0);
+        sd_kv_truncate(kd, 0);
+        assert_int_equal(sd_model_forward(e->target, kt, e->prompt, e->n_prompt, lt, 0), SD_OK);
+        assert_int_equal(sd_sample_probs(&e->sp, lt, V, p, scratch), SD_OK);
+        int32_t t1 = sd_sample_draw(p, V, &rng), d[2], t2, t3;
+        /* draft two tokens after t1 */
+        assert_int_equal(sd_model_forward(e->draft, kd, e->prompt, e->n_prompt, NULL, 0), SD_OK);
+        int32_t in = t1;
+        for (int j = 0; j < 2; j++) {
+            assert_int_equal(sd_model_forward(e->draft, kd, &in, 1, ld, 0), SD_OK);
+            assert_int_equal(sd_sample_probs(&e->sp, ld, V, q + j * V, scratch), SD_OK);
+            assert_int_equal(sd_sample_probs(&wrong, ld, V, qv + j * V, scratch), SD_OK);
+            d[j] = in = sd_sample_draw(q + j * V, V, &rng);
+        }
+        if (mode == HAND_NO_VERIFY) {
+            t2 = d[0];
+            t3 = d[1];
+        } else {
+            int32_t batch[3] = {t1, d[0], d[1]}, next;
+            assert_int_equal(sd_model_forward(e->target, kt, batch, 3, lt, 1), SD_OK);
+            for (int j = 0; j < 3; j++) assert_int_equal(sd_sample_probs(&e->sp, lt + j * V, V, p + j * V, scratch), SD_OK);
+            int m = sd_verify_stochastic(p, mode == HAND_WRONG_Q ? qv : q, d, 2, V, &rng, residual, &next);
+            if (m == 0) { /* t2 is the correction; t3 comes from the target after it */
+                t2 = next;
+                assert_int_equal(sd_kv_truncate(kt, e->n_prompt + 1), SD_OK);
+                assert_int_equal(sd_model_forward(e->target, kt, &t2, 1, lt, 0), SD_OK);
+                assert_int_equal(sd_sample_probs(&e->sp, lt, V, p, scratch), SD_OK);
+                t3 = sd_sample_draw(p, V, &rng);
+            } else {
+                t2 = d[0];
+                t3 = m == 1 ? next : d[1];
+            }
+        }
+        counts[(t1 * V + t2) * V + t3]++;
+    }
+    free(scratch);
+    sd_kv_free(kt);
+    sd_kv_free(kd);
+}
+
+static double chi2_report(const char *what, const long *counts, const double *joint, int n) {
+    int df = 0;
+    double x = chi2_pooled(counts, joint, EX_CELLS, n, &df);
+    double crit = chi2_crit_001(df);
+    printf("  %-36s n %5d  chi2 %8.1f  df %4d  crit(p=0.001) %6.1f  ratio %.2f\n", what, n, x, df, crit, x / crit);
+    assert_true(df >= 20); /* enough cells for a meaningful test */
+    return x / crit;
+}
+
+static void test_sampling_exact(void **state) {
+    (void)state;
+    /* Tiny models (microseconds per token) with the 16-piece synthetic vocabulary; the default
+     * 1/sqrt(dim) classifier gives logits of unit scale: peaked but not degenerate. */
+    sd_synth_params tp = synth_shape(16, 1, 2, 1, 32, EX_V, 32, 61);
+    sd_synth_params dp = synth_shape(8, 1, 2, 2, 16, EX_V, 32, 62);
+    exact_setup e;
+    memset(&e, 0, sizeof e);
+    e.target = sdtest_synth_model(&tp);
+    e.draft = sdtest_synth_model(&dp);
+    e.prompt[0] = 1;
+    e.prompt[1] = 5;
+    e.n_prompt = 2;
+    e.joint = malloc(EX_CELLS * sizeof(double));
+    long *counts = malloc(EX_CELLS * sizeof(long));
+    /* One thread: at this size OpenMP's fork/join would cost more than the arithmetic. */
+    const int threads = sd_get_threads();
+    sd_set_threads(1);
+
+    /* The engine at k = 2, temperature 1; then k = 3 with temperature, top-k and top-p all on
+     * (both sides processed alike, zeros in p and q, a three-draft pass). */
+    static const struct { int k; float temp; int top_k; float top_p; uint64_t base; } cfg[] = {
+        {2, 1.0f, 0, 1.0f, 1000000}, {3, 0.8f, 8, 0.9f, 2000000}};
+    for (size_t c = 0; c < sizeof cfg / sizeof *cfg; c++) {
+        e.sp = sd_sampler_default_params();
+        e.sp.temperature = cfg[c].temp;
+        e.sp.top_k = cfg[c].top_k;
+        e.sp.top_p = cfg[c].top_p;
+        exact_joint(&e);
+        memset(counts, 0, EX_CELLS * sizeof(long));
+        double acc = 0;
+        counts_engine(&e, cfg[c].k, cfg[c].base, EX_N, counts, &acc);
+        char what[96];
+        snprintf(what, sizeof what, "engine k=%d T=%.1f top-k %d top-p %.1f", cfg[c].k, (double)cfg[c].temp,
+                 cfg[c].top_k, (double)cfg[c].top_p);
+        double r = chi2_report(what, counts, e.joint, EX_N);
+        printf("  %-36s acceptance %.3f\n", "", acc);
+        assert_true(acc > 0.1 && acc < 0.9); /* both acceptance and rejection are exercised */
+        assert_true(r < 1.0);
+    }
+
+    /* Controls at T = 1, k = 2, with the engine's sample count. */
+    e.sp = sd_sampler_default_params();
+    e.sp.temperature = 1.0f;
+    exact_joint(&e);
+    memset(counts, 0, EX_CELLS * sizeof(long));
+    counts_hand(&e, HAND_CORRECT, 4000000, EX_N, counts);
+    assert_true(chi2_report("hand-built loop, right q", counts, e.joint, EX_N) < 1.0);
+    memset(counts, 0, EX_CELLS * sizeof(long));
+    counts_hand(&e, HAND_WRONG_Q, 4000000, EX_N, counts);
+    assert_true(chi2_report("control: q at temperature 2T", counts, e.joint, EX_N) > 1.0);
+    memset(counts, 0, EX_CELLS * sizeof(long));
+    counts_hand(&e, HAND_NO_VERIFY, 4000000, EX_N_UNVERIFIED, counts);
+    assert_true(chi2_report("control: drafts unverified", counts, e.joint, EX_N_UNVERIFIED) > 1.0);
+
+    sd_set_threads(threads);
+    free(counts);
+    free(e.joint);
+    sd_model_free(e.draft);
+    sd_model_free(e.target);
+}
+
+/* ---------------------------------------------------------------- 5. incompatible pairs */
+
+/* The first id whose piece text differs between two tokenizers (-1 if none). */
+static int first_difference(const sd_tokenizer *a, const sd_tokenizer *b) {
+    int n = sd_tokenizer_n_vocab(a) < sd_tokenizer_n_vocab(b) ? sd_tokenizer_n_vocab(a) : sd_tokenizer_n_vocab(b);
+    for (int id = 0; id < n; id++) {
+        size_t la, lb;
+        const char *pa = sd_tokenizer_piece(a, id, &la), *pb = sd_tokenizer_piece(b, id, &lb);
+        if (la != lb || memcmp(pa, pb, la) != 0) return id;
+    }
+    return -1;
+}
+
+static void expect_mismatch(sd_model *t, sd_model *d, int id) {
+    sd_spec_params p = greedy_params(10, 4);
+    sd_spec *s = (sd_spec *)&p;
+    assert_int_equal(sd_spec_create(t, d, &p, &s), SD_ERR_MISMATCH);
+    assert_null(s);
+    const char *msg = sd_last_error();
+    printf("  mismatch: %s\n", msg);
+    char want[48];
+    snprintf(want, sizeof want, "id %d", id);
+    if (!strstr(msg, want)) fail_msg("message does not name %s: %s", want, msg);
+}
+
+static void test_incompatible_llama2_vocab(void **state) {
+    (void)state;
+    require_shared(REAL_TARGET, REAL_TOKENIZER, LLAMA2_TOKENIZER);
+    sd_model *t = sdtest_shared_model(REAL_TARGET, REAL_TOKENIZER);
+    sd_tokenizer *l2 = load_llama2c_tokenizer(LLAMA2_TOKENIZER, 32000);
+    /* A tiny random model carrying the Llama-2 vocabulary (32000 pieces). */
+    sd_synth_params p = synth_shape(8, 1, 2, 2, 16, 32000, 512, 71);
+    sd_model *d = synth_with_tokenizer(&p, l2);
+    int id = first_difference(sd_model_tokenizer(t), l2);
+    assert_true(id >= 3); /* <unk>, <s>, </s> agree; the pieces do not */
+    expect_mismatch(t, d, id);
+    /* both texts are named (they are printable pieces here, quoted verbatim) */
+    size_t la, lb;
+    const char *pa = sd_tokenizer_piece(sd_model_tokenizer(t), id, &la);
+    const char *pb = sd_tokenizer_piece(l2, id, &lb);
+    char *ta = strndup(pa, la), *tb = strndup(pb, lb);
+    assert_non_null(strstr(sd_last_error(), ta));
+    assert_non_null(strstr(sd_last_error(), tb));
+    free(ta);
+    free(tb);
+    /* the reverse direction fails as well */
+    expect_mismatch(d, t, id);
+    sd_model_free(d);
+    sd_tokenizer_free(l2);
+    sd_model_free(t);
+}
+
+static void test_incompatible_synth_vocab(void **state) {
+    (void)state;
+    sd_model *t = sdtest_tiny_model(32, 1, 4, 2, 64, 320, 81);
+    /* 300 vs 320: the first 300 pieces agree, ids 300.. are normal pieces only the target has */
+    sd_model *d = sdtest_tiny_model(32, 1, 4, 2, 64, 300, 82);
+    expect_mismatch(t, d, 300);
+    assert_non_null(strstr(sd_last_error(), "only the target"));
+    /* 32 vs 320: no byte tokens in the small vocabulary, so id 3 differs already */
+    sd_model *d2 = sdtest_tiny_model(32, 1, 4, 2, 64, 32, 83);
+    expect_mismatch(t, d2, 3);
+    assert_non_null(strstr(sd_last_error(), "<0x00>"));
+    sd_model_free(d2);
+    sd_model_free(d);
+    sd_model_free(t);
+}
+
+static void test_spec_create_args(void **state) {
+    (void)state;
+    sd_model *m = sdtest_tiny_model(32, 1, 4, 2, 64, 64, 91);
+    sd_spec *s = NULL;
+    sd_spec_params p = greedy_params(10, 0);
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_ERR_INVALID_ARG); /* k = 0 with a draft */
+    p.draft_max = SD_MAX_DRAFT + 1;
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_ERR_INVALID_ARG);
+    p.draft_max = 4;
+    p.n_predict = 0;
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_ERR_INVALID_ARG);
+    p.n_predict = 10;
+    p.n_ctx = 257; /* the tiny models hold 256 */
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_ERR_INVALID_ARG);
+    p.n_ctx = 0;
+    p.sampling.top_p = 0;
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_ERR_INVALID_ARG);
+    assert_null(s);
+    sd_spec_free(NULL);
+    sd_model_free(m);
+}
+
+/* ---------------------------------------------------------------- 6. context exhaustion */
+
+typedef struct {
+    int n_ctx, k;
+    int prev; /* history length before the step */
+    int steps;
+} shrink_ctx;
+
+/* Self-drafting accepts everything, so a pass emits exactly nd + 1 tokens: the draft length
+ * nd is visible in the history growth and must be min(k, room - 1) (room = n_ctx - history). */
+static void shrink_on_step(sd_spec *s, void *user) {
+    shrink_ctx *c = user;
+    int n = 0;
+    sd_spec_tokens(s, &n);
+    int room = c->n_ctx - c->prev;
+    int nd = c->k < room - 1 ? c->k : room - 1;
+    if (n - c->prev != nd + 1)
+        fail_msg("history %d -> %d with room %d: expected a draft of %d", c->prev, n, room, nd);
+    assert_true(sd_kv_len(sd_spec_target_kv(s)) <= sd_kv_capacity(sd_spec_target_kv(s)));
+    assert_true(sd_kv_len(sd_spec_draft_kv(s)) <= sd_kv_capacity(sd_spec_draft_kv(s)));
+    c->prev = n;
+    c->steps++;
+}
+
+static void test_context_exhaustion(void **state) {
+    (void)state;
+    sd_synth_params tp = synth_shape(64, 4, 8, 2, 128, 320, 256, 101);
+    sd_synth_params dp = synth_shape(32, 1, 4, 2, 64, 320, 256, 102);
+    sd_model *t = sdtest_synth_model(&tp);
+    sd_model *d = sdtest_synth_model(&dp);
+    const int32_t prompt[3] = {1, 300, 301};
+    enum { N_CTX = 37 };
+
+    /* Plain decoding fills the context and stops with "context". */
+    sd_spec_params pp = greedy_params(100, 0);
+    pp.n_ctx = N_CTX;
+    collect plain;
+    sd_spec_stats pst;
+    generate(t, NULL, &pp, prompt, 3, &plain, &pst);
+    assert_string_equal(pst.stop_reason, "context");
+    assert_int_equal(plain.n, N_CTX - 3);
+    check_stats(&pst, 0, N_CTX - 3);
+
+    /* Self-draft with k = 8: passes of 9 tokens until the room runs short, then shorter drafts. */
+    sd_spec_params sp = greedy_params(100, 8);
+    sp.n_ctx = N_CTX;
+    shrink_ctx sc = {N_CTX, 8, 4, 0};
+    sp.on_step = shrink_on_step;
+    sp.step_user = &sc;
+    sd_spec *s = NULL;
+    assert_int_equal(sd_spec_create(t, t, &sp, &s), SD_OK);
+    collect c;
+    memset(&c, 0, sizeof c);
+    sd_spec_stats st;
+    assert_int_equal(sd_spec_generate(s, prompt, 3, collect_cb, &c, &st), SD_OK);
+    assert_string_equal(st.stop_reason, "context");
+    assert_int_equal(c.n, N_CTX - 3);
+    assert_memory_equal(c.out, plain.out, (size_t)c.n * sizeof(int32_t));
+    check_stats(&st, 8, N_CTX - 3);
+    assert_int_equal(sc.prev, N_CTX); /* the history fills the context exactly */
+    assert_true(sc.steps >= 4);
+    assert_true(st.drafted_at[7] < st.n_verify); /* the last pass drafted fewer than k */
+    assert_int_equal(sd_kv_len(sd_spec_target_kv(s)), N_CTX - 1);
+    sd_spec_free(s);
+
+    /* A different draft, several k: output equals plain, never past the cache. */
+    static const int ks[] = {1, 3, 8, SD_MAX_DRAFT};
+    for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
+        sd_spec_params q = greedy_params(100, ks[i]);
+        q.n_ctx = N_CTX;
+        generate(t, d, &q, prompt, 3, &c, &st);
+        assert_string_equal(st.stop_reason, "context");
+        assert_int_equal(c.n, N_CTX - 3);
+        assert_memory_equal(c.out, plain.out, (size_t)c.n * sizeof(int32_t));
+        check_stats(&st, ks[i], N_CTX - 3);
+        assert_true(st.kv_bytes_target <= (size_t)(N_CTX - 1) * (2 * 4 * 16 * sizeof(float)));
+    }
+
+    /* The context is the smaller model's when none is given: a draft of 40 positions stops the
+     * pair there, and the output is a prefix of the target's own. */
+    sd_synth_params sdp = dp;
+    sdp.ctx_len = 40;
+    sd_model *dshort = sdtest_synth_model(&sdp);
+    sd_spec_params q = greedy_params(100, 4);
+    generate(t, dshort, &q, prompt, 3, &c, &st);
+    assert_string_equal(st.stop_reason, "context");
+    assert_int_equal(c.n, 40 - 3);
+    collect plain_long;
+    pp.n_ctx = 0;
+    generate(t, NULL, &pp, prompt, 3, &plain_long, &pst);
+    assert_string_equal(pst.stop_reason, "length");
+    assert_memory_equal(c.out, plain_long.out, (size_t)c.n * sizeof(int32_t));
+
+    /* Edge cases: a prompt of n_ctx - 1 tokens leaves room for exactly the first token; a prompt
+     * filling the context is refused. */
+    int32_t longp[N_CTX];
+    for (int i = 0; i < N_CTX; i++) longp[i] = i == 0 ? 1 : 3 + i;
+    sd_spec_params e = greedy_params(100, 4);
+    e.n_ctx = N_CTX;
+    generate(t, d, &e, longp, N_CTX - 1, &c, &st);
+    assert_int_equal(c.n, 1);
+    assert_string_equal(st.stop_reason, "context");
+    assert_int_equal(sd_spec_create(t, d, &e, &s), SD_OK);
+    assert_int_equal(sd_spec_generate(s, longp, N_CTX, collect_cb, &c, &st), SD_ERR_CONTEXT_FULL);
+    sd_spec_free(s);
+
+    sd_model_free(dshort);
+    sd_model_free(d);
+    sd_model_free(t);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* e.g. test_spec 'test_sampling*' */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_self_draft_tiny),
+        cmocka_unit_test(test_greedy_self_draft_real),
+        cmocka_unit_test(test_greedy_real_pair),
+        cmocka_unit_test(test_greedy_random_draft),
+        cmocka_unit_test(test_greedy_tiny_gqa_pair),
+        cmocka_unit_test(test_rollback_invariants),
+        cmocka_unit_test(test_stop_mid_pass),
+        cmocka_unit_test(test_sampling_exact),
+        cmocka_unit_test(test_incompatible_llama2_vocab),
+        cmocka_unit_test(test_incompatible_synth_vocab),
+        cmocka_unit_test(test_spec_create_args),
+        cmocka_unit_test(test_context_exhaustion),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
