@@ -48,17 +48,30 @@ typedef struct sd_model sd_model;
 void sd_set_threads(int n);
 int sd_get_threads(void);
 
-/* Loads a .gguf or llama2.c .bin checkpoint (chosen by magic, not extension). */
+/* Resolves a model argument into buf: an existing path, else NAME, NAME.gguf, NAME.bin,
+ * NAME/NAME.bin, NAME/NAME.gguf under each directory of the search path ($SPECDEC_MODEL_PATH,
+ * colon-separated; ./models; ../shared/models). SD_ERR_IO naming where it looked if absent. */
+sd_status sd_model_resolve(const char *arg, char *buf, size_t cap);
+
+/* Loads a .gguf or llama2.c .bin checkpoint (chosen by magic, not extension), or a Hugging
+ * Face checkpoint: a directory (or its config.json or a .safetensors file in it) with
+ * config.json (Llama/Mistral/Qwen2ForCausalLM), model.safetensors or
+ * model.safetensors.index.json shards (F32/F16/BF16), and tokenizer.json. */
 sd_status sd_model_load(const char *path, const sd_model_params *p, sd_model **out);
 /* Loads a GGUF image from memory (not copied: buf must outlive the model). */
 sd_status sd_model_load_gguf_mem(const void *buf, size_t len, const char *what,
                                  const sd_model_params *p, sd_model **out);
+/* Loads a llama2.c checkpoint from memory (not copied: buf must outlive the model) with its
+ * tokenizer.bin from tok_buf (copied). Only n_ctx and n_batch of p are used. */
+sd_status sd_model_load_llama2c_mem(const void *buf, size_t len, const char *what,
+                                    const sd_model_params *p, const void *tok_buf, size_t tok_len,
+                                    sd_model **out);
 void sd_model_free(sd_model *m); /* NULL is fine */
 
 const sd_hparams *sd_model_hparams(const sd_model *m);
 const sd_tokenizer *sd_model_tokenizer(const sd_model *m);
 const char *sd_model_path(const sd_model *m);
-const char *sd_model_format(const sd_model *m); /* "gguf" or "llama2c" */
+const char *sd_model_format(const sd_model *m); /* "gguf", "llama2c" or "hf" */
 /* Path of the tokenizer.bin a llama2.c model was loaded with; NULL for GGUF. */
 const char *sd_model_tokenizer_path(const sd_model *m);
 int sd_model_n_ctx(const sd_model *m);          /* usable context (<= ctx_len unless raised) */
@@ -69,6 +82,15 @@ size_t sd_model_bytes_per_token(const sd_model *m);
 /* Prints architecture, hyperparameters, tensor type counts, vocab and special tokens,
  * weight bytes and KV bytes per token. */
 void sd_model_describe(const sd_model *m, FILE *f);
+
+/* The weights as tensors under llama.cpp's GGUF names, whatever format the model came from:
+ * token_embd.weight; per layer blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
+ * ffn_norm, ffn_gate, ffn_down, ffn_up}.weight; output_norm.weight; output.weight unless the
+ * classifier is tied to the embeddings. Matrices are views of the loaded data (rows = ne[1]);
+ * norms are F32 views with one row. Q/K rows are in the model's own RoPE order (see
+ * hparams.rope_style). sd_model_tensor writes the name into name[cap]. */
+int sd_model_n_tensors(const sd_model *m);
+sd_status sd_model_tensor(const sd_model *m, int i, char *name, size_t cap, sd_tensor *view);
 
 /* A KV cache shaped for this model with room for n_ctx tokens (0: sd_model_n_ctx). */
 sd_status sd_model_kv_create(const sd_model *m, int n_ctx, sd_kv **out);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/fp16.h"
+#include "kernels/quant.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -55,8 +56,8 @@ int sd_dequant_row(const sd_tensor *W, int64_t r, float *out) {
         for (int64_t i = 0; i < W->cols; i++) out[i] = sd_fp16_to_fp32(h[i]);
         return 0;
     }
-    default:
-        return -1;
+    default: /* quantised and BF16 rows: kernels/quant.c */
+        return sd_quant_dequant_row(W->type, p, out, W->cols);
     }
 }
 
@@ -91,6 +92,13 @@ static inline __m512 load16_f16(const void *p) {
 static inline __m512 maskload_f32(const void *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 static inline __m512 maskload_f16(const void *p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+/* BF16 is the top half of an F32: widening is exact, so BF16 rides the F32/F16 kernels. */
+static inline __m512 load16_bf16(const void *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+static inline __m512 maskload_bf16(const void *p, __mmask16 m) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
 
 /* One decode step: 4 rows at a time so four independent FMA chains hide latency while the
@@ -139,6 +147,7 @@ static inline __m512 maskload_f16(const void *p, __mmask16 m) {
 
 DEFINE_MATVEC(f32, 4, load16_f32, maskload_f32)
 DEFINE_MATVEC(f16, 2, load16_f16, maskload_f16)
+DEFINE_MATVEC(bf16, 2, load16_bf16, maskload_bf16)
 
 /* Small batch: each weight vector is loaded once and multiplied into NB token rows held
  * in L1/L2, so verifying k+1 tokens streams the weights once, like one decode step. */
@@ -178,12 +187,18 @@ DEFINE_MATVEC(f16, 2, load16_f16, maskload_f16)
 
 DEFINE_MULTI_ALL(f32, 4, load16_f32, maskload_f32)
 DEFINE_MULTI_ALL(f16, 2, load16_f16, maskload_f16)
+DEFINE_MULTI_ALL(bf16, 2, load16_bf16, maskload_bf16)
 
 typedef void (*multi_fn)(const sd_tensor *, const float *, float *, int64_t, int64_t);
 static const multi_fn k_multi_f32[9] = {NULL, NULL, multi_f32_2, multi_f32_3, multi_f32_4,
                                         multi_f32_5, multi_f32_6, multi_f32_7, multi_f32_8};
 static const multi_fn k_multi_f16[9] = {NULL, NULL, multi_f16_2, multi_f16_3, multi_f16_4,
                                         multi_f16_5, multi_f16_6, multi_f16_7, multi_f16_8};
+static const multi_fn k_multi_bf16[9] = {NULL, NULL, multi_bf16_2, multi_bf16_3, multi_bf16_4,
+                                         multi_bf16_5, multi_bf16_6, multi_bf16_7, multi_bf16_8};
+#define SD_FLOAT_KERNEL(t) ((t) == SD_TYPE_F32 || (t) == SD_TYPE_F16 || (t) == SD_TYPE_BF16)
+#else
+#define SD_FLOAT_KERNEL(t) ((t) == SD_TYPE_F32)
 #endif /* SD_HAVE_AVX512 */
 
 /* Portable fallback for machines without AVX-512: same structure, scalar. */
@@ -210,17 +225,18 @@ static void multi_generic(const sd_tensor *W, const float *X, int n, float *Y, i
 static void small_batch_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0,
                              int64_t r1, float *rowbuf) {
 #if SD_HAVE_AVX512
-    if (W->type == SD_TYPE_F32 || W->type == SD_TYPE_F16) {
-        const int f16 = W->type == SD_TYPE_F16;
+    if (SD_FLOAT_KERNEL(W->type)) {
+        const sd_type t = W->type;
         for (int j0 = 0; j0 < n; j0 += 8) {
             int nb = n - j0 < 8 ? n - j0 : 8;
             const float *Xg = X + (size_t)j0 * W->cols;
             float *Yg = Y + (size_t)j0 * W->rows;
             if (nb == 1) {
-                if (f16) matvec_f16(W, Xg, Yg, r0, r1);
+                if (t == SD_TYPE_F16) matvec_f16(W, Xg, Yg, r0, r1);
+                else if (t == SD_TYPE_BF16) matvec_bf16(W, Xg, Yg, r0, r1);
                 else matvec_f32(W, Xg, Yg, r0, r1);
             } else {
-                (f16 ? k_multi_f16 : k_multi_f32)[nb](W, Xg, Yg, r0, r1);
+                (t == SD_TYPE_F16 ? k_multi_f16 : t == SD_TYPE_BF16 ? k_multi_bf16 : k_multi_f32)[nb](W, Xg, Yg, r0, r1);
             }
         }
         return;
@@ -229,20 +245,31 @@ static void small_batch_rows(const sd_tensor *W, const float *X, int n, float *Y
     multi_generic(W, X, n, Y, r0, r1, rowbuf);
 }
 
-static int type_has_kernel(sd_type t) { return t == SD_TYPE_F32 || t == SD_TYPE_F16; }
+static int type_has_kernel(sd_type t) {
+    return t == SD_TYPE_F32 || t == SD_TYPE_F16 || sd_quant_has_dequant(t);
+}
 
 int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratch) {
     if (!type_has_kernel(W->type) || n < 1) return -1;
     const int64_t rows = W->rows, cols = W->cols;
+    if (n <= SD_SMALL_BATCH && sd_quant_has_dot(W->type)) /* integer kernels, kernels/quant.c */
+        return sd_quant_matmul(W, X, n, Y, scratch,
+                               scratch ? sd_matmul_scratch_floats(cols) * sizeof(float) : 0);
     if (n <= SD_SMALL_BATCH) {
         const double work = (double)rows * (double)cols * n;
         /* Blocks of 16 rows keep each thread's output writes in separate cache lines. */
         const int64_t nblk = (rows + 15) / 16;
+        if (work < SD_PAR_MIN_WORK && SD_FLOAT_KERNEL(W->type)) {
+            /* Small work runs without entering OpenMP at all: even a team of one costs
+             * libgomp barrier futex calls, twice per matmul of a tiny model. */
+            small_batch_rows(W, X, n, Y, 0, rows, NULL);
+            return 0;
+        }
         int fail = 0;
 #pragma omp parallel if (work >= SD_PAR_MIN_WORK)
         {
             float *rowbuf = NULL;
-            if (W->type != SD_TYPE_F32 && !SD_HAVE_AVX512) {
+            if (!SD_FLOAT_KERNEL(W->type)) { /* dequantise each row for the generic kernel */
                 rowbuf = malloc((size_t)cols * sizeof(float));
                 if (!rowbuf) {
 #pragma omp atomic write
@@ -252,7 +279,7 @@ int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratc
 #pragma omp for schedule(static)
             for (int64_t b = 0; b < nblk; b++) {
                 int64_t r0 = b * 16, r1 = r0 + 16 < rows ? r0 + 16 : rows;
-                if (W->type == SD_TYPE_F32 || rowbuf || SD_HAVE_AVX512)
+                if (SD_FLOAT_KERNEL(W->type) || rowbuf)
                     small_batch_rows(W, X, n, Y, r0, r1, rowbuf);
             }
             free(rowbuf);
@@ -450,6 +477,15 @@ void sd_attention(const float *q, const float *K, const float *V, float *out, in
     const int items = n * n_heads;
     const int ctx_max = pos0 + n;
     const double work = (double)items * ctx_max * head_dim;
+    if (work < SD_PAR_MIN_WORK) { /* serial without entering OpenMP (see sd_matmul) */
+        for (int it = 0; it < items; it++) {
+            int t = it / n_heads, h = it % n_heads;
+            attend_one(q + (size_t)t * q_dim + (size_t)h * head_dim, K, V,
+                       out + (size_t)t * q_dim + (size_t)h * head_dim, pos0 + t + 1, kv_dim, head_dim,
+                       h / group, att_scratch);
+        }
+        return;
+    }
     int nt = sd_kernels_threads() < att_slots ? sd_kernels_threads() : att_slots;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (work >= SD_PAR_MIN_WORK)
     for (int it = 0; it < items; it++) {

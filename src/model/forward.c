@@ -19,6 +19,13 @@ static long first_nonfinite(const float *x, size_t n) {
     return -1;
 }
 
+/* Adds bias b[d] to each of n rows of y (Qwen2's q/k/v biases); a no-op without one. Row by
+ * row in the same order for any n, so batched and stepwise passes stay equal. */
+static void add_bias(float *y, const float *b, int n, int d) {
+    if (!b) return;
+    for (int t = 0; t < n; t++) add_inplace(y + (size_t)t * d, b, (size_t)d);
+}
+
 static sd_status mm(sd_model *m, const sd_tensor *W, const float *X, int n, float *Y) {
     if (sd_matmul(W, X, n, Y, m->arena.tile) != 0) {
         const sd_type_traits *ti = sd_type_info(W->type);
@@ -51,6 +58,9 @@ static sd_status forward_chunk(sd_model *m, sd_kv *kv, const int32_t *tok, int n
         if ((st = mm(m, &L->wq, a->xb, nc, a->q)) != SD_OK) return st;
         if ((st = mm(m, &L->wk, a->xb, nc, knew)) != SD_OK) return st;
         if ((st = mm(m, &L->wv, a->xb, nc, vnew)) != SD_OK) return st;
+        add_bias(a->q, L->bq, nc, q_dim);
+        add_bias(knew, L->bk, nc, kv_dim);
+        add_bias(vnew, L->bv, nc, kv_dim);
         for (int t = 0; t < nc; t++) {
             sd_rope(a->q + (size_t)t * q_dim, hp->n_heads, hp->head_dim, hp->rope_dim, pos + t,
                     m->inv_freq, half);
@@ -77,13 +87,18 @@ static sd_status forward_chunk(sd_model *m, sd_kv *kv, const int32_t *tok, int n
     }
 
     if (!logits) return SD_OK;
-    if (all_logits) {
-        sd_rmsnorm(a->xb, a->x, m->output_norm, nc, dim, hp->norm_eps);
-        return mm(m, &m->output, a->xb, nc, logits);
-    }
-    const float *last = a->x + (size_t)(nc - 1) * dim;
-    sd_rmsnorm(a->xb, last, m->output_norm, 1, dim, hp->norm_eps);
-    return mm(m, &m->output, a->xb, 1, logits);
+    const int n_out = all_logits ? nc : 1;
+    sd_rmsnorm(a->xb, a->x + (size_t)(nc - n_out) * dim, m->output_norm, n_out, dim, hp->norm_eps);
+    if ((st = mm(m, &m->output, a->xb, n_out, logits)) != SD_OK) return st;
+    /* A finite residual stream can still give NaN/Inf logits (output norm or classifier
+     * weights holding them, or overflow); samplers must never see those. */
+    long bad = first_nonfinite(logits, (size_t)n_out * hp->vocab_size);
+    if (bad >= 0)
+        return sd_fail(SD_ERR_NUMERIC,
+                       "%s: the output layer produced a non-finite logit (%g) for token %ld at position %d: the "
+                       "output norm or classifier weights hold NaN/Inf, or the logits overflowed",
+                       m->path, (double)logits[bad], bad % hp->vocab_size, pos + nc - n_out + (int)(bad / hp->vocab_size));
+    return SD_OK;
 }
 
 sd_status sd_model_forward(sd_model *m, sd_kv *kv, const int32_t *tokens, int n, float *logits,

@@ -46,7 +46,9 @@ void sd_model_free(sd_model *m) {
     free(m->owned);
     free(m->inv_freq);
     sd_gguf_free(m->gguf);
+    sd_hf_files_free(m->hf);
     if (m->map) munmap(m->map, m->map_len);
+    free(m->owned_image);
     free(m->path);
     free(m);
 }
@@ -81,12 +83,14 @@ sd_status sd_model_finish(sd_model *m, const sd_model_params *p) {
                        "%s: bad hyperparameters dim=%d layers=%d heads=%d kv_heads=%d hidden=%d vocab=%d",
                        f, hp->dim, hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->hidden_dim,
                        hp->vocab_size);
-    if (hp->dim % hp->n_heads != 0)
+    /* head_dim is dim / n_heads, except where an HF config.json sets it (Mistral Nemo) */
+    const int free_head_dim = m->format && strcmp(m->format, "hf") == 0;
+    if (!free_head_dim && hp->dim % hp->n_heads != 0)
         return sd_fail(SD_ERR_FORMAT, "%s: n_heads=%d does not divide dim=%d", f, hp->n_heads, hp->dim);
     if (hp->n_heads % hp->n_kv_heads != 0)
         return sd_fail(SD_ERR_FORMAT, "%s: n_kv_heads=%d does not divide n_heads=%d", f,
                        hp->n_kv_heads, hp->n_heads);
-    if (hp->head_dim != hp->dim / hp->n_heads)
+    if (hp->head_dim <= 0 || (!free_head_dim && hp->head_dim != hp->dim / hp->n_heads))
         return sd_fail(SD_ERR_FORMAT, "%s: head_dim=%d but dim/n_heads=%d", f, hp->head_dim,
                        hp->dim / hp->n_heads);
     if (hp->rope_dim <= 0 || hp->rope_dim > hp->head_dim || hp->rope_dim % 2 != 0)
@@ -154,6 +158,18 @@ static sd_status load_common(sd_model *m, const void *buf, size_t len, const sd_
     return sd_model_finish(m, p);
 }
 
+/* A Hugging Face checkpoint is a directory: given as one, or by its config.json or a
+ * safetensors file inside it. */
+static int is_hf_path(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return 1;
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strlen(base);
+    return strcmp(base, "config.json") == 0 || strcmp(base, "model.safetensors.index.json") == 0 ||
+           (n > 12 && strcmp(base + n - 12, ".safetensors") == 0);
+}
+
 sd_status sd_model_load(const char *path, const sd_model_params *p, sd_model **out) {
     *out = NULL;
     sd_model_params dp = sd_model_default_params();
@@ -161,8 +177,15 @@ sd_status sd_model_load(const char *path, const sd_model_params *p, sd_model **o
     if (!path) return sd_fail(SD_ERR_INVALID_ARG, "no model path given");
     sd_model *m = model_new(path);
     if (!m) return sd_fail(SD_ERR_NOMEM, "out of memory");
-    sd_status st = map_file(path, &m->map, &m->map_len);
-    if (st == SD_OK) st = load_common(m, m->map, m->map_len, p);
+    sd_status st;
+    if (is_hf_path(path)) {
+        m->format = "hf";
+        st = sd_model_load_hf(m, path, p);
+        if (st == SD_OK) st = sd_model_finish(m, p);
+    } else {
+        st = map_file(path, &m->map, &m->map_len);
+        if (st == SD_OK) st = load_common(m, m->map, m->map_len, p);
+    }
     if (st != SD_OK) {
         sd_model_free(m);
         return st;
@@ -194,6 +217,26 @@ sd_status sd_model_load_gguf_mem(const void *buf, size_t len, const char *what,
     return SD_OK;
 }
 
+sd_status sd_model_load_llama2c_mem(const void *buf, size_t len, const char *what,
+                                    const sd_model_params *p, const void *tok_buf, size_t tok_len,
+                                    sd_model **out) {
+    *out = NULL;
+    sd_model_params dp = sd_model_default_params();
+    if (!p) p = &dp;
+    if (!buf && len) return sd_fail(SD_ERR_INVALID_ARG, "llama2.c image: NULL buffer");
+    sd_model *m = model_new(what);
+    if (!m) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    m->format = "llama2c";
+    sd_status st = sd_model_load_llama2c_buf(m, buf, len, tok_buf, tok_len);
+    if (st == SD_OK) st = sd_model_finish(m, p);
+    if (st != SD_OK) {
+        sd_model_free(m);
+        return st;
+    }
+    *out = m;
+    return SD_OK;
+}
+
 const sd_hparams *sd_model_hparams(const sd_model *m) { return &m->hp; }
 const sd_tokenizer *sd_model_tokenizer(const sd_model *m) { return m->tok; }
 const char *sd_model_path(const sd_model *m) { return m->path; }
@@ -214,6 +257,45 @@ size_t sd_model_bytes_per_token(const sd_model *m) {
     }
     b += tensor_bytes(&m->output) + m->tok_embd.row_bytes + (size_t)m->hp.dim * sizeof(float);
     return b;
+}
+
+int sd_model_n_tensors(const sd_model *m) {
+    const int tied = m->output.data == m->tok_embd.data;
+    return 2 + 9 * m->hp.n_layers + (tied ? 0 : 1);
+}
+
+sd_status sd_model_tensor(const sd_model *m, int i, char *name, size_t cap, sd_tensor *view) {
+    static const char *const k_layer[9] = {"attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
+                                           "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up"};
+    const int n = sd_model_n_tensors(m), nl9 = 9 * m->hp.n_layers;
+    if (i < 0 || i >= n) return sd_fail(SD_ERR_INVALID_ARG, "%s: tensor index %d not in [0, %d)", m->path, i, n);
+    const sd_tensor norm = {SD_TYPE_F32, 1, m->hp.dim, (size_t)m->hp.dim * sizeof(float), NULL};
+    int len;
+    if (i == 0) {
+        len = snprintf(name, cap, "token_embd.weight");
+        *view = m->tok_embd;
+    } else if (i <= nl9) {
+        const int l = (i - 1) / 9, k = (i - 1) % 9;
+        const sd_layer *L = &m->layers[l];
+        len = snprintf(name, cap, "blk.%d.%s.weight", l, k_layer[k]);
+        const sd_tensor *mats[9] = {NULL, &L->wq, &L->wk, &L->wv, &L->wo, NULL, &L->w1, &L->w2, &L->w3};
+        if (mats[k]) {
+            *view = *mats[k];
+        } else {
+            *view = norm;
+            view->data = k == 0 ? L->attn_norm : L->ffn_norm;
+        }
+    } else if (i == nl9 + 1) {
+        len = snprintf(name, cap, "output_norm.weight");
+        *view = norm;
+        view->data = m->output_norm;
+    } else {
+        len = snprintf(name, cap, "output.weight");
+        *view = m->output;
+    }
+    if (len < 0 || (size_t)len >= cap)
+        return sd_fail(SD_ERR_INVALID_ARG, "%s: tensor name buffer of %zu bytes is too small", m->path, cap);
+    return SD_OK;
 }
 
 sd_status sd_model_kv_create(const sd_model *m, int n_ctx, sd_kv **out) {

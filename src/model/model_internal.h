@@ -15,6 +15,7 @@ typedef struct {
     sd_tensor w1;           /* gate [hidden][dim] */
     sd_tensor w2;           /* down [dim][hidden] */
     sd_tensor w3;           /* up [hidden][dim] */
+    const float *bq, *bk, *bv; /* q/k/v projection biases (Qwen2); NULL when absent */
 } sd_layer;
 
 /* Activations for up to n_batch tokens, carved from one allocation at load. */
@@ -37,8 +38,10 @@ struct sd_model {
     char *path;
     const char *format;
     void *map; /* read-only mmap of the file (NULL when loaded from memory) */
+    void *owned_image; /* malloc'd GGUF image the model was loaded from and owns (or NULL) */
     size_t map_len;
     sd_gguf *gguf;
+    struct sd_hf_files *hf; /* HF checkpoints: mapped shards and converted tensors (load_hf.c) */
     sd_tensor tok_embd; /* [vocab][dim] */
     sd_tensor output;   /* [vocab][dim]; == tok_embd when tied */
     const float *output_norm;
@@ -60,5 +63,11 @@ sd_status sd_model_finish(sd_model *m, const sd_model_params *p);
 /* Loaders fill m->hp, the tensors and the tokenizer. */
 sd_status sd_model_load_gguf(sd_model *m, const void *buf, size_t len, const sd_model_params *p);
 sd_status sd_model_load_llama2c(sd_model *m, const void *buf, size_t len, const sd_model_params *p);
+/* HF checkpoint: path is its directory or a config.json / safetensors file inside it. */
+sd_status sd_model_load_hf(sd_model *m, const char *path, const sd_model_params *p);
+void sd_hf_files_free(struct sd_hf_files *f);
+/* llama2.c checkpoint whose tokenizer.bin is given as bytes (copied) instead of a path. */
+sd_status sd_model_load_llama2c_buf(sd_model *m, const void *buf, size_t len, const void *tok_buf,
+                                    size_t tok_len);
 
 #endif

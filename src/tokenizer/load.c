@@ -1,4 +1,5 @@
-/* Tokenizer loaders: llama2.c tokenizer.bin and GGUF "llama" (SentencePiece) metadata.
+/* Tokenizer loaders: llama2.c tokenizer.bin and GGUF "llama" (SentencePiece) and "gpt2"
+ * (byte-level BPE, set up by bpe.c) metadata.
  * Both produce the same canonical pieces ("▁the", "<s>") so vocabularies from either compare equal. */
 #include "tok_internal.h"
 
@@ -236,6 +237,41 @@ static sd_status get_token_array(const sd_gguf *g, const char *key, sd_gguf_vtyp
     return SD_OK;
 }
 
+/* GGUF "gpt2": byte-level pieces, tokenizer.ggml.merges (required, "left right" in rank
+ * order) and the pre-tokenizer named by tokenizer.ggml.pre, whose family also decides
+ * add_bos when the file does not. */
+static sd_status bpe_from_gguf(const sd_gguf *g, sd_tokenizer *t, const char *what) {
+    const sd_gguf_kv *pre = sd_gguf_find_kv(g, "tokenizer.ggml.pre");
+    if (pre && pre->type != SD_GGUF_STRING)
+        return sd_fail(SD_ERR_FORMAT, "%s: tokenizer.ggml.pre has value type %d, expected a string",
+                       what, (int)pre->type);
+    int add_bos = 0;
+    sd_status st = sd_bpe_set_pre_name(t, pre ? pre->v.str.ptr : NULL, pre ? (size_t)pre->v.str.len : 0,
+                                       what, &add_bos);
+    if (st != SD_OK) return st;
+    if (!sd_gguf_find_kv(g, "tokenizer.ggml.add_bos_token")) t->add_bos = add_bos;
+    t->add_space_prefix = 0; /* llama.cpp's BPE never adds one */
+    t->byte_level = 1;
+    const sd_gguf_kv *mg = sd_gguf_find_kv(g, "tokenizer.ggml.merges");
+    if (!mg) return sd_fail(SD_ERR_FORMAT, "%s: missing key tokenizer.ggml.merges (a gpt2 vocabulary needs merges)", what);
+    if (mg->type != SD_GGUF_ARRAY || mg->arr_type != SD_GGUF_STRING || (mg->arr_n && !mg->arr_strs))
+        return sd_fail(SD_ERR_FORMAT, "%s: tokenizer.ggml.merges is not an array of strings", what);
+    if ((st = sd_bpe_merges_alloc(t, (size_t)mg->arr_n, what)) != SD_OK) return st;
+    for (uint64_t i = 0; i < mg->arr_n; i++) {
+        const char *m = mg->arr_strs[i].ptr;
+        size_t n = (size_t)mg->arr_strs[i].len;
+        /* split at the first space after the first byte, as llama.cpp does */
+        const char *sp = n > 1 ? memchr(m + 1, ' ', n - 1) : NULL;
+        if (!sp) {
+            char q[96];
+            return sd_fail(SD_ERR_FORMAT, "%s: tokenizer.ggml.merges[%llu] = %s is not \"left right\"",
+                           what, (unsigned long long)i, sd_tok_quote(m, n, q, sizeof q));
+        }
+        sd_bpe_merge_add(t, m, (size_t)(sp - m), sp + 1, n - (size_t)(sp - m) - 1);
+    }
+    return sd_bpe_finish(t, what);
+}
+
 sd_status sd_tokenizer_from_gguf(const sd_gguf *g, const char *what, sd_tokenizer **out) {
     if (!out) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: out is NULL");
     *out = NULL;
@@ -247,10 +283,12 @@ sd_status sd_tokenizer_from_gguf(const sd_gguf *g, const char *what, sd_tokenize
     if (kv->type != SD_GGUF_STRING)
         return sd_fail(SD_ERR_FORMAT, "%s: %s has value type %d, expected a string", what, K_MODEL,
                        (int)kv->type);
-    if (!sd_str_eq(kv->v.str, "llama")) {
+    const int is_bpe = sd_str_eq(kv->v.str, "gpt2");
+    if (!sd_str_eq(kv->v.str, "llama") && !is_bpe) {
         char q[96];
         return sd_fail(SD_ERR_UNSUPPORTED,
-                       "%s: %s is %s; only \"llama\" (SentencePiece) vocabularies are supported",
+                       "%s: %s is %s; only \"llama\" (SentencePiece) and \"gpt2\" (byte-level BPE) "
+                       "vocabularies are supported",
                        what, K_MODEL, sd_tok_quote(kv->v.str.ptr, (size_t)kv->v.str.len, q, sizeof q));
     }
 
@@ -278,11 +316,12 @@ sd_status sd_tokenizer_from_gguf(const sd_gguf *g, const char *what, sd_tokenize
     if (st != SD_OK) return st;
 
     int32_t bos, eos, unk, pad;
-    int add_bos, add_space_prefix;
-    /* defaults are llama.cpp's for "llama" vocabularies */
-    st = get_special_id(g, "tokenizer.ggml.bos_token_id", 1, n_vocab, what, &bos);
-    if (st == SD_OK) st = get_special_id(g, "tokenizer.ggml.eos_token_id", 2, n_vocab, what, &eos);
-    if (st == SD_OK) st = get_special_id(g, "tokenizer.ggml.unknown_token_id", 0, n_vocab, what, &unk);
+    int add_bos = 1, add_space_prefix = 1;
+    /* defaults are llama.cpp's for "llama" vocabularies; a "gpt2" one has none (llama.cpp's
+     * id 11 there is a leftover that names an ordinary piece) */
+    st = get_special_id(g, "tokenizer.ggml.bos_token_id", is_bpe ? -1 : 1, n_vocab, what, &bos);
+    if (st == SD_OK) st = get_special_id(g, "tokenizer.ggml.eos_token_id", is_bpe ? -1 : 2, n_vocab, what, &eos);
+    if (st == SD_OK) st = get_special_id(g, "tokenizer.ggml.unknown_token_id", is_bpe ? -1 : 0, n_vocab, what, &unk);
     if (st == SD_OK) st = get_special_id(g, "tokenizer.ggml.padding_token_id", -1, n_vocab, what, &pad);
     if (st == SD_OK) st = get_flag(g, "tokenizer.ggml.add_bos_token", 1, what, &add_bos);
     if (st == SD_OK) st = get_flag(g, "tokenizer.ggml.add_space_prefix", 1, what, &add_space_prefix);
@@ -324,6 +363,7 @@ sd_status sd_tokenizer_from_gguf(const sd_gguf *g, const char *what, sd_tokenize
         }
     }
     st = sd_tok_finish(t, what);
+    if (st == SD_OK && is_bpe) st = bpe_from_gguf(g, t, what);
     if (st != SD_OK) {
         sd_tokenizer_free(t);
         return st;

@@ -99,6 +99,8 @@ sd_status sd_tokenizer_encode(const sd_tokenizer *t, const char *text, size_t le
     if (n_out) *n_out = 0;
     if (!t || !n_out || cap < 0 || (!out && cap > 0) || (!text && len))
         return sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: bad arguments (cap %d)", cap);
+    if (t->kind == SD_TOKENIZER_BPE) /* rank-merged BPE lives in bpe.c */
+        return sd_bpe_encode(t, text, len, add_bos, out, cap, n_out);
     if (len > SPM_MAX_TEXT)
         return sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: text of %zu bytes exceeds the %zu-byte limit",
                        len, SPM_MAX_TEXT);
@@ -217,6 +219,9 @@ int sd_tokenizer_decode(const sd_tokenizer *t, int32_t prev, int32_t id, char *b
                 (int)id, t->n_vocab);
         return -1;
     }
+    /* Byte-level pieces decode through GPT-2's byte table; SentencePiece-style BPE
+     * (HF tokenizer.json with byte fallback) decodes exactly like SPM below. */
+    if (t->kind == SD_TOKENIZER_BPE && t->byte_level) return sd_bpe_decode_byte_level(t, id, buf, cap);
     const char *p = t->text + t->off[id];
     size_t n = t->len[id], o = 0;
     switch (t->type[id]) {

@@ -1,5 +1,5 @@
 /* Private layout of sd_tokenizer, shared by the vocabulary store (vocab.c), the loaders
- * (load.c) and the SentencePiece encoder/decoder (spm.c). */
+ * (load.c, hf_json.c), the SentencePiece coder (spm.c) and the rank BPE coder (bpe.c). */
 #ifndef SPECDEC_TOK_INTERNAL_H
 #define SPECDEC_TOK_INTERNAL_H
 
@@ -38,7 +38,78 @@ struct sd_tokenizer {
     int32_t bos, eos, unk, pad; /* -1 when absent */
     int add_bos;
     int add_space_prefix;
+
+    /* ---- SD_TOKENIZER_BPE only (bpe.c) ---- */
+    /* (left id, right id) -> (rank, merged id), open addressing; rank -1 marks a free slot. */
+    struct sd_bpe_merge {
+        uint64_t key;
+        int32_t rank, id;
+    } *merges;
+    uint32_t merge_mask;
+    int n_merges;
+    int byte_level;     /* pieces are GPT-2 byte-to-unicode text (GGUF "gpt2", HF ByteLevel) */
+    int bl_prefix;      /* HF ByteLevel add_prefix_space: ' ' before text not starting with one */
+    int escape_spaces;  /* HF Replace ' ' -> U+2581 (SentencePiece-style BPE) */
+    int prefix_first;   /* HF Metaspace "first": the U+2581 prefix only where the text starts */
+    int prefix_missing; /* HF Metaspace: no prefix when the text already starts with U+2581 */
+    int byte_fallback;  /* unknown characters become <0xXX> tokens (HF byte_fallback) */
+    int fuse_unk;       /* runs of unknown characters give one unknown token (HF fuse_unk) */
+    int ignore_merges;  /* a word that is itself a token is not merged (llama3, HF) */
+    uint8_t pre[8];     /* pre-tokenizer: sd_pre_step splits applied in order */
+    int n_pre;
+    int32_t bl_tok[256]; /* byte-level: token of each byte's stand-in character, -1 when none */
+    int32_t *special;    /* user-defined tokens split out of the text before BPE, longest first */
+    int n_special;
 };
+
+/* Pre-tokenizer splits (bpe.c): each cuts every piece of text into matches and the gaps
+ * between them, like one regex of llama.cpp's unicode_regex_split list. */
+typedef enum {
+    SD_PRE_GPT2 = 1,   /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
+    SD_PRE_LLAMA3,     /* (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|... */
+    SD_PRE_QWEN2,      /* the llama3 pattern with \p{N} instead of \p{N}{1,3} */
+    SD_PRE_CRLF,       /* [\r\n] */
+    SD_PRE_WS_LETTERS, /* \s?\p{L}+ */
+    SD_PRE_WS_PUNCT,   /* \s?\p{P}+ */
+    SD_PRE_CJK,        /* [一-龥ࠀ-一가-퟿]+ */
+    SD_PRE_DIGIT,      /* \p{N} */
+    SD_PRE_DIGITS,     /* \p{N}+ */
+    SD_PRE_DIGITS3,    /* [0-9][0-9][0-9] */
+    SD_PRE_PUNCT_SYM,  /* [\p{P}\$\+<=>\^~\|]+ */
+    SD_PRE_METASPACE,  /* HF Metaspace split: a piece starts at each U+2581 */
+} sd_pre_step;
+
+/* Sets t->pre from a GGUF tokenizer.ggml.pre name (NULL: llama.cpp's "default"); also
+ * ignore_merges and the add_bos default of that family (*add_bos_default). */
+sd_status sd_bpe_set_pre_name(sd_tokenizer *t, const char *name, size_t len, const char *what,
+                              int *add_bos_default);
+/* Appends the pre-tokenizer step whose HF Split regex is exactly re; -1 when unknown. */
+int sd_bpe_pre_from_regex(sd_tokenizer *t, const char *re);
+
+/* Merge table: sd_bpe_merges_alloc once for at most n merges (after sd_tok_finish, as it
+ * looks pieces up), then sd_bpe_merge_add in rank order. A merge whose parts or result are
+ * not tokens can never fire and is skipped (returns 0); a repeated pair keeps its first
+ * rank, like llama.cpp. Returns 1 when stored. */
+sd_status sd_bpe_merges_alloc(sd_tokenizer *t, size_t n, const char *what);
+int sd_bpe_merge_add(sd_tokenizer *t, const char *a, size_t na, const char *b, size_t nb);
+
+/* After pieces, types, merges and flags are set: builds the byte-level table and the
+ * user-defined token list. */
+sd_status sd_bpe_finish(sd_tokenizer *t, const char *what);
+
+/* The SD_TOKENIZER_BPE halves of sd_tokenizer_encode / sd_tokenizer_decode. */
+sd_status sd_bpe_encode(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
+                        int32_t *out, int cap, int *n_out);
+int sd_bpe_decode_byte_level(const sd_tokenizer *t, int32_t id, char *buf, size_t cap);
+
+/* The words BPE would merge for text (no user-defined token splitting): normalised text
+ * cut by the pre-tokenizer, each passed to cb. For tests of the splitters. */
+sd_status sd_bpe_pretokenize(const sd_tokenizer *t, const char *text, size_t len,
+                             void (*cb)(const char *w, size_t n, void *u), void *u);
+
+/* Unicode classes from unicode_data.c (generated): (first << 2) | class, sorted. */
+extern const uint32_t sd_unicode_class_ranges[];
+extern const int sd_unicode_class_n;
 
 /* Allocates an empty tokenizer for n_vocab pieces holding text_bytes bytes of piece text
  * (NULs excluded). Pieces are then added in id order with sd_tok_add_piece and the

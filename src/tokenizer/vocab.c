@@ -197,6 +197,8 @@ void sd_tokenizer_free(sd_tokenizer *t) {
     free(t->score);
     free(t->type);
     free(t->slots);
+    free(t->merges);
+    free(t->special);
     free(t);
 }
 
@@ -226,9 +228,14 @@ static int is_padding(const sd_tokenizer *t, int32_t id) {
 sd_status sd_tokenizer_check_compatible(const sd_tokenizer *target, const sd_tokenizer *draft) {
     char qa[96], qb[96];
     if (!target || !draft) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer check: NULL tokenizer");
-    if (target->kind != draft->kind)
-        return sd_fail(SD_ERR_MISMATCH, "tokenizers differ in kind: target %d, draft %d",
-                       (int)target->kind, (int)draft->kind);
+    /* What must agree is the text each id stands for. SentencePiece vocabularies and
+     * SentencePiece-style BPE ones (HF tokenizer.json with byte fallback, a GGUF "llama"
+     * conversion of the same model) write pieces alike, so their kinds may differ; byte-level
+     * pieces encode text another way, so equal pieces there would mean different text. */
+    if (target->byte_level != draft->byte_level)
+        return sd_fail(SD_ERR_MISMATCH, "tokenizers differ in piece encoding: target %s, draft %s",
+                       target->byte_level ? "byte-level BPE" : "SentencePiece-style",
+                       draft->byte_level ? "byte-level BPE" : "SentencePiece-style");
     if (target->bos != draft->bos || target->eos != draft->eos)
         return sd_fail(SD_ERR_MISMATCH,
                        "tokenizers differ in special ids: target BOS %d EOS %d, draft BOS %d EOS %d",

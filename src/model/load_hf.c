@@ -1,0 +1,623 @@
+/* Hugging Face checkpoints: config.json (Llama/Mistral/Qwen2), safetensors weights (one file
+ * or index + shards, mapped, used in place where a kernel takes the dtype) and tokenizer.json. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/fp16.h"
+#include "model/model_internal.h"
+
+/* Caps each dimension so that products of a few of them stay far from overflow. */
+#define HF_MAX_DIM (1 << 24)
+#define HF_MAX_JSON ((size_t)64 << 20)   /* config.json, index.json */
+#define HF_MAX_HEADER ((size_t)100 << 20) /* the safetensors reference limit */
+#define HF_MAX_SHARDS 4096
+
+/* ---- safetensors ------------------------------------------------------------------------ */
+
+typedef enum { ST_F32, ST_F16, ST_BF16, ST_OTHER } st_dtype;
+
+typedef struct {
+    const char *name; /* the JSON key, owned by the shard's parsed header */
+    st_dtype dtype;
+    const char *dtype_name;
+    int ndim;
+    int64_t shape[8];
+    const uint8_t *data;
+    size_t nbytes;
+    const char *file;
+} st_tensor;
+
+typedef struct {
+    char *path;
+    void *map;
+    size_t len;
+    cJSON *header;
+} st_shard;
+
+/* Everything an HF model keeps alive: the mapped shards with their parsed headers, the
+ * tensor index, and buffers of tensors converted at load. */
+struct sd_hf_files {
+    st_shard *shards;
+    int n_shards;
+    st_tensor *tensors; /* sorted by name */
+    size_t n_tensors, cap_tensors;
+    void **owned;
+    size_t n_owned, cap_owned;
+};
+
+void sd_hf_files_free(struct sd_hf_files *f) {
+    if (!f) return;
+    for (int i = 0; i < f->n_shards; i++) {
+        if (f->shards[i].map) munmap(f->shards[i].map, f->shards[i].len);
+        cJSON_Delete(f->shards[i].header);
+        free(f->shards[i].path);
+    }
+    for (size_t i = 0; i < f->n_owned; i++) free(f->owned[i]);
+    free(f->owned);
+    free(f->shards);
+    free(f->tensors);
+    free(f);
+}
+
+static void *own(struct sd_hf_files *f, size_t bytes) {
+    if (f->n_owned == f->cap_owned) {
+        size_t cap = f->cap_owned ? 2 * f->cap_owned : 64;
+        void **p = realloc(f->owned, cap * sizeof *p);
+        if (!p) return NULL;
+        f->owned = p;
+        f->cap_owned = cap;
+    }
+    void *b = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (b) f->owned[f->n_owned++] = b;
+    return b;
+}
+
+static const struct {
+    const char *name;
+    st_dtype dtype;
+    size_t size;
+} k_dtypes[] = {
+    {"F32", ST_F32, 4},   {"F16", ST_F16, 2},       {"BF16", ST_BF16, 2},     {"F64", ST_OTHER, 8},
+    {"I64", ST_OTHER, 8}, {"I32", ST_OTHER, 4},     {"I16", ST_OTHER, 2},     {"I8", ST_OTHER, 1},
+    {"U64", ST_OTHER, 8}, {"U32", ST_OTHER, 4},     {"U16", ST_OTHER, 2},     {"U8", ST_OTHER, 1},
+    {"BOOL", ST_OTHER, 1}, {"F8_E4M3", ST_OTHER, 1}, {"F8_E5M2", ST_OTHER, 1},
+};
+
+/* A JSON number that is an integer in [0, 2^53] (exact in a double), else -1. */
+static int64_t json_u53(const cJSON *v) {
+    if (!cJSON_IsNumber(v)) return -1;
+    double d = v->valuedouble;
+    if (!(d >= 0 && d <= 9007199254740992.0) || d != floor(d)) return -1;
+    return (int64_t)d;
+}
+
+static sd_status map_file(const char *path, void **map, size_t *len) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return sd_fail(SD_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return sd_fail(SD_ERR_IO, "%s: not a regular file", path);
+    }
+    *len = (size_t)st.st_size;
+    *map = NULL;
+    if (st.st_size == 0) {
+        close(fd);
+        return SD_OK;
+    }
+    void *p = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return sd_fail(SD_ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
+    *map = p;
+    return SD_OK;
+}
+
+/* Maps one safetensors file, checks its header and every tensor's extent, and adds the
+ * tensors to the index. */
+static sd_status add_shard(struct sd_hf_files *f, const char *path) {
+    st_shard *sh = &f->shards[f->n_shards];
+    memset(sh, 0, sizeof *sh);
+    if (!(sh->path = strdup(path))) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    f->n_shards++;
+    sd_status st = map_file(path, &sh->map, &sh->len);
+    if (st != SD_OK) return st;
+    if (sh->len < 8)
+        return sd_fail(SD_ERR_FORMAT, "%s: %zu bytes is too small for a safetensors file (8-byte header length)",
+                       path, sh->len);
+    const uint8_t *b = sh->map;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b[i]; /* little-endian */
+    if (hlen > sh->len - 8)
+        return sd_fail(SD_ERR_FORMAT, "%s: safetensors header length %llu runs past the end of the file (%zu bytes)",
+                       path, (unsigned long long)hlen, sh->len);
+    if (hlen > HF_MAX_HEADER)
+        return sd_fail(SD_ERR_FORMAT, "%s: safetensors header length %llu exceeds %zu bytes", path,
+                       (unsigned long long)hlen, HF_MAX_HEADER);
+    sh->header = cJSON_ParseWithLength((const char *)b + 8, (size_t)hlen);
+    if (!cJSON_IsObject(sh->header))
+        return sd_fail(SD_ERR_FORMAT, "%s: safetensors header is not a JSON object", path);
+    const uint8_t *data = b + 8 + hlen;
+    const size_t data_len = sh->len - 8 - (size_t)hlen;
+
+    const cJSON *e;
+    cJSON_ArrayForEach(e, sh->header) {
+        const char *name = e->string ? e->string : "";
+        if (strcmp(name, "__metadata__") == 0) continue;
+        if (!cJSON_IsObject(e)) return sd_fail(SD_ERR_FORMAT, "%s: tensor %s: entry is not an object", path, name);
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+        const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+        if (!cJSON_IsString(dt)) return sd_fail(SD_ERR_FORMAT, "%s: tensor %s: missing dtype", path, name);
+        size_t k = 0, nd = sizeof k_dtypes / sizeof k_dtypes[0];
+        while (k < nd && strcmp(k_dtypes[k].name, dt->valuestring) != 0) k++;
+        if (k == nd)
+            return sd_fail(SD_ERR_UNSUPPORTED, "%s: tensor %s has unknown dtype '%.32s'", path, name, dt->valuestring);
+        if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) > 8)
+            return sd_fail(SD_ERR_FORMAT, "%s: tensor %s: shape is not an array of at most 8 sizes", path, name);
+        if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
+            return sd_fail(SD_ERR_FORMAT, "%s: tensor %s: data_offsets is not [begin, end]", path, name);
+        st_tensor t = {name, k_dtypes[k].dtype, k_dtypes[k].name, 0, {0}, NULL, 0, sh->path};
+        uint64_t numel = 1;
+        const cJSON *d;
+        cJSON_ArrayForEach(d, shape) {
+            int64_t v = json_u53(d);
+            if (v < 0 || (v > 0 && numel > UINT64_MAX / 8 / (uint64_t)v))
+                return sd_fail(SD_ERR_FORMAT, "%s: tensor %s: bad or oversized shape", path, name);
+            t.shape[t.ndim++] = v;
+            numel *= (uint64_t)v;
+        }
+        int64_t begin = json_u53(cJSON_GetArrayItem(offs, 0)), end = json_u53(cJSON_GetArrayItem(offs, 1));
+        if (begin < 0 || end < begin || (uint64_t)end > data_len)
+            return sd_fail(SD_ERR_FORMAT,
+                           "%s: tensor %s: data_offsets [%lld, %lld] outside the %zu data bytes of the file", path,
+                           name, (long long)begin, (long long)end, data_len);
+        if ((uint64_t)(end - begin) != numel * k_dtypes[k].size)
+            return sd_fail(SD_ERR_FORMAT, "%s: tensor %s: %llu elements of %s need %llu bytes but data_offsets span %lld",
+                           path, name, (unsigned long long)numel, t.dtype_name,
+                           (unsigned long long)(numel * k_dtypes[k].size), (long long)(end - begin));
+        t.data = data + begin;
+        t.nbytes = (size_t)(end - begin);
+        if (f->n_tensors == f->cap_tensors) {
+            size_t cap = f->cap_tensors ? 2 * f->cap_tensors : 256;
+            st_tensor *p = realloc(f->tensors, cap * sizeof *p);
+            if (!p) return sd_fail(SD_ERR_NOMEM, "out of memory");
+            f->tensors = p;
+            f->cap_tensors = cap;
+        }
+        f->tensors[f->n_tensors++] = t;
+    }
+    return SD_OK;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
+}
+
+static const st_tensor *find_tensor(const struct sd_hf_files *f, const char *name) {
+    st_tensor key;
+    memset(&key, 0, sizeof key);
+    key.name = name;
+    return f->n_tensors ? bsearch(&key, f->tensors, f->n_tensors, sizeof key, by_name) : NULL;
+}
+
+/* dir + "/" + name into out; fails rather than truncates. */
+static sd_status path_join(char *out, size_t cap, const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    if (a + 1 + b + 1 > cap) return sd_fail(SD_ERR_INVALID_ARG, "path too long: %s/%s", dir, name);
+    memcpy(out, dir, a);
+    out[a] = '/';
+    memcpy(out + a + 1, name, b + 1);
+    return SD_OK;
+}
+
+/* ---- JSON files ---------------------------------------------------------------------------- */
+
+static sd_status read_json(const char *path, cJSON **out) {
+    *out = NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return sd_fail(SD_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    long n = -1;
+    if (fseek(fp, 0, SEEK_END) == 0) n = ftell(fp);
+    char *buf = NULL;
+    sd_status st = SD_OK;
+    if (n < 0 || fseek(fp, 0, SEEK_SET) != 0) st = sd_fail(SD_ERR_IO, "%s: cannot determine the size", path);
+    else if ((size_t)n > HF_MAX_JSON) st = sd_fail(SD_ERR_FORMAT, "%s: %ld bytes is too large", path, n);
+    else if (!(buf = malloc((size_t)n + 1))) st = sd_fail(SD_ERR_NOMEM, "out of memory");
+    else if (fread(buf, 1, (size_t)n, fp) != (size_t)n) st = sd_fail(SD_ERR_IO, "%s: read failed", path);
+    fclose(fp);
+    if (st == SD_OK && !(*out = cJSON_ParseWithLength(buf, (size_t)n)))
+        st = sd_fail(SD_ERR_FORMAT, "%s: not valid JSON", path);
+    free(buf);
+    return st;
+}
+
+/* Integer config value in [lo, hi]; absent (or null) gives def, or an error when def < 0. */
+static sd_status cfg_int(const cJSON *cfg, const char *path, const char *key, int64_t def, int64_t lo,
+                         int64_t hi, int64_t *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (def < 0) return sd_fail(SD_ERR_FORMAT, "%s: missing key \"%s\"", path, key);
+        *out = def;
+        return SD_OK;
+    }
+    if (cJSON_IsArray(v)) v = cJSON_GetArrayItem(v, 0); /* eos_token_id may list several */
+    int64_t x = json_u53(v);
+    if (x < lo || x > hi) {
+        if (cJSON_IsNumber(v))
+            return sd_fail(SD_ERR_FORMAT, "%s: \"%s\" = %g is not an integer in %lld..%lld", path, key, v->valuedouble,
+                           (long long)lo, (long long)hi);
+        return sd_fail(SD_ERR_FORMAT, "%s: \"%s\" is not an integer in %lld..%lld", path, key, (long long)lo,
+                       (long long)hi);
+    }
+    *out = x;
+    return SD_OK;
+}
+
+static sd_status cfg_float(const cJSON *cfg, const char *path, const char *key, double def, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    if (!v || cJSON_IsNull(v)) {
+        *out = def;
+        return SD_OK;
+    }
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble))
+        return sd_fail(SD_ERR_FORMAT, "%s: \"%s\" is not a positive number", path, key);
+    *out = v->valuedouble;
+    return SD_OK;
+}
+
+/* ---- tensors -------------------------------------------------------------------------------- */
+
+static void count(sd_model *m, const sd_tensor *t) {
+    m->n_tensors++;
+    m->type_counts[t->type]++;
+    m->weight_bytes += t->row_bytes * (size_t)t->rows;
+}
+
+static uint32_t bf16_bits(const uint8_t *p) { return (uint32_t)(p[0] | p[1] << 8) << 16; }
+
+/* Converts n elements to F32 (for a vector, or a matrix whose type has no kernel). */
+static void to_f32(const st_tensor *t, float *dst, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *p = t->data + i * (t->dtype == ST_F32 ? 4 : 2);
+        if (t->dtype == ST_F32) {
+            memcpy(&dst[i], p, 4);
+        } else if (t->dtype == ST_F16) {
+            dst[i] = sd_fp16_to_fp32((uint16_t)(p[0] | p[1] << 8));
+        } else {
+            uint32_t u = bf16_bits(p);
+            memcpy(&dst[i], &u, 4);
+        }
+    }
+}
+
+static sd_status lookup(sd_model *m, struct sd_hf_files *f, const char *name, int required,
+                        const st_tensor **out) {
+    *out = find_tensor(f, name);
+    if (!*out && required) return sd_fail(SD_ERR_FORMAT, "%s: missing tensor %s", m->path, name);
+    if (*out && (*out)->dtype == ST_OTHER)
+        return sd_fail(SD_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s (specdec computes with F32, F16, BF16)",
+                       (*out)->file, name, (*out)->dtype_name);
+    return SD_OK;
+}
+
+/* A [rows][cols] weight: the mapped bytes when a kernel takes them as they are (F32, F16,
+ * BF16 where supported, suitably aligned), else an F32 copy. */
+static sd_status matrix(sd_model *m, struct sd_hf_files *f, const char *name, int64_t rows, int64_t cols,
+                        int required, sd_tensor *out, int *found) {
+    const st_tensor *t;
+    sd_status st = lookup(m, f, name, required, &t);
+    if (found) *found = t != NULL;
+    if (st != SD_OK || !t) return st;
+    if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols) {
+        char got[96] = "[";
+        for (int i = 0; i < t->ndim; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        snprintf(got + strlen(got), sizeof got - strlen(got), "]");
+        return sd_fail(SD_ERR_FORMAT, "%s: tensor %s has shape %s, expected [%lld, %lld] from config.json", t->file,
+                       name, got, (long long)rows, (long long)cols);
+    }
+    sd_type type = t->dtype == ST_F32 ? SD_TYPE_F32 : t->dtype == ST_F16 ? SD_TYPE_F16 : SD_TYPE_BF16;
+    const sd_type_traits *ti = sd_type_info(type);
+    size_t esize = t->dtype == ST_F32 ? 4 : 2;
+    const void *data = t->data;
+    if (!ti || !ti->supported) { /* BF16 before the kernels know it: compute in F32 */
+        float *dst = own(f, (size_t)rows * (size_t)cols * sizeof(float));
+        if (!dst) return sd_fail(SD_ERR_NOMEM, "%s: out of memory converting %s", m->path, name);
+        to_f32(t, dst, (size_t)rows * (size_t)cols);
+        type = SD_TYPE_F32;
+        data = dst;
+    } else if ((uintptr_t)data % esize != 0) { /* a header length that misaligns the data */
+        void *dst = own(f, t->nbytes);
+        if (!dst) return sd_fail(SD_ERR_NOMEM, "%s: out of memory copying %s", m->path, name);
+        memcpy(dst, t->data, t->nbytes);
+        data = dst;
+    }
+    out->type = type;
+    out->rows = rows;
+    out->cols = cols;
+    out->row_bytes = sd_type_row_bytes(type, cols);
+    out->data = data;
+    count(m, out);
+    return SD_OK;
+}
+
+/* A [n] vector (norm weight, bias) as F32: in place when it is F32 and aligned. */
+static sd_status vector(sd_model *m, struct sd_hf_files *f, const char *name, int64_t n, int required,
+                        const float **out) {
+    const st_tensor *t;
+    *out = NULL;
+    sd_status st = lookup(m, f, name, required, &t);
+    if (st != SD_OK || !t) return st;
+    if (t->ndim != 1 || t->shape[0] != n)
+        return sd_fail(SD_ERR_FORMAT,
+                       "%s: tensor %s has %d dimensions, the first %lld, expected [%lld] from config.json", t->file,
+                       name, t->ndim, (long long)(t->ndim ? t->shape[0] : 0), (long long)n);
+    if (t->dtype == ST_F32 && (uintptr_t)t->data % 4 == 0) {
+        *out = (const float *)t->data;
+    } else {
+        float *dst = own(f, (size_t)n * sizeof(float));
+        if (!dst) return sd_fail(SD_ERR_NOMEM, "%s: out of memory converting %s", m->path, name);
+        to_f32(t, dst, (size_t)n);
+        *out = dst;
+    }
+    m->n_tensors++;
+    m->type_counts[t->dtype == ST_F32 ? SD_TYPE_F32 : t->dtype == ST_F16 ? SD_TYPE_F16 : SD_TYPE_BF16]++;
+    m->weight_bytes += t->nbytes;
+    return SD_OK;
+}
+
+/* ---- the checkpoint ---------------------------------------------------------------------- */
+
+static sd_status open_weights(sd_model *m, struct sd_hf_files *f, const char *dir) {
+    char path[4352];
+    sd_status st = path_join(path, sizeof path, dir, "model.safetensors.index.json");
+    if (st != SD_OK) return st;
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        cJSON *idx;
+        st = read_json(path, &idx);
+        if (st != SD_OK) return st;
+        const cJSON *wm = cJSON_GetObjectItemCaseSensitive(idx, "weight_map");
+        if (!cJSON_IsObject(wm)) {
+            cJSON_Delete(idx);
+            return sd_fail(SD_ERR_FORMAT, "%s: no \"weight_map\" object", path);
+        }
+        /* each distinct shard once, in order of first mention */
+        int n = cJSON_GetArraySize(wm);
+        f->shards = calloc((size_t)(n ? n : 1), sizeof *f->shards);
+        if (!f->shards) {
+            cJSON_Delete(idx);
+            return sd_fail(SD_ERR_NOMEM, "out of memory");
+        }
+        const cJSON *e;
+        cJSON_ArrayForEach(e, wm) {
+            const char *file = cJSON_IsString(e) ? e->valuestring : NULL;
+            if (!file || !file[0] || strchr(file, '/') || strcmp(file, "..") == 0) {
+                st = sd_fail(SD_ERR_FORMAT, "%s: weight_map[\"%.80s\"] is not a file name in the model directory",
+                             path, e->string ? e->string : "");
+                break;
+            }
+            char shard[4352];
+            if ((st = path_join(shard, sizeof shard, dir, file)) != SD_OK) break;
+            int seen = 0;
+            for (int i = 0; i < f->n_shards && !seen; i++) seen = strcmp(f->shards[i].path, shard) == 0;
+            if (seen) continue;
+            if (f->n_shards >= HF_MAX_SHARDS) {
+                st = sd_fail(SD_ERR_FORMAT, "%s: more than %d shards", path, HF_MAX_SHARDS);
+                break;
+            }
+            if ((st = add_shard(f, shard)) != SD_OK) break;
+        }
+        cJSON_Delete(idx);
+        if (st != SD_OK) return st;
+        if (f->n_shards == 0) return sd_fail(SD_ERR_FORMAT, "%s: weight_map names no shards", path);
+    } else {
+        if ((st = path_join(path, sizeof path, dir, "model.safetensors")) != SD_OK) return st;
+        if (stat(path, &sb) != 0) {
+            if (path_join(path, sizeof path, dir, "pytorch_model.bin") == SD_OK && stat(path, &sb) == 0)
+                return sd_fail(SD_ERR_UNSUPPORTED, "%s: only pytorch_model.bin here; specdec reads safetensors "
+                                                   "(model.safetensors or model.safetensors.index.json)", dir);
+            return sd_fail(SD_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json", dir);
+        }
+        f->shards = calloc(1, sizeof *f->shards);
+        if (!f->shards) return sd_fail(SD_ERR_NOMEM, "out of memory");
+        if ((st = add_shard(f, path)) != SD_OK) return st;
+    }
+    /* a header with no tensors leaves f->tensors NULL, which qsort may not be given */
+    if (f->n_tensors > 1) qsort(f->tensors, f->n_tensors, sizeof *f->tensors, by_name);
+    for (size_t i = 1; i < f->n_tensors; i++)
+        if (strcmp(f->tensors[i - 1].name, f->tensors[i].name) == 0)
+            return sd_fail(SD_ERR_FORMAT, "%s: tensor %s appears twice (%s, %s)", dir, f->tensors[i].name,
+                           f->tensors[i - 1].file, f->tensors[i].file);
+    return SD_OK;
+}
+
+typedef struct {
+    int64_t bos, eos; /* -1: none given */
+    int tied;
+} hf_extra;
+
+static sd_status parse_config(sd_model *m, const char *path, const cJSON *cfg, hf_extra *x) {
+    sd_hparams *hp = &m->hp;
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(cfg, "architectures");
+    const cJSON *a0 = cJSON_GetArrayItem(archs, 0);
+    if (!cJSON_IsString(a0)) return sd_fail(SD_ERR_FORMAT, "%s: missing key \"architectures\"", path);
+    const char *arch = a0->valuestring;
+    int qwen2 = strcmp(arch, "Qwen2ForCausalLM") == 0, mistral = strcmp(arch, "MistralForCausalLM") == 0;
+    if (!qwen2 && !mistral && strcmp(arch, "LlamaForCausalLM") != 0)
+        return sd_fail(SD_ERR_UNSUPPORTED,
+                       "%s: architecture '%.64s' is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)",
+                       path, arch);
+    int64_t dim, nl, nh, nkv, hid, vocab, ctx, head_dim, sw = 0;
+    double eps = 0, theta = 0;
+    sd_status st;
+    /* defaults are those of the transformers config classes */
+    if ((st = cfg_int(cfg, path, "hidden_size", -1, 1, HF_MAX_DIM, &dim)) != SD_OK ||
+        (st = cfg_int(cfg, path, "num_hidden_layers", -1, 1, 4096, &nl)) != SD_OK ||
+        (st = cfg_int(cfg, path, "num_attention_heads", -1, 1, 65536, &nh)) != SD_OK ||
+        (st = cfg_int(cfg, path, "num_key_value_heads", nh, 1, nh, &nkv)) != SD_OK ||
+        (st = cfg_int(cfg, path, "intermediate_size", -1, 1, HF_MAX_DIM, &hid)) != SD_OK ||
+        (st = cfg_int(cfg, path, "vocab_size", -1, 1, HF_MAX_DIM, &vocab)) != SD_OK ||
+        (st = cfg_int(cfg, path, "max_position_embeddings", qwen2 ? 32768 : mistral ? 131072 : 2048, 1, HF_MAX_DIM,
+                      &ctx)) != SD_OK ||
+        (st = cfg_float(cfg, path, "rms_norm_eps", 1e-6, &eps)) != SD_OK ||
+        (st = cfg_float(cfg, path, "rope_theta", 10000.0, &theta)) != SD_OK ||
+        (st = cfg_int(cfg, path, "bos_token_id", INT64_MAX, 0, vocab - 1, &x->bos)) != SD_OK ||
+        (st = cfg_int(cfg, path, "eos_token_id", INT64_MAX, 0, vocab - 1, &x->eos)) != SD_OK)
+        return st;
+    if (x->bos == INT64_MAX) x->bos = -1; /* absent: none */
+    if (x->eos == INT64_MAX) x->eos = -1;
+    if (nh % nkv != 0)
+        return sd_fail(SD_ERR_FORMAT, "%s: num_key_value_heads=%lld does not divide num_attention_heads=%lld", path,
+                       (long long)nkv, (long long)nh);
+    const cJSON *hd = cJSON_GetObjectItemCaseSensitive(cfg, "head_dim");
+    if (hd && !cJSON_IsNull(hd)) {
+        if ((st = cfg_int(cfg, path, "head_dim", -1, 2, 65536, &head_dim)) != SD_OK) return st;
+    } else {
+        if (dim % nh != 0)
+            return sd_fail(SD_ERR_FORMAT, "%s: num_attention_heads=%lld does not divide hidden_size=%lld", path,
+                           (long long)nh, (long long)dim);
+        head_dim = dim / nh;
+    }
+    if (head_dim % 2 != 0) return sd_fail(SD_ERR_FORMAT, "%s: head_dim %lld is odd", path, (long long)head_dim);
+    if (nh * head_dim > HF_MAX_DIM) return sd_fail(SD_ERR_FORMAT, "%s: attention width too large", path);
+
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling");
+    if (rs && !cJSON_IsNull(rs)) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+        if (!ty) ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
+        const char *name = cJSON_IsString(ty) ? ty->valuestring : "?";
+        if (strcmp(name, "default") != 0)
+            return sd_fail(SD_ERR_UNSUPPORTED, "%s: rope_scaling type '%.32s' is not supported (plain RoPE only)", path,
+                           name);
+    }
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(cfg, "hidden_act");
+    if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
+        return sd_fail(SD_ERR_UNSUPPORTED, "%s: hidden_act '%.32s' is not supported (silu only)", path,
+                       cJSON_IsString(act) ? act->valuestring : "?");
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "mlp_bias")))
+        return sd_fail(SD_ERR_UNSUPPORTED, "%s: mlp_bias is not supported", path);
+    if (!qwen2 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "attention_bias")))
+        return sd_fail(SD_ERR_UNSUPPORTED, "%s: attention_bias (an o_proj bias) is not supported", path);
+    /* Sliding-window attention equals full attention while the context fits in the window,
+     * so the usable context is capped there instead of masking. */
+    const cJSON *swv = cJSON_GetObjectItemCaseSensitive(cfg, "sliding_window");
+    int windowed = mistral || (qwen2 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "use_sliding_window")));
+    if (windowed && swv && !cJSON_IsNull(swv)) {
+        if ((st = cfg_int(cfg, path, "sliding_window", -1, 1, HF_MAX_DIM, &sw)) != SD_OK) return st;
+        if (sw < ctx) ctx = sw;
+    }
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings");
+    x->tied = cJSON_IsTrue(tie);
+
+    hp->dim = (int)dim;
+    hp->n_layers = (int)nl;
+    hp->n_heads = (int)nh;
+    hp->n_kv_heads = (int)nkv;
+    hp->head_dim = (int)head_dim;
+    hp->hidden_dim = (int)hid;
+    hp->vocab_size = (int)vocab;
+    hp->ctx_len = (int)ctx;
+    hp->rope_dim = (int)head_dim;
+    hp->rope_theta = (float)theta;
+    hp->norm_eps = (float)eps;
+    hp->rope_style = SD_ROPE_HALF; /* HF's rotate_half: pairs (i, i + d/2), no permutation */
+    return SD_OK;
+}
+
+/* Directory of an HF model from the path given: the directory itself, or the directory of a
+ * config.json / *.safetensors / model.safetensors.index.json inside it. */
+static void model_dir(const char *path, char *dir, size_t cap) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(dir, cap, "%s", path);
+        return;
+    }
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, cap, ".");
+    else if (slash == path) snprintf(dir, cap, "/");
+    else snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+}
+
+sd_status sd_model_load_hf(sd_model *m, const char *path, const sd_model_params *p) {
+    char dir[4096], file[4352];
+    model_dir(path, dir, sizeof dir);
+    sd_status st = path_join(file, sizeof file, dir, "config.json");
+    if (st != SD_OK) return st;
+    cJSON *cfg = NULL;
+    st = read_json(file, &cfg);
+    if (st != SD_OK) return st;
+    if (!cJSON_IsObject(cfg)) {
+        cJSON_Delete(cfg);
+        return sd_fail(SD_ERR_FORMAT, "%s: not a JSON object", file);
+    }
+    hf_extra x = {-1, -1, 0};
+    st = parse_config(m, file, cfg, &x);
+    cJSON_Delete(cfg);
+    if (st != SD_OK) return st;
+    if (!(m->hf = calloc(1, sizeof *m->hf))) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    struct sd_hf_files *f = m->hf;
+    if ((st = open_weights(m, f, dir)) != SD_OK) return st;
+
+    const sd_hparams *hp = &m->hp;
+    const int64_t dim = hp->dim, hid = hp->hidden_dim, V = hp->vocab_size;
+    const int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
+    int has_embd = 0, has_head = 0;
+    if ((st = matrix(m, f, "model.embed_tokens.weight", V, dim, 0, &m->tok_embd, &has_embd)) != SD_OK) return st;
+    if (!has_embd && !x.tied) return sd_fail(SD_ERR_FORMAT, "%s: missing tensor model.embed_tokens.weight", m->path);
+    if (has_embd && x.tied) {
+        m->output = m->tok_embd; /* tied: lm_head.weight, if stored, is the same matrix */
+    } else {
+        if ((st = matrix(m, f, "lm_head.weight", V, dim, 0, &m->output, &has_head)) != SD_OK) return st;
+        if (!has_head)
+            return sd_fail(SD_ERR_FORMAT, "%s: missing tensor lm_head.weight (and tie_word_embeddings is false)",
+                           m->path);
+        if (!has_embd) m->tok_embd = m->output; /* tied checkpoints may store only lm_head */
+    }
+    if ((st = vector(m, f, "model.norm.weight", dim, 1, &m->output_norm)) != SD_OK) return st;
+
+    if (!(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    char name[128];
+    for (int l = 0; l < hp->n_layers; l++) {
+        sd_layer *L = &m->layers[l];
+#define W(suffix, rows, cols, dst)                                                        \
+    snprintf(name, sizeof name, "model.layers.%d." suffix ".weight", l);                  \
+    if ((st = matrix(m, f, name, rows, cols, 1, dst, NULL)) != SD_OK) return st;
+        W("self_attn.q_proj", q_dim, dim, &L->wq)
+        W("self_attn.k_proj", kv_dim, dim, &L->wk)
+        W("self_attn.v_proj", kv_dim, dim, &L->wv)
+        W("self_attn.o_proj", dim, q_dim, &L->wo)
+        W("mlp.gate_proj", hid, dim, &L->w1)
+        W("mlp.down_proj", dim, hid, &L->w2)
+        W("mlp.up_proj", hid, dim, &L->w3)
+#undef W
+#define V(suffix, n, req, dst)                                                            \
+    snprintf(name, sizeof name, "model.layers.%d." suffix, l);                            \
+    if ((st = vector(m, f, name, n, req, dst)) != SD_OK) return st;
+        V("input_layernorm.weight", dim, 1, &L->attn_norm)
+        V("post_attention_layernorm.weight", dim, 1, &L->ffn_norm)
+        V("self_attn.q_proj.bias", q_dim, 0, &L->bq) /* Qwen2 */
+        V("self_attn.k_proj.bias", kv_dim, 0, &L->bk)
+        V("self_attn.v_proj.bias", kv_dim, 0, &L->bv)
+#undef V
+    }
+
+    /* tokenizer.json beside the weights (or the one given) */
+    const char *tok = p && p->tokenizer_path ? p->tokenizer_path : NULL;
+    if (!tok) {
+        if ((st = path_join(file, sizeof file, dir, "tokenizer.json")) != SD_OK) return st;
+        tok = file;
+    }
+    struct stat sb;
+    if (stat(tok, &sb) != 0)
+        return sd_fail(SD_ERR_IO, "%s: no tokenizer.json beside the weights (pass one with -z)", m->path);
+    return sd_tokenizer_load_hf_json(tok, (int32_t)x.bos, (int32_t)x.eos, &m->tok);
+}
