@@ -6,19 +6,19 @@
 static const sd_type_traits k_traits[SD_TYPE_COUNT] = {
     [SD_TYPE_F32] = {"f32", 1, 4, 1},
     [SD_TYPE_F16] = {"f16", 1, 2, 1},
-    [SD_TYPE_Q4_0] = {"q4_0", 32, 18, 0},
+    [SD_TYPE_Q4_0] = {"q4_0", 32, 18, 1},
     [SD_TYPE_Q4_1] = {"q4_1", 32, 20, 0},
-    [SD_TYPE_Q5_0] = {"q5_0", 32, 22, 0},
+    [SD_TYPE_Q5_0] = {"q5_0", 32, 22, 1},
     [SD_TYPE_Q5_1] = {"q5_1", 32, 24, 0},
-    [SD_TYPE_Q8_0] = {"q8_0", 32, 34, 0},
+    [SD_TYPE_Q8_0] = {"q8_0", 32, 34, 1},
     [SD_TYPE_Q8_1] = {"q8_1", 32, 36, 0},
     [SD_TYPE_Q2_K] = {"q2_K", 256, 84, 0},
     [SD_TYPE_Q3_K] = {"q3_K", 256, 110, 0},
-    [SD_TYPE_Q4_K] = {"q4_K", 256, 144, 0},
+    [SD_TYPE_Q4_K] = {"q4_K", 256, 144, 1},
     [SD_TYPE_Q5_K] = {"q5_K", 256, 176, 0},
-    [SD_TYPE_Q6_K] = {"q6_K", 256, 210, 0},
+    [SD_TYPE_Q6_K] = {"q6_K", 256, 210, 1},
     [SD_TYPE_Q8_K] = {"q8_K", 256, 292, 0},
-    [SD_TYPE_BF16] = {"bf16", 1, 2, 0},
+    [SD_TYPE_BF16] = {"bf16", 1, 2, 1},
 };
 
 const sd_type_traits *sd_type_info(uint32_t type) {

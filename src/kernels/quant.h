@@ -1,0 +1,47 @@
+/* Quantised weight types in ggml's block layouts (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K, BF16):
+ * scalar reference dequantisation, fast dequantisation, and the integer dot kernels that
+ * decode and verification run on the quantised blocks directly. Used by kernels.c. */
+#ifndef SD_KERNELS_QUANT_H
+#define SD_KERNELS_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "specdec/types.h"
+
+/* Bytes per block of the types handled here (ggml's block_q*_* structs). */
+#define SD_Q8_0_BYTES 34  /* fp16 d; int8 qs[32] */
+#define SD_Q4_0_BYTES 18  /* fp16 d; uint8 qs[16]: element j in the low nibble of qs[j], j+16 high */
+#define SD_Q5_0_BYTES 22  /* fp16 d; uint8 qh[4] (5th bits); uint8 qs[16] as in Q4_0 */
+#define SD_Q4_K_BYTES 144 /* fp16 d, dmin; uint8 scales[12] (8 x 6-bit scale/min); uint8 qs[128] */
+#define SD_Q6_K_BYTES 210 /* uint8 ql[128]; uint8 qh[64]; int8 scales[16]; fp16 d */
+
+/* 1 when this file can dequantise the type (every type except F32/F16, which kernels.c owns). */
+int sd_quant_has_dequant(sd_type t);
+
+/* n elements (a multiple of the block size) from src. Return -1 for types without support.
+ * The fast version equals the reference bit for bit (the same float operations per element). */
+int sd_quant_dequant_row(sd_type t, const void *src, float *dst, int64_t n);
+int sd_quant_dequant_row_ref(sd_type t, const void *src, float *dst, int64_t n);
+
+/* 1 when sd_quant_matmul has an integer kernel for the type on this build and CPU. */
+int sd_quant_has_dot(sd_type t);
+
+/* Scratch bytes sd_quant_matmul needs for n tokens of `cols` columns. */
+size_t sd_quant_scratch_bytes(sd_type t, int64_t cols, int n);
+
+/* Y[n][rows] = X[n][cols] * W^T for 1 <= n <= SD_SMALL_BATCH with integer dot products:
+ * each token's activations are quantised to 8 bits (Q8_0-style blocks of 32 with an fp16
+ * scale for Q4_0/Q5_0/Q8_0 weights, one float scale per 256 for Q4_K/Q6_K, as llama.cpp
+ * does), then every row is multiplied with VNNI. Each (row, token) result is computed by
+ * the same sequence of operations whatever n is, so a batch equals n single-token calls
+ * bit for bit. scratch (scratch_bytes) holds the quantised activations; when it is NULL or
+ * too small a temporary buffer is allocated. Returns 0, or -1 without a kernel / memory. */
+int sd_quant_matmul(const sd_tensor *W, const float *X, int n, float *Y, void *scratch,
+                    size_t scratch_bytes);
+
+/* Naive reference of what sd_quant_matmul computes for row r and one token x: the same
+ * activation quantisation in scalar code, exact integer block sums, combined in double. */
+double sd_quant_dot_ref(const sd_tensor *W, int64_t r, const float *x);
+
+#endif
