@@ -1,6 +1,7 @@
 /* llama2.c checkpoints (karpathy/llama2.c "version 0" export): a 7-int header, then F32
  * tensors in a fixed order; a negative vocab_size means the classifier is stored separately. */
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +35,13 @@ static sd_status find_tokenizer(const char *model_path, int vocab, char *out, si
                    model_path, vocab);
 }
 
-sd_status sd_model_load_llama2c(sd_model *m, const void *buf, size_t len, const sd_model_params *p) {
+/* Header, sizes and tensor views; the tokenizer is attached by the callers below. */
+static sd_status load_weights(sd_model *m, const void *buf, size_t len) {
     if (len < 7 * sizeof(int32_t))
         return sd_fail(SD_ERR_FORMAT, "%s: truncated llama2.c header (%zu bytes)", m->path, len);
+    /* The weights are used in place as floats (a mapped file is page-aligned). */
+    if ((uintptr_t)buf % sizeof(float) != 0)
+        return sd_fail(SD_ERR_INVALID_ARG, "%s: llama2.c image at a misaligned address", m->path);
     int32_t h[7];
     memcpy(h, buf, sizeof h);
     int32_t dim = h[0], hidden = h[1], nl = h[2], nh = h[3], nkv = h[4], vocab = h[5], seq = h[6];
@@ -122,11 +127,17 @@ sd_status sd_model_load_llama2c(sd_model *m, const void *buf, size_t len, const 
     m->n_tensors = 2 + 9 * nl + (shared ? 0 : 1);
     m->type_counts[SD_TYPE_F32] = m->n_tensors;
     m->weight_bytes = (size_t)(need - (int64_t)seq * hd) * 4;
+    return SD_OK;
+}
 
+sd_status sd_model_load_llama2c(sd_model *m, const void *buf, size_t len, const sd_model_params *p) {
+    sd_status st = load_weights(m, buf, len);
+    if (st != SD_OK) return st;
+    const int vocab = m->hp.vocab_size;
     char tpath[4096];
     const char *tp = p ? p->tokenizer_path : NULL;
     if (!tp) {
-        sd_status st = find_tokenizer(m->path, vocab, tpath, sizeof tpath);
+        st = find_tokenizer(m->path, vocab, tpath, sizeof tpath);
         if (st == SD_OK) tp = tpath;
         else if (p && p->tokenizer_fallback) tp = p->tokenizer_fallback;
         else return st;
@@ -134,4 +145,11 @@ sd_status sd_model_load_llama2c(sd_model *m, const void *buf, size_t len, const 
     m->tok_path = strdup(tp);
     if (!m->tok_path) return sd_fail(SD_ERR_NOMEM, "out of memory");
     return sd_tokenizer_load_llama2c(tp, vocab, &m->tok);
+}
+
+sd_status sd_model_load_llama2c_buf(sd_model *m, const void *buf, size_t len, const void *tok_buf,
+                                    size_t tok_len) {
+    sd_status st = load_weights(m, buf, len);
+    if (st != SD_OK) return st;
+    return sd_tokenizer_from_llama2c_buf(tok_buf, tok_len, m->hp.vocab_size, m->path, &m->tok);
 }
