@@ -829,7 +829,8 @@ static void test_type_traits(void **state) {
     assert_int_equal(sd_type_info(SD_TYPE_F32)->type_size, 4);
     assert_true(sd_type_info(SD_TYPE_F32)->supported);
     assert_true(sd_type_info(SD_TYPE_F16)->supported);
-    assert_false(sd_type_info(SD_TYPE_Q4_0)->supported);
+    assert_true(sd_type_info(SD_TYPE_Q4_0)->supported);
+    assert_false(sd_type_info(SD_TYPE_Q2_K)->supported); /* a known type without kernels */
     assert_int_equal(sd_type_info(SD_TYPE_Q6_K)->type_size, 210);
     assert_int_equal(sd_type_info(SD_TYPE_BF16)->block_size, 1);
     assert_null(sd_type_info(4));
