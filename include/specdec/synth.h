@@ -19,7 +19,8 @@ typedef struct {
     int ctx_len;
     float rope_theta;
     float norm_eps;
-    uint32_t wtype;   /* matrices: SD_TYPE_F32 or SD_TYPE_F16 (norms are always F32) */
+    uint32_t wtype;   /* matrices: f32, f16, bf16, q8_0, q4_0, q5_0, q4_K or q6_K (norms are always
+                       * F32); rows that do not divide into its blocks fall back (sd_quant_fallback) */
     int tied_output;  /* 1: no output.weight, the embedding doubles as the classifier */
     uint64_t seed;
     float weight_scale; /* std of every matrix; 0: 0.02 for embeddings, 1/sqrt(cols) for matrices */
@@ -29,9 +30,15 @@ typedef struct {
  * context 512, theta 10000, eps 1e-5, F32, untied, seed 1234, default scales. */
 sd_synth_params sd_synth_default_params(void);
 
+/* Sets the sizes (dim, layers, heads, kv heads, hidden, vocab, ctx) of a named llama2.c
+ * shape, leaving the other fields; SD_ERR_INVALID_ARG for an unknown name. */
+#define SD_SYNTH_SHAPES "stories260K, stories15M, stories42M, stories110M"
+sd_status sd_synth_shape(const char *name, sd_synth_params *p);
+
 /* SD_ERR_INVALID_ARG naming the offending field unless the shape is buildable:
  * positive sizes, dim % n_heads == 0, n_heads % n_kv_heads == 0, even head_dim,
- * vocab_size >= 3, finite positive theta and eps, wtype F32/F16, sizes that fit in memory. */
+ * vocab_size >= 3, finite positive theta and eps, a writable wtype (sd_quant_can_write), sizes that
+ * fit in memory. */
 sd_status sd_synth_validate(const sd_synth_params *p);
 
 /* Builds the metadata and tensors into a new writer (the caller frees it), which the caller

@@ -38,6 +38,8 @@ double cli_now(void);
 int cmd_generate(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_bench_decode(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 
 #endif

@@ -3,27 +3,16 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "specdec/convert.h"
 #include "specdec/synth.h"
 #include "specdec/types.h"
 
-typedef struct {
-    const char *name;
-    int dim, layers, heads, kv_heads, hidden, vocab, ctx;
-} shape;
-
-/* The llama2.c "stories" shapes with the Llama-2 vocabulary (32000). */
-static const shape k_shapes[] = {
-    {"stories260K", 64, 5, 8, 4, 172, 512, 512},
-    {"stories15M", 288, 6, 6, 6, 768, 32000, 256},
-    {"stories42M", 512, 8, 8, 8, 1376, 32000, 1024},
-    {"stories110M", 768, 12, 12, 12, 2048, 32000, 1024},
-};
-
 static void help(FILE *f) {
     fprintf(f, "usage: specdec mkmodel OUT.gguf [--shape NAME | --dim N --layers N --heads N\n"
-               "                        [--kv-heads N] --hidden N --vocab N] [--ctx N] [--type f32|f16]\n"
+               "                        [--kv-heads N] --hidden N --vocab N] [--ctx N] [--type T]\n"
                "                        [--tied] [--seed S]\n\n"
                "Writes a Llama GGUF with random weights (cost measurements only: its text is noise).\n"
+               "--type: f32 (default), f16, bf16, q8_0, q4_0, q5_0, q4_k, q6_k (as `specdec convert`).\n"
                "Shapes: stories260K, stories15M, stories42M, stories110M (the llama2.c shapes; the\n"
                "last three with vocab 32000 and a separate classifier unless --tied).\n");
 }
@@ -47,19 +36,14 @@ int cmd_mkmodel(int argc, char **argv) {
         if (!v) return cli_usage_error("%s needs a value", a);
         i++;
         if (!strcmp(a, "--shape")) {
-            size_t s = 0;
-            for (; s < sizeof k_shapes / sizeof k_shapes[0]; s++)
-                if (!strcmp(k_shapes[s].name, v)) break;
-            if (s == sizeof k_shapes / sizeof k_shapes[0]) return cli_usage_error("mkmodel: unknown shape '%s'", v);
-            const shape *sh = &k_shapes[s];
-            p.dim = sh->dim; p.n_layers = sh->layers; p.n_heads = sh->heads; p.n_kv_heads = sh->kv_heads;
-            p.hidden_dim = sh->hidden; p.vocab_size = sh->vocab; p.ctx_len = sh->ctx;
+            if (sd_synth_shape(v, &p) != SD_OK) return cli_usage_error("mkmodel: %s", sd_last_error());
             continue;
         }
         if (!strcmp(a, "--type")) {
-            if (!strcmp(v, "f32")) p.wtype = SD_TYPE_F32;
-            else if (!strcmp(v, "f16")) p.wtype = SD_TYPE_F16;
-            else return cli_usage_error("mkmodel: --type must be f32 or f16, got '%s'", v);
+            int t = sd_type_from_name(v);
+            if (t < 0)
+                return cli_usage_error("mkmodel: --type must be f32, f16, bf16, q8_0, q4_0, q5_0, q4_k or q6_k, got '%s'", v);
+            p.wtype = (uint32_t)t;
             continue;
         }
         if (!strcmp(a, "--seed")) {

@@ -89,33 +89,14 @@ int cli_parse_u64(const char *flag, const char *s, uint64_t *out) {
     return 0;
 }
 
-static int is_file(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
+/* The lookup itself is library code (sd_model_resolve), shared with the bench configs. */
 const char *cli_resolve_model(const char *arg, char *buf, size_t cap) {
-    if (is_file(arg)) {
-        snprintf(buf, cap, "%s", arg);
-        return buf;
+    sd_status st = sd_model_resolve(arg, buf, cap);
+    if (st != SD_OK) {
+        cli_error_status(st);
+        return NULL;
     }
-    static const char *forms[] = {"%s/%s", "%s/%s.gguf", "%s/%s.bin", "%s/%s/%s.bin", "%s/%s/%s.gguf"};
-    char dirs[4096];
-    const char *env = getenv("SPECDEC_MODEL_PATH");
-    snprintf(dirs, sizeof dirs, "%s%s./models:../shared/models", env ? env : "", env && *env ? ":" : "");
-    char *save = NULL;
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", dirs);
-    for (char *d = strtok_r(tmp, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-        for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
-            if (f < 3) snprintf(buf, cap, forms[f], d, arg);
-            else snprintf(buf, cap, forms[f], d, arg, arg);
-            if (is_file(buf)) return buf;
-        }
-    }
-    fprintf(stderr, "error: model '%s' not found (not a file; searched %s as NAME, NAME.gguf, NAME.bin, NAME/NAME.bin, NAME/NAME.gguf)\n",
-            arg, dirs);
-    return NULL;
+    return buf;
 }
 
 int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer_fallback, int n_ctx,
@@ -141,7 +122,9 @@ static void usage(FILE *f) {
             "  generate     generate text from a target model, speculatively with -md DRAFT\n"
             "  info         describe a model file (hyperparameters, tensors, vocabulary, sizes)\n"
             "  bench-decode measure prefill, decode and verify speed against memory bandwidth\n"
+            "  bench        speculative vs plain decoding for a pair over draft lengths (JSON config)\n"
             "  mkmodel      write a random-weight Llama GGUF of any shape (for benchmarks)\n"
+            "  convert      write a model as a llama.cpp GGUF in f32/f16/bf16 or quantised (q8_0, q4_0, ...)\n"
             "\n"
             "Run 'specdec <command> --help' for the options of a command.\n");
 }
@@ -159,7 +142,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench-decode")) return cmd_bench_decode(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "mkmodel")) return cmd_mkmodel(argc - 1, argv + 1);
+    if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
     usage(stderr);
     return cli_usage_error("unknown command '%s'", cmd);
 }

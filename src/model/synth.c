@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/fp16.h"
+#include "specdec/convert.h"
 #include "specdec/types.h"
 
 #define SYNTH_MAX_DIM (1 << 20) /* any single size above this is a typo, not a model */
@@ -21,6 +22,33 @@ sd_synth_params sd_synth_default_params(void) {
         .seed = 1234, .weight_scale = 0.0f,
     };
     return p;
+}
+
+/* The llama2.c "stories" shapes (the last three with the Llama-2 vocabulary, 32000), shared
+ * by `specdec mkmodel --shape` and the bench configs' "generate" models. */
+static const struct {
+    const char *name;
+    int dim, layers, heads, kv_heads, hidden, vocab, ctx;
+} k_shapes[] = {
+    {"stories260K", 64, 5, 8, 4, 172, 512, 512},
+    {"stories15M", 288, 6, 6, 6, 768, 32000, 256},
+    {"stories42M", 512, 8, 8, 8, 1376, 32000, 1024},
+    {"stories110M", 768, 12, 12, 12, 2048, 32000, 1024},
+};
+
+sd_status sd_synth_shape(const char *name, sd_synth_params *p) {
+    for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++) {
+        if (strcmp(k_shapes[i].name, name) != 0) continue;
+        p->dim = k_shapes[i].dim;
+        p->n_layers = k_shapes[i].layers;
+        p->n_heads = k_shapes[i].heads;
+        p->n_kv_heads = k_shapes[i].kv_heads;
+        p->hidden_dim = k_shapes[i].hidden;
+        p->vocab_size = k_shapes[i].vocab;
+        p->ctx_len = k_shapes[i].ctx;
+        return SD_OK;
+    }
+    return sd_fail(SD_ERR_INVALID_ARG, "unknown shape '%s' (known: %s)", name, SD_SYNTH_SHAPES);
 }
 
 static sd_status check_size(const char *field, int v) {
@@ -54,10 +82,11 @@ sd_status sd_synth_validate(const sd_synth_params *p) {
     if (!(isfinite(p->weight_scale) && p->weight_scale >= 0))
         return sd_fail(SD_ERR_INVALID_ARG, "synth: weight_scale %g must be finite and >= 0 (0 = default)",
                        (double)p->weight_scale);
-    if (p->wtype != SD_TYPE_F32 && p->wtype != SD_TYPE_F16) {
+    if (!sd_quant_can_write((sd_type)p->wtype)) {
         const sd_type_traits *t = sd_type_info(p->wtype);
-        return sd_fail(SD_ERR_INVALID_ARG, "synth: wtype %" PRIu32 " (%s) not supported (use f32 or f16)", p->wtype,
-                       t ? t->name : "unknown");
+        return sd_fail(SD_ERR_INVALID_ARG,
+                       "synth: wtype %" PRIu32 " (%s) not supported (use f32, f16, bf16, q8_0, q4_0, q5_0, q4_K or q6_K)",
+                       p->wtype, t ? t->name : "unknown");
     }
     /* The largest single tensor is the embedding or a feed-forward matrix; each must be
      * addressable as floats for generation. */
@@ -184,23 +213,34 @@ static uint64_t stream_for(uint64_t seed, const char *name) {
     return s;
 }
 
-/* Fills rows x cols with mean + uniform noise of standard deviation std, stored as `type`. */
+/* Fills rows x cols with mean + uniform noise of standard deviation std, stored as `type`
+ * (quantised types through the writer's row quantiser; rows that do not divide into its
+ * blocks fall back as llama.cpp's quantizer does, see sd_quant_fallback). */
 static sd_status add_random(sd_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, int64_t cols,
                             int64_t rows, float mean, float std, uint64_t seed) {
     size_t n = (size_t)cols * (size_t)rows; /* bounded by sd_synth_validate */
-    size_t esz = type == SD_TYPE_F16 ? 2 : 4;
-    void *buf = malloc(n * esz);
+    float *buf = malloc(n * sizeof(float));
     if (!buf) return sd_fail(SD_ERR_NOMEM, "synth: no memory for tensor %s (%zu elements)", name, n);
     uint64_t s = stream_for(seed, name);
     float half_width = std * 1.7320508f; /* uniform on [-a, a] has std a / sqrt(3) */
     for (size_t i = 0; i < n; i++) {
         float u = (float)(splitmix64(&s) >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
-        float v = mean + (2.0f * u - 1.0f) * half_width;
-        if (type == SD_TYPE_F16) ((uint16_t *)buf)[i] = sd_fp32_to_fp16(v);
-        else ((float *)buf)[i] = v;
+        buf[i] = mean + (2.0f * u - 1.0f) * half_width;
     }
     uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
-    sd_status st = sd_gguf_add_tensor(w, name, type, n_dims, ne, buf, n * esz);
+    sd_status st;
+    if (type == SD_TYPE_F32) {
+        st = sd_gguf_add_tensor(w, name, type, n_dims, ne, buf, n * sizeof(float));
+    } else {
+        const sd_type t = sd_quant_fallback((sd_type)type, cols);
+        const size_t rb = sd_type_row_bytes(t, cols);
+        uint8_t *q = malloc(rb * (size_t)rows);
+        st = q ? SD_OK : sd_fail(SD_ERR_NOMEM, "synth: no memory for tensor %s", name);
+        for (int64_t r = 0; r < rows && st == SD_OK; r++)
+            st = sd_quantize_row(t, buf + (size_t)r * cols, q + (size_t)r * rb, cols);
+        if (st == SD_OK) st = sd_gguf_add_tensor(w, name, t, n_dims, ne, q, rb * (size_t)rows);
+        free(q);
+    }
     free(buf);
     return st;
 }
@@ -220,7 +260,7 @@ static sd_status add_metadata(const sd_synth_params *p, sd_gguf_writer *w) {
     sd_status st;
     if ((st = sd_gguf_set_str(w, "general.architecture", "llama")) ||
         (st = sd_gguf_set_str(w, "general.name", "specdec-synth")) ||
-        (st = sd_gguf_set_u32(w, "general.file_type", p->wtype == SD_TYPE_F16 ? 1 : 0)) ||
+        (st = sd_gguf_set_u32(w, "general.file_type", sd_quant_file_type((sd_type)p->wtype))) ||
         (st = sd_gguf_set_u32(w, "llama.context_length", (uint32_t)p->ctx_len)) ||
         (st = sd_gguf_set_u32(w, "llama.embedding_length", (uint32_t)p->dim)) ||
         (st = sd_gguf_set_u32(w, "llama.block_count", (uint32_t)p->n_layers)) ||

@@ -27,7 +27,7 @@ check() { # name expected_rc stderr_pattern -- cmd...
 
 check "top-level help"        0 "commands:"          -- "$BIN" --help
 check "no command"            2 "unknown command|usage" -- "$BIN" bogus
-for c in generate info bench-decode mkmodel; do
+for c in generate info bench-decode bench mkmodel; do
   check "$c --help"           0 "usage: specdec $c"  -- "$BIN" $c --help
 done
 check "generate needs -m"     2 "-m MODEL is required" -- "$BIN" generate
@@ -49,6 +49,18 @@ check "n too large"           2 "cannot generate 100 tokens" -- "$BIN" generate 
 check "spec tiny self-draft"  0 "acceptance rate: +100.0%" -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 12 --ignore-eos
 check "stats json"            0 ""                   -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 8 --stats-json "$TMP/s.json"
 grep -q '"acceptance_rate"' "$TMP/s.json" && { echo "ok   stats json content"; pass=$((pass+1)); } || { echo "FAIL stats json content"; fail=$((fail+1)); }
+
+# specdec bench: config errors name file and JSON path; a tiny generated pair runs end to end.
+printf '{"target": {"model": "x"}, "draft": {"model": "y"}, "prompts": {"text": ["a"]}, "sweep": {"k": [1, "four"]}}' >"$TMP/bad.json"
+check "bench bad config"      2 "bad.json: .sweep.k\[1\]: expected an integer in 1..32, got \"four\"" -- "$BIN" bench "$TMP/bad.json"
+check "bench needs config"    2 "CONFIG is required" -- "$BIN" bench
+cat >"$TMP/tinybench.json" <<'EOF'
+{"target": {"generate": {"shape": "stories260K", "dim": 32, "layers": 1, "heads": 4, "kv_heads": 2, "hidden": 64, "vocab": 300, "ctx": 64}},
+ "draft": {"generate": {"shape": "stories260K", "dim": 32, "layers": 1, "heads": 4, "kv_heads": 2, "hidden": 64, "vocab": 300, "ctx": 64}},
+ "prompts": {"text": ["a b", "c d", "e f"]}, "n_predict": 8, "sweep": {"k": [1, 2]}, "repetitions": 2}
+EOF
+check "bench tiny self-draft" 0 "identical to plain decoding in all 4 runs" -- env SPECDEC_CACHE="$TMP/cache" "$BIN" bench "$TMP/tinybench.json" --quick --out "$TMP/res" -t 1
+{ [ -s "$TMP/res/tinybench.json" ] && grep -q '</svg>' "$TMP/res/tinybench.svg"; } && { echo "ok   bench report files"; pass=$((pass+1)); } || { echo "FAIL bench report files"; fail=$((fail+1)); }
 
 # Ctrl-C during a long generation: stops at the next token, prints statistics, exits 130.
 "$BIN" mkmodel "$TMP/slow.gguf" --dim 256 --layers 6 --heads 8 --hidden 768 --vocab 300 --ctx 8192 2>/dev/null

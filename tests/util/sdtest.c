@@ -40,6 +40,12 @@ char *sdtest_shared_or_skip(const char *rel) {
     return strdup(p);
 }
 
+const char *sdtest_source_path(const char *rel) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%s/%s", SDTEST_SOURCE_DIR, rel);
+    return buf;
+}
+
 const char *sdtest_tmp_path(const char *name) {
     static char dir[256];
     static char buf[512];

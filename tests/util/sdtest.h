@@ -18,6 +18,9 @@ const char *sdtest_shared(const char *rel);
  * cmocka's skip() when the file is missing. Returns a strdup'd path the caller frees. */
 char *sdtest_shared_or_skip(const char *rel);
 
+/* Path of a file in the project's source tree (configs, tests data); static storage. */
+const char *sdtest_source_path(const char *rel);
+
 /* A fresh path in a per-process temporary directory (removed by the OS; not by us). */
 const char *sdtest_tmp_path(const char *name);
 

@@ -1,0 +1,67 @@
+/* Bench configurations: a JSON file naming a draft/target pair, prompts, a sweep of draft
+ * lengths, sampling, threads and report paths, checked strictly (unknown keys are errors). */
+#ifndef SPECDEC_BENCH_CONFIG_H
+#define SPECDEC_BENCH_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "specdec/spec.h"
+#include "specdec/status.h"
+#include "specdec/synth.h"
+
+/* One model of the pair: a path or search-path name, or a random-weight shape that the bench
+ * writes on demand into the model cache (cost measurements only). */
+typedef struct {
+    char *model;      /* "model": path or name (NULL when generated) */
+    char *tokenizer;  /* "tokenizer": tokenizer.bin of a llama2.c model (optional) */
+    int generated;    /* 1: "generate" was given */
+    char *shape;      /* "generate.shape" */
+    sd_synth_params synth; /* the full shape, seed and weight type of a generated model */
+} sd_bench_model_spec;
+
+typedef struct {
+    char *file;        /* the path the config was read from (for messages and the report) */
+    char *name;        /* "name"; default: the file's base name without .json */
+    char *description; /* "description" (optional) */
+    sd_bench_model_spec target, draft;
+
+    /* "prompts": {"text": [...]} or {"file": PATH, "count": N, "first_sentence": bool} */
+    char **prompts;    /* inline prompts (n_prompts of them), NULL with a prompt file */
+    int n_prompts;
+    char *prompt_file; /* one prompt per paragraph (blank-line separated) */
+    int prompt_count;  /* paragraphs to take from the file (default 4) */
+    int first_sentence;/* cut each paragraph after its first sentence */
+
+    int n_predict;     /* "n_predict": tokens to generate (default 128) */
+    int ignore_eos;    /* "ignore_eos" (default true: every run generates n_predict tokens) */
+    int k[SD_MAX_DRAFT]; /* "sweep.k": draft lengths, 1..SD_MAX_DRAFT */
+    int n_k;
+    sd_sampler_params sampling; /* "sampling": temperature, top_k, top_p, seed */
+    int threads;       /* "threads": 0 = online CPUs */
+    int repetitions;   /* "repetitions": plain/speculative pairs per prompt and k (default 3) */
+    char *out_json;    /* "output.json" (default bench/results/NAME.json) */
+    char *out_svg;     /* "output.svg" (default bench/results/NAME.svg) */
+} sd_bench_config;
+
+/* Parses a config from text; `file` names it in messages. Errors are SD_ERR_FORMAT (bad JSON,
+ * "FILE: line L, column C: ...") or SD_ERR_INVALID_ARG ("FILE: .json.path: expected ..., got
+ * ..."), the message in sd_last_error(). Files named in the config are not opened here. */
+sd_status sd_bench_config_parse(const char *text, size_t len, const char *file, sd_bench_config *out);
+sd_status sd_bench_config_load(const char *path, sd_bench_config *out);
+void sd_bench_config_free(sd_bench_config *c); /* NULL is fine; leaves *c zeroed */
+
+/* Prompts from a text file: paragraphs separated by blank lines (lines joined by a space),
+ * the first `count` non-empty ones, each cut after its first sentence when asked. */
+sd_status sd_bench_read_prompts(const char *path, int count, int first_sentence, char ***out, int *n_out);
+void sd_bench_free_prompts(char **p, int n);
+
+/* Where generated models live: $SPECDEC_CACHE, else .cache/models. */
+const char *sd_bench_cache_dir(void);
+
+/* Path of a model spec: the resolved path (search path) or, for a generated one, its file in
+ * the cache, written there first if absent (atomically, so an interrupted write leaves no
+ * half file). *created says whether it was written now (may be NULL). */
+sd_status sd_bench_model_path(const sd_bench_model_spec *m, char *buf, size_t cap, int *created);
+
+#endif

@@ -1,0 +1,531 @@
+/* The bench report in three forms: JSON (and back, for tools and the schema test), a
+ * hand-written SVG chart, and the table a person reads at the end of `specdec bench`. */
+#include "specdec/bench_report.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- JSON ---- */
+
+/* cJSON prints 15 significant digits (1.7.15 accepts a near miss), which does not give back
+ * the same double; the report writes the shortest of 15..17 digits that does. */
+static cJSON *number(double v) {
+    if (!isfinite(v)) return cJSON_CreateNull();
+    char buf[40];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return cJSON_CreateRaw(buf);
+}
+
+static void add_number(cJSON *o, const char *key, double v) { cJSON_AddItemToObject(o, key, number(v)); }
+
+static cJSON *k_json(const sd_bench_k_result *k) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    add_number(o, "k", k->k);
+    add_number(o, "runs", k->runs);
+    add_number(o, "acceptance_rate", k->acceptance);
+    add_number(o, "alpha", k->alpha);
+    add_number(o, "tokens_per_pass", k->tokens_per_pass);
+    add_number(o, "expected_tokens_per_pass", k->expected_tokens);
+    cJSON *a = cJSON_AddArrayToObject(o, "acceptance_by_position");
+    for (int i = 0; a && i < k->k && i < SD_MAX_DRAFT; i++) cJSON_AddItemToArray(a, number(k->accept_at[i]));
+    add_number(o, "ttft_plain_s", k->ttft_plain_s);
+    add_number(o, "ttft_spec_s", k->ttft_spec_s);
+    add_number(o, "tokens_per_s_plain", k->tps_plain);
+    add_number(o, "tokens_per_s_spec", k->tps_spec);
+    add_number(o, "speedup", k->speedup);
+    add_number(o, "predicted_speedup", k->predicted_speedup);
+    add_number(o, "break_even_alpha", k->break_even_alpha);
+    add_number(o, "t_verify_s", k->t_verify_s);
+    add_number(o, "draft_time_share", k->draft_share);
+    add_number(o, "verify_time_share", k->verify_share);
+    add_number(o, "kv_bytes_target", k->kv_bytes_target);
+    add_number(o, "kv_bytes_draft", k->kv_bytes_draft);
+    add_number(o, "greedy_divergences", k->diverged);
+    return o;
+}
+
+char *sd_bench_report_json(const sd_bench_report *r) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON_AddStringToObject(o, "schema", r->schema);
+    cJSON_AddStringToObject(o, "config", r->config);
+    cJSON_AddStringToObject(o, "name", r->name);
+    cJSON_AddStringToObject(o, "description", r->description);
+    cJSON_AddStringToObject(o, "date", r->date);
+    cJSON *pair = cJSON_AddObjectToObject(o, "pair");
+    cJSON_AddStringToObject(pair, "target", r->target);
+    cJSON_AddStringToObject(pair, "draft", r->draft);
+    cJSON_AddStringToObject(pair, "target_label", r->target_label);
+    cJSON_AddStringToObject(pair, "draft_label", r->draft_label);
+    cJSON_AddBoolToObject(pair, "cost_only", r->cost_only);
+    cJSON_AddBoolToObject(pair, "self_draft", r->self_draft);
+    cJSON *m = cJSON_AddObjectToObject(o, "machine");
+    cJSON_AddStringToObject(m, "cpu", r->cpu);
+    add_number(m, "cores", r->cores);
+    add_number(m, "threads", r->threads);
+    add_number(m, "bandwidth_bytes_per_s", r->bandwidth);
+    cJSON *run = cJSON_AddObjectToObject(o, "run");
+    cJSON_AddBoolToObject(run, "quick", r->quick);
+    add_number(run, "prompts", r->n_prompts);
+    add_number(run, "n_predict", r->n_predict);
+    add_number(run, "repetitions", r->repetitions);
+    cJSON_AddBoolToObject(run, "greedy", r->greedy);
+    add_number(run, "temperature", r->temperature);
+    add_number(run, "top_k", r->top_k);
+    add_number(run, "top_p", r->top_p);
+    add_number(run, "seed", r->seed);
+    cJSON *c = cJSON_AddObjectToObject(o, "costs");
+    add_number(c, "context", r->cost_pos);
+    add_number(c, "t_decode_target_s", r->t_decode_target_s);
+    add_number(c, "t_decode_draft_s", r->t_decode_draft_s);
+    cJSON *res = cJSON_AddArrayToObject(o, "results");
+    for (int i = 0; res && i < r->n_k && i < SD_MAX_DRAFT; i++) cJSON_AddItemToArray(res, k_json(&r->k[i]));
+    add_number(o, "best_k", r->best_k);
+    add_number(o, "peak_rss_bytes", r->peak_rss_bytes);
+    cJSON *dv = cJSON_AddObjectToObject(o, "divergences");
+    add_number(dv, "count", r->n_divergences);
+    cJSON *first = cJSON_AddArrayToObject(dv, "first");
+    int nd = r->n_divergences < SD_BENCH_MAX_DIVERGENCES ? r->n_divergences : SD_BENCH_MAX_DIVERGENCES;
+    for (int i = 0; first && i < nd; i++) {
+        cJSON *d = cJSON_CreateObject();
+        add_number(d, "prompt", r->div[i].prompt);
+        add_number(d, "k", r->div[i].k);
+        add_number(d, "rep", r->div[i].rep);
+        add_number(d, "index", r->div[i].index);
+        add_number(d, "plain_token", r->div[i].plain_token);
+        add_number(d, "spec_token", r->div[i].spec_token);
+        cJSON_AddItemToArray(first, d);
+    }
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* Reading back: every field is required and typed; the first problem names its path. */
+typedef struct {
+    sd_status st;
+    char path[128];
+} rd;
+
+static const cJSON *item(rd *c, const cJSON *o, const char *key, int (*is)(const cJSON *), const char *what) {
+    if (c->st) return NULL;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || !is(v)) {
+        c->st = sd_fail(SD_ERR_FORMAT, "bench report: %s.%s: expected %s", c->path, key, what);
+        return NULL;
+    }
+    return v;
+}
+static double num(rd *c, const cJSON *o, const char *key) {
+    const cJSON *v = item(c, o, key, cJSON_IsNumber, "a number");
+    return v ? v->valuedouble : 0;
+}
+static int inum(rd *c, const cJSON *o, const char *key) { return (int)num(c, o, key); }
+static int boolean(rd *c, const cJSON *o, const char *key) {
+    const cJSON *v = item(c, o, key, cJSON_IsBool, "true or false");
+    return v ? cJSON_IsTrue(v) : 0;
+}
+static void str(rd *c, const cJSON *o, const char *key, char *dst, size_t cap) {
+    const cJSON *v = item(c, o, key, cJSON_IsString, "a string");
+    if (v) snprintf(dst, cap, "%s", v->valuestring);
+}
+static const cJSON *obj(rd *c, const cJSON *o, const char *key) { return item(c, o, key, cJSON_IsObject, "an object"); }
+static const cJSON *arr(rd *c, const cJSON *o, const char *key) { return item(c, o, key, cJSON_IsArray, "an array"); }
+
+sd_status sd_bench_report_from_json(const char *text, sd_bench_report *r) {
+    memset(r, 0, sizeof *r);
+    cJSON *o = cJSON_Parse(text);
+    if (!o) return sd_fail(SD_ERR_FORMAT, "bench report: invalid JSON");
+    rd c = {SD_OK, ""};
+    if (!cJSON_IsObject(o)) c.st = sd_fail(SD_ERR_FORMAT, "bench report: expected an object");
+    str(&c, o, "schema", r->schema, sizeof r->schema);
+    if (!c.st && strcmp(r->schema, SD_BENCH_SCHEMA) != 0)
+        c.st = sd_fail(SD_ERR_UNSUPPORTED, "bench report: schema '%s', expected '%s'", r->schema, SD_BENCH_SCHEMA);
+    str(&c, o, "config", r->config, sizeof r->config);
+    str(&c, o, "name", r->name, sizeof r->name);
+    str(&c, o, "description", r->description, sizeof r->description);
+    str(&c, o, "date", r->date, sizeof r->date);
+    const cJSON *pair = obj(&c, o, "pair");
+    snprintf(c.path, sizeof c.path, ".pair");
+    str(&c, pair, "target", r->target, sizeof r->target);
+    str(&c, pair, "draft", r->draft, sizeof r->draft);
+    str(&c, pair, "target_label", r->target_label, sizeof r->target_label);
+    str(&c, pair, "draft_label", r->draft_label, sizeof r->draft_label);
+    r->cost_only = boolean(&c, pair, "cost_only");
+    r->self_draft = boolean(&c, pair, "self_draft");
+    c.path[0] = 0;
+    const cJSON *m = obj(&c, o, "machine");
+    snprintf(c.path, sizeof c.path, ".machine");
+    str(&c, m, "cpu", r->cpu, sizeof r->cpu);
+    r->cores = inum(&c, m, "cores");
+    r->threads = inum(&c, m, "threads");
+    r->bandwidth = num(&c, m, "bandwidth_bytes_per_s");
+    c.path[0] = 0;
+    const cJSON *run = obj(&c, o, "run");
+    snprintf(c.path, sizeof c.path, ".run");
+    r->quick = boolean(&c, run, "quick");
+    r->n_prompts = inum(&c, run, "prompts");
+    r->n_predict = inum(&c, run, "n_predict");
+    r->repetitions = inum(&c, run, "repetitions");
+    r->greedy = boolean(&c, run, "greedy");
+    r->temperature = num(&c, run, "temperature");
+    r->top_k = inum(&c, run, "top_k");
+    r->top_p = num(&c, run, "top_p");
+    r->seed = num(&c, run, "seed");
+    c.path[0] = 0;
+    const cJSON *cost = obj(&c, o, "costs");
+    snprintf(c.path, sizeof c.path, ".costs");
+    r->cost_pos = num(&c, cost, "context");
+    r->t_decode_target_s = num(&c, cost, "t_decode_target_s");
+    r->t_decode_draft_s = num(&c, cost, "t_decode_draft_s");
+    c.path[0] = 0;
+    const cJSON *res = arr(&c, o, "results");
+    if (!c.st && cJSON_GetArraySize(res) > SD_MAX_DRAFT)
+        c.st = sd_fail(SD_ERR_FORMAT, "bench report: .results: more than %d entries", SD_MAX_DRAFT);
+    int i = 0;
+    for (const cJSON *e = res ? res->child : NULL; e && !c.st; e = e->next, i++) {
+        sd_bench_k_result *k = &r->k[i];
+        snprintf(c.path, sizeof c.path, ".results[%d]", i);
+        if (!cJSON_IsObject(e)) {
+            c.st = sd_fail(SD_ERR_FORMAT, "bench report: %s: expected an object", c.path);
+            break;
+        }
+        k->k = inum(&c, e, "k");
+        k->runs = inum(&c, e, "runs");
+        k->acceptance = num(&c, e, "acceptance_rate");
+        k->alpha = num(&c, e, "alpha");
+        k->tokens_per_pass = num(&c, e, "tokens_per_pass");
+        k->expected_tokens = num(&c, e, "expected_tokens_per_pass");
+        const cJSON *a = arr(&c, e, "acceptance_by_position");
+        int j = 0;
+        for (const cJSON *x = a ? a->child : NULL; x && j < SD_MAX_DRAFT; x = x->next, j++)
+            k->accept_at[j] = cJSON_IsNumber(x) ? x->valuedouble : 0;
+        k->ttft_plain_s = num(&c, e, "ttft_plain_s");
+        k->ttft_spec_s = num(&c, e, "ttft_spec_s");
+        k->tps_plain = num(&c, e, "tokens_per_s_plain");
+        k->tps_spec = num(&c, e, "tokens_per_s_spec");
+        k->speedup = num(&c, e, "speedup");
+        k->predicted_speedup = num(&c, e, "predicted_speedup");
+        k->break_even_alpha = num(&c, e, "break_even_alpha");
+        k->t_verify_s = num(&c, e, "t_verify_s");
+        k->draft_share = num(&c, e, "draft_time_share");
+        k->verify_share = num(&c, e, "verify_time_share");
+        k->kv_bytes_target = num(&c, e, "kv_bytes_target");
+        k->kv_bytes_draft = num(&c, e, "kv_bytes_draft");
+        k->diverged = inum(&c, e, "greedy_divergences");
+    }
+    r->n_k = i;
+    c.path[0] = 0;
+    r->best_k = inum(&c, o, "best_k");
+    r->peak_rss_bytes = num(&c, o, "peak_rss_bytes");
+    const cJSON *dv = obj(&c, o, "divergences");
+    snprintf(c.path, sizeof c.path, ".divergences");
+    r->n_divergences = inum(&c, dv, "count");
+    const cJSON *first = arr(&c, dv, "first");
+    i = 0;
+    for (const cJSON *e = first ? first->child : NULL; e && !c.st && i < SD_BENCH_MAX_DIVERGENCES; e = e->next, i++) {
+        snprintf(c.path, sizeof c.path, ".divergences.first[%d]", i);
+        r->div[i].prompt = inum(&c, e, "prompt");
+        r->div[i].k = inum(&c, e, "k");
+        r->div[i].rep = inum(&c, e, "rep");
+        r->div[i].index = inum(&c, e, "index");
+        r->div[i].plain_token = inum(&c, e, "plain_token");
+        r->div[i].spec_token = inum(&c, e, "spec_token");
+    }
+    cJSON_Delete(o);
+    return c.st;
+}
+
+/* ---- SVG ---- */
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->s && b->n + (size_t)n < b->cap) {
+            b->n += (size_t)n;
+            return;
+        }
+        size_t nc = b->cap ? b->cap * 2 : 8192;
+        while (nc < b->n + (size_t)n + 1) nc *= 2;
+        char *t = realloc(b->s, nc);
+        if (!t) {
+            b->oom = 1;
+            return;
+        }
+        b->s = t;
+        b->cap = nc;
+    }
+}
+
+/* Text for SVG: the five XML specials escaped. */
+static void sb_text(sbuf *b, const char *s) {
+    for (; *s; s++) {
+        switch (*s) {
+        case '<': sb_printf(b, "&lt;"); break;
+        case '>': sb_printf(b, "&gt;"); break;
+        case '&': sb_printf(b, "&amp;"); break;
+        case '"': sb_printf(b, "&quot;"); break;
+        case '\'': sb_printf(b, "&apos;"); break;
+        default: sb_printf(b, "%c", *s);
+        }
+    }
+}
+
+static const char *base(const char *path) {
+    const char *b = strrchr(path, '/');
+    return b ? b + 1 : path;
+}
+
+/* Chart geometry: plot area [X0, X1] x [Y0, Y1] (SVG y grows downwards). */
+enum { W = 760, H = 510, X0 = 70, X1 = 660, Y0 = 92, Y1 = 392 };
+
+char *sd_bench_report_svg(const sd_bench_report *r) {
+    sbuf b = {0};
+    int kmin = r->n_k ? r->k[0].k : 1, kmax = r->n_k ? r->k[r->n_k - 1].k : 1;
+    double smax = 1.25;
+    for (int i = 0; i < r->n_k; i++) {
+        if (r->k[i].speedup > smax) smax = r->k[i].speedup;
+        if (r->k[i].predicted_speedup > smax) smax = r->k[i].predicted_speedup;
+    }
+    /* A round top for the speedup axis, in steps of 0.25, 0.5 or 1. */
+    double step = smax <= 2 ? 0.25 : smax <= 4 ? 0.5 : 1.0;
+    double ytop = ceil(smax * 1.05 / step) * step;
+#define XK(k) (kmax > kmin ? X0 + 20 + (double)((k) - kmin) * (X1 - X0 - 40) / (kmax - kmin) : (X0 + X1) / 2.0)
+#define YS(v) (Y1 - (v) / ytop * (Y1 - Y0))
+#define YA(v) (Y1 - (v) * (Y1 - Y0))
+    sb_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    sb_printf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+                  "font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n", W, H, W, H);
+    sb_printf(&b, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
+    /* Title: the pair and the machine. */
+    sb_printf(&b, "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">", X0);
+    sb_text(&b, r->name);
+    sb_printf(&b, ": speculative vs plain decoding</text>\n<text x=\"%d\" y=\"40\">target ", X0);
+    sb_text(&b, r->target_label[0] ? r->target_label : base(r->target));
+    sb_printf(&b, r->self_draft ? " drafting for itself" : ", draft ");
+    if (!r->self_draft) sb_text(&b, r->draft_label[0] ? r->draft_label : base(r->draft));
+    sb_printf(&b, "</text>\n<text x=\"%d\" y=\"56\" fill=\"#444\">", X0);
+    sb_text(&b, r->cpu);
+    sb_printf(&b, ", %d cores, %d threads, %.1f GB/s; %s, %d prompts x %d reps x %d tokens%s</text>\n", r->cores, r->threads,
+              r->bandwidth / 1e9, r->greedy ? "greedy" : "sampled", r->n_prompts, r->repetitions, r->n_predict,
+              r->quick ? " (quick)" : "");
+    if (r->cost_only)
+        sb_printf(&b, "<text x=\"%d\" y=\"72\" fill=\"#b00\">cost only: random weights, so acceptance means nothing%s</text>\n", X0,
+                  r->self_draft ? " (self-draft: always 100%, the upper bound)" : "");
+    /* Axes and grid. */
+    sb_printf(&b, "<g stroke=\"#ddd\">\n");
+    for (double v = 0; v <= ytop + 1e-9; v += step)
+        sb_printf(&b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>\n", X0, YS(v), X1, YS(v));
+    sb_printf(&b, "</g>\n<g fill=\"#333\" text-anchor=\"end\">\n");
+    for (double v = 0; v <= ytop + 1e-9; v += step)
+        sb_printf(&b, "<text x=\"%d\" y=\"%.1f\">%.2fx</text>\n", X0 - 6, YS(v) + 4, v);
+    sb_printf(&b, "</g>\n<g fill=\"#c60\" text-anchor=\"start\">\n");
+    for (int a = 0; a <= 100; a += 25) sb_printf(&b, "<text x=\"%d\" y=\"%.1f\">%d%%</text>\n", X1 + 6, YA(a / 100.0) + 4, a);
+    sb_printf(&b, "</g>\n<g fill=\"#333\" text-anchor=\"middle\">\n");
+    for (int i = 0; i < r->n_k; i++) sb_printf(&b, "<text x=\"%.1f\" y=\"%d\">%d</text>\n", XK(r->k[i].k), Y1 + 18, r->k[i].k);
+    sb_printf(&b, "</g>\n");
+    sb_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#333\"/>\n", X0, Y0, X1 - X0, Y1 - Y0);
+    sb_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">draft length k (tokens drafted per verify pass)</text>\n",
+              (X0 + X1) / 2, Y1 + 38);
+    sb_printf(&b, "<text transform=\"translate(20 %d) rotate(-90)\" text-anchor=\"middle\">speedup over plain decoding "
+                  "(decode tokens/s ratio)</text>\n", (Y0 + Y1) / 2);
+    sb_printf(&b, "<text transform=\"translate(%d %d) rotate(90)\" text-anchor=\"middle\" fill=\"#c60\">acceptance rate "
+                  "(accepted / drafted)</text>\n", W - 20, (Y0 + Y1) / 2);
+    /* Plain decoding: the baseline y = 1. */
+    sb_printf(&b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#555\" stroke-width=\"1.5\" "
+                  "stroke-dasharray=\"2 3\"/>\n", X0, YS(1.0), X1, YS(1.0));
+    /* Series. */
+    struct {
+        const char *color, *dash, *label;
+        int which; /* 0 speedup, 1 predicted, 2 acceptance */
+    } series[] = {
+        {"#1f5fbf", "", "measured speedup (median)", 0},
+        {"#1f5fbf", "6 4", "predicted speedup (cost model)", 1},
+        {"#d07000", "", "acceptance rate", 2},
+    };
+    for (size_t s = 0; s < sizeof series / sizeof series[0]; s++) {
+        if (r->n_k > 1) {
+            sb_printf(&b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s%s%s points=\"", series[s].color,
+                      series[s].dash[0] ? " stroke-dasharray=\"" : "", series[s].dash, series[s].dash[0] ? "\"" : "");
+            for (int i = 0; i < r->n_k; i++) {
+                const sd_bench_k_result *k = &r->k[i];
+                double y = series[s].which == 0 ? YS(k->speedup) : series[s].which == 1 ? YS(k->predicted_speedup) : YA(k->acceptance);
+                sb_printf(&b, "%s%.1f,%.1f", i ? " " : "", XK(k->k), y);
+            }
+            sb_printf(&b, "\"/>\n");
+        }
+        for (int i = 0; i < r->n_k; i++) {
+            const sd_bench_k_result *k = &r->k[i];
+            double x = XK(k->k);
+            if (series[s].which == 0)
+                sb_printf(&b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"><title>k=%d: %.2fx measured</title></circle>\n", x,
+                          YS(k->speedup), series[s].color, k->k, k->speedup);
+            else if (series[s].which == 1)
+                sb_printf(&b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"white\" stroke=\"%s\" stroke-width=\"1.5\">"
+                              "<title>k=%d: %.2fx predicted</title></circle>\n", x, YS(k->predicted_speedup), series[s].color,
+                          k->k, k->predicted_speedup);
+            else
+                sb_printf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"7\" height=\"7\" fill=\"%s\"><title>k=%d: %.1f%% accepted"
+                              "</title></rect>\n", x - 3.5, YA(k->acceptance) - 3.5, series[s].color, k->k, 100 * k->acceptance);
+        }
+    }
+    /* Legend: two rows under the axis label, clear of the data. */
+    for (size_t s = 0; s < 4; s++) {
+        int x = X0 + 10 + (int)(s % 2) * 290, y = Y1 + 60 + (int)(s / 2) * 18;
+        const char *color = s < 3 ? series[s].color : "#555";
+        const char *dash = s < 3 ? series[s].dash : "2 3";
+        sb_printf(&b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s%s%s/>", x, y, x + 26, y,
+                  color, dash[0] ? " stroke-dasharray=\"" : "", dash, dash[0] ? "\"" : "");
+        sb_printf(&b, "<text x=\"%d\" y=\"%d\">%s</text>\n", x + 34, y + 4, s < 3 ? series[s].label : "plain decoding (the 1.00x baseline)");
+    }
+    sb_printf(&b, "<text x=\"%d\" y=\"%d\" fill=\"#666\" font-size=\"11\">%s; specdec bench ", X0, H - 10, r->date);
+    sb_text(&b, r->config);
+    sb_printf(&b, "</text>\n</svg>\n");
+#undef XK
+#undef YS
+#undef YA
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}
+
+/* ---- the table ---- */
+
+static void human_bytes(double v, char *buf, size_t cap) {
+    if (v >= 1e9) snprintf(buf, cap, "%.2f GB", v / 1e9);
+    else if (v >= 1e6) snprintf(buf, cap, "%.1f MB", v / 1e6);
+    else if (v >= 1e3) snprintf(buf, cap, "%.1f KB", v / 1e3);
+    else snprintf(buf, cap, "%.0f B", v);
+}
+
+void sd_bench_report_print(const sd_bench_report *r, FILE *f) {
+    fprintf(f, "\nspecdec bench: %s (%s)%s\n", r->name, r->config, r->quick ? " [quick]" : "");
+    if (r->description[0]) fprintf(f, "  %s\n", r->description);
+    if (r->self_draft) fprintf(f, "pair:     %s drafting for itself\n", r->target);
+    else fprintf(f, "pair:     target %s\n          draft  %s\n", r->target, r->draft);
+    fprintf(f, "machine:  %s, %d cores, %d threads, %.1f GB/s streaming read\n", r->cpu, r->cores, r->threads, r->bandwidth / 1e9);
+    fprintf(f, "runs:     %d prompts x %d repetitions x %d tokens, ", r->n_prompts, r->repetitions, r->n_predict);
+    if (r->greedy) fprintf(f, "greedy\n");
+    else fprintf(f, "temperature %g, top-k %d, top-p %g, seed %.0f\n", r->temperature, r->top_k, r->top_p, r->seed);
+    double dr = r->t_decode_target_s > 0 ? r->t_decode_draft_s / r->t_decode_target_s : 0;
+    fprintf(f, "costs:    T_decode target %.3f ms, draft %.3f ms (draft/target %.3f), at context %.0f\n",
+            r->t_decode_target_s * 1e3, r->t_decode_draft_s * 1e3, dr, r->cost_pos);
+    if (r->cost_only)
+        fprintf(f, "note:     cost only: %s\n", r->self_draft
+                    ? "random weights; the target drafts for itself, so every draft is accepted: the upper bound"
+                    : "random weights, so acceptance means nothing; read the costs and the break-even alpha");
+    fprintf(f, "\n%3s %7s %6s %6s %6s %9s %9s %8s %9s %8s %7s %7s %7s %15s\n", "k", "accept", "alpha", "tok/vp", "E[tok]",
+            "plain t/s", "spec t/s", "speedup", "predicted", "Tver/Tt", "be.alpha", "draft%", "verif%", "TTFT plain/spec");
+    for (int i = 0; i < r->n_k; i++) {
+        const sd_bench_k_result *k = &r->k[i];
+        fprintf(f, "%3d %6.1f%% %6.3f %6.2f %6.2f %9.1f %9.1f %7.2fx %8.2fx %8.2f %7.3f %6.1f%% %6.1f%% %7.2f/%.2f ms\n", k->k,
+                100 * k->acceptance, k->alpha, k->tokens_per_pass, k->expected_tokens, k->tps_plain, k->tps_spec, k->speedup,
+                k->predicted_speedup, r->t_decode_target_s > 0 ? k->t_verify_s / r->t_decode_target_s : 0.0,
+                k->break_even_alpha, 100 * k->draft_share, 100 * k->verify_share, k->ttft_plain_s * 1e3, k->ttft_spec_s * 1e3);
+    }
+    fprintf(f, "\ncolumns: accept = accepted/drafted; alpha = per-token acceptance given the earlier drafts were accepted;\n"
+               "tok/vp = tokens per target pass (measured), E[tok] = (1-alpha^(k+1))/(1-alpha); t/s = decode tokens/s\n"
+               "(medians); speedup = median of paired spec/plain ratios; predicted = E[tok] / (k*Tdraft/Tt + Tver/Tt);\n"
+               "be.alpha = alpha at which speculation breaks even; draft%%/verif%% = share of speculative wall time.\n");
+    fprintf(f, "\nacceptance by draft position:\n");
+    for (int i = 0; i < r->n_k; i++) {
+        fprintf(f, "  k=%-2d", r->k[i].k);
+        for (int j = 0; j < r->k[i].k && j < SD_MAX_DRAFT; j++) fprintf(f, " %d:%.0f%%", j + 1, 100 * r->k[i].accept_at[j]);
+        fprintf(f, "\n");
+    }
+    if (r->n_k > 0) {
+        char kt[32], kd[32], rss[32];
+        human_bytes(r->k[r->n_k - 1].kv_bytes_target, kt, sizeof kt);
+        human_bytes(r->k[r->n_k - 1].kv_bytes_draft, kd, sizeof kd);
+        human_bytes(r->peak_rss_bytes, rss, sizeof rss);
+        fprintf(f, "memory:   KV cache in use at the end of a run: target %s, draft %s; peak RSS %s\n", kt, kd, rss);
+    }
+    if (r->greedy) {
+        int runs = 0;
+        for (int i = 0; i < r->n_k; i++) runs += r->k[i].runs;
+        if (!r->n_divergences) fprintf(f, "greedy:   speculative output identical to plain decoding in all %d runs\n", runs);
+        else {
+            fprintf(f, "greedy:   FAILED: %d of %d speculative runs differ from plain decoding (a bug)\n", r->n_divergences, runs);
+            int nd = r->n_divergences < SD_BENCH_MAX_DIVERGENCES ? r->n_divergences : SD_BENCH_MAX_DIVERGENCES;
+            for (int i = 0; i < nd; i++)
+                fprintf(f, "          prompt %d, k=%d, rep %d: first difference at generated token %d (plain %d, speculative %d)\n",
+                        r->div[i].prompt + 1, r->div[i].k, r->div[i].rep + 1, r->div[i].index, (int)r->div[i].plain_token,
+                        (int)r->div[i].spec_token);
+        }
+    }
+    /* Recommendation and the reading of the gap between measurement and model. */
+    const sd_bench_k_result *best = NULL;
+    for (int i = 0; i < r->n_k; i++)
+        if (r->k[i].k == r->best_k) best = &r->k[i];
+    if (r->cost_only && !r->self_draft)
+        fprintf(f, "best k:   none recommended: random weights, so the measured acceptance is not a real draft's\n");
+    else if (best)
+        fprintf(f, "best k:   %d: %.2fx plain decoding measured (%.2fx predicted) at %.0f%% acceptance%s\n", best->k, best->speedup,
+                best->predicted_speedup, 100 * best->acceptance, r->self_draft ? " (the self-draft bound)" : "");
+    else {
+        const sd_bench_k_result *top = NULL;
+        for (int i = 0; i < r->n_k; i++)
+            if (!top || r->k[i].speedup > top->speedup) top = &r->k[i];
+        fprintf(f, "best k:   none: plain decoding is fastest here");
+        if (top) fprintf(f, " (best speculative: k=%d at %.2fx)", top->k, top->speedup);
+        fprintf(f, "\n");
+    }
+    for (int i = 0; i < r->n_k; i++) {
+        const sd_bench_k_result *k = &r->k[i];
+        if (k->predicted_speedup > 0 && k->speedup < 0.8 * k->predicted_speedup) {
+            fprintf(f, "reading:  at k=%d the measured speedup is %.0f%% of the predicted one: time outside the draft and\n"
+                       "          verify forwards (sampling, the draft catching up on accepted tokens, bookkeeping) is\n"
+                       "          large next to a forward pass of these models.\n",
+                    k->k, 100 * k->speedup / k->predicted_speedup);
+            break;
+        }
+    }
+    /* The k that needs the least acceptance to pay for itself. */
+    const sd_bench_k_result *easiest = NULL;
+    for (int i = 0; i < r->n_k; i++)
+        if (!easiest || r->k[i].break_even_alpha < easiest->break_even_alpha) easiest = &r->k[i];
+    if (easiest && easiest->break_even_alpha >= 1.0) {
+        double vlo = 1e30, vhi = 0;
+        for (int i = 0; i < r->n_k; i++) {
+            double v = r->t_decode_target_s > 0 ? r->k[i].t_verify_s / r->t_decode_target_s : 0;
+            vlo = v < vlo ? v : vlo;
+            vhi = v > vhi ? v : vhi;
+        }
+        fprintf(f, "reading:  even a draft that is always right cannot beat plain decoding here: verifying k+1 tokens\n"
+                   "          costs %.2f..%.2f target steps and each draft token %.2f of one. Speculation pays when\n"
+                   "          the target's decode step is bound by streaming its weights (verify ~ 1 step), not by\n"
+                   "          per-pass compute and overhead as with models this small.\n",
+                vlo, vhi, dr);
+    } else if (easiest && r->cost_only && !r->self_draft)
+        fprintf(f, "reading:  a real draft of this cost needs alpha >= %.2f (at k=%d, the cheapest) to beat plain decoding.\n",
+                easiest->break_even_alpha, easiest->k);
+    else if (easiest && !r->self_draft && easiest->alpha < easiest->break_even_alpha)
+        fprintf(f, "reading:  at k=%d alpha %.2f is below the %.2f needed to break even: the draft is too slow for how\n"
+                   "          often it is right.\n",
+                easiest->k, easiest->alpha, easiest->break_even_alpha);
+}

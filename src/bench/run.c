@@ -1,0 +1,386 @@
+/* The bench sweep: paired plain/speculative generations per prompt and draft length, the
+ * greedy identity check, the measured costs and the cost model's predicted speedup. */
+#include "specdec/bench_report.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "specdec/bench.h"
+
+double sd_bench_expected_tokens(double alpha, int k) {
+    if (alpha >= 1.0) return k + 1.0;
+    if (alpha <= 0.0) return 1.0;
+    return (1.0 - pow(alpha, k + 1)) / (1.0 - alpha);
+}
+
+double sd_bench_predicted_speedup(double alpha, int k, double draft_ratio, double verify_ratio) {
+    double cost = k * draft_ratio + verify_ratio;
+    return cost > 0 ? sd_bench_expected_tokens(alpha, k) / cost : 0.0;
+}
+
+double sd_bench_break_even_alpha(int k, double draft_ratio, double verify_ratio) {
+    if (sd_bench_predicted_speedup(0.0, k, draft_ratio, verify_ratio) >= 1.0) return 0.0;
+    if (sd_bench_predicted_speedup(1.0, k, draft_ratio, verify_ratio) < 1.0) return 1.0;
+    /* E(alpha, k) grows monotonically in alpha, so bisection finds the crossing. */
+    double lo = 0.0, hi = 1.0;
+    for (int i = 0; i < 60; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (sd_bench_predicted_speedup(mid, k, draft_ratio, verify_ratio) < 1.0) lo = mid;
+        else hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+double sd_bench_alpha(const long *drafted_at, const long *accepted_at, int k) {
+    /* Position i is a trial when it was drafted and 0..i-1 were accepted. From the pooled
+     * counts that is min(drafted_at[i], accepted_at[i-1]); it overcounts only passes cut
+     * short (fewer than k drafts near the end of a generation) that accepted everything. */
+    double acc = 0, trials = 0;
+    for (int i = 0; i < k; i++) {
+        long t = i == 0 ? drafted_at[0] : (drafted_at[i] < accepted_at[i - 1] ? drafted_at[i] : accepted_at[i - 1]);
+        trials += (double)t;
+        acc += (double)accepted_at[i];
+    }
+    return trials > 0 ? acc / trials : 0.0;
+}
+
+int sd_bench_first_divergence(const int32_t *a, int na, const int32_t *b, int nb) {
+    int n = na < nb ? na : nb;
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i]) return i;
+    return na == nb ? -1 : n;
+}
+
+void sd_bench_machine(char *cpu, size_t cap, int *cores) {
+    snprintf(cpu, cap, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f)) {
+            if (strncmp(line, "model name", 10) != 0) continue;
+            char *v = strchr(line, ':');
+            if (!v) continue;
+            v++;
+            while (*v == ' ' || *v == '\t') v++;
+            v[strcspn(v, "\n")] = 0;
+            snprintf(cpu, cap, "%s", v);
+            break;
+        }
+        fclose(f);
+    }
+    *cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+/* ---- one generation ---- */
+
+typedef struct {
+    int32_t *tok;
+    int n, cap;
+} collector;
+
+static int collect(int32_t t, void *user) {
+    collector *c = user;
+    if (c->n < c->cap) c->tok[c->n++] = t;
+    return 0;
+}
+
+static sd_status default_gen(sd_spec *s, const int32_t *prompt, int n_prompt, sd_token_cb cb, void *user,
+                             sd_spec_stats *stats, void *hook_user) {
+    (void)hook_user;
+    return sd_spec_generate(s, prompt, n_prompt, cb, user, stats);
+}
+
+/* Medians of a few timing cuts with enough repetitions for ~budget seconds each. */
+static double time_forward(sd_model *m, sd_kv *kv, int pos, int n, double budget) {
+    double t = sd_bench_forward(m, kv, pos, n, 3);
+    if (t <= 0) return t;
+    int reps = (int)(budget / t);
+    if (reps < 5) reps = 5;
+    if (reps > 40) reps = 40;
+    return sd_bench_forward(m, kv, pos, n, reps);
+}
+
+static void copy_str(char *dst, size_t cap, const char *src) { snprintf(dst, cap, "%s", src ? src : ""); }
+
+static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+/* A model's name for titles: the file name, or the shape of a generated one (its cache file
+ * name spells out every parameter and is too long for a chart). */
+static void label(char *dst, size_t cap, const sd_bench_model_spec *m, const char *path) {
+    if (m->generated) {
+        sd_synth_params named = m->synth;
+        const char *wt = m->synth.wtype == SD_TYPE_F16 ? "f16" : "f32";
+        sd_synth_shape(m->shape, &named);
+        const sd_synth_params *g = &m->synth;
+        if (named.dim == g->dim && named.n_layers == g->n_layers && named.n_heads == g->n_heads &&
+            named.n_kv_heads == g->n_kv_heads && named.hidden_dim == g->hidden_dim && named.vocab_size == g->vocab_size &&
+            named.ctx_len == g->ctx_len)
+            snprintf(dst, cap, "random %s (%s)", m->shape, wt);
+        else snprintf(dst, cap, "random dim %d, %d layers (%s)", m->synth.dim, m->synth.n_layers, wt);
+        return;
+    }
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    size_t n = strlen(b) < cap ? strlen(b) : cap - 1; /* cut, as snprintf would */
+    memcpy(dst, b, n);
+    dst[n] = 0;
+}
+
+sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
+    const sd_bench_config *cfg = p->cfg;
+    char cpu[sizeof r->cpu];
+    int cores = r->cores;
+    memcpy(cpu, r->cpu, sizeof cpu);
+    memset(r, 0, sizeof *r);
+    memcpy(r->cpu, cpu, sizeof cpu);
+    r->cores = cores;
+    copy_str(r->schema, sizeof r->schema, SD_BENCH_SCHEMA);
+    copy_str(r->config, sizeof r->config, cfg->file);
+    copy_str(r->name, sizeof r->name, cfg->name);
+    copy_str(r->description, sizeof r->description, cfg->description);
+    copy_str(r->target, sizeof r->target, sd_model_path(p->target));
+    copy_str(r->draft, sizeof r->draft, sd_model_path(p->draft));
+    label(r->target_label, sizeof r->target_label, &cfg->target, r->target);
+    label(r->draft_label, sizeof r->draft_label, &cfg->draft, r->draft);
+    time_t now = time(NULL);
+    struct tm tmv;
+    gmtime_r(&now, &tmv);
+    strftime(r->date, sizeof r->date, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+    r->threads = p->threads;
+    r->bandwidth = p->bandwidth;
+    r->cost_only = p->cost_only;
+    r->self_draft = p->target == p->draft;
+    r->greedy = cfg->sampling.temperature == 0;
+    r->quick = p->quick;
+    r->n_prompts = p->n_prompts;
+    r->n_predict = cfg->n_predict;
+    r->repetitions = cfg->repetitions;
+    r->temperature = cfg->sampling.temperature;
+    r->top_k = cfg->sampling.top_k;
+    r->top_p = cfg->sampling.top_p;
+    r->seed = (double)cfg->sampling.seed;
+    r->n_k = cfg->n_k;
+    if (p->n_prompts < 1 || cfg->n_k < 1) return sd_fail(SD_ERR_INVALID_ARG, "bench: no prompts or no draft lengths");
+
+    sd_bench_gen_fn gen = p->spec_generate ? p->spec_generate : default_gen;
+    const int reps = cfg->repetitions, n_runs = p->n_prompts * reps;
+    const int n_predict = cfg->n_predict;
+    int n_ctx = sd_model_n_ctx(p->target);
+    if (sd_model_n_ctx(p->draft) < n_ctx) n_ctx = sd_model_n_ctx(p->draft);
+    const sd_tokenizer *tok = sd_model_tokenizer(p->target);
+
+    sd_status st = SD_OK;
+    int32_t **ids = calloc((size_t)p->n_prompts, sizeof *ids);
+    int *n_ids = calloc((size_t)p->n_prompts, sizeof *n_ids);
+    collector cp = {0}, cs = {0};
+    cp.cap = cs.cap = n_predict;
+    cp.tok = malloc((size_t)n_predict * sizeof(int32_t));
+    cs.tok = malloc((size_t)n_predict * sizeof(int32_t));
+    double *v_tps_p = malloc((size_t)n_runs * sizeof(double)), *v_tps_s = malloc((size_t)n_runs * sizeof(double));
+    double *v_ttft_p = malloc((size_t)n_runs * sizeof(double)), *v_ttft_s = malloc((size_t)n_runs * sizeof(double));
+    double *v_speed = malloc((size_t)n_runs * sizeof(double)), *v_draft = malloc((size_t)n_runs * sizeof(double));
+    double *v_verify = malloc((size_t)n_runs * sizeof(double));
+    sd_spec *plain = NULL, *spec = NULL;
+    sd_kv *kv_t = NULL, *kv_d = NULL;
+    if (!ids || !n_ids || !cp.tok || !cs.tok || !v_tps_p || !v_tps_s || !v_ttft_p || !v_ttft_s || !v_speed || !v_draft ||
+        !v_verify) {
+        st = sd_fail(SD_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+
+    /* Prompts through the target's tokenizer; each must leave room for n_predict tokens. */
+    double mean_prompt = 0;
+    for (int i = 0; i < p->n_prompts; i++) {
+        size_t len = strlen(p->prompts[i]);
+        int cap = (int)len + 8;
+        if (!(ids[i] = malloc((size_t)cap * sizeof(int32_t)))) {
+            st = sd_fail(SD_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        if ((st = sd_tokenizer_encode(tok, p->prompts[i], len, sd_tokenizer_add_bos(tok), ids[i], cap, &n_ids[i])) != SD_OK)
+            goto out;
+        if (n_ids[i] < 1) {
+            st = sd_fail(SD_ERR_INVALID_ARG, "%s: prompt %d encodes to no tokens", cfg->file, i + 1);
+            goto out;
+        }
+        if (n_ids[i] + n_predict > n_ctx) {
+            st = sd_fail(SD_ERR_INVALID_ARG,
+                         "%s: prompt %d (\"%.40s%s\") is %d tokens: with n_predict %d it needs %d of the context of %d "
+                         "(lower n_predict or shorten the prompt)",
+                         cfg->file, i + 1, p->prompts[i], len > 40 ? "..." : "", n_ids[i], n_predict,
+                         n_ids[i] + n_predict, n_ctx);
+            goto out;
+        }
+        mean_prompt += n_ids[i];
+    }
+    mean_prompt /= p->n_prompts;
+
+    sd_spec_params sp = sd_spec_default_params();
+    sp.n_predict = n_predict;
+    sp.sampling = cfg->sampling;
+    sp.stop_at_eos = !cfg->ignore_eos;
+    sp.stop_flag = p->stop_flag;
+    sp.draft_max = 0;
+    if ((st = sd_spec_create(p->target, NULL, &sp, &plain)) != SD_OK) goto out;
+
+    /* Costs at the context length of the middle of a generation. */
+    int kmax = cfg->k[cfg->n_k - 1];
+    int pos = (int)(mean_prompt + n_predict / 2.0);
+    if (pos > n_ctx - (kmax + 1)) pos = n_ctx - (kmax + 1);
+    if (pos < 0) pos = 0;
+    r->cost_pos = pos;
+    const double budget = p->quick ? 0.05 : 0.3;
+    if ((st = sd_model_kv_create(p->target, n_ctx, &kv_t)) != SD_OK ||
+        (st = sd_model_kv_create(p->draft, n_ctx, &kv_d)) != SD_OK)
+        goto out;
+    r->t_decode_target_s = time_forward(p->target, kv_t, pos, 1, budget);
+    r->t_decode_draft_s = time_forward(p->draft, kv_d, pos, 1, budget);
+    if (r->t_decode_target_s <= 0 || r->t_decode_draft_s <= 0) {
+        st = sd_fail(SD_ERR_INVALID_ARG, "bench: timing a decode step failed: %s", sd_last_error());
+        goto out;
+    }
+    const double draft_ratio = r->t_decode_draft_s / r->t_decode_target_s;
+
+    int done = 0, total = cfg->n_k * n_runs;
+    for (int ki = 0; ki < cfg->n_k; ki++) {
+        sd_bench_k_result *kr = &r->k[ki];
+        const int k = cfg->k[ki];
+        kr->k = k;
+        kr->t_verify_s = time_forward(p->target, kv_t, pos, k + 1, budget);
+        if (kr->t_verify_s <= 0) {
+            st = sd_fail(SD_ERR_INVALID_ARG, "bench: timing a verify pass failed: %s", sd_last_error());
+            goto out;
+        }
+        sp.draft_max = k;
+        sd_spec_free(spec);
+        spec = NULL;
+        if ((st = sd_spec_create(p->target, p->draft, &sp, &spec)) != SD_OK) goto out;
+
+        /* Warm both paths (page faults, thread pools) so neither timed run pays them alone. */
+        sd_spec_params wp = sp;
+        wp.n_predict = 8;
+        sd_spec *w = NULL;
+        if (sd_spec_create(p->target, p->draft, &wp, &w) == SD_OK) sd_spec_generate(w, ids[0], n_ids[0], NULL, NULL, NULL);
+        sd_spec_free(w);
+        w = NULL;
+        if (sd_spec_create(p->target, NULL, &wp, &w) == SD_OK) sd_spec_generate(w, ids[0], n_ids[0], NULL, NULL, NULL);
+        sd_spec_free(w);
+
+        long drafted_at[SD_MAX_DRAFT] = {0}, accepted_at[SD_MAX_DRAFT] = {0};
+        long drafted = 0, accepted = 0, gen_after_first = 0, passes = 0;
+        int nr = 0;
+        for (int pi = 0; pi < p->n_prompts; pi++) {
+            for (int rep = 0; rep < reps; rep++) {
+                if (p->stop_flag && *p->stop_flag) {
+                    st = sd_fail(SD_ERR_INTERRUPTED, "bench interrupted");
+                    goto out;
+                }
+                if (p->progress) {
+                    char what[96];
+                    snprintf(what, sizeof what, "k=%d prompt %d/%d rep %d/%d", k, pi + 1, p->n_prompts, rep + 1, reps);
+                    p->progress(done, total, what, p->progress_user);
+                }
+                /* Plain then speculative, back to back with the same seed: slow drift of the
+                 * machine (frequency, other load) hits both sides of the pair alike. */
+                sd_spec_stats ps, ss;
+                cp.n = cs.n = 0;
+                if ((st = sd_spec_generate(plain, ids[pi], n_ids[pi], collect, &cp, &ps)) != SD_OK) goto out;
+                if ((st = gen(spec, ids[pi], n_ids[pi], collect, &cs, &ss, p->hook_user)) != SD_OK) goto out;
+                if ((p->stop_flag && *p->stop_flag) || !strcmp(ps.stop_reason, "interrupted") ||
+                    !strcmp(ss.stop_reason, "interrupted")) {
+                    st = sd_fail(SD_ERR_INTERRUPTED, "bench interrupted");
+                    goto out;
+                }
+                done++;
+                if (r->greedy) {
+                    int d = sd_bench_first_divergence(cp.tok, cp.n, cs.tok, cs.n);
+                    if (d >= 0) {
+                        kr->diverged++;
+                        if (r->n_divergences < SD_BENCH_MAX_DIVERGENCES) {
+                            sd_bench_divergence *dv = &r->div[r->n_divergences];
+                            dv->prompt = pi;
+                            dv->k = k;
+                            dv->rep = rep;
+                            dv->index = d;
+                            dv->plain_token = d < cp.n ? cp.tok[d] : -1;
+                            dv->spec_token = d < cs.n ? cs.tok[d] : -1;
+                        }
+                        r->n_divergences++;
+                    }
+                }
+                double tp = sd_spec_decode_tps(&ps), ts = sd_spec_decode_tps(&ss);
+                v_tps_p[nr] = tp;
+                v_tps_s[nr] = ts;
+                v_ttft_p[nr] = ps.t_prefill;
+                v_ttft_s[nr] = ss.t_prefill;
+                v_speed[nr] = ratio(ts, tp);
+                v_draft[nr] = ratio(ss.t_draft, ss.t_total);
+                v_verify[nr] = ratio(ss.t_verify, ss.t_total);
+                nr++;
+                for (int i = 0; i < k; i++) {
+                    drafted_at[i] += ss.drafted_at[i];
+                    accepted_at[i] += ss.accepted_at[i];
+                }
+                drafted += ss.n_drafted;
+                accepted += ss.n_accepted;
+                gen_after_first += ss.n_generated > 0 ? ss.n_generated - 1 : 0;
+                passes += ss.n_verify + ss.n_target_steps;
+                kr->kv_bytes_target = (double)ss.kv_bytes_target;
+                kr->kv_bytes_draft = (double)ss.kv_bytes_draft;
+            }
+        }
+        kr->runs = nr;
+        kr->acceptance = drafted ? (double)accepted / (double)drafted : 0.0;
+        kr->alpha = sd_bench_alpha(drafted_at, accepted_at, k);
+        kr->tokens_per_pass = passes ? (double)gen_after_first / (double)passes : 0.0;
+        kr->expected_tokens = sd_bench_expected_tokens(kr->alpha, k);
+        for (int i = 0; i < k; i++) kr->accept_at[i] = drafted_at[i] ? (double)accepted_at[i] / (double)drafted_at[i] : 0.0;
+        kr->tps_plain = sd_median(v_tps_p, nr);
+        kr->tps_spec = sd_median(v_tps_s, nr);
+        kr->ttft_plain_s = sd_median(v_ttft_p, nr);
+        kr->ttft_spec_s = sd_median(v_ttft_s, nr);
+        kr->speedup = sd_median(v_speed, nr);
+        kr->draft_share = sd_median(v_draft, nr);
+        kr->verify_share = sd_median(v_verify, nr);
+        double verify_ratio = kr->t_verify_s / r->t_decode_target_s;
+        kr->predicted_speedup = sd_bench_predicted_speedup(kr->alpha, k, draft_ratio, verify_ratio);
+        kr->break_even_alpha = sd_bench_break_even_alpha(k, draft_ratio, verify_ratio);
+    }
+    if (p->progress) p->progress(done, total, NULL, p->progress_user);
+
+    /* Recommend the fastest k, if any beats plain decoding; not for a random pair, whose
+     * acceptance (and so speed) says nothing about a real draft of that size. */
+    double best = 1.0;
+    for (int i = 0; i < r->n_k && !(r->cost_only && !r->self_draft); i++)
+        if (r->k[i].speedup > best) {
+            best = r->k[i].speedup;
+            r->best_k = r->k[i].k;
+        }
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) r->peak_rss_bytes = (double)ru.ru_maxrss * 1024.0; /* Linux: KiB */
+
+out:
+    sd_spec_free(spec);
+    sd_spec_free(plain);
+    sd_kv_free(kv_t);
+    sd_kv_free(kv_d);
+    if (ids)
+        for (int i = 0; i < p->n_prompts; i++) free(ids[i]);
+    free(ids);
+    free(n_ids);
+    free(cp.tok);
+    free(cs.tok);
+    free(v_tps_p);
+    free(v_tps_s);
+    free(v_ttft_p);
+    free(v_ttft_s);
+    free(v_speed);
+    free(v_draft);
+    free(v_verify);
+    return st;
+}

@@ -1,0 +1,597 @@
+/* `specdec bench` library code: config parsing (shipped configs, every error class with its
+ * exact message), prompt files, the model cache, the cost model, the report's JSON round trip
+ * and SVG, and the greedy divergence check with a deliberately broken speculative run. */
+#include "sdtest.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "specdec/bench_config.h"
+#include "specdec/bench_report.h"
+#include "specdec/model.h"
+#include "specdec/types.h"
+
+/* ---- configs ---- */
+
+static const char *k_valid =
+    "{\n"
+    "  \"target\": {\"model\": \"stories260K\"},\n"
+    "  \"draft\": {\"model\": \"stories-draft\", \"tokenizer\": \"tok512.bin\"},\n"
+    "  \"prompts\": {\"text\": [\"Once upon a time\", \"The dog\"]},\n"
+    "  \"sweep\": {\"k\": [4, 1, 2]}\n"
+    "}\n";
+
+static sd_status parse(const char *text, sd_bench_config *c) {
+    return sd_bench_config_parse(text, strlen(text), "configs/x.json", c);
+}
+
+/* Parses text, expecting failure with exactly msg. */
+static void expect_error(const char *text, sd_status want, const char *msg) {
+    sd_bench_config c;
+    sd_status st = parse(text, &c);
+    if (st != want || strcmp(sd_last_error(), msg) != 0)
+        fail_msg("status %d (want %d)\n  got:  %s\n  want: %s", st, want, sd_last_error(), msg);
+    /* A failed parse leaves nothing to free. */
+    assert_null(c.file);
+    assert_null(c.prompts);
+}
+
+static void test_config_valid_defaults(void **state) {
+    (void)state;
+    sd_bench_config c;
+    assert_int_equal(parse(k_valid, &c), SD_OK);
+    assert_string_equal(c.file, "configs/x.json");
+    assert_string_equal(c.name, "x"); /* the file's base name */
+    assert_string_equal(c.target.model, "stories260K");
+    assert_null(c.target.tokenizer);
+    assert_string_equal(c.draft.tokenizer, "tok512.bin");
+    assert_int_equal(c.target.generated, 0);
+    assert_int_equal(c.n_prompts, 2);
+    assert_string_equal(c.prompts[1], "The dog");
+    assert_int_equal(c.n_k, 3); /* sorted */
+    assert_int_equal(c.k[0], 1);
+    assert_int_equal(c.k[1], 2);
+    assert_int_equal(c.k[2], 4);
+    assert_int_equal(c.n_predict, 128);
+    assert_int_equal(c.ignore_eos, 1);
+    assert_int_equal(c.repetitions, 3);
+    assert_int_equal(c.threads, 0);
+    assert_true(c.sampling.temperature == 0.0f);
+    assert_int_equal(c.sampling.seed, 42);
+    assert_string_equal(c.out_json, "bench/results/x.json");
+    assert_string_equal(c.out_svg, "bench/results/x.svg");
+    sd_bench_config_free(&c);
+    assert_null(c.file);
+    sd_bench_config_free(NULL);
+}
+
+static void test_config_generate(void **state) {
+    (void)state;
+    sd_bench_config c;
+    const char *t = "{\"target\": {\"generate\": {\"shape\": \"stories110M\", \"type\": \"f16\", \"seed\": 7}},\n"
+                    " \"draft\": {\"generate\": {\"shape\": \"stories15M\", \"dim\": 96, \"layers\": 2, \"heads\": 2,"
+                    " \"kv_heads\": 1, \"tied\": true}},\n"
+                    " \"prompts\": {\"file\": \"p.txt\", \"count\": 2, \"first_sentence\": true},\n"
+                    " \"sweep\": {\"k\": [3]}, \"sampling\": {\"temperature\": 0.7, \"top_k\": 40, \"top_p\": 0.9, \"seed\": 9},\n"
+                    " \"threads\": 2, \"repetitions\": 5, \"n_predict\": 20, \"ignore_eos\": false, \"name\": \"g\",\n"
+                    " \"output\": {\"json\": \"o.json\", \"svg\": \"o.svg\"}}";
+    assert_int_equal(parse(t, &c), SD_OK);
+    assert_int_equal(c.target.generated, 1);
+    assert_string_equal(c.target.shape, "stories110M");
+    assert_int_equal(c.target.synth.dim, 768);
+    assert_int_equal(c.target.synth.n_layers, 12);
+    assert_int_equal(c.target.synth.vocab_size, 32000);
+    assert_int_equal(c.target.synth.wtype, SD_TYPE_F16);
+    assert_int_equal(c.target.synth.seed, 7);
+    assert_int_equal(c.draft.synth.dim, 96); /* overrides on top of the shape */
+    assert_int_equal(c.draft.synth.n_kv_heads, 1);
+    assert_int_equal(c.draft.synth.hidden_dim, 768);
+    assert_int_equal(c.draft.synth.tied_output, 1);
+    assert_int_equal(c.draft.synth.seed, 1); /* default seed */
+    assert_string_equal(c.prompt_file, "p.txt");
+    assert_int_equal(c.prompt_count, 2);
+    assert_int_equal(c.first_sentence, 1);
+    assert_true(fabsf(c.sampling.temperature - 0.7f) < 1e-7f);
+    assert_int_equal(c.sampling.top_k, 40);
+    assert_int_equal(c.sampling.seed, 9);
+    assert_int_equal(c.threads, 2);
+    assert_int_equal(c.repetitions, 5);
+    assert_int_equal(c.n_predict, 20);
+    assert_int_equal(c.ignore_eos, 0);
+    assert_string_equal(c.name, "g");
+    assert_string_equal(c.out_svg, "o.svg");
+    sd_bench_config_free(&c);
+}
+
+static void test_config_shipped(void **state) {
+    (void)state;
+    const char *names[] = {"stories-greedy", "stories-t1", "self-draft-110m", "random-110m-15m"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "configs/%s.json", names[i]);
+        sd_bench_config c;
+        sd_status st = sd_bench_config_load(sdtest_source_path(rel), &c);
+        if (st != SD_OK) fail_msg("%s: %s", rel, sd_last_error());
+        assert_string_equal(c.name, names[i]);
+        assert_true(c.n_k >= 1);
+        assert_true(c.n_prompts > 0 || c.prompt_file);
+        if (i >= 2) {
+            /* The random pairs: 110M-shape target; the self-draft is the very same model. */
+            assert_int_equal(c.target.generated, 1);
+            assert_int_equal(c.target.synth.dim, 768);
+            assert_int_equal(c.draft.synth.vocab_size, c.target.synth.vocab_size);
+            if (i == 2) assert_memory_equal(&c.draft.synth, &c.target.synth, sizeof c.target.synth);
+            else assert_int_equal(c.draft.synth.dim, 288);
+        } else {
+            assert_string_equal(c.target.model, "stories260K");
+            assert_string_equal(c.draft.model, "stories-draft");
+        }
+        if (i == 1) assert_true(c.sampling.temperature == 1.0f);
+        sd_bench_config_free(&c);
+    }
+}
+
+static void test_config_errors(void **state) {
+    (void)state;
+    const sd_status A = SD_ERR_INVALID_ARG;
+    /* Wrong type. */
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {\"k\": [1, 2, \"four\"]}}",
+                 A, "configs/x.json: .sweep.k[2]: expected an integer in 1..32, got \"four\"");
+    expect_error("{\"target\": \"stories260K\"}", A, "configs/x.json: .target: expected an object, got \"stories260K\"");
+    expect_error("{\"target\": {\"model\": 5}}", A, "configs/x.json: .target.model: expected a non-empty string, got 5");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\", {}]}}", A,
+                 "configs/x.json: .prompts.text[1]: expected a non-empty string, got an object");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {\"k\": [1]}, \"ignore_eos\": 1}",
+                 A, "configs/x.json: .ignore_eos: expected true or false, got 1");
+    expect_error("[1, 2]", A, "configs/x.json: .: expected an object, got an array");
+    /* Out of range. */
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {\"k\": [40]}}",
+                 A, "configs/x.json: .sweep.k[0]: expected an integer in 1..32, got 40");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {\"k\": [2, 2]}}",
+                 A, "configs/x.json: .sweep.k[1]: expected a draft length not listed before, got 2");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {\"k\": [1]}, \"sampling\": {\"top_p\": 0}}",
+                 A, "configs/x.json: .sampling.top_p: expected a number in (0, 1], got 0");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {\"k\": [1]}, \"sampling\": {\"temperature\": -1}}",
+                 A, "configs/x.json: .sampling.temperature: expected a number in [0, 1000], got -1");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {\"k\": [1]}, \"n_predict\": 2.5}",
+                 A, "configs/x.json: .n_predict: expected an integer in 1..65536, got 2.5");
+    expect_error("{\"target\": {\"generate\": {\"shape\": \"stories7B\"}}}", A,
+                 "configs/x.json: .target.generate.shape: expected one of stories260K, stories15M, stories42M, "
+                 "stories110M, got \"stories7B\"");
+    expect_error("{\"target\": {\"generate\": {\"shape\": \"stories15M\", \"type\": \"q4\"}}}", A,
+                 "configs/x.json: .target.generate.type: expected \"f32\" or \"f16\", got \"q4\"");
+    /* Unknown key. */
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {\"k\": [1]}, \"sampling\": {\"temprature\": 1}}",
+                 A, "configs/x.json: .sampling.temprature: unknown key (expected one of: temperature, top_k, top_p, seed)");
+    expect_error("{\"tagret\": {}}", A,
+                 "configs/x.json: .tagret: unknown key (expected one of: name, description, target, draft, prompts, "
+                 "n_predict, ignore_eos, sweep, sampling, threads, repetitions, output)");
+    expect_error("{\"name\": \"a\", \"name\": \"b\"}", A, "configs/x.json: .name: duplicate key");
+    /* Missing required key. */
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]}}", A,
+                 "configs/x.json: .: missing required key \"sweep\"");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {}}",
+                 A, "configs/x.json: .sweep: missing required key \"k\"");
+    expect_error("{\"target\": {}}", A, "configs/x.json: .target: missing required key \"model\" (or \"generate\")");
+    expect_error("{\"target\": {\"generate\": {\"seed\": 1}}}", A,
+                 "configs/x.json: .target.generate: missing required key \"shape\"");
+    expect_error("{\"target\": {\"model\": \"a\", \"generate\": {\"shape\": \"stories15M\"}}}", A,
+                 "configs/x.json: .target: give \"model\" or \"generate\", not both");
+    /* Bad JSON syntax, with its position: on line 3, `  "n_predict": 12,,` has its second
+     * comma in column 19. */
+    expect_error("{\n  \"name\": \"x\",\n  \"n_predict\": 12,,\n}\n", SD_ERR_FORMAT,
+                 "configs/x.json: line 3, column 19: invalid JSON: expected a key string, got ','");
+    expect_error("{\"name\": \"x\"", SD_ERR_FORMAT,
+                 "configs/x.json: line 1, column 13: invalid JSON: expected ',' or '}', got the end of the file");
+    expect_error("{} {}", SD_ERR_FORMAT,
+                 "configs/x.json: line 1, column 4: invalid JSON: expected the end of the file after the top-level value, got '{}'");
+    expect_error("{\"k\": [1, 2 3]}", SD_ERR_FORMAT, "configs/x.json: line 1, column 13: invalid JSON: expected ',' or ']', got '3]}'");
+    expect_error("{\"k\": tru}", SD_ERR_FORMAT, "configs/x.json: line 1, column 7: invalid JSON: expected a value, got 'tru}'");
+    expect_error("{\"k\": 01}", SD_ERR_FORMAT, "configs/x.json: line 1, column 8: invalid JSON: expected ',' or '}', got '1}'");
+    expect_error("", SD_ERR_FORMAT, "configs/x.json: line 1, column 1: invalid JSON: expected a value, got the end of the file");
+    /* A file that is not there. */
+    sd_bench_config c;
+    assert_int_equal(sd_bench_config_load("/nonexistent/x.json", &c), SD_ERR_IO);
+    assert_non_null(strstr(sd_last_error(), "/nonexistent/x.json: cannot read the config"));
+}
+
+/* ---- prompts and the model cache ---- */
+
+static void test_prompt_file(void **state) {
+    (void)state;
+    const char *path = sdtest_tmp_path("prompts.txt");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("\n\nOnce upon a time. There was\na dog.\n\n\n  Second para! yes  \r\n\nThird \"quoted.\" after\nNo blank "
+          "line before this\n",
+          f);
+    fclose(f);
+    char **p;
+    int n;
+    assert_int_equal(sd_bench_read_prompts(path, 10, 0, &p, &n), SD_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(p[0], "Once upon a time. There was a dog.");
+    assert_string_equal(p[1], "Second para! yes");
+    assert_string_equal(p[2], "Third \"quoted.\" after No blank line before this");
+    sd_bench_free_prompts(p, n);
+    assert_int_equal(sd_bench_read_prompts(path, 2, 1, &p, &n), SD_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(p[0], "Once upon a time.");
+    assert_string_equal(p[1], "Second para!");
+    sd_bench_free_prompts(p, n);
+    assert_int_equal(sd_bench_read_prompts(path, 3, 1, &p, &n), SD_OK);
+    assert_string_equal(p[2], "Third \"quoted.\"");
+    sd_bench_free_prompts(p, n);
+    assert_int_equal(sd_bench_read_prompts("/nonexistent/p.txt", 2, 0, &p, &n), SD_ERR_IO);
+}
+
+/* ---- cost model ---- */
+
+static void test_cost_model(void **state) {
+    (void)state;
+    /* alpha = 0.8, k = 4: E = (1 - 0.8^5) / (1 - 0.8) = (1 - 0.32768) / 0.2 = 3.3616.
+     * Cost per pass relative to one target step: k * 0.1 + 1.2 = 0.4 + 1.2 = 1.6.
+     * S = 3.3616 / 1.6 = 2.101. */
+    assert_true(fabs(sd_bench_expected_tokens(0.8, 4) - 3.3616) < 1e-12);
+    assert_true(fabs(sd_bench_predicted_speedup(0.8, 4, 0.1, 1.2) - 2.101) < 1e-12);
+    /* alpha = 1: every draft accepted, E = k + 1 (the formula's 0/0 limit). k = 3, draft free,
+     * verify 1.0: S = 4. */
+    assert_true(sd_bench_expected_tokens(1.0, 3) == 4.0);
+    assert_true(fabs(sd_bench_predicted_speedup(1.0, 3, 0.0, 1.0) - 4.0) < 1e-12);
+    /* alpha = 0: only the target's own token, E = 1; k = 2, ratios 0.25 and 1.5: S = 1 / 2 = 0.5. */
+    assert_true(sd_bench_expected_tokens(0.0, 2) == 1.0);
+    assert_true(fabs(sd_bench_predicted_speedup(0.0, 2, 0.25, 1.5) - 0.5) < 1e-12);
+    /* alpha = 0.5, k = 1: E = (1 - 0.25) / 0.5 = 1.5; cost 0.2 + 1.1 = 1.3; S = 1.5 / 1.3. */
+    assert_true(fabs(sd_bench_predicted_speedup(0.5, 1, 0.2, 1.1) - 1.5 / 1.3) < 1e-12);
+    /* Break-even: k = 1, draft 0.2, verify 1.0: E = 1 + alpha = 1.2 -> alpha = 0.2. */
+    assert_true(fabs(sd_bench_break_even_alpha(1, 0.2, 1.0) - 0.2) < 1e-9);
+    assert_true(sd_bench_break_even_alpha(4, 1.0, 2.0) == 1.0); /* 6 > k + 1 = 5: never */
+    assert_true(sd_bench_break_even_alpha(2, 0.0, 0.5) == 0.0); /* wins even at alpha 0 */
+    /* alpha from position counts: 100 passes of k = 2; 80 accept position 1, 60 of those
+     * position 2: trials 100 + 80, accepted 80 + 60 -> 140 / 180. */
+    long drafted[2] = {100, 100}, accepted[2] = {80, 60};
+    assert_true(fabs(sd_bench_alpha(drafted, accepted, 2) - 140.0 / 180.0) < 1e-12);
+    long d0[1] = {0}, a0[1] = {0};
+    assert_true(sd_bench_alpha(d0, a0, 1) == 0.0);
+}
+
+/* ---- divergence ---- */
+
+static void test_first_divergence(void **state) {
+    (void)state;
+    int32_t a[] = {5, 6, 7, 8}, b[] = {5, 6, 9, 8};
+    assert_int_equal(sd_bench_first_divergence(a, 4, a, 4), -1);
+    assert_int_equal(sd_bench_first_divergence(a, 4, b, 4), 2);
+    assert_int_equal(sd_bench_first_divergence(a, 3, a, 4), 3); /* one output stopped early */
+    assert_int_equal(sd_bench_first_divergence(a, 0, b, 0), -1);
+    assert_int_equal(sd_bench_first_divergence(b, 1, a, 4), 1);
+}
+
+/* A tiny config whose models are generated into a temporary cache. */
+static const char *k_tiny =
+    "{\"name\": \"tiny\",\n"
+    " \"target\": {\"generate\": {\"shape\": \"stories260K\", \"dim\": 32, \"layers\": 2, \"heads\": 4, \"kv_heads\": 2,"
+    " \"hidden\": 64, \"vocab\": 300, \"ctx\": 96, \"seed\": 3}},\n"
+    " \"draft\": {\"generate\": {\"shape\": \"stories260K\", \"dim\": 16, \"layers\": 1, \"heads\": 2, \"kv_heads\": 1,"
+    " \"hidden\": 32, \"vocab\": 300, \"ctx\": 96, \"seed\": 4}},\n"
+    " \"prompts\": {\"text\": [\"Once upon a time\", \"the cat\"]},\n"
+    " \"n_predict\": 16, \"sweep\": {\"k\": [1, 3]}, \"repetitions\": 2}";
+
+typedef struct {
+    sd_model *target, *draft;
+    sd_bench_config cfg;
+} tiny_pair;
+
+static void tiny_load(tiny_pair *tp, int self_draft) {
+    setenv("SPECDEC_CACHE", sdtest_tmp_path("cache/models"), 1);
+    assert_int_equal(sd_bench_config_parse(k_tiny, strlen(k_tiny), "tiny.json", &tp->cfg), SD_OK);
+    char path[4096];
+    int created = -1;
+    assert_int_equal(sd_bench_model_path(&tp->cfg.target, path, sizeof path, &created), SD_OK);
+    assert_non_null(strstr(path, "cache/models/synth-stories260K-d32-l2-h4-kv2-f64-v300-c96-f32-s3.gguf"));
+    assert_int_equal(sd_model_load(path, NULL, &tp->target), SD_OK);
+    /* A second lookup reuses the cached file. */
+    assert_int_equal(sd_bench_model_path(&tp->cfg.target, path, sizeof path, &created), SD_OK);
+    assert_int_equal(created, 0);
+    if (self_draft) tp->draft = tp->target;
+    else {
+        assert_int_equal(sd_bench_model_path(&tp->cfg.draft, path, sizeof path, NULL), SD_OK);
+        assert_int_equal(sd_model_load(path, NULL, &tp->draft), SD_OK);
+    }
+}
+
+static void tiny_free(tiny_pair *tp) {
+    if (tp->draft != tp->target) sd_model_free(tp->draft);
+    sd_model_free(tp->target);
+    sd_bench_config_free(&tp->cfg);
+}
+
+static sd_bench_run_params tiny_params(tiny_pair *tp) {
+    sd_bench_run_params p = {0};
+    p.cfg = &tp->cfg;
+    p.target = tp->target;
+    p.draft = tp->draft;
+    p.prompts = tp->cfg.prompts;
+    p.n_prompts = tp->cfg.n_prompts;
+    p.cost_only = 1;
+    p.quick = 1;
+    p.threads = 1;
+    return p;
+}
+
+/* A broken verifier: lets the real speculative run happen but emits token 5 wrong. */
+typedef struct {
+    sd_token_cb cb;
+    void *user;
+    int n;
+    int vocab;
+} breaker;
+
+static int break_token(int32_t tok, void *user) {
+    breaker *b = user;
+    if (b->n++ == 5) tok = (tok + 1) % b->vocab;
+    return b->cb(tok, b->user);
+}
+
+static sd_status broken_gen(sd_spec *s, const int32_t *prompt, int n_prompt, sd_token_cb cb, void *user,
+                            sd_spec_stats *stats, void *hook_user) {
+    breaker b = {cb, user, 0, *(int *)hook_user};
+    return sd_spec_generate(s, prompt, n_prompt, break_token, &b, stats);
+}
+
+static void test_run_greedy_identical(void **state) {
+    (void)state;
+    tiny_pair tp;
+    tiny_load(&tp, 0);
+    sd_bench_run_params p = tiny_params(&tp);
+    sd_bench_report *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    assert_int_equal(sd_bench_run(&p, r), SD_OK);
+    assert_int_equal(r->n_divergences, 0);
+    assert_int_equal(r->n_k, 2);
+    assert_int_equal(r->k[0].k, 1);
+    assert_int_equal(r->k[1].k, 3);
+    assert_int_equal(r->k[1].runs, 4); /* 2 prompts x 2 repetitions */
+    assert_true(r->greedy && r->cost_only && !r->self_draft);
+    assert_string_equal(r->target_label, "random dim 32, 2 layers (f32)");
+    assert_true(r->t_decode_target_s > 0 && r->t_decode_draft_s > 0);
+    for (int i = 0; i < r->n_k; i++) {
+        assert_true(r->k[i].tps_plain > 0 && r->k[i].tps_spec > 0 && r->k[i].speedup > 0);
+        assert_true(r->k[i].acceptance >= 0 && r->k[i].acceptance <= 1);
+        assert_true(r->k[i].predicted_speedup > 0);
+        assert_true(r->k[i].kv_bytes_target > 0 && r->k[i].kv_bytes_draft > 0);
+    }
+    free(r);
+    tiny_free(&tp);
+}
+
+static void test_run_self_draft_bound(void **state) {
+    (void)state;
+    tiny_pair tp;
+    tiny_load(&tp, 1);
+    sd_bench_run_params p = tiny_params(&tp);
+    sd_bench_report *r = calloc(1, sizeof *r);
+    assert_int_equal(sd_bench_run(&p, r), SD_OK);
+    assert_true(r->self_draft);
+    assert_int_equal(r->n_divergences, 0);
+    for (int i = 0; i < r->n_k; i++) {
+        /* The target drafting for itself: every draft accepted, E = k + 1. */
+        assert_true(r->k[i].acceptance == 1.0);
+        assert_true(r->k[i].alpha == 1.0);
+        assert_true(r->k[i].expected_tokens == r->k[i].k + 1.0);
+    }
+    free(r);
+    tiny_free(&tp);
+}
+
+static void test_run_broken_verifier_diverges(void **state) {
+    (void)state;
+    tiny_pair tp;
+    tiny_load(&tp, 0);
+    sd_bench_run_params p = tiny_params(&tp);
+    int vocab = sd_model_hparams(tp.target)->vocab_size;
+    p.spec_generate = broken_gen;
+    p.hook_user = &vocab;
+    sd_bench_report *r = calloc(1, sizeof *r);
+    assert_int_equal(sd_bench_run(&p, r), SD_OK);
+    /* Every speculative run is wrong at generated token 5, and the check says so. */
+    assert_int_equal(r->n_divergences, 2 * 2 * 2);
+    assert_int_equal(r->k[0].diverged, 4);
+    assert_int_equal(r->k[1].diverged, 4);
+    assert_int_equal(r->div[0].index, 5);
+    assert_int_equal(r->div[0].k, 1);
+    assert_int_equal(r->div[0].prompt, 0);
+    assert_int_equal(r->div[0].spec_token, (r->div[0].plain_token + 1) % vocab);
+    assert_int_equal(r->div[7].k, 3);
+    assert_int_equal(r->div[7].prompt, 1);
+    assert_int_equal(r->div[7].rep, 1);
+    /* The table names the failure. */
+    const char *path = sdtest_tmp_path("table.txt");
+    FILE *f = fopen(path, "w");
+    sd_bench_report_print(r, f);
+    fclose(f);
+    char *text = sdtest_read_file(path, NULL);
+    assert_non_null(strstr(text, "FAILED: 8 of 8 speculative runs differ from plain decoding"));
+    assert_non_null(strstr(text, "prompt 1, k=1, rep 1: first difference at generated token 5"));
+    free(text);
+    free(r);
+    tiny_free(&tp);
+}
+
+/* ---- report ---- */
+
+static void fill_report(sd_bench_report *r) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->schema, sizeof r->schema, "%s", SD_BENCH_SCHEMA);
+    snprintf(r->config, sizeof r->config, "configs/stories-greedy.json");
+    snprintf(r->name, sizeof r->name, "stories-greedy");
+    snprintf(r->description, sizeof r->description, "a \"quoted\" <description> & more");
+    snprintf(r->target, sizeof r->target, "../shared/models/stories260K/stories260K.bin");
+    snprintf(r->draft, sizeof r->draft, "../shared/models/stories-draft/stories-draft.bin");
+    snprintf(r->target_label, sizeof r->target_label, "stories260K.bin");
+    snprintf(r->draft_label, sizeof r->draft_label, "random stories15M (f16)");
+    snprintf(r->date, sizeof r->date, "2024-01-02T03:04:05Z");
+    snprintf(r->cpu, sizeof r->cpu, "Test CPU @ 3.0GHz");
+    r->cores = 16;
+    r->threads = 8;
+    r->bandwidth = 12.345678901234e9;
+    r->cost_only = 0;
+    r->self_draft = 1;
+    r->greedy = 1;
+    r->quick = 1;
+    r->n_prompts = 4;
+    r->n_predict = 128;
+    r->repetitions = 3;
+    r->temperature = 0.7f; /* a float widened, as the run stores it */
+    r->top_k = 40;
+    r->top_p = 0.95f;
+    r->seed = 9007199254740991.0;
+    r->cost_pos = 80;
+    r->t_decode_target_s = 1.0 / 3.0;
+    r->t_decode_draft_s = 2.5e-5;
+    r->peak_rss_bytes = 123456789;
+    r->n_k = 3;
+    for (int i = 0; i < r->n_k; i++) {
+        sd_bench_k_result *k = &r->k[i];
+        k->k = 2 * i + 1;
+        k->runs = 12;
+        k->acceptance = 0.1 * i + 1.0 / 7.0;
+        k->alpha = 0.8 - 0.01 * i;
+        k->tokens_per_pass = 1.5 + i;
+        k->expected_tokens = sd_bench_expected_tokens(k->alpha, k->k);
+        for (int j = 0; j < k->k; j++) k->accept_at[j] = 1.0 / (j + 2);
+        k->ttft_plain_s = 1e-3 * (i + 1);
+        k->ttft_spec_s = 1.1e-3 * (i + 1);
+        k->tps_plain = 1000.0 / 3;
+        k->tps_spec = 1200.5;
+        k->speedup = 1.23456789;
+        k->predicted_speedup = sd_bench_predicted_speedup(k->alpha, k->k, 0.1, 1.2);
+        k->break_even_alpha = sd_bench_break_even_alpha(k->k, 0.1, 1.2);
+        k->t_verify_s = 4e-4;
+        k->draft_share = 0.25;
+        k->verify_share = 0.6;
+        k->kv_bytes_target = 72000;
+        k->kv_bytes_draft = 41000;
+        k->diverged = i;
+    }
+    r->best_k = 3;
+    r->n_divergences = 3;
+    for (int i = 0; i < 3; i++) {
+        r->div[i].prompt = i;
+        r->div[i].k = 3;
+        r->div[i].rep = 2 - i;
+        r->div[i].index = 17 + i;
+        r->div[i].plain_token = 100 + i;
+        r->div[i].spec_token = i == 2 ? -1 : 200 + i;
+    }
+}
+
+static void expect_same_report(const sd_bench_report *a, const sd_bench_report *b) {
+    assert_string_equal(a->schema, b->schema);
+    assert_string_equal(a->config, b->config);
+    assert_string_equal(a->name, b->name);
+    assert_string_equal(a->description, b->description);
+    assert_string_equal(a->target, b->target);
+    assert_string_equal(a->draft, b->draft);
+    assert_string_equal(a->target_label, b->target_label);
+    assert_string_equal(a->draft_label, b->draft_label);
+    assert_string_equal(a->date, b->date);
+    assert_string_equal(a->cpu, b->cpu);
+#define SAME(f) assert_true(a->f == b->f)
+    SAME(cores); SAME(threads); SAME(bandwidth); SAME(cost_only); SAME(self_draft); SAME(greedy); SAME(quick);
+    SAME(n_prompts); SAME(n_predict); SAME(repetitions); SAME(temperature); SAME(top_p); SAME(top_k); SAME(seed);
+    SAME(cost_pos); SAME(t_decode_target_s); SAME(t_decode_draft_s); SAME(peak_rss_bytes); SAME(n_k); SAME(best_k);
+    SAME(n_divergences);
+    for (int i = 0; i < a->n_k; i++) {
+        SAME(k[i].k); SAME(k[i].runs); SAME(k[i].acceptance); SAME(k[i].alpha); SAME(k[i].tokens_per_pass);
+        SAME(k[i].expected_tokens); SAME(k[i].ttft_plain_s); SAME(k[i].ttft_spec_s); SAME(k[i].tps_plain);
+        SAME(k[i].tps_spec); SAME(k[i].speedup); SAME(k[i].predicted_speedup); SAME(k[i].break_even_alpha);
+        SAME(k[i].t_verify_s); SAME(k[i].draft_share); SAME(k[i].verify_share); SAME(k[i].kv_bytes_target);
+        SAME(k[i].kv_bytes_draft); SAME(k[i].diverged);
+        for (int j = 0; j < SD_MAX_DRAFT; j++) SAME(k[i].accept_at[j]);
+    }
+    for (int i = 0; i < SD_BENCH_MAX_DIVERGENCES; i++) {
+        SAME(div[i].prompt); SAME(div[i].k); SAME(div[i].rep); SAME(div[i].index); SAME(div[i].plain_token);
+        SAME(div[i].spec_token);
+    }
+#undef SAME
+}
+
+static void test_report_json_round_trip(void **state) {
+    (void)state;
+    sd_bench_report *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+    fill_report(a);
+    char *js = sd_bench_report_json(a);
+    assert_non_null(js);
+    assert_int_equal(sd_bench_report_from_json(js, b), SD_OK);
+    expect_same_report(a, b);
+    /* Written again, the text is the same. */
+    char *js2 = sd_bench_report_json(b);
+    assert_string_equal(js, js2);
+    free(js2);
+    /* A missing field is named. */
+    char *cut = strstr(js, "\"tokens_per_s_spec\"");
+    assert_non_null(cut);
+    memcpy(cut, "\"tokens_per_s_XXXX\"", 19);
+    assert_int_equal(sd_bench_report_from_json(js, b), SD_ERR_FORMAT);
+    assert_string_equal(sd_last_error(), "bench report: .results[0].tokens_per_s_spec: expected a number");
+    assert_int_equal(sd_bench_report_from_json("{\"schema\": \"other/2\"}", b), SD_ERR_UNSUPPORTED);
+    assert_int_equal(sd_bench_report_from_json("not json", b), SD_ERR_FORMAT);
+    free(js);
+    free(a);
+    free(b);
+}
+
+static void test_report_svg_and_table(void **state) {
+    (void)state;
+    sd_bench_report *r = calloc(1, sizeof *r);
+    fill_report(r);
+    char *svg = sd_bench_report_svg(r);
+    assert_non_null(svg);
+    assert_true(!strncmp(svg, "<?xml", 5));
+    assert_non_null(strstr(svg, "</svg>\n"));
+    assert_non_null(strstr(svg, "stories-greedy: speculative vs plain decoding"));
+    assert_non_null(strstr(svg, "target stories260K.bin drafting for itself"));
+    assert_non_null(strstr(svg, "Test CPU @ 3.0GHz"));
+    assert_non_null(strstr(svg, "draft length k"));
+    assert_non_null(strstr(svg, "plain decoding (the 1.00x baseline)"));
+    /* Text is escaped: no raw < or & from the strings reaches the markup. */
+    snprintf(r->cpu, sizeof r->cpu, "A<B & C");
+    free(svg);
+    svg = sd_bench_report_svg(r);
+    assert_non_null(strstr(svg, "A&lt;B &amp; C"));
+    free(svg);
+    const char *path = sdtest_tmp_path("table2.txt");
+    FILE *f = fopen(path, "w");
+    sd_bench_report_print(r, f);
+    fclose(f);
+    char *text = sdtest_read_file(path, NULL);
+    assert_non_null(strstr(text, "best k:   3: 1.23x plain decoding measured"));
+    assert_non_null(strstr(text, "A<B & C, 16 cores, 8 threads, 12.3 GB/s"));
+    free(text);
+    free(r);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config_valid_defaults), cmocka_unit_test(test_config_generate),
+        cmocka_unit_test(test_config_shipped),        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_prompt_file),           cmocka_unit_test(test_cost_model),
+        cmocka_unit_test(test_first_divergence),      cmocka_unit_test(test_run_greedy_identical),
+        cmocka_unit_test(test_run_self_draft_bound),  cmocka_unit_test(test_run_broken_verifier_diverges),
+        cmocka_unit_test(test_report_json_round_trip), cmocka_unit_test(test_report_svg_and_table),
+    };
+    return cmocka_run_group_tests_name("bench", tests, NULL, NULL);
+}
