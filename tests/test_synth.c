@@ -55,8 +55,8 @@ static void test_params_validation(void **state) {
     expect_invalid(p, "ctx_len = 0");
     p = tiny(), p.vocab_size = 2;
     expect_invalid(p, "vocab_size 2 must be >= 3");
-    p = tiny(), p.wtype = SD_TYPE_Q4_0;
-    expect_invalid(p, "wtype 2 (q4_0) not supported");
+    p = tiny(), p.wtype = SD_TYPE_Q2_K;
+    expect_invalid(p, "wtype 10 (q2_K) not supported");
     p = tiny(), p.rope_theta = NAN;
     expect_invalid(p, "rope_theta");
     p = tiny(), p.norm_eps = 0;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "specdec/convert.h"
 #include "specdec/spec.h"
 
 static void help(FILE *f) {
@@ -22,6 +23,8 @@ static void help(FILE *f) {
             "  -md, --draft PATH        draft model; without it, plain decoding\n"
             "  -z,  --tokenizer PATH    tokenizer.bin for a llama2.c target (default: beside it)\n"
             "  -zd, --draft-tokenizer PATH  tokenizer for a llama2.c draft (default: beside it, else the target's)\n"
+            "       --draft-type T      quantise the draft at load, in memory (q4_0, q8_0, q4_k, ...); with\n"
+            "                           -md naming the target itself (or no -md) the target drafts for itself\n"
             "\n"
             "generation:\n"
             "  -p,  --prompt TEXT       prompt (default \"Once upon a time\")\n"
@@ -140,7 +143,7 @@ int cmd_generate(int argc, char **argv) {
     const char *prompt_file = NULL, *stats_path = NULL;
     int n_predict = 128, k = 4, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), n_ctx = 0;
     int compare = 0, stream = 1, ignore_eos = 0;
-    int n_set = 0;
+    int n_set = 0, draft_type = -1;
     sd_sampler_params sp = sd_sampler_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -157,6 +160,11 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-md") || !strcmp(a, "--draft")) { NEEDV(); draft = v; }
         else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) { NEEDV(); tokp = v; }
         else if (!strcmp(a, "-zd") || !strcmp(a, "--draft-tokenizer")) { NEEDV(); dtokp = v; }
+        else if (!strcmp(a, "--draft-type")) {
+            NEEDV();
+            if ((draft_type = sd_type_from_name(v)) < 0)
+                return cli_usage_error("--draft-type must be f32, f16, bf16, q8_0, q4_0, q5_0, q4_k or q6_k, got '%s'", v);
+        }
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { NEEDV(); prompt = v; }
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { NEEDV(); prompt_file = v; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
@@ -194,6 +202,7 @@ int cmd_generate(int argc, char **argv) {
     }
     if (!model) return cli_usage_error("generate: -m MODEL is required (see specdec generate --help)");
     if (prompt && prompt_file) return cli_usage_error("generate: give -p or -f, not both");
+    if (draft_type >= 0 && !draft) draft = model; /* --draft-type alone: self-speculation */
     if (compare && !draft) return cli_usage_error("generate: --compare needs a draft model (-md)");
 
     char *file_text = NULL;
@@ -229,7 +238,18 @@ int cmd_generate(int argc, char **argv) {
 
     if ((rc = cli_load_model(model, tokp, NULL, n_ctx, &tm))) goto done;
     /* A llama2.c draft without a tokenizer beside it shares the target's. */
-    if (draft && (rc = cli_load_model(draft, dtokp, sd_model_tokenizer_path(tm), n_ctx, &dm))) goto done;
+    if (draft && !(draft_type >= 0 && !strcmp(draft, model)) &&
+        (rc = cli_load_model(draft, dtokp, sd_model_tokenizer_path(tm), n_ctx, &dm)))
+        goto done;
+    if (draft_type >= 0) { /* the draft (or the target itself) quantised in memory */
+        sd_model_params qp = sd_model_default_params();
+        qp.n_ctx = n_ctx;
+        sd_model *q = NULL;
+        sd_status qs = sd_model_quantize(dm ? dm : tm, (sd_type)draft_type, &qp, &q);
+        if (qs != SD_OK) { rc = cli_error_status(qs); goto done; }
+        sd_model_free(dm);
+        dm = q;
+    }
 
     const sd_tokenizer *tok = sd_model_tokenizer(tm);
     int cap = sd_model_n_ctx(tm) + 8;

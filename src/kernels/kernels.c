@@ -252,7 +252,9 @@ static int type_has_kernel(sd_type t) {
 int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratch) {
     if (!type_has_kernel(W->type) || n < 1) return -1;
     const int64_t rows = W->rows, cols = W->cols;
-    if (n <= SD_SMALL_BATCH && sd_quant_has_dot(W->type)) /* integer kernels, kernels/quant.c */
+    /* Quantised weights: integer kernels (kernels/quant.c) for every n. Prefill is faster
+     * than sgemm on dequantised tiles, and every batch equals token-by-token bit for bit. */
+    if (sd_quant_has_dot(W->type))
         return sd_quant_matmul(W, X, n, Y, scratch,
                                scratch ? sd_matmul_scratch_floats(cols) * sizeof(float) : 0);
     if (n <= SD_SMALL_BATCH) {

@@ -28,7 +28,9 @@ int sd_kernels_threads(void);
 size_t sd_matmul_scratch_floats(int64_t cols);
 
 /* Y[n][rows] = X[n][cols] * W^T. n == 1 is the decode matvec. scratch: see above (may be
- * NULL when W is F32). Returns 0, or -1 when W's type has no kernel. */
+ * NULL when W is F32). Returns 0, or -1 when W's type has no kernel. Q4_0/Q5_0/Q8_0/Q4_K/
+ * Q6_K weights use the integer kernels of kernels/quant.c for every n (bit-identical rows
+ * whatever the batch size); BF16 and other dequantisable types the paths above. */
 int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratch);
 /* Naive reference: double accumulation, one row at a time. */
 int sd_matmul_ref(const sd_tensor *W, const float *X, int n, float *Y);

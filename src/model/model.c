@@ -40,7 +40,7 @@ static sd_model *model_new(const char *path) {
 void sd_model_free(sd_model *m) {
     if (!m) return;
     free(m->arena.base);
-    sd_tokenizer_free(m->tok);
+    if (!m->tok_borrowed) sd_tokenizer_free(m->tok);
     free(m->tok_path);
     free(m->layers);
     free(m->owned);

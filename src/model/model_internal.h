@@ -49,6 +49,7 @@ struct sd_model {
     float *owned;       /* F32 copies of norm vectors stored in other types */
     float *inv_freq;    /* [rope_dim/2] */
     sd_tokenizer *tok;
+    int tok_borrowed;   /* tok belongs to another model (an in-memory quantised copy's source) */
     char *tok_path; /* llama2.c: the tokenizer.bin used */
     int n_ctx;
     int n_tensors;

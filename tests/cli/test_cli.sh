@@ -27,7 +27,7 @@ check() { # name expected_rc stderr_pattern -- cmd...
 
 check "top-level help"        0 "commands:"          -- "$BIN" --help
 check "no command"            2 "unknown command|usage" -- "$BIN" bogus
-for c in generate info bench-decode bench mkmodel; do
+for c in generate info bench-decode bench mkmodel convert; do
   check "$c --help"           0 "usage: specdec $c"  -- "$BIN" $c --help
 done
 check "generate needs -m"     2 "-m MODEL is required" -- "$BIN" generate
@@ -49,6 +49,19 @@ check "n too large"           2 "cannot generate 100 tokens" -- "$BIN" generate 
 check "spec tiny self-draft"  0 "acceptance rate: +100.0%" -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 12 --ignore-eos
 check "stats json"            0 ""                   -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 8 --stats-json "$TMP/s.json"
 grep -q '"acceptance_rate"' "$TMP/s.json" && { echo "ok   stats json content"; pass=$((pass+1)); } || { echo "FAIL stats json content"; fail=$((fail+1)); }
+
+# Quantised models: mkmodel --type, convert (usage errors, fallback note, result loads), a
+# self-draft quantised in memory.
+check "convert needs files"   2 "IN and OUT.gguf are required" -- "$BIN" convert "$TMP/tiny.gguf"
+check "convert bad type"      2 "--type must be f32, f16, bf16" -- "$BIN" convert "$TMP/tiny.gguf" "$TMP/x.gguf" --type q3_k
+check "mkmodel bad type"      2 "--type must be f32, f16, bf16" -- "$BIN" mkmodel "$TMP/x.gguf" --type q2_k
+check "draft-type bad"        2 "--draft-type must be" -- "$BIN" generate -m x --draft-type q7
+check "mkmodel q4_0"          0 "wrote"              -- "$BIN" mkmodel "$TMP/q4.gguf" --dim 64 --layers 1 --heads 4 --hidden 96 --vocab 300 --ctx 32 --type q4_0
+check "info q4_0"             0 "q4_0"               -- "$BIN" info "$TMP/q4.gguf"
+"$BIN" mkmodel "$TMP/odd.gguf" --dim 32 --layers 1 --heads 4 --kv-heads 2 --hidden 80 --vocab 300 --ctx 32 2>/dev/null
+check "convert to q8_0"       0 "blk.0.ffn_down.weight stays f16: its rows do not divide into q8_0 blocks of 32" -- "$BIN" convert "$TMP/odd.gguf" "$TMP/tiny-q8.gguf" --type q8_0
+check "converted generates"   0 "decode:"            -- "$BIN" generate -m "$TMP/tiny-q8.gguf" -n 8
+check "quantised self-draft"  0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/tiny.gguf" --draft-type q8_0 -n 12 --compare --ignore-eos
 
 # specdec bench: config errors name file and JSON path; a tiny generated pair runs end to end.
 printf '{"target": {"model": "x"}, "draft": {"model": "y"}, "prompts": {"text": ["a"]}, "sweep": {"k": [1, "four"]}}' >"$TMP/bad.json"

@@ -1,0 +1,106 @@
+/* `specdec convert`: any model specdec loads, written as a llama.cpp-readable GGUF with its
+ * matrices in one type (f32, f16, bf16 or a ggml quantisation). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "specdec/convert.h"
+
+static void help(FILE *f) {
+    fprintf(f,
+            "usage: specdec convert IN OUT.gguf [--type T] [-z TOKENIZER]\n"
+            "\n"
+            "Reads IN (a .gguf, a llama2.c .bin, or anything else specdec loads) and writes OUT as a\n"
+            "GGUF llama.cpp can read (llama.* and tokenizer.ggml.* metadata, llama.cpp tensor names).\n"
+            "\n"
+            "  --type T            f32, f16 (default), bf16, q8_0, q4_0, q5_0, q4_k or q6_k: the type of\n"
+            "                      every matrix, token embeddings and classifier included. Quantisation\n"
+            "                      is ggml's reference algorithm (byte-identical to llama-quantize without\n"
+            "                      an importance matrix). Norm vectors stay f32. A matrix whose rows do not\n"
+            "                      divide into the type's blocks falls back as llama.cpp does (q4_k ->\n"
+            "                      q5_0, q6_k -> q8_0) or else to f16; each such tensor is reported.\n"
+            "  -z, --tokenizer P   tokenizer.bin of a llama2.c model (default: beside it)\n");
+}
+
+typedef struct {
+    sd_type want;
+    int verbose;  /* a progress line per tensor (big models) */
+    int n_fallback;
+    char first_fallback[96];
+    int type_counts[SD_TYPE_COUNT];
+} progress;
+
+static void on_tensor(int i, int n, const char *name, sd_type type, void *user) {
+    progress *p = user;
+    if ((unsigned)type < SD_TYPE_COUNT) p->type_counts[type]++;
+    const int is_norm = strstr(name, "norm") != NULL;
+    if (!is_norm && type != p->want) {
+        if (!p->n_fallback) snprintf(p->first_fallback, sizeof p->first_fallback, "%s", name);
+        p->n_fallback++;
+        fprintf(stderr, "%snote: %s stays %s: its rows do not divide into %s blocks of %d\n",
+                p->verbose ? "\n" : "", name, sd_type_info(type)->name, sd_type_info(p->want)->name,
+                sd_type_info(p->want)->block_size);
+    }
+    if (p->verbose) {
+        fprintf(stderr, "\r[%3d/%3d] %-32s -> %-5s", i + 1, n, name, sd_type_info(type)->name);
+        fflush(stderr);
+    }
+}
+
+int cmd_convert(int argc, char **argv) {
+    const char *in = NULL, *out = NULL, *tokp = NULL;
+    int type = SD_TYPE_F16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            help(stdout);
+            return 0;
+        }
+        if (a[0] != '-') {
+            if (!in) in = a;
+            else if (!out) out = a;
+            else return cli_usage_error("convert: one input and one output file (got '%s' too)", a);
+            continue;
+        }
+        if (!v) return cli_usage_error("%s needs a value", a);
+        i++;
+        if (!strcmp(a, "--type")) {
+            type = sd_type_from_name(v);
+            if (type < 0)
+                return cli_usage_error("convert: --type must be f32, f16, bf16, q8_0, q4_0, q5_0, q4_k or q6_k, got '%s'", v);
+        } else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) {
+            tokp = v;
+        } else {
+            return cli_usage_error("convert: unknown option '%s' (see specdec convert --help)", a);
+        }
+    }
+    if (!in || !out) return cli_usage_error("convert: IN and OUT.gguf are required (see specdec convert --help)");
+
+    double t0 = cli_now();
+    sd_model *m = NULL;
+    int rc = cli_load_model(in, tokp, NULL, 0, &m);
+    if (rc) return rc;
+    progress pr = {0};
+    pr.want = (sd_type)type;
+    pr.verbose = sd_model_weight_bytes(m) > ((size_t)64 << 20);
+    sd_convert_params cp = {(sd_type)type, on_tensor, &pr};
+    sd_gguf_writer *w = NULL;
+    sd_status st = sd_model_to_gguf(m, &cp, &w);
+    if (pr.verbose) fputc('\n', stderr);
+    if (st == SD_OK) st = sd_gguf_write_file(w, out);
+    sd_gguf_writer_free(w);
+    if (st != SD_OK) {
+        sd_model_free(m);
+        return cli_error_status(st);
+    }
+    fprintf(stderr, "wrote %s: %d tensors (", out, sd_model_n_tensors(m));
+    int first = 1;
+    for (int t = 0; t < SD_TYPE_COUNT; t++) {
+        if (!pr.type_counts[t]) continue;
+        fprintf(stderr, "%s%d %s", first ? "" : ", ", pr.type_counts[t], sd_type_info((uint32_t)t)->name);
+        first = 0;
+    }
+    fprintf(stderr, ") in %.1f s\n", cli_now() - t0);
+    sd_model_free(m);
+    return 0;
+}
