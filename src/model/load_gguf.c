@@ -36,6 +36,15 @@ static sd_status view(sd_model *m, const char *name, int64_t cols, int64_t rows,
                        m->path, name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
                        (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], (long long)cols);
     }
+    /* Weights are read in place through float / uint16 pointers, so the data must sit on
+     * its element alignment; general.alignment 1 or 2 (or a misaligned caller buffer)
+     * could otherwise place it anywhere. */
+    const uintptr_t elem_align = t->type == SD_TYPE_F32 ? 4 : 2;
+    if ((uintptr_t)t->data % elem_align != 0)
+        return sd_fail(SD_ERR_UNSUPPORTED,
+                       "%s: tensor %s data (offset %llu, general.alignment %llu) is not %u-byte aligned",
+                       m->path, name, (unsigned long long)t->offset,
+                       (unsigned long long)sd_gguf_alignment(m->gguf), (unsigned)elem_align);
     out->type = (sd_type)t->type;
     out->cols = cols;
     out->rows = rows ? rows : 1;
@@ -151,8 +160,17 @@ sd_status sd_model_load_gguf(sd_model *m, const void *buf, size_t len, const sd_
     const int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim;
     const int64_t kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
 
+    /* Every norm vector ([dim], f32 or f16, required) is stored in the file, so a real file
+     * holds at least half the bytes of their f32 copies; checking that first keeps a hostile
+     * header (4096 layers of 2^24) from allocating gigabytes before any tensor is looked at. */
+    const uint64_t owned_bytes = ((uint64_t)nl * 2 + 1) * dim * sizeof(float);
+    if (owned_bytes / 2 > len)
+        return sd_fail(SD_ERR_FORMAT,
+                       "%s: block_count=%u and embedding_length=%u imply %llu bytes of norm weights, more "
+                       "than the file's %zu bytes",
+                       m->path, nl, dim, (unsigned long long)(owned_bytes / 2), len);
     m->layers = calloc((size_t)nl, sizeof *m->layers);
-    m->owned = malloc(((size_t)nl * 2 + 1) * dim * sizeof(float));
+    m->owned = malloc((size_t)owned_bytes);
     if (!m->layers || !m->owned) return sd_fail(SD_ERR_NOMEM, "out of memory");
     float *owned_cur = m->owned;
 
@@ -181,6 +199,12 @@ sd_status sd_model_load_gguf(sd_model *m, const void *buf, size_t len, const sd_
         snprintf(name, sizeof name, "blk.%u.ffn_norm.weight", l);
         if ((st = norm_vec(m, name, (int)dim, &owned_cur, &L->ffn_norm)) != SD_OK) return st;
     }
+
+    /* Tensors may legally point at the same bytes, but no real file does: with aliasing, a
+     * small file could describe a model whose forward pass streams gigabytes. */
+    if (m->weight_bytes > len)
+        return sd_fail(SD_ERR_FORMAT, "%s: the weight tensors total %zu bytes, more than the file's %zu (tensor data overlaps)",
+                       m->path, m->weight_bytes, len);
 
     if (sd_gguf_find_kv(g, "tokenizer.ggml.model")) {
         st = sd_tokenizer_from_gguf(g, m->path, &m->tok);

@@ -610,6 +610,15 @@ sd_status sd_model_load_hf(sd_model *m, const char *path, const sd_model_params 
 #undef V
     }
 
+    /* data_offsets may overlap in a hostile file, letting a few MB describe a model whose
+     * every token streams gigabytes; real weights fit in their files (twice over when a 16-bit
+     * type without a kernel is computed from an F32 copy). */
+    size_t file_bytes = 0;
+    for (int i = 0; i < f->n_shards; i++) file_bytes += f->shards[i].len;
+    if (m->weight_bytes / 2 > file_bytes)
+        return sd_fail(SD_ERR_FORMAT, "%s: the weight tensors total %zu bytes, more than the %zu bytes of the files (data_offsets overlap)",
+                       m->path, m->weight_bytes, file_bytes);
+
     /* tokenizer.json beside the weights (or the one given) */
     const char *tok = p && p->tokenizer_path ? p->tokenizer_path : NULL;
     if (!tok) {

@@ -207,6 +207,7 @@ static sd_status load_vocab(hf_ctx *c, const cJSON *model, const cJSON *added, i
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     if (!cJSON_IsObject(vocab)) return sd_fail(SD_ERR_FORMAT, "%s: model.vocab is missing or not an object", c->what);
     int32_t max_id = -1;
+    int64_t named = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, vocab) {
         int32_t id = json_id(e);
@@ -214,6 +215,7 @@ static sd_status load_vocab(hf_ctx *c, const cJSON *model, const cJSON *added, i
             return sd_fail(SD_ERR_FORMAT, "%s: model.vocab[\"%.40s\"] is not an id in 0..%d", c->what,
                            e->string ? e->string : "", SD_TOK_MAX_VOCAB - 1);
         if (id > max_id) max_id = id;
+        named++;
     }
     if (added && !cJSON_IsArray(added)) return sd_fail(SD_ERR_FORMAT, "%s: added_tokens is not an array", c->what);
     cJSON_ArrayForEach(e, added) {
@@ -221,8 +223,14 @@ static sd_status load_vocab(hf_ctx *c, const cJSON *model, const cJSON *added, i
         if (id < 0 || !jstr(e, "content"))
             return sd_fail(SD_ERR_FORMAT, "%s: added_tokens entry without a valid id and content", c->what);
         if (id > max_id) max_id = id;
+        named++;
     }
     if (max_id < 0) return sd_fail(SD_ERR_FORMAT, "%s: empty vocabulary", c->what);
+    /* Unnamed ids become padding pieces; a few bytes of JSON naming id 16777215 must not
+     * build a 16M-piece vocabulary (a gigabyte and seconds), so gaps are bounded. */
+    if ((int64_t)max_id >= 2 * named + 65536)
+        return sd_fail(SD_ERR_FORMAT, "%s: ids reach %d but only %lld tokens are named (a vocabulary of mostly gaps)",
+                       c->what, (int)max_id, (long long)named);
     *n_vocab = max_id + 1;
     c->piece = calloc((size_t)*n_vocab, sizeof *c->piece);
     if (!c->piece) return sd_fail(SD_ERR_NOMEM, "%s: out of memory", c->what);

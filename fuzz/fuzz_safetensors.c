@@ -1,0 +1,6 @@
+/* libFuzzer entry point for Hugging Face checkpoint loading (config.json + safetensors) and a forward pass; the body is sd_fuzz_safetensors
+ * (fuzz/harness_*.c), which tests/test_fuzz_regressions.c replays without libFuzzer. */
+#include "harness.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) { return sd_fuzz_safetensors(data, size); }

@@ -1,0 +1,108 @@
+/* Helpers shared by the fuzz harnesses: property failures, the one-thread setup, the check
+ * that error messages are printable, and shared-test-data lookup. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "specdec/model.h"
+#include "specdec/status.h"
+
+const sd_fuzz_target sd_fuzz_targets[] = {
+    {"gguf", sd_fuzz_gguf},
+    {"model_gguf", sd_fuzz_model_gguf},
+    {"llama2c", sd_fuzz_llama2c},
+    {"tokenizer", sd_fuzz_tokenizer},
+    {"tokenizer_file", sd_fuzz_tokenizer_file},
+    {"config", sd_fuzz_config},
+    {"safetensors", sd_fuzz_safetensors},
+    {"hf_tokenizer", sd_fuzz_hf_tokenizer},
+    {NULL, NULL},
+};
+
+void sd_fuzz_fail(const char *cond, const char *file, int line) {
+    fprintf(stderr, "fuzz property violated: %s (%s:%d); last error: %s\n", cond, file, line,
+            sd_last_error());
+    abort(); /* harness code, not library code: the crash is the report */
+}
+
+void sd_fuzz_init(void) {
+    static int done;
+    if (done) return;
+    done = 1;
+    sd_set_threads(1);
+}
+
+/* Length of the valid UTF-8 sequence at p (1..4), 0 when invalid (overlong, surrogate,
+ * above U+10FFFF, truncated). */
+static size_t utf8_len(const unsigned char *p, size_t n) {
+    unsigned c = p[0];
+    size_t len;
+    unsigned min;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) len = 2, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, min = 0x10000;
+    else return 0;
+    if (len > n) return 0;
+    unsigned cp = c & (0x7Fu >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (p[i] & 0x3Fu);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+void sd_fuzz_check_error(void) {
+    const char *m = sd_last_error();
+    size_t n = strnlen(m, 4096);
+    SD_FUZZ_CHECK(n > 0);    /* every failure says why */
+    SD_FUZZ_CHECK(n < 4096); /* and the per-thread buffer is terminated */
+    const unsigned char *u = (const unsigned char *)m;
+    for (size_t i = 0; i < n;) {
+        SD_FUZZ_CHECK(u[i] >= 0x20 && u[i] != 0x7F); /* no terminal control sequences */
+        size_t l = utf8_len(u + i, n - i);
+        SD_FUZZ_CHECK(l > 0);
+        /* C1 controls (U+0080..U+009F) are terminal controls too */
+        SD_FUZZ_CHECK(!(l == 2 && u[i] == 0xC2 && u[i + 1] < 0xA0));
+        i += l;
+    }
+}
+
+const char *sd_fuzz_shared(const char *rel) {
+    static char buf[4096];
+    const char *env = getenv("SPECDEC_SHARED");
+    const char *dirs[] = {env, "../shared", "../../shared"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        if (!dirs[i] || !dirs[i][0]) continue;
+        snprintf(buf, sizeof buf, "%s/%s", dirs[i], rel);
+        if (access(buf, R_OK) == 0) return buf;
+    }
+    return NULL;
+}
+
+uint8_t *sd_fuzz_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    uint8_t *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+        buf = malloc(n ? (size_t)n : 1);
+        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    fclose(f);
+    if (buf) *len = (size_t)n;
+    return buf;
+}
+
+uint32_t sd_fuzz_u32(const uint8_t *data, size_t size) {
+    uint32_t v = 0;
+    for (size_t i = 0; i < 4 && i < size; i++) v |= (uint32_t)data[i] << (8 * i);
+    return v;
+}
