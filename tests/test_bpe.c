@@ -1,6 +1,7 @@
 /* BPE tokenizers: llama.cpp's gpt-2/deepseek-coder vectors, round trips, TinyStories-656K's
  * tokenizer.json, pre-tokenizer splits, merge rules, pair checks across formats, bad JSON. */
 #include "sdtest.h"
+#include "sdtest_tok.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -14,34 +15,8 @@
 #define GPT2 "vocab-tests/ggml-vocab-gpt-2.gguf"
 #define DEEPSEEK "vocab-tests/ggml-vocab-deepseek-coder.gguf"
 #define TS_TOKENIZER "models/tinystories-656k/tokenizer.json"
-#define MAX_CASES 64
 
-/* ---- helpers (as in test_tokenizer.c) --------------------------------------------------- */
-
-static const char *find(const char *hay, size_t n, const char *needle, size_t m) {
-    for (size_t i = 0; m <= n && i <= n - m; i++)
-        if (hay[i] == needle[0] && memcmp(hay + i, needle, m) == 0) return hay + i;
-    return NULL;
-}
-
-/* The GGUF image is freed before the tokenizer is used, so ASan catches any piece that
- * still points into it. */
-static sd_tokenizer *load_gguf(const char *rel) {
-    char *path = sdtest_shared_or_skip(rel);
-    size_t len = 0;
-    void *buf = sdtest_read_file(path, &len);
-    assert_non_null(buf);
-    sd_gguf *g = NULL;
-    assert_int_equal(sd_gguf_parse(buf, len, path, &g), SD_OK);
-    sd_tokenizer *t = NULL;
-    sd_status st = sd_tokenizer_from_gguf(g, path, &t);
-    if (st != SD_OK) print_error("%s: %s\n", path, sd_last_error());
-    sd_gguf_free(g);
-    free(buf);
-    free(path);
-    assert_int_equal(st, SD_OK);
-    return t;
-}
+/* ---- helpers (the shared ones: util/sdtest_tok.c) --------------------------------------- */
 
 static sd_tokenizer *load_ts(void) {
     char *path = sdtest_shared_or_skip(TS_TOKENIZER);
@@ -61,175 +36,19 @@ static sd_tokenizer *from_json(const char *json, sd_status want) {
     return t;
 }
 
-static int32_t *encode(const sd_tokenizer *t, const char *s, size_t len, int bos, int *n) {
-    int need = 0;
-    sd_status st = sd_tokenizer_encode(t, s, len, bos, NULL, 0, &need);
-    assert_true(st == SD_OK || st == SD_ERR_INVALID_ARG);
-    int32_t *ids = malloc((size_t)(need + 1) * sizeof *ids);
-    assert_non_null(ids);
-    st = sd_tokenizer_encode(t, s, len, bos, ids, need, n);
-    if (st != SD_OK) print_error("encode: %s\n", sd_last_error());
-    assert_int_equal(st, SD_OK);
-    assert_int_equal(*n, need);
-    return ids;
-}
-
-static char *decode_all(const sd_tokenizer *t, const int32_t *ids, int n, size_t *len) {
-    size_t cap = (size_t)n * (size_t)sd_tokenizer_max_piece_len(t) + 1;
-    char *s = malloc(cap);
-    assert_non_null(s);
-    size_t o = 0;
-    int32_t prev = -1;
-    for (int i = 0; i < n; i++) {
-        int k = sd_tokenizer_decode(t, prev, ids[i], s + o, cap - o);
-        assert_true(k >= 0);
-        o += (size_t)k;
-        prev = ids[i];
-    }
-    s[o] = '\0';
-    *len = o;
-    return s;
-}
-
-static void print_text(const char *label, const char *s, size_t n) {
-    print_error("%s \"", label);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '\n') print_error("\\n");
-        else if (c == '\t') print_error("\\t");
-        else if (c < 0x20) print_error("\\x%02x", c);
-        else print_error("%c", c);
-    }
-    print_error("\"\n");
-}
-
-static void print_ids(const char *label, const int32_t *ids, int n) {
-    print_error("%s [", label);
-    for (int i = 0; i < n; i++) print_error("%s%d", i ? " " : "", (int)ids[i]);
-    print_error("]\n");
-}
-
-static void expect_ids(const sd_tokenizer *t, const char *s, int bos, const int32_t *want, int n_want) {
-    int n = 0;
-    int32_t *ids = encode(t, s, strlen(s), bos, &n);
-    if (n != n_want || memcmp(ids, want, (size_t)n * sizeof *ids) != 0) {
-        print_text("input", s, strlen(s));
-        print_ids("  expected", want, n_want);
-        print_ids("  got     ", ids, n);
-        fail();
-    }
-    free(ids);
-}
-
-/* llama.cpp's test vectors: .inp is every input followed by "\n__ggml_vocab_test__\n";
- * .out holds one line of space-separated ids per input (no BOS). */
-typedef struct {
-    char *inp, *outp;
-    int n;
-    const char *text[MAX_CASES];
-    size_t len[MAX_CASES];
-    int32_t ids[MAX_CASES][512];
-    int n_ids[MAX_CASES];
-} vocab_cases;
-
-static vocab_cases *load_cases(const char *vocab) {
-    static const char sep[] = "\n__ggml_vocab_test__\n";
-    char rel[256];
-    snprintf(rel, sizeof rel, "%s.inp", vocab);
-    char *pi = sdtest_shared_or_skip(rel);
-    snprintf(rel, sizeof rel, "%s.out", vocab);
-    char *po = sdtest_shared_or_skip(rel);
-    vocab_cases *c = calloc(1, sizeof *c);
-    assert_non_null(c);
-    size_t li = 0, lo = 0;
-    c->inp = sdtest_read_file(pi, &li);
-    c->outp = sdtest_read_file(po, &lo);
-    assert_non_null(c->inp);
-    assert_non_null(c->outp);
-    free(pi);
-    free(po);
-    size_t pos = 0;
-    while (pos < li) {
-        const char *hit = find(c->inp + pos, li - pos, sep, sizeof sep - 1);
-        assert_non_null(hit);
-        assert_true(c->n < MAX_CASES);
-        c->text[c->n] = c->inp + pos;
-        c->len[c->n] = (size_t)(hit - (c->inp + pos));
-        c->n++;
-        pos = (size_t)(hit - c->inp) + sizeof sep - 1;
-    }
-    int line = 0;
-    char *p = c->outp, *end = c->outp + lo;
-    while (p < end) {
-        char *nl = memchr(p, '\n', (size_t)(end - p));
-        if (!nl) nl = end;
-        assert_true(line < c->n);
-        int k = 0;
-        char *q = p;
-        while (q < nl) {
-            char *e;
-            long v = strtol(q, &e, 10);
-            if (e == q) {
-                q++;
-                continue;
-            }
-            assert_true(k < 512);
-            c->ids[line][k++] = (int32_t)v;
-            q = e;
-        }
-        c->n_ids[line++] = k;
-        p = nl + 1;
-    }
-    assert_int_equal(line, c->n);
-    return c;
-}
-
-static void free_cases(vocab_cases *c) {
-    if (!c) return;
-    free(c->inp);
-    free(c->outp);
-    free(c);
-}
-
-static int roundtrip_ok(const sd_tokenizer *t, const char *s, size_t len, const char *name) {
-    int n = 0;
-    int32_t *ids = encode(t, s, len, 0, &n);
-    size_t dl = 0;
-    char *d = decode_all(t, ids, n, &dl);
-    int ok = dl == len && memcmp(d, s, len) == 0;
-    if (!ok) {
-        print_error("%s: round trip differs\n", name);
-        print_text("  input  ", s, len);
-        print_text("  decoded", d, dl);
-        print_ids("  ids", ids, n);
-    }
-    free(d);
-    free(ids);
-    return ok;
-}
-
 /* Every case gives exactly the ids llama.cpp (and HF) give, and decodes back to itself. */
 static void run_vocab_cases(const char *vocab, int n_vocab) {
-    sd_tokenizer *t = load_gguf(vocab);
+    sd_tokenizer *t = sdtest_load_gguf_tokenizer(vocab);
     assert_int_equal(sd_tokenizer_kind_of(t), SD_TOKENIZER_BPE);
     assert_int_equal(sd_tokenizer_n_vocab(t), n_vocab);
-    vocab_cases *c = load_cases(vocab);
+    sdtest_vocab_cases *c = sdtest_load_vocab_cases(vocab);
     assert_int_equal(c->n, 46);
     int failed = 0;
     for (int i = 0; i < c->n; i++) {
-        int n = 0;
-        int32_t *ids = encode(t, c->text[i], c->len[i], 0, &n);
-        if (n != c->n_ids[i] || memcmp(ids, c->ids[i], (size_t)n * sizeof *ids) != 0) {
-            print_error("%s: vocab case %d differs\n", vocab, i);
-            print_text("  input", c->text[i], c->len[i]);
-            print_ids("  expected", c->ids[i], c->n_ids[i]);
-            print_ids("  got     ", ids, n);
-            failed++;
-        }
-        free(ids);
-        failed += !roundtrip_ok(t, c->text[i], c->len[i], vocab);
+        failed += !sdtest_vocab_case_ok(t, c, i, vocab);
+        failed += !sdtest_roundtrip_ok(t, c->text[i], c->len[i], 0, vocab);
     }
-    free_cases(c);
+    sdtest_free_vocab_cases(c);
     sd_tokenizer_free(t);
     assert_int_equal(failed, 0);
 }
@@ -248,7 +67,7 @@ static void test_deepseek_coder_cases(void **state) {
 
 static void test_gguf_metadata(void **state) {
     (void)state;
-    sd_tokenizer *g = load_gguf(GPT2);
+    sd_tokenizer *g = sdtest_load_gguf_tokenizer(GPT2);
     assert_int_equal(sd_tokenizer_bos(g), 50256);
     assert_int_equal(sd_tokenizer_eos(g), 50256);
     assert_int_equal(sd_tokenizer_add_bos(g), 0); /* gpt-2 family, no add_bos_token key */
@@ -257,27 +76,27 @@ static void test_gguf_metadata(void **state) {
     char buf[64];
     /* "Ġthe" is " the"; control tokens print nothing */
     int32_t the = -1;
-    expect_ids(g, " the", 0, (const int32_t[]){262}, 1);
+    sdtest_expect_ids(g, " the", 0, (const int32_t[]){262}, 1);
     the = 262;
     assert_int_equal(sd_tokenizer_decode(g, -1, the, buf, sizeof buf), 4);
     assert_memory_equal(buf, " the", 4);
     assert_int_equal(sd_tokenizer_decode(g, -1, 50256, buf, sizeof buf), 0);
     /* add_bos prepends BOS when asked, even where the vocab does not add it by default */
-    expect_ids(g, " the", 1, (const int32_t[]){50256, 262}, 2);
+    sdtest_expect_ids(g, " the", 1, (const int32_t[]){50256, 262}, 2);
 
-    sd_tokenizer *d = load_gguf(DEEPSEEK);
+    sd_tokenizer *d = sdtest_load_gguf_tokenizer(DEEPSEEK);
     assert_int_equal(sd_tokenizer_bos(d), 32013);
     assert_int_equal(sd_tokenizer_eos(d), 32014);
     assert_int_equal(sd_tokenizer_add_bos(d), 1);
     /* user-defined pieces are split out of the text and print verbatim */
     assert_int_equal(sd_tokenizer_token_type(d, 32019), SD_TOKEN_USER_DEFINED);
-    expect_ids(d, "<|User|>", 0, (const int32_t[]){32019}, 1);
+    sdtest_expect_ids(d, "<|User|>", 0, (const int32_t[]){32019}, 1);
     assert_int_equal(sd_tokenizer_decode(d, -1, 32019, buf, sizeof buf), 8);
     assert_memory_equal(buf, "<|User|>", 8);
     /* control tokens are not parsed out of text (parse_special off, like llama.cpp) */
     int n = 0;
     const char *bos_text = "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
-    int32_t *ids = encode(d, bos_text, strlen(bos_text), 0, &n);
+    int32_t *ids = sdtest_encode(d, bos_text, strlen(bos_text), 0, &n);
     assert_true(n > 1);
     for (int i = 0; i < n; i++) assert_int_not_equal(ids[i], 32013);
     free(ids);
@@ -299,29 +118,24 @@ static int deepseek_can_hold(const char *s, size_t n) {
 /* Byte-level BPE keeps every byte: invalid UTF-8 and random bytes round-trip too. */
 static void test_byte_level_roundtrip(void **state) {
     (void)state;
-    sd_tokenizer *t = load_gguf(GPT2);
-    sd_tokenizer *d = load_gguf(DEEPSEEK);
+    sd_tokenizer *t = sdtest_load_gguf_tokenizer(GPT2);
+    sd_tokenizer *d = sdtest_load_gguf_tokenizer(DEEPSEEK);
     int failed = 0;
     static const char *bad[] = {"\xff", "a\x80z", "\xc3", "\xc3(", "x\xe2\x96", "\xf0\x9f\x98",
                                 "\xed\xa0\x80", "\xc0\xaf  \xfe", "\r\n\r\n \t\v\f", "  \xc2\xa0 x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        failed += !roundtrip_ok(t, bad[i], strlen(bad[i]), "gpt2 invalid utf-8");
+        failed += !sdtest_roundtrip_ok(t, bad[i], strlen(bad[i]), 0, "gpt2 invalid utf-8");
         if (deepseek_can_hold(bad[i], strlen(bad[i])))
-            failed += !roundtrip_ok(d, bad[i], strlen(bad[i]), "deepseek invalid utf-8");
+            failed += !sdtest_roundtrip_ok(d, bad[i], strlen(bad[i]), 0, "deepseek invalid utf-8");
     }
     uint32_t seed = 777;
     static const unsigned char alphabet[] = {' ', ' ', '\n', '\r', '\t', 'a', 'E', '3', '\'', 's',
                                              '<', '|', 0x80, 0xa0, 0xc2, 0xe2, 0xf0, 0xff, 0xe4, 0xb8};
     for (int k = 0; k < 300; k++) {
         char s[40];
-        seed = seed * 1664525u + 1013904223u;
-        size_t n = (seed >> 16) % sizeof s;
-        for (size_t i = 0; i < n; i++) {
-            seed = seed * 1664525u + 1013904223u;
-            s[i] = (char)alphabet[(seed >> 16) % sizeof alphabet];
-        }
-        failed += !roundtrip_ok(t, s, n, "gpt2 random bytes");
-        if (deepseek_can_hold(s, n)) failed += !roundtrip_ok(d, s, n, "deepseek random bytes");
+        size_t n = sdtest_random_bytes(&seed, alphabet, sizeof alphabet, s, sizeof s);
+        failed += !sdtest_roundtrip_ok(t, s, n, 0, "gpt2 random bytes");
+        if (deepseek_can_hold(s, n)) failed += !sdtest_roundtrip_ok(d, s, n, 0, "deepseek random bytes");
     }
     sd_tokenizer_free(t);
     sd_tokenizer_free(d);
@@ -344,10 +158,10 @@ static void test_tinystories_corpus(void **state) {
     int failed = 0, exact = 0, with_unk = 0;
     size_t pos = 0;
     while (pos < len && failed <= 5) {
-        const char *hit = find(text + pos, len - pos, "\n\n", 2);
+        const char *hit = sdtest_find(text + pos, len - pos, "\n\n", 2);
         size_t end = hit ? (size_t)(hit - text) : len;
         int n = 0;
-        int32_t *ids = encode(t, text + pos, end - pos, 1, &n);
+        int32_t *ids = sdtest_encode(t, text + pos, end - pos, 1, &n);
         assert_int_equal(ids[0], 1);
         int unk = 0;
         for (int i = 0; i < n; i++) unk += ids[i] == 0;
@@ -355,11 +169,11 @@ static void test_tinystories_corpus(void **state) {
             with_unk++;
         } else {
             size_t dl = 0;
-            char *d = decode_all(t, ids, n, &dl);
+            char *d = sdtest_decode_all(t, ids, n, &dl);
             if (dl != end - pos || memcmp(d, text + pos, dl) != 0) {
                 print_error("tinystories: round trip differs\n");
-                print_text("  input  ", text + pos, end - pos);
-                print_text("  decoded", d, dl);
+                sdtest_print_text("  input  ", text + pos, end - pos);
+                sdtest_print_text("  decoded", d, dl);
                 failed++;
             }
             free(d);
@@ -388,19 +202,19 @@ static void test_tinystories_pieces(void **state) {
     assert_int_equal(sd_tokenizer_token_type(t, 1), SD_TOKEN_CONTROL);
     assert_string_equal(sd_tokenizer_piece(t, 108, NULL), "\xe2\x96\x81the\xe2\x96\x81");
     /* the reference's greedy prompt: BOS alone, from empty text */
-    expect_ids(t, "", 1, (const int32_t[]){1}, 1);
+    sdtest_expect_ids(t, "", 1, (const int32_t[]){1}, 1);
     /* The prepended "▁" and the escaped spaces merge by rank across words: with no
      * pre-tokenizer the whole text is one word ("▁<|start_story|>Once▁upon..." pieces exist
      * for that reason); the merge list gives "Once upon a time" as below. */
     int n = 0;
-    int32_t *ids = encode(t, "Once upon a time", 16, 0, &n);
+    int32_t *ids = sdtest_encode(t, "Once upon a time", 16, 0, &n);
     size_t dl = 0;
-    char *d = decode_all(t, ids, n, &dl);
+    char *d = sdtest_decode_all(t, ids, n, &dl);
     assert_string_equal(d, "Once upon a time");
     free(d);
     free(ids);
     /* unknown characters fuse into one <unk> (fuse_unk) */
-    expect_ids(t, "#%", 0, (const int32_t[]){80, 0}, 2);
+    sdtest_expect_ids(t, "#%", 0, (const int32_t[]){80, 0}, 2);
     sd_tokenizer_free(t);
 }
 
@@ -408,9 +222,9 @@ static void test_tinystories_pieces(void **state) {
 
 static void test_pair_checks(void **state) {
     (void)state;
-    sd_tokenizer *g = load_gguf(GPT2);
-    sd_tokenizer *g2 = load_gguf(GPT2);
-    sd_tokenizer *d = load_gguf(DEEPSEEK);
+    sd_tokenizer *g = sdtest_load_gguf_tokenizer(GPT2);
+    sd_tokenizer *g2 = sdtest_load_gguf_tokenizer(GPT2);
+    sd_tokenizer *d = sdtest_load_gguf_tokenizer(DEEPSEEK);
     sd_tokenizer *ts = load_ts();
     sd_tokenizer *ts2 = load_ts();
     assert_int_equal(sd_tokenizer_check_compatible(g, g2), SD_OK);
@@ -488,23 +302,13 @@ static void test_hf_json_matches_gguf(void **state) {
     free(json);
     if (st != SD_OK) print_error("%s\n", sd_last_error());
     assert_int_equal(st, SD_OK);
-    sd_tokenizer *t = load_gguf(GPT2);
+    sd_tokenizer *t = sdtest_load_gguf_tokenizer(GPT2);
     assert_int_equal(sd_tokenizer_check_compatible(t, h), SD_OK);
     assert_int_equal(sd_tokenizer_add_bos(h), 0);
-    vocab_cases *c = load_cases(GPT2);
+    sdtest_vocab_cases *c = sdtest_load_vocab_cases(GPT2);
     int failed = 0;
-    for (int i = 0; i < c->n; i++) {
-        int n = 0;
-        int32_t *ids = encode(h, c->text[i], c->len[i], 0, &n);
-        if (n != c->n_ids[i] || memcmp(ids, c->ids[i], (size_t)n * sizeof *ids) != 0) {
-            print_error("tokenizer.json: vocab case %d differs\n", i);
-            print_ids("  expected", c->ids[i], c->n_ids[i]);
-            print_ids("  got     ", ids, n);
-            failed++;
-        }
-        free(ids);
-    }
-    free_cases(c);
+    for (int i = 0; i < c->n; i++) failed += !sdtest_vocab_case_ok(h, c, i, "tokenizer.json");
+    sdtest_free_vocab_cases(c);
     sd_tokenizer_free(t);
     sd_tokenizer_free(h);
     assert_int_equal(failed, 0);
@@ -530,28 +334,20 @@ static void test_spm_pairs_with_byte_fallback_bpe(void **state) {
     assert_int_equal(sd_gguf_set_str(w, "tokenizer.ggml.model", "llama"), SD_OK);
     assert_int_equal(sd_gguf_set_arr_str(w, "tokenizer.ggml.tokens", pieces, (uint64_t)n), SD_OK);
     assert_int_equal(sd_gguf_set_arr_i32(w, "tokenizer.ggml.token_type", types, (uint64_t)n), SD_OK);
-    void *img = NULL;
-    size_t len = 0;
-    assert_int_equal(sd_gguf_write_mem(w, &img, &len), SD_OK);
-    sd_gguf_writer_free(w);
-    sd_gguf *g = NULL;
-    assert_int_equal(sd_gguf_parse(img, len, "ts.gguf", &g), SD_OK);
     sd_tokenizer *spm = NULL;
-    assert_int_equal(sd_tokenizer_from_gguf(g, "ts.gguf", &spm), SD_OK);
-    sd_gguf_free(g);
-    free(img);
+    assert_int_equal(sdtest_tokenizer_from_writer(w, "ts.gguf", &spm), SD_OK);
     assert_int_equal(sd_tokenizer_kind_of(spm), SD_TOKENIZER_SPM);
     assert_int_equal(sd_tokenizer_check_compatible(hf, spm), SD_OK);
     assert_int_equal(sd_tokenizer_check_compatible(spm, hf), SD_OK);
     const int32_t story[] = {1, 147, 201, 282, 215, 286, 598, 1662, 356, 499, 826, 1363, 1145};
     const int ns = (int)(sizeof story / sizeof story[0]);
     size_t la = 0, lb = 0;
-    char *a = decode_all(hf, story, ns, &la), *b = decode_all(spm, story, ns, &lb);
+    char *a = sdtest_decode_all(hf, story, ns, &la), *b = sdtest_decode_all(spm, story, ns, &lb);
     assert_string_equal(a, b);
     free(a);
     free(b);
     /* and a byte-level vocabulary does not pair with either */
-    sd_tokenizer *g2 = load_gguf(GPT2);
+    sd_tokenizer *g2 = sdtest_load_gguf_tokenizer(GPT2);
     assert_int_equal(sd_tokenizer_check_compatible(spm, g2), SD_ERR_MISMATCH);
     assert_non_null(strstr(sd_last_error(), "piece encoding"));
     sd_tokenizer_free(g2);
@@ -588,9 +384,9 @@ static void check_splits(const sd_tokenizer *t, const split_case *c, size_t n, c
         assert_int_equal(sd_bpe_pretokenize(t, c[i].text, strlen(c[i].text), join_word, &j), SD_OK);
         if (strcmp(j.buf, c[i].want) != 0) {
             print_error("%s split differs\n", name);
-            print_text("  input", c[i].text, strlen(c[i].text));
-            print_text("  want ", c[i].want, strlen(c[i].want));
-            print_text("  got  ", j.buf, j.n);
+            sdtest_print_text("  input", c[i].text, strlen(c[i].text));
+            sdtest_print_text("  want ", c[i].want, strlen(c[i].want));
+            sdtest_print_text("  got  ", j.buf, j.n);
             failed++;
         }
     }
@@ -700,14 +496,14 @@ static void test_merge_rules(void **state) {
     sd_tokenizer *t = from_json(HEAD "\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,\"bc\":4,\"abc\":5},"
                                      "\"merges\":[\"b c\",\"a b\",\"a bc\"]}}",
                                 SD_OK);
-    expect_ids(t, "abc", 0, (const int32_t[]){5}, 1);
-    expect_ids(t, "abab", 0, (const int32_t[]){3, 3}, 2);
-    expect_ids(t, "cab", 0, (const int32_t[]){2, 3}, 2);
+    sdtest_expect_ids(t, "abc", 0, (const int32_t[]){5}, 1);
+    sdtest_expect_ids(t, "abab", 0, (const int32_t[]){3, 3}, 2);
+    sdtest_expect_ids(t, "cab", 0, (const int32_t[]){2, 3}, 2);
     sd_tokenizer_free(t);
     /* equal ranks merge leftmost first; merges given as pairs (the newer format) */
     t = from_json(HEAD "\"vocab\":{\"a\":0,\"aa\":1},\"merges\":[[\"a\",\"a\"]]}}", SD_OK);
-    expect_ids(t, "aaa", 0, (const int32_t[]){1, 0}, 2);
-    expect_ids(t, "aaaa", 0, (const int32_t[]){1, 1}, 2);
+    sdtest_expect_ids(t, "aaa", 0, (const int32_t[]){1, 0}, 2);
+    sdtest_expect_ids(t, "aaaa", 0, (const int32_t[]){1, 1}, 2);
     sd_tokenizer_free(t);
     /* ignore_merges: a word that is a token stays whole */
     const char *im = HEAD "\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,\"abc\":4},\"merges\":[\"a b\"],"
@@ -715,11 +511,11 @@ static void test_merge_rules(void **state) {
     char json[256];
     snprintf(json, sizeof json, im, "false");
     t = from_json(json, SD_OK);
-    expect_ids(t, "abc", 0, (const int32_t[]){3, 2}, 2);
+    sdtest_expect_ids(t, "abc", 0, (const int32_t[]){3, 2}, 2);
     sd_tokenizer_free(t);
     snprintf(json, sizeof json, im, "true");
     t = from_json(json, SD_OK);
-    expect_ids(t, "abc", 0, (const int32_t[]){4}, 1);
+    sdtest_expect_ids(t, "abc", 0, (const int32_t[]){4}, 1);
     sd_tokenizer_free(t);
 
     /* byte fallback, unknown fusing, user-defined tokens, BOS from the template */
@@ -745,14 +541,14 @@ static void test_merge_rules(void **state) {
     assert_int_equal(sd_tokenizer_bos(t), 1);
     assert_int_equal(sd_tokenizer_token_type(t, 3), SD_TOKEN_BYTE);
     assert_int_equal(sd_tokenizer_token_type(t, 7), SD_TOKEN_USER_DEFINED);
-    expect_ids(t, "a \xc3\xa9", 1, (const int32_t[]){1, 6, 5, 3, 4}, 5);
-    expect_ids(t, "a\xe2\x82\xac\xe2\x82\xac a", 0, (const int32_t[]){6, 0, 6}, 3); /* "€€": one <unk> */
-    expect_ids(t, "a<sep>a", 0, (const int32_t[]){6, 7, 6}, 3);
-    expect_ids(t, "<s>", 0, (const int32_t[]){5, 0}, 2); /* control: not parsed from text */
+    sdtest_expect_ids(t, "a \xc3\xa9", 1, (const int32_t[]){1, 6, 5, 3, 4}, 5);
+    sdtest_expect_ids(t, "a\xe2\x82\xac\xe2\x82\xac a", 0, (const int32_t[]){6, 0, 6}, 3); /* "€€": one <unk> */
+    sdtest_expect_ids(t, "a<sep>a", 0, (const int32_t[]){6, 7, 6}, 3);
+    sdtest_expect_ids(t, "<s>", 0, (const int32_t[]){5, 0}, 2); /* control: not parsed from text */
     int n = 0;
-    int32_t *ids = encode(t, "a \xc3\xa9<sep>", 9, 1, &n);
+    int32_t *ids = sdtest_encode(t, "a \xc3\xa9<sep>", 9, 1, &n);
     size_t dl = 0;
-    char *d = decode_all(t, ids, n, &dl);
+    char *d = sdtest_decode_all(t, ids, n, &dl);
     assert_string_equal(d, "a \xc3\xa9<sep>");
     free(d);
     free(ids);
@@ -766,11 +562,11 @@ static void test_merge_rules(void **state) {
                           "\"decoder\":{\"type\":\"ByteLevel\"}}";
     snprintf(json, sizeof json, bl, "false");
     t = from_json(json, SD_OK);
-    expect_ids(t, "Hi i", 0, (const int32_t[]){4, 3}, 2);
+    sdtest_expect_ids(t, "Hi i", 0, (const int32_t[]){4, 3}, 2);
     sd_tokenizer_free(t);
     snprintf(json, sizeof json, bl, "true");
     t = from_json(json, SD_OK);
-    expect_ids(t, "Hi i", 0, (const int32_t[]){2, 4, 3}, 3);
+    sdtest_expect_ids(t, "Hi i", 0, (const int32_t[]){2, 4, 3}, 3);
     sd_tokenizer_free(t);
 }
 
@@ -787,19 +583,19 @@ static void test_metaspace(void **state) {
     char json[1024];
     snprintf(json, sizeof json, fmt, "first", "false");
     sd_tokenizer *t = from_json(json, SD_OK);
-    expect_ids(t, "a", 0, (const int32_t[]){3}, 1);
-    expect_ids(t, " a", 0, (const int32_t[]){3}, 1);          /* one "▁", not two */
-    expect_ids(t, "a a", 0, (const int32_t[]){2, 4, 1}, 3); /* "▁a▁a": "a▁" outranks "▁a" */
-    expect_ids(t, "a<sep>a", 0, (const int32_t[]){3, 5, 1}, 3); /* "first": no prefix after <sep> */
+    sdtest_expect_ids(t, "a", 0, (const int32_t[]){3}, 1);
+    sdtest_expect_ids(t, " a", 0, (const int32_t[]){3}, 1);          /* one "▁", not two */
+    sdtest_expect_ids(t, "a a", 0, (const int32_t[]){2, 4, 1}, 3); /* "▁a▁a": "a▁" outranks "▁a" */
+    sdtest_expect_ids(t, "a<sep>a", 0, (const int32_t[]){3, 5, 1}, 3); /* "first": no prefix after <sep> */
     sd_tokenizer_free(t);
     snprintf(json, sizeof json, fmt, "always", "true");
     t = from_json(json, SD_OK);
-    expect_ids(t, "a a", 0, (const int32_t[]){3, 3}, 2);      /* split before each "▁" */
-    expect_ids(t, "a<sep>a", 0, (const int32_t[]){3, 5, 3}, 3);
+    sdtest_expect_ids(t, "a a", 0, (const int32_t[]){3, 3}, 2);      /* split before each "▁" */
+    sdtest_expect_ids(t, "a<sep>a", 0, (const int32_t[]){3, 5, 3}, 3);
     int n = 0;
-    int32_t *ids = encode(t, "a a", 3, 0, &n);
+    int32_t *ids = sdtest_encode(t, "a a", 3, 0, &n);
     size_t dl = 0;
-    char *d = decode_all(t, ids, n, &dl);
+    char *d = sdtest_decode_all(t, ids, n, &dl);
     assert_string_equal(d, "a a");
     free(d);
     free(ids);

@@ -9,6 +9,7 @@
 
 #include "sdtest.h"
 #include "sdtest_models.h"
+#include "sdtest_ref.h"
 #include "kernels/kernels.h"
 #include "specdec/spec.h"
 
@@ -18,42 +19,11 @@
 
 /* ---- TinyStories-656K --------------------------------------------------------------------- */
 
-static cJSON *load_reference(const char *rel) {
-    char *path = sdtest_shared_or_skip(rel);
-    size_t len = 0;
-    char *txt = sdtest_read_file(path, &len);
-    assert_non_null(txt);
-    cJSON *j = cJSON_ParseWithLength(txt, len);
-    assert_non_null(j);
-    free(txt);
-    free(path);
-    return j;
-}
-
-static int32_t *json_ints(const cJSON *arr, int *n) {
-    *n = cJSON_GetArraySize(arr);
-    int32_t *v = malloc((size_t)(*n + 1) * sizeof(int32_t));
-    assert_non_null(v);
-    for (int i = 0; i < *n; i++) v[i] = (int32_t)cJSON_GetArrayItem(arr, i)->valuedouble;
-    return v;
-}
-
 static sd_model *load_ok(const char *path) {
     sd_model *m = NULL;
     sd_status st = sd_model_load(path, NULL, &m);
     if (st != SD_OK) fail_msg("%s: %s", path, sd_last_error());
     return m;
-}
-
-static float *batched_logits(sd_model *m, const int32_t *tok, int n) {
-    const int V = sd_model_hparams(m)->vocab_size;
-    float *got = malloc((size_t)n * V * sizeof(float));
-    sd_kv *kv = NULL;
-    assert_non_null(got);
-    assert_int_equal(sd_model_kv_create(m, 0, &kv), SD_OK);
-    assert_int_equal(sd_model_forward(m, kv, tok, n, got, 1), SD_OK);
-    sd_kv_free(kv);
-    return got;
 }
 
 static int argmax(const float *x, int n) {
@@ -65,7 +35,7 @@ static int argmax(const float *x, int n) {
 
 static void test_tinystories_reference(void **state) {
     (void)state;
-    cJSON *ref = load_reference("reference/tinystories-656k.json");
+    cJSON *ref = sdtest_load_reference("reference/tinystories-656k.json");
     char *dir = sdtest_shared_or_skip(TS_DIR "/config.json");
     dir[strlen(dir) - strlen("/config.json")] = '\0';
     sd_model *m = load_ok(dir);
@@ -76,31 +46,13 @@ static void test_tinystories_reference(void **state) {
     const int V = hp->vocab_size;
     assert_int_equal(V, 2048);
 
-    int n;
-    int32_t *tok = json_ints(cJSON_GetObjectItem(ref, "tokens"), &n);
-    const cJSON *logits = cJSON_GetObjectItem(ref, "logits");
-    assert_int_equal(cJSON_GetArraySize(logits), n);
-    float *want = malloc((size_t)n * V * sizeof(float));
-    assert_non_null(want);
-    for (int i = 0; i < n; i++) {
-        const cJSON *row = cJSON_GetArrayItem(logits, i);
-        assert_int_equal(cJSON_GetArraySize(row), V);
-        for (int j = 0; j < V; j++) want[(size_t)i * V + j] = (float)cJSON_GetArrayItem(row, j)->valuedouble;
-    }
-    float *got = batched_logits(m, tok, n);
-    double d = sdtest_max_abs_diff(got, want, (size_t)n * V);
-    printf("  tinystories-656k batched: max |logit - reference| = %.3g over %d positions\n", d, n);
-    assert_true(d <= TOL_REFERENCE_LOGITS);
-    float *step = sdtest_stepwise_logits(m, tok, n);
-    d = sdtest_max_abs_diff(step, want, (size_t)n * V);
-    printf("  tinystories-656k stepwise: max |logit - reference| = %.3g\n", d);
-    assert_true(d <= TOL_REFERENCE_LOGITS);
+    sdtest_check_reference_logits(m, ref, "tinystories-656k", TOL_REFERENCE_LOGITS);
 
     /* Greedy continuation from BOS, token for token, by plain decode steps. */
     const cJSON *g = cJSON_GetArrayItem(cJSON_GetObjectItem(ref, "greedy"), 0);
     int np, ng;
-    int32_t *prompt = json_ints(cJSON_GetObjectItem(g, "prompt_tokens"), &np);
-    int32_t *greedy = json_ints(cJSON_GetObjectItem(g, "greedy_tokens"), &ng);
+    int32_t *prompt = sdtest_json_ints(cJSON_GetObjectItem(g, "prompt_tokens"), &np);
+    int32_t *greedy = sdtest_json_ints(cJSON_GetObjectItem(g, "greedy_tokens"), &ng);
     /* the tokenizer gives the reference prompt: BOS from empty text */
     int32_t ids[4];
     int nid = 0;
@@ -133,10 +85,6 @@ static void test_tinystories_reference(void **state) {
     free(lg);
     free(prompt);
     free(greedy);
-    free(step);
-    free(got);
-    free(want);
-    free(tok);
     sd_model_free(m);
     free(dir);
     cJSON_Delete(ref);
@@ -149,7 +97,7 @@ static void test_tinystories_paths(void **state) {
     char *st = sdtest_shared_or_skip(TS_DIR "/model.safetensors");
     sd_model *a = load_ok(cfg), *b = load_ok(st);
     int32_t tok[6] = {1, 147, 201, 282, 215, 286};
-    float *la = batched_logits(a, tok, 6), *lb = batched_logits(b, tok, 6);
+    float *la = sdtest_batched_logits(a, tok, 6), *lb = sdtest_batched_logits(b, tok, 6);
     assert_true(sdtest_max_abs_diff(la, lb, 6 * 2048) == 0);
     assert_int_equal(sd_tokenizer_check_compatible(sd_model_tokenizer(a), sd_model_tokenizer(b)), SD_OK);
     free(la);
@@ -509,7 +457,7 @@ static void check_tiny(const char *name, const hf_spec *s) {
     int32_t tok[20];
     for (int i = 0; i < n; i++) tok[i] = (int32_t)((i * 7 + 3) % V);
     float *want = naive_logits(s, &w, tok, n);
-    float *got = batched_logits(m, tok, n);
+    float *got = sdtest_batched_logits(m, tok, n);
     float *step = sdtest_stepwise_logits(m, tok, n);
     double d1 = sdtest_max_abs_diff(got, want, (size_t)n * V), d2 = sdtest_max_abs_diff(step, want, (size_t)n * V);
     double d3 = sdtest_max_abs_diff(got, step, (size_t)n * V);

@@ -7,6 +7,7 @@
 
 #include "sdtest.h"
 #include "sdtest_models.h"
+#include "sdtest_ref.h"
 #include "kernels/kernels.h"
 #include "specdec/spec.h"
 
@@ -17,74 +18,12 @@
  * several layers that moves logits of magnitude ~10 by a few ulps. */
 #define TOL_GEMM_VS_STEPWISE 5e-5
 
-static cJSON *load_reference(const char *rel) {
-    char *path = sdtest_shared_or_skip(rel);
-    size_t len = 0;
-    char *txt = sdtest_read_file(path, &len);
-    assert_non_null(txt);
-    cJSON *j = cJSON_ParseWithLength(txt, len);
-    assert_non_null(j);
-    free(txt);
-    free(path);
-    return j;
-}
-
-static int32_t *json_ints(const cJSON *arr, int *n) {
-    *n = cJSON_GetArraySize(arr);
-    int32_t *v = malloc((size_t)*n * sizeof(int32_t));
-    for (int i = 0; i < *n; i++) v[i] = (int32_t)cJSON_GetArrayItem(arr, i)->valuedouble;
-    return v;
-}
-
-static void check_reference_logits(sd_model *m, const cJSON *ref) {
-    int n;
-    int32_t *tok = json_ints(cJSON_GetObjectItem(ref, "tokens"), &n);
-    const cJSON *logits = cJSON_GetObjectItem(ref, "logits");
-    const int V = sd_model_hparams(m)->vocab_size;
-    assert_int_equal(cJSON_GetArraySize(logits), n);
-    float *want = malloc((size_t)n * V * sizeof(float));
-    for (int i = 0; i < n; i++) {
-        const cJSON *row = cJSON_GetArrayItem(logits, i);
-        assert_int_equal(cJSON_GetArraySize(row), V);
-        for (int j = 0; j < V; j++) want[(size_t)i * V + j] = (float)cJSON_GetArrayItem(row, j)->valuedouble;
-    }
-    /* One batched pass over the whole sequence. */
-    float *got = malloc((size_t)n * V * sizeof(float));
-    sd_kv *kv = NULL;
-    assert_int_equal(sd_model_kv_create(m, 0, &kv), SD_OK);
-    assert_int_equal(sd_model_forward(m, kv, tok, n, got, 1), SD_OK);
-    double d = sdtest_max_abs_diff(got, want, (size_t)n * V);
-    printf("  %s batched: max |logit - reference| = %.3g over %d positions\n", sd_model_path(m), d, n);
-    assert_true(d <= TOL_REFERENCE_LOGITS);
-    /* And token by token. */
-    float *step = sdtest_stepwise_logits(m, tok, n);
-    d = sdtest_max_abs_diff(step, want, (size_t)n * V);
-    printf("  %s stepwise: max |logit - reference| = %.3g\n", sd_model_path(m), d);
-    assert_true(d <= TOL_REFERENCE_LOGITS);
-    sd_kv_free(kv);
-    free(step);
-    free(got);
-    free(want);
-    free(tok);
-}
-
-typedef struct {
-    int32_t *out;
-    int n;
-} collect;
-
-static int collect_cb(int32_t t, void *u) {
-    collect *c = u;
-    c->out[c->n++] = t;
-    return 0;
-}
-
 static void check_reference_greedy(sd_model *m, const cJSON *ref) {
     const cJSON *g;
     cJSON_ArrayForEach(g, cJSON_GetObjectItem(ref, "greedy")) {
         int np, ng;
-        int32_t *prompt = json_ints(cJSON_GetObjectItem(g, "prompt_tokens"), &np);
-        int32_t *want = json_ints(cJSON_GetObjectItem(g, "greedy_tokens"), &ng);
+        int32_t *prompt = sdtest_json_ints(cJSON_GetObjectItem(g, "prompt_tokens"), &np);
+        int32_t *want = sdtest_json_ints(cJSON_GetObjectItem(g, "greedy_tokens"), &ng);
         const cJSON *text = cJSON_GetObjectItem(g, "prompt");
         if (text) { /* the tokenizer must agree with the reference's prompt ids too */
             int32_t ids[256];
@@ -94,19 +33,11 @@ static void check_reference_greedy(sd_model *m, const cJSON *ref) {
             assert_int_equal(nid, np);
             assert_memory_equal(ids, prompt, (size_t)np * sizeof(int32_t));
         }
-        sd_spec_params p = sd_spec_default_params();
-        p.n_predict = ng;
-        p.stop_at_eos = 0;
-        sd_spec *s = NULL;
-        assert_int_equal(sd_spec_create(m, NULL, &p, &s), SD_OK);
-        collect c = {malloc((size_t)ng * sizeof(int32_t)), 0};
-        assert_int_equal(sd_spec_generate(s, prompt, np, collect_cb, &c, NULL), SD_OK);
-        assert_int_equal(c.n, ng);
+        int32_t *got = sdtest_greedy(m, NULL, prompt, np, ng, NULL);
         for (int i = 0; i < ng; i++) {
-            if (c.out[i] != want[i]) fail_msg("greedy token %d: got %d, reference %d", i, c.out[i], want[i]);
+            if (got[i] != want[i]) fail_msg("greedy token %d: got %d, reference %d", i, got[i], want[i]);
         }
-        sd_spec_free(s);
-        free(c.out);
+        free(got);
         free(prompt);
         free(want);
     }
@@ -114,9 +45,9 @@ static void check_reference_greedy(sd_model *m, const cJSON *ref) {
 
 static void test_stories260k_bin_reference(void **state) {
     (void)state;
-    cJSON *ref = load_reference("reference/stories260K.json");
+    cJSON *ref = sdtest_load_reference("reference/stories260K.json");
     sd_model *m = sdtest_shared_model("models/stories260K/stories260K.bin", NULL);
-    check_reference_logits(m, ref);
+    sdtest_check_reference_logits(m, ref, sd_model_path(m), TOL_REFERENCE_LOGITS);
     check_reference_greedy(m, ref);
     sd_model_free(m);
     cJSON_Delete(ref);
@@ -124,9 +55,9 @@ static void test_stories260k_bin_reference(void **state) {
 
 static void test_stories260k_gguf_reference(void **state) {
     (void)state;
-    cJSON *ref = load_reference("reference/stories260K.json");
+    cJSON *ref = sdtest_load_reference("reference/stories260K.json");
     sd_model *m = sdtest_shared_model("models/stories260K/stories260K.gguf", NULL);
-    check_reference_logits(m, ref);
+    sdtest_check_reference_logits(m, ref, sd_model_path(m), TOL_REFERENCE_LOGITS);
     check_reference_greedy(m, ref);
     sd_model_free(m);
     cJSON_Delete(ref);
@@ -184,9 +115,8 @@ static void test_batched_tiny_gqa(void **state) {
     sd_model *m1 = sdtest_tiny_model(64, 2, 8, 2, 96, 300, 1);
     sd_model *m2 = sdtest_tiny_model(48, 3, 6, 3, 100, 280, 2);
     sd_model *m3 = sdtest_tiny_model(32, 1, 4, 4, 64, 260, 3);
-    sd_synth_params p = sd_synth_default_params();
-    p.dim = 64; p.n_layers = 2; p.n_heads = 4; p.n_kv_heads = 2; p.hidden_dim = 160;
-    p.vocab_size = 320; p.ctx_len = 256; p.wtype = SD_TYPE_F16; p.seed = 4;
+    sd_synth_params p = sdtest_synth_shape(64, 2, 4, 2, 160, 320, 256, 4);
+    p.wtype = SD_TYPE_F16;
     sd_model *m4 = sdtest_synth_model(&p);
     check_batched_equals_stepwise(m1);
     check_batched_equals_stepwise(m2);

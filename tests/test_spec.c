@@ -195,20 +195,6 @@ static sd_tokenizer *load_llama2c_tokenizer(const char *rel, int n_vocab) {
     return tk;
 }
 
-static sd_synth_params synth_shape(int dim, int n_layers, int n_heads, int n_kv_heads, int hidden, int vocab,
-                                   int ctx, uint64_t seed) {
-    sd_synth_params p = sd_synth_default_params();
-    p.dim = dim;
-    p.n_layers = n_layers;
-    p.n_heads = n_heads;
-    p.n_kv_heads = n_kv_heads;
-    p.hidden_dim = hidden;
-    p.vocab_size = vocab;
-    p.ctx_len = ctx;
-    p.seed = seed;
-    return p;
-}
-
 /* Skips the test unless every listed shared file is present. Called before anything is
  * allocated: a skip leaves the test by longjmp, and LeakSanitizer would report what it left. */
 static void require_shared(const char *a, const char *b, const char *c) {
@@ -268,7 +254,7 @@ static void test_greedy_random_draft(void **state) {
     require_shared(REAL_TARGET, REAL_TOKENIZER, NULL);
     sd_model *t = sdtest_shared_model(REAL_TARGET, REAL_TOKENIZER);
     sd_tokenizer *tk = load_llama2c_tokenizer(REAL_TOKENIZER, 512);
-    sd_synth_params p = synth_shape(32, 1, 4, 4, 64, 512, 512, 99);
+    sd_synth_params p = sdtest_synth_shape(32, 1, 4, 4, 64, 512, 512, 99);
     sd_model *d = synth_with_tokenizer(&p, tk);
     for (size_t i = 0; i < sizeof k_prompts / sizeof *k_prompts; i++) {
         int32_t prompt[64];
@@ -286,14 +272,14 @@ static void test_greedy_random_draft(void **state) {
 /* (d) Generated GQA pairs sharing the synthetic vocabulary (no shared data needed). */
 static void test_greedy_tiny_gqa_pair(void **state) {
     (void)state;
-    sd_synth_params tp = synth_shape(64, 4, 8, 2, 128, 320, 256, 31);
-    sd_synth_params dp = synth_shape(32, 1, 4, 2, 64, 320, 256, 32);
+    sd_synth_params tp = sdtest_synth_shape(64, 4, 8, 2, 128, 320, 256, 31);
+    sd_synth_params dp = sdtest_synth_shape(32, 1, 4, 2, 64, 320, 256, 32);
     sd_model *t = sdtest_synth_model(&tp);
     sd_model *d = sdtest_synth_model(&dp);
     const int32_t prompts[2][5] = {{1, 300, 3 + 'a', 301, 7}, {1, 5, 6, 7, 8}};
     for (int i = 0; i < 2; i++) check_lossless(t, d, prompts[i], 5, N_GEN, NULL);
     /* Another draft shape: two layers, GQA 2:1, head_dim 8. */
-    sd_synth_params sp = synth_shape(48, 2, 6, 3, 96, 320, 256, 33);
+    sd_synth_params sp = sdtest_synth_shape(48, 2, 6, 3, 96, 320, 256, 33);
     sd_model *d2 = sdtest_synth_model(&sp);
     check_lossless(t, d2, prompts[1], 5, 60, NULL);
     sd_model_free(d2);
@@ -406,8 +392,8 @@ static void test_rollback_invariants(void **state) {
         n = encode(t, "Once upon a time", prompt, 64);
     } else {
         printf("  (real pair absent: tiny GQA pair instead)\n");
-        sd_synth_params tsp = synth_shape(64, 4, 8, 2, 128, 320, 256, 41);
-        sd_synth_params dsp = synth_shape(32, 1, 4, 2, 64, 320, 256, 42);
+        sd_synth_params tsp = sdtest_synth_shape(64, 4, 8, 2, 128, 320, 256, 41);
+        sd_synth_params dsp = sdtest_synth_shape(32, 1, 4, 2, 64, 320, 256, 42);
         t = sdtest_synth_model(&tsp);
         d = sdtest_synth_model(&dsp);
         const int32_t pr[4] = {1, 300, 301, 302};
@@ -659,8 +645,8 @@ static void test_sampling_exact(void **state) {
     (void)state;
     /* Tiny models (microseconds per token) with the 16-piece synthetic vocabulary; the default
      * 1/sqrt(dim) classifier gives logits of unit scale: peaked but not degenerate. */
-    sd_synth_params tp = synth_shape(16, 1, 2, 1, 32, EX_V, 32, 61);
-    sd_synth_params dp = synth_shape(8, 1, 2, 2, 16, EX_V, 32, 62);
+    sd_synth_params tp = sdtest_synth_shape(16, 1, 2, 1, 32, EX_V, 32, 61);
+    sd_synth_params dp = sdtest_synth_shape(8, 1, 2, 2, 16, EX_V, 32, 62);
     exact_setup e;
     memset(&e, 0, sizeof e);
     e.target = sdtest_synth_model(&tp);
@@ -748,7 +734,7 @@ static void test_incompatible_llama2_vocab(void **state) {
     sd_model *t = sdtest_shared_model(REAL_TARGET, REAL_TOKENIZER);
     sd_tokenizer *l2 = load_llama2c_tokenizer(LLAMA2_TOKENIZER, 32000);
     /* A tiny random model carrying the Llama-2 vocabulary (32000 pieces). */
-    sd_synth_params p = synth_shape(8, 1, 2, 2, 16, 32000, 512, 71);
+    sd_synth_params p = sdtest_synth_shape(8, 1, 2, 2, 16, 32000, 512, 71);
     sd_model *d = synth_with_tokenizer(&p, l2);
     int id = first_difference(sd_model_tokenizer(t), l2);
     assert_true(id >= 3); /* <unk>, <s>, </s> agree; the pieces do not */
@@ -833,8 +819,8 @@ static void shrink_on_step(sd_spec *s, void *user) {
 
 static void test_context_exhaustion(void **state) {
     (void)state;
-    sd_synth_params tp = synth_shape(64, 4, 8, 2, 128, 320, 256, 101);
-    sd_synth_params dp = synth_shape(32, 1, 4, 2, 64, 320, 256, 102);
+    sd_synth_params tp = sdtest_synth_shape(64, 4, 8, 2, 128, 320, 256, 101);
+    sd_synth_params dp = sdtest_synth_shape(32, 1, 4, 2, 64, 320, 256, 102);
     sd_model *t = sdtest_synth_model(&tp);
     sd_model *d = sdtest_synth_model(&dp);
     const int32_t prompt[3] = {1, 300, 301};

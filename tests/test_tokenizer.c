@@ -1,6 +1,8 @@
 /* Tokenizer tests: llama.cpp's SPM test vectors through the GGUF and llama2.c vocabularies,
  * round trips over TinyStories, known stories260K ids, merge rules, and malformed inputs. */
 #include "sdtest.h"
+#include "sdtest_ref.h"
+#include "sdtest_tok.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -14,16 +16,8 @@
 #define VOCAB_DIR "vocab-tests/ggml-vocab-llama-spm.gguf"
 #define LLAMA2_BIN "tokenizers/llama2/tokenizer.bin"
 #define TOK512_BIN "models/stories260K/tok512.bin"
-#define MAX_CASES 64
 
 /* ---- helpers --------------------------------------------------------------------------- */
-
-/* memmem is a GNU extension, so a portable search for the separators. */
-static const char *find(const char *hay, size_t n, const char *needle, size_t m) {
-    for (size_t i = 0; m <= n && i <= n - m; i++)
-        if (hay[i] == needle[0] && memcmp(hay + i, needle, m) == 0) return hay + i;
-    return NULL;
-}
 
 static sd_tokenizer *load_llama2c(const char *rel, int vocab) {
     char *path = sdtest_shared_or_skip(rel);
@@ -35,159 +29,12 @@ static sd_tokenizer *load_llama2c(const char *rel, int vocab) {
     return t;
 }
 
-/* The GGUF image is freed before the tokenizer is used, so ASan catches any piece that
- * still points into it. */
-static sd_tokenizer *load_gguf(const char *rel) {
-    char *path = sdtest_shared_or_skip(rel);
-    size_t len = 0;
-    void *buf = sdtest_read_file(path, &len);
-    assert_non_null(buf);
-    sd_gguf *g = NULL;
-    assert_int_equal(sd_gguf_parse(buf, len, path, &g), SD_OK);
-    sd_tokenizer *t = NULL;
-    sd_status st = sd_tokenizer_from_gguf(g, path, &t);
-    if (st != SD_OK) print_error("%s: %s\n", path, sd_last_error());
-    sd_gguf_free(g);
-    free(buf);
-    free(path);
-    assert_int_equal(st, SD_OK);
-    return t;
-}
-
-/* Encodes into a malloc'd array sized by a first counting call. */
-static int32_t *encode(const sd_tokenizer *t, const char *s, size_t len, int bos, int *n) {
-    int need = 0;
-    sd_status st = sd_tokenizer_encode(t, s, len, bos, NULL, 0, &need);
-    assert_true(st == SD_OK || st == SD_ERR_INVALID_ARG);
-    int32_t *ids = malloc((size_t)(need + 1) * sizeof *ids);
-    assert_non_null(ids);
-    assert_int_equal(sd_tokenizer_encode(t, s, len, bos, ids, need, n), SD_OK);
-    assert_int_equal(*n, need);
-    return ids;
-}
-
-/* Decodes a sequence the way the engine prints it: each token after its predecessor. */
-static char *decode_all(const sd_tokenizer *t, const int32_t *ids, int n, size_t *len) {
-    size_t cap = (size_t)n * (size_t)sd_tokenizer_max_piece_len(t) + 1;
-    char *s = malloc(cap);
-    assert_non_null(s);
-    size_t o = 0;
-    int32_t prev = -1;
-    for (int i = 0; i < n; i++) {
-        int k = sd_tokenizer_decode(t, prev, ids[i], s + o, cap - o);
-        assert_true(k >= 0);
-        o += (size_t)k;
-        prev = ids[i];
-    }
-    s[o] = '\0';
-    *len = o;
-    return s;
-}
-
-static void print_text(const char *label, const char *s, size_t n) {
-    print_error("%s \"", label);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '\n') print_error("\\n");
-        else if (c == '\t') print_error("\\t");
-        else if (c < 0x20) print_error("\\x%02x", c);
-        else print_error("%c", c);
-    }
-    print_error("\"\n");
-}
-
-static void print_ids(const char *label, const int32_t *ids, int n) {
-    print_error("%s [", label);
-    for (int i = 0; i < n; i++) print_error("%s%d", i ? " " : "", (int)ids[i]);
-    print_error("]\n");
-}
-
-/* llama.cpp's test vectors: .inp is every input followed by "\n__ggml_vocab_test__\n";
- * .out holds one line of space-separated ids per input (no BOS). */
-typedef struct {
-    char *inp, *outp;
-    int n;
-    const char *text[MAX_CASES];
-    size_t len[MAX_CASES];
-    int32_t ids[MAX_CASES][512];
-    int n_ids[MAX_CASES];
-} vocab_cases;
-
-static vocab_cases *load_cases(void) {
-    static const char sep[] = "\n__ggml_vocab_test__\n";
-    char *pi = sdtest_shared_or_skip(VOCAB_DIR ".inp");
-    char *po = sdtest_shared_or_skip(VOCAB_DIR ".out");
-    vocab_cases *c = calloc(1, sizeof *c);
-    assert_non_null(c);
-    size_t li = 0, lo = 0;
-    c->inp = sdtest_read_file(pi, &li);
-    c->outp = sdtest_read_file(po, &lo);
-    assert_non_null(c->inp);
-    assert_non_null(c->outp);
-    free(pi);
-    free(po);
-
-    size_t pos = 0;
-    while (pos < li) {
-        const char *hit = find(c->inp + pos, li - pos, sep, sizeof sep - 1);
-        assert_non_null(hit); /* the file ends with a separator */
-        assert_true(c->n < MAX_CASES);
-        c->text[c->n] = c->inp + pos;
-        c->len[c->n] = (size_t)(hit - (c->inp + pos));
-        c->n++;
-        pos = (size_t)(hit - c->inp) + sizeof sep - 1;
-    }
-
-    int line = 0;
-    char *p = c->outp, *end = c->outp + lo;
-    while (p < end) {
-        char *nl = memchr(p, '\n', (size_t)(end - p));
-        if (!nl) nl = end;
-        assert_true(line < c->n);
-        int k = 0;
-        char *q = p;
-        while (q < nl) {
-            char *e;
-            long v = strtol(q, &e, 10);
-            if (e == q) {
-                q++;
-                continue;
-            }
-            assert_true(k < 512);
-            c->ids[line][k++] = (int32_t)v;
-            q = e;
-        }
-        c->n_ids[line++] = k;
-        p = nl + 1;
-    }
-    assert_int_equal(line, c->n);
-    return c;
-}
-
-static void free_cases(vocab_cases *c) {
-    if (!c) return;
-    free(c->inp);
-    free(c->outp);
-    free(c);
-}
-
 static void run_vocab_cases(const sd_tokenizer *t, const char *name) {
-    vocab_cases *c = load_cases();
+    sdtest_vocab_cases *c = sdtest_load_vocab_cases(VOCAB_DIR);
     assert_int_equal(c->n, 46);
     int failed = 0;
-    for (int i = 0; i < c->n; i++) {
-        int n = 0;
-        int32_t *ids = encode(t, c->text[i], c->len[i], 0, &n);
-        if (n != c->n_ids[i] || memcmp(ids, c->ids[i], (size_t)n * sizeof *ids) != 0) {
-            print_error("%s: vocab case %d differs\n", name, i);
-            print_text("  input", c->text[i], c->len[i]);
-            print_ids("  expected", c->ids[i], c->n_ids[i]);
-            print_ids("  got     ", ids, n);
-            failed++;
-        }
-        free(ids);
-    }
-    free_cases(c);
+    for (int i = 0; i < c->n; i++) failed += !sdtest_vocab_case_ok(t, c, i, name);
+    sdtest_free_vocab_cases(c);
     assert_int_equal(failed, 0);
 }
 
@@ -195,7 +42,7 @@ static void run_vocab_cases(const sd_tokenizer *t, const char *name) {
 
 static void test_vocab_cases_gguf(void **state) {
     (void)state;
-    sd_tokenizer *t = load_gguf(VOCAB_DIR);
+    sd_tokenizer *t = sdtest_load_gguf_tokenizer(VOCAB_DIR);
     assert_int_equal(sd_tokenizer_kind_of(t), SD_TOKENIZER_SPM);
     assert_int_equal(sd_tokenizer_n_vocab(t), 32000);
     assert_int_equal(sd_tokenizer_bos(t), 1);
@@ -216,7 +63,7 @@ static void test_vocab_cases_llama2c(void **state) {
 static void test_llama2c_matches_gguf(void **state) {
     (void)state;
     sd_tokenizer *a = load_llama2c(LLAMA2_BIN, 32000);
-    sd_tokenizer *b = load_gguf(VOCAB_DIR);
+    sd_tokenizer *b = sdtest_load_gguf_tokenizer(VOCAB_DIR);
     assert_int_equal(sd_tokenizer_check_compatible(a, b), SD_OK);
     for (int32_t id = 0; id < 32000; id++)
         assert_int_equal(sd_tokenizer_token_type(a, id), sd_tokenizer_token_type(b, id));
@@ -236,23 +83,6 @@ static void test_llama2c_matches_gguf(void **state) {
 
 /* ---- round trips ----------------------------------------------------------------------- */
 
-static int roundtrip_ok(const sd_tokenizer *t, const char *s, size_t len, const char *name) {
-    int n = 0;
-    int32_t *ids = encode(t, s, len, 1, &n);
-    size_t dl = 0;
-    char *d = decode_all(t, ids, n, &dl);
-    int ok = dl == len && memcmp(d, s, len) == 0;
-    if (!ok) {
-        print_error("%s: round trip differs\n", name);
-        print_text("  input  ", s, len);
-        print_text("  decoded", d, dl);
-        print_ids("  ids", ids, n);
-    }
-    free(d);
-    free(ids);
-    return ok;
-}
-
 /* Every paragraph of the corpus (4,662 stories, ~0.9 MB) through encode and decode. */
 static void roundtrip_corpus(const sd_tokenizer *t, const char *name) {
     char *path = sdtest_shared_or_skip("corpora/tinystories.txt");
@@ -263,9 +93,9 @@ static void roundtrip_corpus(const sd_tokenizer *t, const char *name) {
     int failed = 0, paragraphs = 0;
     size_t pos = 0;
     while (pos < len) {
-        const char *hit = find(text + pos, len - pos, "\n\n", 2);
+        const char *hit = sdtest_find(text + pos, len - pos, "\n\n", 2);
         size_t end = hit ? (size_t)(hit - text) : len;
-        failed += !roundtrip_ok(t, text + pos, end - pos, name);
+        failed += !sdtest_roundtrip_ok(t, text + pos, end - pos, 1, name);
         paragraphs++;
         pos = end + 2;
         if (failed > 5) break;
@@ -296,20 +126,20 @@ static void test_roundtrip_corpus_tok512(void **state) {
  * why spm.c checks continuation bytes. */
 static void test_roundtrip_vocab_cases(void **state) {
     (void)state;
-    sd_tokenizer *t = load_gguf(VOCAB_DIR);
+    sd_tokenizer *t = sdtest_load_gguf_tokenizer(VOCAB_DIR);
     sd_tokenizer *small = load_llama2c(TOK512_BIN, 512);
-    vocab_cases *c = load_cases();
+    sdtest_vocab_cases *c = sdtest_load_vocab_cases(VOCAB_DIR);
     int failed = 0;
     for (int i = 0; i < c->n; i++) {
-        failed += !roundtrip_ok(t, c->text[i], c->len[i], "llama-spm");
-        failed += !roundtrip_ok(small, c->text[i], c->len[i], "tok512");
+        failed += !sdtest_roundtrip_ok(t, c->text[i], c->len[i], 1, "llama-spm");
+        failed += !sdtest_roundtrip_ok(small, c->text[i], c->len[i], 1, "tok512");
     }
     /* Invalid UTF-8: lone continuation bytes, truncated and over-long sequences. */
     static const char *bad[] = {"\xff", "a\x80z", "\xc3", "\xc3(", "x\xe2\x96", "\xf0\x9f\x98",
                                 "\xed\xa0\x80", "\xc0\xaf  \xfe"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        failed += !roundtrip_ok(t, bad[i], strlen(bad[i]), "llama-spm invalid utf-8");
-        failed += !roundtrip_ok(small, bad[i], strlen(bad[i]), "tok512 invalid utf-8");
+        failed += !sdtest_roundtrip_ok(t, bad[i], strlen(bad[i]), 1, "llama-spm invalid utf-8");
+        failed += !sdtest_roundtrip_ok(small, bad[i], strlen(bad[i]), 1, "tok512 invalid utf-8");
     }
     /* Random byte strings (fixed seed) biased towards spaces, newlines and UTF-8 lead and
      * continuation bytes; only a literal U+2581 would not survive, as it decodes to ' '. */
@@ -318,17 +148,12 @@ static void test_roundtrip_vocab_cases(void **state) {
                                              0x80, 0x96, 0xbf, 0xc3, 0xe2, 0xf0, 0xff};
     for (int k = 0; k < 400; k++) {
         char s[48];
-        seed = seed * 1664525u + 1013904223u;
-        size_t n = (seed >> 16) % sizeof s;
-        for (size_t i = 0; i < n; i++) {
-            seed = seed * 1664525u + 1013904223u;
-            s[i] = (char)alphabet[(seed >> 16) % sizeof alphabet];
-        }
-        if (find(s, n, "\xe2\x96\x81", 3)) continue;
-        failed += !roundtrip_ok(t, s, n, "llama-spm random bytes");
-        failed += !roundtrip_ok(small, s, n, "tok512 random bytes");
+        size_t n = sdtest_random_bytes(&seed, alphabet, sizeof alphabet, s, sizeof s);
+        if (sdtest_find(s, n, "\xe2\x96\x81", 3)) continue;
+        failed += !sdtest_roundtrip_ok(t, s, n, 1, "llama-spm random bytes");
+        failed += !sdtest_roundtrip_ok(small, s, n, 1, "tok512 random bytes");
     }
-    free_cases(c);
+    sdtest_free_vocab_cases(c);
     sd_tokenizer_free(t);
     sd_tokenizer_free(small);
     assert_int_equal(failed, 0);
@@ -339,26 +164,19 @@ static void test_roundtrip_vocab_cases(void **state) {
 static void test_stories260k_ids(void **state) {
     (void)state;
     sd_tokenizer *t = load_llama2c(TOK512_BIN, 512);
-    sd_tokenizer *g = load_gguf("models/stories260K/stories260K.gguf");
+    sd_tokenizer *g = sdtest_load_gguf_tokenizer("models/stories260K/stories260K.gguf");
     assert_int_equal(sd_tokenizer_check_compatible(t, g), SD_OK);
 
     const char *once = "Once upon a time";
     const int32_t want[] = {1, 403, 407, 261, 378};
     int n = 0;
-    int32_t *ids = encode(t, once, strlen(once), 1, &n);
+    int32_t *ids = sdtest_encode(t, once, strlen(once), 1, &n);
     assert_int_equal(n, 5);
     assert_memory_equal(ids, want, sizeof want);
     free(ids);
 
     /* The other prompts and the greedy continuations of reference/stories260K.json. */
-    char *path = sdtest_shared_or_skip("reference/stories260K.json");
-    size_t json_len = 0;
-    char *json = sdtest_read_file(path, &json_len);
-    free(path);
-    assert_non_null(json);
-    cJSON *root = cJSON_ParseWithLength(json, json_len);
-    free(json);
-    assert_non_null(root);
+    cJSON *root = sdtest_load_reference("reference/stories260K.json");
     const cJSON *greedy = cJSON_GetObjectItemCaseSensitive(root, "greedy");
     assert_true(cJSON_IsArray(greedy));
     int checked = 0;
@@ -372,7 +190,7 @@ static void test_stories260k_ids(void **state) {
         assert_true(cJSON_IsArray(gtoks) && cJSON_IsString(gtext));
         const char *p = prompt->valuestring;
         for (int pass = 0; pass < 2; pass++) {
-            ids = encode(pass ? g : t, p, strlen(p), 1, &n);
+            ids = sdtest_encode(pass ? g : t, p, strlen(p), 1, &n);
             assert_int_equal(n, cJSON_GetArraySize(ptoks));
             for (int i = 0; i < n; i++)
                 assert_int_equal(ids[i], cJSON_GetArrayItem(ptoks, i)->valueint);
@@ -428,15 +246,7 @@ static void test_llama2_known_ids(void **state) {
         {"Hello world", 1, {1, 15043, 3186}, 3},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int n = -1;
-        int32_t *ids = encode(t, cases[i].text, strlen(cases[i].text), cases[i].bos, &n);
-        if (n != cases[i].n || memcmp(ids, cases[i].want, (size_t)n * sizeof *ids) != 0) {
-            print_text("input", cases[i].text, strlen(cases[i].text));
-            print_ids("expected", cases[i].want, cases[i].n);
-            print_ids("got     ", ids, n);
-            fail();
-        }
-        free(ids);
+        sdtest_expect_ids(t, cases[i].text, cases[i].bos, cases[i].want, cases[i].n);
     }
 
     /* decode: BOS/EOS print nothing, the first word loses its prefix space, bytes are raw */
@@ -492,16 +302,8 @@ static sd_status tok_from_spec(const gguf_spec *sp, sd_tokenizer **out) {
         assert_int_equal(sd_gguf_set_bool(w, "tokenizer.ggml.add_space_prefix", sp->space_prefix), SD_OK);
     if (sp->add_bos >= 0)
         assert_int_equal(sd_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", sp->add_bos), SD_OK);
-    void *buf = NULL;
-    size_t len = 0;
-    assert_int_equal(sd_gguf_write_mem(w, &buf, &len), SD_OK);
-    sd_gguf_writer_free(w);
-    sd_gguf *g = NULL;
-    assert_int_equal(sd_gguf_parse(buf, len, "spec.gguf", &g), SD_OK);
     *out = (sd_tokenizer *)0x1; /* must be reset to NULL on failure */
-    sd_status st = sd_tokenizer_from_gguf(g, "spec.gguf", out);
-    sd_gguf_free(g);
-    free(buf);
+    sd_status st = sdtest_tokenizer_from_writer(w, "spec.gguf", out);
     if (st != SD_OK) assert_null(*out);
     return st;
 }
@@ -514,18 +316,6 @@ static gguf_spec tiny_spec(void) {
     return sp;
 }
 
-static void expect_ids(const sd_tokenizer *t, const char *s, int bos, const int32_t *want, int nw) {
-    int n = 0;
-    int32_t *ids = encode(t, s, strlen(s), bos, &n);
-    if (n != nw || memcmp(ids, want, (size_t)n * sizeof *ids) != 0) {
-        print_text("input", s, strlen(s));
-        print_ids("expected", want, nw);
-        print_ids("got     ", ids, n);
-        fail();
-    }
-    free(ids);
-}
-
 static void test_merge_rules(void **state) {
     (void)state;
     gguf_spec sp = tiny_spec();
@@ -536,10 +326,10 @@ static void test_merge_rules(void **state) {
     assert_int_equal(sd_tokenizer_token_type(t, 1), SD_TOKEN_CONTROL);
     assert_int_equal(sd_tokenizer_token_type(t, 4), SD_TOKEN_NORMAL);
     /* "▁ab": ▁a (-1) beats ab (-2), then ▁a+b forms ▁ab */
-    expect_ids(t, "ab", 1, (const int32_t[]){1, 8}, 2);
+    sdtest_expect_ids(t, "ab", 1, (const int32_t[]){1, 8}, 2);
     /* 'c' has no piece and no byte token: the unknown token stands in */
-    expect_ids(t, "abc", 0, (const int32_t[]){8, 0}, 2);
-    expect_ids(t, "b a", 0, (const int32_t[]){3, 5, 6}, 3);
+    sdtest_expect_ids(t, "abc", 0, (const int32_t[]){8, 0}, 2);
+    sdtest_expect_ids(t, "b a", 0, (const int32_t[]){3, 5, 6}, 3);
     sd_tokenizer_free(t);
 
     /* Equal scores merge leftmost first: "aaa" -> aa a, not a aa. */
@@ -547,9 +337,9 @@ static void test_merge_rules(void **state) {
     sp.add_bos = 0;
     assert_int_equal(tok_from_spec(&sp, &t), SD_OK);
     assert_int_equal(sd_tokenizer_add_bos(t), 0);
-    expect_ids(t, "aaa", 0, (const int32_t[]){9, 4}, 2);
-    expect_ids(t, "aaaa", 0, (const int32_t[]){9, 9}, 2);
-    expect_ids(t, "ab", 0, (const int32_t[]){7}, 1);
+    sdtest_expect_ids(t, "aaa", 0, (const int32_t[]){9, 4}, 2);
+    sdtest_expect_ids(t, "aaaa", 0, (const int32_t[]){9, 9}, 2);
+    sdtest_expect_ids(t, "ab", 0, (const int32_t[]){7}, 1);
     char buf[16];
     assert_int_equal(sd_tokenizer_decode(t, -1, 6, buf, sizeof buf), 2); /* no prefix to drop */
     assert_memory_equal(buf, " a", 2);
@@ -665,14 +455,14 @@ static void test_bad_gguf(void **state) {
     sp.bos = UINT32_MAX;
     assert_int_equal(tok_from_spec(&sp, &t), SD_OK);
     assert_int_equal(sd_tokenizer_bos(t), -1);
-    expect_ids(t, "ab", 1, (const int32_t[]){8}, 1);
+    sdtest_expect_ids(t, "ab", 1, (const int32_t[]){8}, 1);
     sd_tokenizer_free(t);
 
     /* scores optional: all pieces tie at 0, so merges go leftmost first */
     sp = tiny_spec();
     sp.scores = NULL;
     assert_int_equal(tok_from_spec(&sp, &t), SD_OK);
-    expect_ids(t, "ab", 0, (const int32_t[]){8}, 1);
+    sdtest_expect_ids(t, "ab", 0, (const int32_t[]){8}, 1);
     sd_tokenizer_free(t);
 
     sd_tokenizer_free(NULL);

@@ -20,8 +20,8 @@ sd_model *sdtest_synth_model(const sd_synth_params *p) {
     return m;
 }
 
-sd_model *sdtest_tiny_model(int dim, int n_layers, int n_heads, int n_kv_heads, int hidden,
-                            int vocab, uint64_t seed) {
+sd_synth_params sdtest_synth_shape(int dim, int n_layers, int n_heads, int n_kv_heads, int hidden, int vocab,
+                                   int ctx, uint64_t seed) {
     sd_synth_params p = sd_synth_default_params();
     p.dim = dim;
     p.n_layers = n_layers;
@@ -29,8 +29,14 @@ sd_model *sdtest_tiny_model(int dim, int n_layers, int n_heads, int n_kv_heads, 
     p.n_kv_heads = n_kv_heads;
     p.hidden_dim = hidden;
     p.vocab_size = vocab;
-    p.ctx_len = 256;
+    p.ctx_len = ctx;
     p.seed = seed;
+    return p;
+}
+
+sd_model *sdtest_tiny_model(int dim, int n_layers, int n_heads, int n_kv_heads, int hidden,
+                            int vocab, uint64_t seed) {
+    sd_synth_params p = sdtest_synth_shape(dim, n_layers, n_heads, n_kv_heads, hidden, vocab, 256, seed);
     return sdtest_synth_model(&p);
 }
 
@@ -57,4 +63,41 @@ float *sdtest_stepwise_logits(sd_model *m, const int32_t *tokens, int n) {
             fail_msg("forward: %s", sd_last_error());
     sd_kv_free(kv);
     return out;
+}
+
+float *sdtest_batched_logits(sd_model *m, const int32_t *tokens, int n) {
+    const int V = sd_model_hparams(m)->vocab_size;
+    float *out = malloc((size_t)n * V * sizeof(float));
+    sd_kv *kv = NULL;
+    assert_non_null(out);
+    assert_int_equal(sd_model_kv_create(m, 0, &kv), SD_OK);
+    assert_int_equal(sd_model_forward(m, kv, tokens, n, out, 1), SD_OK);
+    sd_kv_free(kv);
+    return out;
+}
+
+typedef struct {
+    int32_t *out;
+    int n;
+} collect;
+
+static int collect_cb(int32_t t, void *u) {
+    collect *c = u;
+    c->out[c->n++] = t;
+    return 0;
+}
+
+int32_t *sdtest_greedy(sd_model *m, sd_model *draft, const int32_t *prompt, int n_prompt, int n,
+                       sd_spec_stats *st) {
+    sd_spec_params p = sd_spec_default_params();
+    p.n_predict = n;
+    p.stop_at_eos = 0;
+    sd_spec *s = NULL;
+    assert_int_equal(sd_spec_create(m, draft, &p, &s), SD_OK);
+    collect c = {calloc((size_t)n + 1, sizeof(int32_t)), 0};
+    assert_non_null(c.out);
+    assert_int_equal(sd_spec_generate(s, prompt, n_prompt, collect_cb, &c, st), SD_OK);
+    assert_int_equal(c.n, n);
+    sd_spec_free(s);
+    return c.out;
 }
