@@ -81,6 +81,9 @@ int cmd_bench_decode(int argc, char **argv) {
     printf("prefill:    %.1f tokens/s (%d tokens in %.2f ms)\n", n_prefill / t_pp, n_prefill, t_pp * 1e3);
     printf("decode:     %.2f tokens/s (%.3f ms/token) = %.1f%% of the bandwidth limit\n", 1 / t_tg, t_tg * 1e3,
            100.0 * (bpt / t_tg) / bw);
+    if (bpt < 64e6) /* 32 MiB L3 + 2 MiB L2: such weights stay cached between tokens */
+        printf("note:       %.1f MB of weights stay in the CPU caches between tokens: decode is not bound by\n"
+               "            memory bandwidth here, so the fraction above is not meaningful\n", bpt / 1e6);
     printf("verify:     k+1 tokens in one pass, cost relative to one decode step\n");
     for (int k = 1; k <= 8; k++) {
         double t = sd_bench_forward(m, kv, pos, k + 1, reps);
