@@ -347,6 +347,32 @@ int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratc
     return 0;
 }
 
+int sd_matmul_group(const sd_tensor *const *W, float *const *Y, int count, const float *X, int n,
+                    float *scratch) {
+    enum { MAXG = 4 };
+    int fused = count <= MAXG && n <= SD_SMALL_BATCH;
+    for (int i = 0; i < count && fused; i++)
+        fused = SD_FLOAT_KERNEL(W[i]->type) && W[i]->cols == W[0]->cols;
+    double work = 0;
+    for (int i = 0; i < count; i++) work += (double)W[i]->rows * (double)W[i]->cols * n;
+    if (!fused || work < SD_PAR_MIN_WORK) {
+        for (int i = 0; i < count; i++)
+            if (sd_matmul(W[i], X, n, Y[i], scratch) != 0) return -1;
+        return 0;
+    }
+    int64_t first[MAXG + 1]; /* first 16-row block of each matrix in the combined range */
+    first[0] = 0;
+    for (int i = 0; i < count; i++) first[i + 1] = first[i] + (W[i]->rows + 15) / 16;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < first[count]; b++) {
+        int i = 0;
+        while (b >= first[i + 1]) i++;
+        int64_t r0 = (b - first[i]) * 16, r1 = r0 + 16 < W[i]->rows ? r0 + 16 : W[i]->rows;
+        small_batch_rows(W[i], X, n, Y[i], r0, r1, NULL);
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- elementwise */
 
 static inline float dot_f32(const float *a, const float *b, int n) {

@@ -32,6 +32,12 @@ size_t sd_matmul_scratch_floats(int64_t cols);
  * Q6_K weights use the integer kernels of kernels/quant.c for every n (bit-identical rows
  * whatever the batch size); BF16 and other dequantisable types the paths above. */
 int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratch);
+/* Y[i] = X * W[i]^T for count matrices with the same columns (Q/K/V, gate/up): one
+ * parallel region over all their rows instead of one each, so threads meet at one barrier
+ * and keep streaming from one matrix into the next. Results equal separate sd_matmul calls
+ * bit for bit. Returns 0 or -1 like sd_matmul. */
+int sd_matmul_group(const sd_tensor *const *W, float *const *Y, int count, const float *X, int n,
+                    float *scratch);
 /* Naive reference: double accumulation, one row at a time. */
 int sd_matmul_ref(const sd_tensor *W, const float *X, int n, float *Y);
 

@@ -26,6 +26,16 @@ static void add_bias(float *y, const float *b, int n, int d) {
     for (int t = 0; t < n; t++) add_inplace(y + (size_t)t * d, b, (size_t)d);
 }
 
+/* Matrices that read the same input (Q/K/V; gate/up) run in one parallel region. */
+static sd_status mm_group(sd_model *m, const sd_tensor *const *W, float *const *Y, int count,
+                          const float *X, int n) {
+    if (sd_matmul_group(W, Y, count, X, n, m->arena.tile) != 0) {
+        const sd_type_traits *ti = sd_type_info(W[0]->type);
+        return sd_fail(SD_ERR_UNSUPPORTED, "%s: no kernel for %s weights", m->path, ti ? ti->name : "?");
+    }
+    return SD_OK;
+}
+
 static sd_status mm(sd_model *m, const sd_tensor *W, const float *X, int n, float *Y) {
     if (sd_matmul(W, X, n, Y, m->arena.tile) != 0) {
         const sd_type_traits *ti = sd_type_info(W->type);
@@ -55,9 +65,11 @@ static sd_status forward_chunk(sd_model *m, sd_kv *kv, const int32_t *tok, int n
         float *knew = kc + (size_t)pos * kv_dim, *vnew = vc + (size_t)pos * kv_dim;
 
         sd_rmsnorm(a->xb, a->x, L->attn_norm, nc, dim, hp->norm_eps);
-        if ((st = mm(m, &L->wq, a->xb, nc, a->q)) != SD_OK) return st;
-        if ((st = mm(m, &L->wk, a->xb, nc, knew)) != SD_OK) return st;
-        if ((st = mm(m, &L->wv, a->xb, nc, vnew)) != SD_OK) return st;
+        {
+            const sd_tensor *w[3] = {&L->wq, &L->wk, &L->wv};
+            float *y[3] = {a->q, knew, vnew};
+            if ((st = mm_group(m, w, y, 3, a->xb, nc)) != SD_OK) return st;
+        }
         add_bias(a->q, L->bq, nc, q_dim);
         add_bias(knew, L->bk, nc, kv_dim);
         add_bias(vnew, L->bv, nc, kv_dim);
@@ -73,8 +85,11 @@ static sd_status forward_chunk(sd_model *m, sd_kv *kv, const int32_t *tok, int n
         add_inplace(a->x, a->xb, (size_t)nc * dim);
 
         sd_rmsnorm(a->xb, a->x, L->ffn_norm, nc, dim, hp->norm_eps);
-        if ((st = mm(m, &L->w1, a->xb, nc, a->hb)) != SD_OK) return st;
-        if ((st = mm(m, &L->w3, a->xb, nc, a->hb2)) != SD_OK) return st;
+        {
+            const sd_tensor *w[2] = {&L->w1, &L->w3};
+            float *y[2] = {a->hb, a->hb2};
+            if ((st = mm_group(m, w, y, 2, a->xb, nc)) != SD_OK) return st;
+        }
         sd_swiglu(a->hb, a->hb2, nc * hid);
         if ((st = mm(m, &L->w2, a->hb, nc, a->xb)) != SD_OK) return st;
         add_inplace(a->x, a->xb, (size_t)nc * dim);
