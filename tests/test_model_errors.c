@@ -4,11 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "sdtest.h"
 #include "sdtest_models.h"
 #include "specdec/gguf.h"
+#include "specdec/kv.h"
 #include "specdec/spec.h"
+#include "specdec/tokenizer.h"
 #include "specdec/types.h"
 
 static void expect_load_error(const char *path, sd_status want, const char *needle) {
@@ -43,10 +46,11 @@ typedef struct {
     const char *arch;
     uint32_t q_type;     /* type of blk.0.attn_q.weight */
     uint64_t q_rows;     /* rows of blk.0.attn_q.weight (dim when consistent) */
+    uint32_t rope_dim;   /* llama.rope.dimension_count; 0 leaves it out */
 } hand_spec;
 
 static hand_spec hand_default(void) {
-    hand_spec h = {256, 4, 4, 256, 260, "llama", SD_TYPE_F32, 256};
+    hand_spec h = {256, 4, 4, 256, 260, "llama", SD_TYPE_F32, 256, 0};
     return h;
 }
 
@@ -60,6 +64,7 @@ static const char *hand_gguf(const hand_spec *h, const char *name) {
     sd_gguf_set_u32(w, "llama.attention.head_count", h->heads);
     sd_gguf_set_u32(w, "llama.attention.head_count_kv", h->kv_heads);
     sd_gguf_set_u32(w, "llama.context_length", 64);
+    if (h->rope_dim) sd_gguf_set_u32(w, "llama.rope.dimension_count", h->rope_dim);
     assert_int_equal(sd_synth_add_tokenizer(w, (int)h->vocab), SD_OK);
     size_t big = (size_t)h->dim * (h->vocab > h->hidden ? h->vocab : h->hidden) * 4;
     if ((size_t)h->dim * h->q_rows * 4 > big) big = (size_t)h->dim * h->q_rows * 4;
@@ -175,6 +180,100 @@ static void test_heads_not_dividing_dim(void **state) {
     expect_load_error(hand_gguf(&h, "heads.gguf"), SD_ERR_FORMAT, "head_count=7 does not divide");
 }
 
+static void test_kv_heads_not_dividing_heads(void **state) {
+    (void)state;
+    hand_spec h = hand_default();
+    h.kv_heads = 3; /* 4 query heads cannot be shared out among 3 kv heads */
+    expect_load_error(hand_gguf(&h, "kvheads.gguf"), SD_ERR_FORMAT,
+                      "llama.attention.head_count_kv=3 does not divide head_count=4");
+}
+
+/* RoPE rotates pairs: an odd head_dim (36 / 4 = 9) or an odd rope.dimension_count is a
+ * format error at load, never a rotation that runs past the head. */
+static void test_odd_head_dim(void **state) {
+    (void)state;
+    hand_spec h = hand_default();
+    h.dim = 36;
+    h.q_rows = 36;
+    expect_load_error(hand_gguf(&h, "hd9.gguf"), SD_ERR_FORMAT, "RoPE dimension 9 must be even and in 2..head_dim=9");
+    h = hand_default();
+    h.rope_dim = 63;
+    expect_load_error(hand_gguf(&h, "rope63.gguf"), SD_ERR_FORMAT, "RoPE dimension 63 must be even and in 2..head_dim=64");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* llama2.c headers with absurd sizes fail from the 28 header bytes alone: no allocation
+ * sized by them (ASan would report a giant one), well under a second. */
+static void test_llama2c_absurd_header(void **state) {
+    (void)state;
+    struct { int32_t h[7]; const char *needle; } cases[] = {
+        {{1 << 30, 64, 1, 4, 4, 32, 64}, "not a plausible llama2.c header (read as one: dim=1073741824 hidden=64 layers=1"},
+        {{64, 64, -1, 4, 4, 32, 64}, "not a plausible llama2.c header (read as one: dim=64 hidden=64 layers=-1"},
+        {{64, 64, 1, 4, 4, 32, -5}, "seq_len=-5)"},
+        /* plausible each, 4096 layers of 2^20: checked against the file size, not allocated */
+        {{1 << 20, 1 << 20, 4096, 16, 16, 32, 64}, "truncated llama2.c checkpoint: header implies"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint8_t buf[256] = {0};
+        memcpy(buf, cases[i].h, sizeof cases[i].h);
+        const char *path = sdtest_tmp_path("absurd.bin");
+        write_bytes(path, buf, sizeof buf);
+        double t0 = now_s();
+        expect_load_error(path, SD_ERR_FORMAT, cases[i].needle);
+        double dt = now_s() - t0;
+        if (dt > 0.5) fail_msg("case %zu took %.3f s", i, dt);
+    }
+}
+
+/* A KV cache larger than the machine is refused before malloc, with the bytes it needs; so
+ * is one whose size overflows size_t. */
+static void test_kv_too_large(void **state) {
+    (void)state;
+    sd_kv *kv = (sd_kv *)0x1;
+    assert_int_equal(sd_kv_create(4096, 1 << 20, 1 << 16, &kv), SD_ERR_NOMEM);
+    assert_null(kv);
+    printf("  %s\n", sd_last_error());
+    assert_non_null(strstr(sd_last_error(), "kv cache: 4096 layers x 1048576 positions x 65536 floats (K and V) need 2251799813685248 bytes, more than the machine's"));
+    kv = (sd_kv *)0x1;
+    assert_int_equal(sd_kv_create(0x7fffffff, 0x7fffffff, 0x7fffffff, &kv), SD_ERR_NOMEM);
+    assert_null(kv);
+    assert_non_null(strstr(sd_last_error(), "bytes, more than the machine's"));
+    assert_int_equal(sd_kv_create(2, 16, 8, &kv), SD_OK); /* the control */
+    sd_kv_free(kv);
+}
+
+/* Ids outside [0, n_vocab) are refused by decode (-1, nothing written) and by forward. */
+static void test_vocab_ids_out_of_range(void **state) {
+    (void)state;
+    sd_model *m = sdtest_tiny_model(32, 1, 4, 2, 64, 300, 9);
+    const sd_tokenizer *t = sd_model_tokenizer(m);
+    const int n = sd_tokenizer_n_vocab(t);
+    char buf[64];
+    memset(buf, 'x', sizeof buf);
+    assert_int_equal(sd_tokenizer_decode(t, -1, -1, buf, sizeof buf), -1);
+    assert_int_equal(sd_tokenizer_decode(t, -1, n, buf, sizeof buf), -1);
+    assert_int_equal(sd_tokenizer_decode(t, -1, INT32_MAX, buf, sizeof buf), -1);
+    assert_int_equal(sd_tokenizer_decode(t, -1, INT32_MIN, buf, sizeof buf), -1);
+    assert_int_equal(buf[0], 'x');
+    assert_true(sd_tokenizer_decode(t, -1, n - 1, buf, sizeof buf) >= 0);
+    assert_true(sd_tokenizer_decode(t, 5, 5, buf, sizeof buf) >= 0);
+    sd_kv *kv = NULL;
+    assert_int_equal(sd_model_kv_create(m, 8, &kv), SD_OK);
+    int32_t bad[2] = {-1, 300};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(sd_model_forward(m, kv, &bad[i], 1, NULL, 0), SD_ERR_INVALID_ARG);
+        assert_non_null(strstr(sd_last_error(), "outside vocabulary"));
+        assert_int_equal(sd_kv_len(kv), 0);
+    }
+    sd_kv_free(kv);
+    sd_model_free(m);
+}
+
 static void test_hand_model_loads(void **state) {
     (void)state; /* the control: the hand-built file is valid when nothing is changed */
     hand_spec h = hand_default();
@@ -263,6 +362,11 @@ int main(void) {
         cmocka_unit_test(test_unsupported_tensor_type),
         cmocka_unit_test(test_inconsistent_shape),
         cmocka_unit_test(test_heads_not_dividing_dim),
+        cmocka_unit_test(test_kv_heads_not_dividing_heads),
+        cmocka_unit_test(test_odd_head_dim),
+        cmocka_unit_test(test_llama2c_absurd_header),
+        cmocka_unit_test(test_kv_too_large),
+        cmocka_unit_test(test_vocab_ids_out_of_range),
         cmocka_unit_test(test_hand_model_loads),
         cmocka_unit_test(test_prompt_longer_than_context),
         cmocka_unit_test(test_forward_bad_requests),

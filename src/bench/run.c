@@ -240,6 +240,10 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
         goto out;
     r->t_decode_target_s = time_forward(p->target, kv_t, pos, 1, budget);
     r->t_decode_draft_s = time_forward(p->draft, kv_d, pos, 1, budget);
+    if (p->stop_flag && *p->stop_flag) { /* the cost timings run no generation to poll it */
+        st = sd_fail(SD_ERR_INTERRUPTED, "bench interrupted");
+        goto out;
+    }
     if (r->t_decode_target_s <= 0 || r->t_decode_draft_s <= 0) {
         st = sd_fail(SD_ERR_INVALID_ARG, "bench: timing a decode step failed: %s", sd_last_error());
         goto out;
@@ -252,6 +256,10 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
         const int k = cfg->k[ki];
         kr->k = k;
         kr->t_verify_s = time_forward(p->target, kv_t, pos, k + 1, budget);
+        if (p->stop_flag && *p->stop_flag) {
+            st = sd_fail(SD_ERR_INTERRUPTED, "bench interrupted");
+            goto out;
+        }
         if (kr->t_verify_s <= 0) {
             st = sd_fail(SD_ERR_INVALID_ARG, "bench: timing a verify pass failed: %s", sd_last_error());
             goto out;

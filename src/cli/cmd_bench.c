@@ -199,6 +199,17 @@ int cmd_bench(int argc, char **argv) {
     st = sd_bench_run(&rp, rep);
     if (st == SD_ERR_INTERRUPTED || cli_interrupted) {
         if (rp.progress) progress(0, 0, NULL, NULL);
+        /* Partial results: the draft lengths whose runs all finished before Ctrl-C. */
+        int n_done = 0;
+        for (int i = 0; i < rep->n_k && i < SD_MAX_DRAFT; i++) {
+            const sd_bench_k_result *kr = &rep->k[i];
+            if (kr->runs < 1) continue;
+            if (!n_done++) printf("partial results (draft lengths completed before the interrupt):\n");
+            printf("  k=%d: %d runs, acceptance %.1f%%, decode %.1f tok/s speculative vs %.1f plain (%.2fx)\n", kr->k,
+                   kr->runs, 100.0 * kr->acceptance, kr->tps_spec, kr->tps_plain, kr->speedup);
+        }
+        if (!n_done) printf("partial results: no draft length completed before the interrupt\n");
+        fflush(stdout);
         fprintf(stderr, "interrupted: no report written\n");
         rc = 130;
         goto done;

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 struct sd_kv {
     int n_layers, n_ctx, kv_dim, len;
@@ -16,9 +17,16 @@ sd_status sd_kv_create(int n_layers, int n_ctx, int kv_dim, sd_kv **out) {
     if (n_layers <= 0 || n_ctx <= 0 || kv_dim <= 0)
         return sd_fail(SD_ERR_INVALID_ARG, "kv cache: bad shape layers=%d ctx=%d kv_dim=%d",
                        n_layers, n_ctx, kv_dim);
+    /* Checked before any allocation: a cache larger than the machine's memory is refused
+     * with the bytes it needs, rather than left to malloc (or overcommit, or a sanitizer). */
+    const double need = 2.0 * n_layers * (double)n_ctx * kv_dim * sizeof(float);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const double phys = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
     size_t per = (size_t)n_layers * (size_t)kv_dim;
-    if (per > SIZE_MAX / sizeof(float) / 2 / (size_t)n_ctx)
-        return sd_fail(SD_ERR_NOMEM, "kv cache: size overflows");
+    if (per > SIZE_MAX / sizeof(float) / 2 / (size_t)n_ctx || (phys > 0 && need > phys))
+        return sd_fail(SD_ERR_NOMEM,
+                       "kv cache: %d layers x %d positions x %d floats (K and V) need %.0f bytes, more than the machine's %.0f bytes of memory",
+                       n_layers, n_ctx, kv_dim, need, phys);
     size_t bytes = per * (size_t)n_ctx * sizeof(float);
     sd_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return sd_fail(SD_ERR_NOMEM, "kv cache: out of memory");

@@ -59,8 +59,9 @@ static sd_status load_weights(sd_model *m, const void *buf, size_t len) {
         magic[4] = 0;
         return sd_fail(SD_ERR_FORMAT,
                        "%s: not a model: bad magic 0x%02x%02x%02x%02x (\"%s\") is not GGUF, and the bytes "
-                       "are not a plausible llama2.c header",
-                       m->path, b[0], b[1], b[2], b[3], magic);
+                       "are not a plausible llama2.c header (read as one: dim=%d hidden=%d layers=%d heads=%d kv_heads=%d "
+                       "vocab=%d seq_len=%d)",
+                       m->path, b[0], b[1], b[2], b[3], magic, dim, hidden, nl, nh, nkv, vocab, seq);
     }
     if (dim % nh != 0)
         return sd_fail(SD_ERR_FORMAT, "%s: n_heads=%d does not divide dim=%d", m->path, nh, dim);

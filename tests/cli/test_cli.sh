@@ -88,6 +88,27 @@ else
   echo "FAIL SIGINT: exit $rc"; tail -3 "$TMP/int.err"; fail=$((fail+1))
 fi
 
+# KV cache larger than the machine's memory: refused before allocating, with the bytes needed.
+"$BIN" mkmodel "$TMP/kvbig.gguf" --dim 256 --layers 8 --heads 4 --hidden 256 --vocab 300 --ctx 64 2>/dev/null
+check "kv cache too large"    1 "kv cache: 8 layers x 16777216 positions x 256 floats \(K and V\) need 274877906944 bytes, more than the machine's [0-9]+ bytes of memory" -- "$BIN" generate -m "$TMP/kvbig.gguf" -c 16777216
+
+# Ctrl-C during specdec bench: stops at the next token, prints what finished, exits 130.
+cat >"$TMP/slowbench.json" <<'EOF'
+{"target": {"generate": {"shape": "stories260K", "dim": 64, "layers": 2, "heads": 4, "kv_heads": 4, "hidden": 128, "vocab": 300, "ctx": 1024}},
+ "draft": {"generate": {"shape": "stories260K", "dim": 64, "layers": 2, "heads": 4, "kv_heads": 4, "hidden": 128, "vocab": 300, "ctx": 1024}},
+ "prompts": {"text": ["a b"]}, "n_predict": 1000, "ignore_eos": true, "sweep": {"k": [1, 2, 3, 4]}, "repetitions": 100}
+EOF
+SPECDEC_CACHE="$TMP/cache" "$BIN" bench "$TMP/slowbench.json" --out "$TMP/slowres" -t 1 >"$TMP/bint.out" 2>"$TMP/bint.err" &
+bpid=$!
+sleep 2
+kill -INT $bpid
+wait $bpid; rc=$?
+if [ "$rc" = 130 ] && grep -q "^partial results" "$TMP/bint.out" && grep -q "interrupted: no report written" "$TMP/bint.err"; then
+  echo "ok   bench SIGINT prints partial results and exits 130"; pass=$((pass+1))
+else
+  echo "FAIL bench SIGINT: exit $rc"; tail -n 3 "$TMP/bint.out" "$TMP/bint.err"; fail=$((fail+1))
+fi
+
 if [ -f "$SHARED/models/stories260K/stories260K.bin" ] && [ -f "$SHARED/models/stories-draft/stories-draft.bin" ]; then
   export SPECDEC_MODEL_PATH="$SHARED/models"
   check "real pair --compare"  0 "greedy outputs identical: yes" -- "$BIN" generate -m stories260K -md stories-draft -n 64 --compare
