@@ -45,7 +45,7 @@ typedef struct {
     int drafted_at[SD_MAX_DRAFT];  /* passes that proposed a draft at position i */
     int accepted_at[SD_MAX_DRAFT]; /* ... and accepted it */
     double t_prefill;      /* seconds: prompt through both models and the first token */
-    double t_draft;        /* seconds in the draft model */
+    double t_draft;        /* seconds in the draft model after the prefill */
     double t_verify;       /* seconds in target forwards after the prefill */
     double t_sample;       /* seconds turning logits into tokens (sampling, acceptance) */
     double t_total;        /* seconds from start to the last token */

@@ -130,7 +130,6 @@ static void print_stats(const sd_spec_stats *s, int spec) {
         fprintf(stderr, "\n");
     }
     double other = s->t_total - s->t_prefill - s->t_draft - s->t_verify - s->t_sample;
-    if (spec) other += 0; /* draft prefill time is inside both t_prefill and t_draft */
     fprintf(stderr, "time:                total %.2f ms = prefill %.2f + draft %.2f + target %.2f + sampling %.2f + other %.2f\n",
             s->t_total * 1e3, s->t_prefill * 1e3, (s->t_draft) * 1e3, s->t_verify * 1e3,
             s->t_sample * 1e3, other * 1e3);

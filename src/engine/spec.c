@@ -215,11 +215,9 @@ sd_status sd_spec_generate(sd_spec *s, const int32_t *prompt, int n_prompt, sd_t
     /* Prefill: the target scores the prompt and gives the first token; the draft reads it. */
     if ((rc = sd_target_prefill(s->target, s->kv, prompt, n_prompt, s->logits)) != SD_OK) return rc;
     if ((rc = check_finite(s->logits, V, "target", n_prompt - 1)) != SD_OK) return rc;
-    if (s->drafter) {
-        double td = now();
+    if (s->drafter) { /* timed as part of t_prefill, not t_draft */
         s->drafter->vt->rollback(s->drafter, 0);
         if ((rc = s->drafter->vt->prefill(s->drafter, prompt, n_prompt)) != SD_OK) return rc;
-        st->t_draft += now() - td;
     }
     int32_t tok;
     if ((rc = pick(s, s->logits, &rng, &tok)) != SD_OK) return rc;
