@@ -273,7 +273,9 @@ sd_status sd_spec_generate(sd_spec *s, const int32_t *prompt, int n_prompt, sd_t
                                    greedy ? NULL : s->q_rows, &nd);
         st->t_draft += now() - td;
         if (rc != SD_OK) return rc;
-        const int draft_len_before = s->drafter->vt->consumed(s->drafter) - (nd - 1);
+        /* The drafter consumed the pending tokens and its drafts but the last; a drafter may
+         * also propose nothing (nd == 0), which makes this pass a plain target step. */
+        const int draft_len_before = s->drafter->vt->consumed(s->drafter) - (nd > 0 ? nd - 1 : 0);
         s->n_pend_d = 0;
 
         /* Verify: [pending, d1..dk] in one batched target pass. */
@@ -312,9 +314,9 @@ sd_status sd_spec_generate(sd_spec *s, const int32_t *prompt, int n_prompt, sd_t
         /* Roll back: the target keeps pending + m accepted drafts; the draft keeps what it
          * consumed of them (it never consumed dk). */
         sd_kv_truncate(s->kv, len_t0 + 1 + m);
-        int keep_d = draft_len_before + (m < nd - 1 ? m : nd - 1);
+        int keep_d = draft_len_before + (nd > 0 ? (m < nd - 1 ? m : nd - 1) : 0);
         s->drafter->vt->rollback(s->drafter, keep_d);
-        if (m == nd) s->pend_d[s->n_pend_d++] = batch[nd];
+        if (nd > 0 && m == nd) s->pend_d[s->n_pend_d++] = batch[nd];
         s->pend_d[s->n_pend_d++] = next;
 
         for (int i = 0; i < m && !e.done; i++) emit(&e, batch[1 + i]);
