@@ -216,7 +216,7 @@ sd_status sd_spec_generate(sd_spec *s, const int32_t *prompt, int n_prompt, sd_t
     if ((rc = sd_target_prefill(s->target, s->kv, prompt, n_prompt, s->logits)) != SD_OK) return rc;
     if ((rc = check_finite(s->logits, V, "target", n_prompt - 1)) != SD_OK) return rc;
     if (s->drafter) { /* timed as part of t_prefill, not t_draft */
-        s->drafter->vt->rollback(s->drafter, 0);
+        if ((rc = s->drafter->vt->rollback(s->drafter, 0)) != SD_OK) return rc;
         if ((rc = s->drafter->vt->prefill(s->drafter, prompt, n_prompt)) != SD_OK) return rc;
     }
     int32_t tok;
@@ -315,7 +315,7 @@ sd_status sd_spec_generate(sd_spec *s, const int32_t *prompt, int n_prompt, sd_t
          * consumed of them (it never consumed dk). */
         sd_kv_truncate(s->kv, len_t0 + 1 + m);
         int keep_d = draft_len_before + (nd > 0 ? (m < nd - 1 ? m : nd - 1) : 0);
-        s->drafter->vt->rollback(s->drafter, keep_d);
+        if ((rc = s->drafter->vt->rollback(s->drafter, keep_d)) != SD_OK) return rc;
         if (nd > 0 && m == nd) s->pend_d[s->n_pend_d++] = batch[nd];
         s->pend_d[s->n_pend_d++] = next;
 
