@@ -241,6 +241,21 @@ sd_status sd_bpe_set_pre_name(sd_tokenizer *t, const char *name, size_t len, con
                    what, sd_tok_quote(name, len, q, sizeof q));
 }
 
+const char *sd_bpe_pre_name(const sd_tokenizer *t, char name[32]) {
+    for (size_t f = 0; f < sizeof k_families / sizeof k_families[0]; f++) {
+        const pre_family *pf = &k_families[f];
+        if (pf->n_steps != t->n_pre || pf->ignore_merges != t->ignore_merges ||
+            memcmp(pf->steps, t->pre, (size_t)pf->n_steps) != 0)
+            continue;
+        size_t l = strcspn(pf->names, "|"); /* the family's first name */
+        if (l > 31) l = 31;
+        memcpy(name, pf->names, l);
+        name[l] = 0;
+        return name;
+    }
+    return NULL;
+}
+
 /* HF Split patterns, exactly as tokenizer.json spells them, mapped to the same steps. */
 static const struct {
     const char *re;

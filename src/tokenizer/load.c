@@ -240,18 +240,51 @@ static sd_status get_token_array(const sd_gguf *g, const char *key, sd_gguf_vtyp
 /* GGUF "gpt2": byte-level pieces, tokenizer.ggml.merges (required, "left right" in rank
  * order) and the pre-tokenizer named by tokenizer.ggml.pre, whose family also decides
  * add_bos when the file does not. */
-static sd_status bpe_from_gguf(const sd_gguf *g, sd_tokenizer *t, const char *what) {
-    const sd_gguf_kv *pre = sd_gguf_find_kv(g, "tokenizer.ggml.pre");
-    if (pre && pre->type != SD_GGUF_STRING)
-        return sd_fail(SD_ERR_FORMAT, "%s: tokenizer.ggml.pre has value type %d, expected a string",
-                       what, (int)pre->type);
-    int add_bos = 0;
-    sd_status st = sd_bpe_set_pre_name(t, pre ? pre->v.str.ptr : NULL, pre ? (size_t)pre->v.str.len : 0,
-                                       what, &add_bos);
-    if (st != SD_OK) return st;
-    if (!sd_gguf_find_kv(g, "tokenizer.ggml.add_bos_token")) t->add_bos = add_bos;
-    t->add_space_prefix = 0; /* llama.cpp's BPE never adds one */
-    t->byte_level = 1;
+/* specdec's own "llama" + specdec.tokenizer.bpe form of an HF BPE over U+2581-escaped text
+ * (written by sd_tokenizer_write_gguf): its flags and pre-tokenizer steps. */
+static sd_status escaped_bpe_from_gguf(const sd_gguf *g, sd_tokenizer *t, const char *what) {
+    static const char *const keys[] = {"specdec.tokenizer.prefix_first", "specdec.tokenizer.prefix_missing",
+                                       "specdec.tokenizer.byte_fallback", "specdec.tokenizer.fuse_unk",
+                                       "specdec.tokenizer.ignore_merges"};
+    int *flags[] = {&t->prefix_first, &t->prefix_missing, &t->byte_fallback, &t->fuse_unk, &t->ignore_merges};
+    sd_status st;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if ((st = get_flag(g, keys[i], 0, what, flags[i])) != SD_OK) return st;
+    t->escape_spaces = 1;
+    const sd_gguf_kv *ps = sd_gguf_find_kv(g, "specdec.tokenizer.pre_steps");
+    if (ps) {
+        if (ps->type != SD_GGUF_ARRAY || ps->arr_type != SD_GGUF_INT32 || ps->arr_n > sizeof t->pre ||
+            (ps->arr_n && !ps->arr_data))
+            return sd_fail(SD_ERR_FORMAT, "%s: specdec.tokenizer.pre_steps is not an array of at most %zu int32",
+                           what, sizeof t->pre);
+        for (uint64_t i = 0; i < ps->arr_n; i++) {
+            int32_t v;
+            memcpy(&v, (const uint8_t *)ps->arr_data + i * 4, 4);
+            if (v < SD_PRE_GPT2 || v > SD_PRE_METASPACE)
+                return sd_fail(SD_ERR_FORMAT, "%s: specdec.tokenizer.pre_steps[%llu] = %d is not a step", what,
+                               (unsigned long long)i, (int)v);
+            t->pre[t->n_pre++] = (uint8_t)v;
+        }
+    }
+    return SD_OK;
+}
+
+static sd_status bpe_from_gguf(const sd_gguf *g, sd_tokenizer *t, int byte_level, const char *what) {
+    sd_status st;
+    if (byte_level) {
+        const sd_gguf_kv *pre = sd_gguf_find_kv(g, "tokenizer.ggml.pre");
+        if (pre && pre->type != SD_GGUF_STRING)
+            return sd_fail(SD_ERR_FORMAT, "%s: tokenizer.ggml.pre has value type %d, expected a string",
+                           what, (int)pre->type);
+        int add_bos = 0;
+        st = sd_bpe_set_pre_name(t, pre ? pre->v.str.ptr : NULL, pre ? (size_t)pre->v.str.len : 0, what, &add_bos);
+        if (st != SD_OK) return st;
+        if (!sd_gguf_find_kv(g, "tokenizer.ggml.add_bos_token")) t->add_bos = add_bos;
+        t->add_space_prefix = 0; /* llama.cpp's BPE never adds one */
+        t->byte_level = 1;
+    } else if ((st = escaped_bpe_from_gguf(g, t, what)) != SD_OK) {
+        return st;
+    }
     const sd_gguf_kv *mg = sd_gguf_find_kv(g, "tokenizer.ggml.merges");
     if (!mg) return sd_fail(SD_ERR_FORMAT, "%s: missing key tokenizer.ggml.merges (a gpt2 vocabulary needs merges)", what);
     if (mg->type != SD_GGUF_ARRAY || mg->arr_type != SD_GGUF_STRING || (mg->arr_n && !mg->arr_strs))
@@ -362,8 +395,14 @@ sd_status sd_tokenizer_from_gguf(const sd_gguf *g, const char *what, sd_tokenize
             return sd_fail(SD_ERR_FORMAT, "%s: token text store overflow at id %d", what, (int)id);
         }
     }
+    /* a "llama" vocabulary that specdec wrote from an HF BPE (see gguf_write.c) */
+    int escaped_bpe = 0;
+    if (!is_bpe && (st = get_flag(g, "specdec.tokenizer.bpe", 0, what, &escaped_bpe)) != SD_OK) {
+        sd_tokenizer_free(t);
+        return st;
+    }
     st = sd_tok_finish(t, what);
-    if (st == SD_OK && is_bpe) st = bpe_from_gguf(g, t, what);
+    if (st == SD_OK && (is_bpe || escaped_bpe)) st = bpe_from_gguf(g, t, is_bpe, what);
     if (st != SD_OK) {
         sd_tokenizer_free(t);
         return st;

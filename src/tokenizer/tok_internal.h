@@ -83,6 +83,9 @@ typedef enum {
  * ignore_merges and the add_bos default of that family (*add_bos_default). */
 sd_status sd_bpe_set_pre_name(sd_tokenizer *t, const char *name, size_t len, const char *what,
                               int *add_bos_default);
+/* Writes into name (returned) a tokenizer.ggml.pre name that sd_bpe_set_pre_name maps back to t's steps and
+ * ignore_merges; NULL when none does. */
+const char *sd_bpe_pre_name(const sd_tokenizer *t, char name[32]);
 /* Appends the pre-tokenizer step whose HF Split regex is exactly re; -1 when unknown. */
 int sd_bpe_pre_from_regex(sd_tokenizer *t, const char *re);
 
