@@ -75,6 +75,8 @@ static void test_matmul_f32(void **state) {
     }
     check_matmul(SD_TYPE_F32, 2048, 768, 1); /* big enough to run the parallel path */
     check_matmul(SD_TYPE_F32, 768, 2048, 5);
+    /* uneven per-thread ranges: sub-range streams plus remainder rows, every token count */
+    for (int n = 1; n <= 9; n++) check_matmul(SD_TYPE_F32, 1203, 520, n);
 }
 
 static void test_matmul_f16(void **state) {
@@ -84,6 +86,39 @@ static void test_matmul_f16(void **state) {
         check_matmul(SD_TYPE_F16, 37, 64, ns[i]);
         check_matmul(SD_TYPE_F16, 300, 172, ns[i]); /* several dequantisation tiles for GEMM */
     }
+}
+
+/* The fused Q/K/V-style group (one parallel region whose per-thread ranges cross matrix
+ * boundaries) equals one sd_matmul per matrix, bit for bit, for decode and verify sizes. */
+static void test_matmul_group(void **state) {
+    (void)state;
+    enum { COLS = 512 };
+    static const int rows[3] = {1000, 264, 280};
+    float *w[3], *y[3], *yr[3];
+    sd_tensor W[3];
+    float *x = malloc((size_t)5 * COLS * sizeof(float));
+    for (int i = 0; i < 5 * COLS; i++) x[i] = frand();
+    for (int m = 0; m < 3; m++) {
+        w[m] = malloc((size_t)rows[m] * COLS * sizeof(float));
+        y[m] = malloc((size_t)5 * rows[m] * sizeof(float));
+        yr[m] = malloc((size_t)5 * rows[m] * sizeof(float));
+        for (int i = 0; i < rows[m] * COLS; i++) w[m][i] = frand();
+        W[m] = (sd_tensor){SD_TYPE_F32, rows[m], COLS, COLS * sizeof(float), w[m]};
+    }
+    const sd_tensor *wp[3] = {&W[0], &W[1], &W[2]};
+    for (int n = 1; n <= 5; n += 4) {
+        assert_int_equal(sd_matmul_group(wp, y, 3, x, n, NULL), 0);
+        for (int m = 0; m < 3; m++) {
+            assert_int_equal(sd_matmul(&W[m], x, n, yr[m], NULL), 0);
+            assert_memory_equal(y[m], yr[m], (size_t)n * rows[m] * sizeof(float));
+        }
+    }
+    for (int m = 0; m < 3; m++) {
+        free(w[m]);
+        free(y[m]);
+        free(yr[m]);
+    }
+    free(x);
 }
 
 static void test_matmul_unsupported_type(void **state) {
@@ -196,6 +231,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_f32),
         cmocka_unit_test(test_matmul_f16),
+        cmocka_unit_test(test_matmul_group),
         cmocka_unit_test(test_matmul_unsupported_type),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_attention),
