@@ -188,7 +188,8 @@ static void test_attention(void **state) {
     check_attention(1, 0, 8, 4, 8);
     check_attention(5, 20, 8, 4, 8);   /* stories260K: head_dim 8, GQA 2:1 */
     check_attention(3, 33, 6, 6, 8);   /* the draft: MHA */
-    check_attention(4, 100, 12, 12, 64); /* 110M shape */
+    check_attention(4, 100, 12, 12, 64); /* 110M shape: the parallel path */
+    check_attention(1, 64, 12, 12, 64);  /* 110M decode step, parallel */
     check_attention(7, 17, 8, 2, 16);
     check_attention(2, 300, 4, 1, 32);  /* multi-query */
     check_attention(9, 0, 4, 2, 12);    /* head_dim not a multiple of 8 */

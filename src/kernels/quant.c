@@ -959,12 +959,21 @@ int sd_quant_matmul(const sd_tensor *W, const float *X, int n, float *Y, void *s
     const size_t xs = tok / (fam == FAM_A ? sizeof(act_quad) : fam == FAM_O ? sizeof(act_octo) : sizeof(act_k));
     const double work = (double)rows * (double)cols * n;
     const int64_t nblk = (rows + 15) / 16; /* 16-row blocks: each thread writes its own lines */
-#pragma omp parallel for schedule(static) if (work >= SD_QPAR_MIN_WORK)
-    for (int64_t bi = 0; bi < nblk; bi++) {
-        const int64_t r0 = bi * 16, r1 = r0 + 16 < rows ? r0 + 16 : rows;
+#pragma omp parallel if (work >= SD_QPAR_MIN_WORK)
+    {
+        const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+        const int64_t r0 = nblk * id / nt * 16, r1e = nblk * (id + 1) / nt * 16;
+        const int64_t r1 = r1e < rows ? r1e : rows;
+        const int S = getenv("SD_QS") ? atoi(getenv("SD_QS")) : 1;
+        const int64_t per = (r1 - r0) / S;
         for (int j0 = 0; j0 < n; j0 += 8) {
             const int nb = n - j0 < 8 ? n - j0 : 8;
-            tab[nb](W, (const uint8_t *)act + tok * (size_t)j0, xs, Y + (size_t)j0 * rows, r0, r1);
+            const void *xa = (const uint8_t *)act + tok * (size_t)j0;
+            float *Yg = Y + (size_t)j0 * rows;
+            if (S == 1) { if (r0 < r1) tab[nb](W, xa, xs, Yg, r0, r1); continue; }
+            for (int64_t j = 0; j < per; j++)
+                for (int s = 0; s < S; s++) tab[nb](W, xa, xs, Yg, r0 + s * per + j, r0 + s * per + j + 1);
+            if (r0 + per * S < r1) tab[nb](W, xa, xs, Yg, r0 + per * S, r1);
         }
     }
     free(tmp);
