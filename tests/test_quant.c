@@ -495,6 +495,7 @@ static void test_qmatmul_parallel(void **state) {
     for (size_t ti = 0; ti < sizeof k_dot_types / sizeof *k_dot_types; ti++) {
         check_qmatmul(k_dot_types[ti], 1024, 768, 1);
         check_qmatmul(k_dot_types[ti], 768, 1024, 5);
+        check_qmatmul(k_dot_types[ti], 1203, 512, 3); /* uneven thread ranges: remainder rows */
     }
 }
 
