@@ -449,7 +449,9 @@ static inline __m512 exp512(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-static inline __mmask16 tail_mask(int left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u); }
+static inline __mmask16 tail_mask(int left) {
+    return left >= 16 ? (__mmask16)0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
+}
 #endif
 
 void sd_softmax(float *x, int n) {
@@ -493,6 +495,14 @@ void sd_swiglu(float *a, const float *b, int n) {
 
 /* ---------------------------------------------------------------- attention */
 
+/* Positions ahead whose key/value slices are prefetched (~100 ns of L3 latency at ~10 ns
+ * per position). */
+#define ATT_PREFETCH 8
+
+static inline void prefetch_span(const float *p, int n) {
+    for (int i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+}
+
 static void attend_one(const float *q, const float *K, const float *V, float *out, int n_ctx,
                        int kv_dim, int head_dim, int kvh, float *att) {
     const float scale = 1.0f / sqrtf((float)head_dim);
@@ -515,26 +525,38 @@ static void attend_one(const float *q, const float *K, const float *V, float *ou
     } else
 #endif
     {
-        for (int t = 0; t < n_ctx; t++) att[t] = dot_f32(q, Kh + (size_t)t * kv_dim, head_dim) * scale;
+        /* Key rows are kv_dim apart: a stride the hardware prefetchers do not follow, so
+         * every position waited on the L3 (perf: ~10% of a Q4_0 decode). Prefetch ahead. */
+        for (int t = 0; t < n_ctx; t++) {
+            if (t + ATT_PREFETCH < n_ctx)
+                prefetch_span(Kh + (size_t)(t + ATT_PREFETCH) * kv_dim, head_dim);
+            att[t] = dot_f32(q, Kh + (size_t)t * kv_dim, head_dim) * scale;
+        }
     }
     sd_softmax(att, n_ctx);
     const float *Vh = V + (size_t)kvh * head_dim;
 #if SD_HAVE_AVX512
-    /* Weighted sum of value rows in registers, 16 dims at a time; two accumulators over
-     * alternating positions hide the FMA latency (the memory round trip of out[] per
-     * position was the bottleneck of short heads). */
-    for (int c = 0; c < head_dim; c += 16) {
-        const __mmask16 m = tail_mask(head_dim - c);
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-        int t = 0;
-        for (; t + 2 <= n_ctx; t += 2) {
-            a0 = _mm512_fmadd_ps(_mm512_set1_ps(att[t]), _mm512_maskz_loadu_ps(m, Vh + (size_t)t * kv_dim + c), a0);
-            a1 = _mm512_fmadd_ps(_mm512_set1_ps(att[t + 1]),
-                                 _mm512_maskz_loadu_ps(m, Vh + (size_t)(t + 1) * kv_dim + c), a1);
+    /* Weighted sum of value rows, 64 dims (4 registers; masks zero the dims past head_dim)
+     * at a time, position by position so each value row's slice is read contiguously,
+     * prefetched ahead. */
+    for (int c0 = 0; c0 < head_dim; c0 += 64) {
+        const int span = head_dim - c0 < 64 ? head_dim - c0 : 64;
+        const __mmask16 m0 = tail_mask(span), m1 = tail_mask(span - 16), m2 = tail_mask(span - 32),
+                        m3 = tail_mask(span - 48);
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int t = 0; t < n_ctx; t++) {
+            const float *v = Vh + (size_t)t * kv_dim + c0;
+            if (t + ATT_PREFETCH < n_ctx) prefetch_span(v + (size_t)ATT_PREFETCH * kv_dim, span);
+            const __m512 a = _mm512_set1_ps(att[t]);
+            a0 = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m0, v), a0);
+            a1 = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m1, v + 16), a1);
+            a2 = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m2, v + 32), a2);
+            a3 = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m3, v + 48), a3);
         }
-        if (t < n_ctx)
-            a0 = _mm512_fmadd_ps(_mm512_set1_ps(att[t]), _mm512_maskz_loadu_ps(m, Vh + (size_t)t * kv_dim + c), a0);
-        _mm512_mask_storeu_ps(out + c, m, _mm512_add_ps(a0, a1));
+        _mm512_mask_storeu_ps(out + c0, m0, a0);
+        _mm512_mask_storeu_ps(out + c0 + 16, m1, a1);
+        _mm512_mask_storeu_ps(out + c0 + 32, m2, a2);
+        _mm512_mask_storeu_ps(out + c0 + 48, m3, a3);
     }
 #else
     memset(out, 0, (size_t)head_dim * sizeof(float));
