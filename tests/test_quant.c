@@ -490,6 +490,47 @@ static void test_qmatmul_small(void **state) {
     }
 }
 
+/* sd_matmul_group on quantised Q/K/V-style matrices (one activation quantisation, one
+ * parallel region across matrices) equals one sd_matmul per matrix, bit for bit. */
+static void test_qmatmul_group(void **state) {
+    (void)state;
+    enum { COLS = 512 };
+    static const int rows[3] = {1000, 264, 280};
+    for (size_t ti = 0; ti < sizeof k_dot_types / sizeof *k_dot_types; ti++) {
+        const sd_type t = k_dot_types[ti];
+        const size_t rb = sd_type_row_bytes(t, COLS);
+        uint8_t *w[3];
+        float *y[3], *yr[3];
+        sd_tensor W[3];
+        float *x = malloc((size_t)5 * COLS * sizeof(float)), row[COLS];
+        for (int i = 0; i < 5 * COLS; i++) x[i] = frand();
+        for (int m = 0; m < 3; m++) {
+            w[m] = malloc(rb * (size_t)rows[m]);
+            y[m] = malloc((size_t)5 * rows[m] * sizeof(float));
+            yr[m] = malloc((size_t)5 * rows[m] * sizeof(float));
+            for (int r = 0; r < rows[m]; r++) {
+                for (int c = 0; c < COLS; c++) row[c] = frand();
+                assert_int_equal(sd_quantize_row(t, row, w[m] + rb * (size_t)r, COLS), SD_OK);
+            }
+            W[m] = (sd_tensor){t, rows[m], COLS, rb, w[m]};
+        }
+        const sd_tensor *wp[3] = {&W[0], &W[1], &W[2]};
+        for (int n = 1; n <= 5; n += 4) {
+            assert_int_equal(sd_matmul_group(wp, y, 3, x, n, NULL), 0);
+            for (int m = 0; m < 3; m++) {
+                assert_int_equal(sd_matmul(&W[m], x, n, yr[m], NULL), 0);
+                assert_memory_equal(y[m], yr[m], (size_t)n * rows[m] * sizeof(float));
+            }
+        }
+        for (int m = 0; m < 3; m++) {
+            free(w[m]);
+            free(y[m]);
+            free(yr[m]);
+        }
+        free(x);
+    }
+}
+
 static void test_qmatmul_parallel(void **state) {
     (void)state; /* big enough for the OpenMP path */
     for (size_t ti = 0; ti < sizeof k_dot_types / sizeof *k_dot_types; ti++) {
@@ -664,6 +705,7 @@ int main(void) {
         cmocka_unit_test(test_known_bytes),
         cmocka_unit_test(test_qmatmul_small),
         cmocka_unit_test(test_qmatmul_parallel),
+        cmocka_unit_test(test_qmatmul_group),
         cmocka_unit_test(test_qmatmul_nan),
         cmocka_unit_test(test_fixture_f16),
         cmocka_unit_test(test_fixture_q8_0),

@@ -354,6 +354,12 @@ int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratc
 int sd_matmul_group(const sd_tensor *const *W, float *const *Y, int count, const float *X, int n,
                     float *scratch) {
     enum { MAXG = 4 };
+    int same_quant = count <= MAXG && sd_quant_has_dot(W[0]->type);
+    for (int i = 1; i < count && same_quant; i++)
+        same_quant = W[i]->type == W[0]->type && W[i]->cols == W[0]->cols;
+    if (same_quant)
+        return sd_quant_matmul_group(W, Y, count, X, n, scratch,
+                                     scratch ? sd_matmul_scratch_floats(W[0]->cols) * sizeof(float) : 0);
     int fused = count <= MAXG && n <= SD_SMALL_BATCH;
     for (int i = 0; i < count && fused; i++)
         fused = SD_FLOAT_KERNEL(W[i]->type) && W[i]->cols == W[0]->cols;

@@ -938,12 +938,21 @@ int sd_quant_has_dot(sd_type t) { return SD_QDOT && family_of(t) != FAM_NONE; }
 
 int sd_quant_matmul(const sd_tensor *W, const float *X, int n, float *Y, void *scratch,
                     size_t scratch_bytes) {
+    return sd_quant_matmul_group(&W, &Y, 1, X, n, scratch, scratch_bytes);
+}
+
+int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count, const float *X,
+                          int n, void *scratch, size_t scratch_bytes) {
 #if SD_QDOT
-    const rows_fn *tab = rows_table(W->type);
-    if (!tab || n < 1 || W->cols <= 0) return -1;
+    enum { MAXG = 4 };
+    if (count < 1 || count > MAXG || n < 1) return -1;
+    const rows_fn *tab = rows_table(W[0]->type);
+    const int64_t cols = W[0]->cols;
+    if (!tab || cols <= 0) return -1;
+    for (int i = 1; i < count; i++)
+        if (W[i]->type != W[0]->type || W[i]->cols != cols) return -1;
     pthread_once(&g_f16_once, f16_table_init);
-    const int64_t rows = W->rows, cols = W->cols;
-    const size_t tok = act_bytes(W->type, cols);
+    const size_t tok = act_bytes(W[0]->type, cols);
     if (tok == 0) return -1;
     void *tmp = NULL, *act = scratch;
     if (!act || scratch_bytes < tok * (size_t)n) {
@@ -951,41 +960,52 @@ int sd_quant_matmul(const sd_tensor *W, const float *X, int n, float *Y, void *s
         if (!tmp) return -1;
         act = tmp;
     }
-    /* Each token is quantised alone, identically whatever n is. */
+    /* Each token is quantised alone, identically whatever n is, once for all matrices. */
+    const family fam = family_of(W[0]->type);
     for (int j = 0; j < n; j++) {
         uint8_t *dst = (uint8_t *)act + tok * (size_t)j;
         const float *x = X + (size_t)j * cols;
-        if (family_of(W->type) != FAM_K) {
-            act_a_token(W->type, x, cols, dst);
+        if (fam != FAM_K) {
+            act_a_token(W[0]->type, x, cols, dst);
         } else {
             for (int64_t s = 0; s < cols / 256; s++) act_k_block(x + 256 * s, (act_k *)dst + s);
         }
     }
-    const family fam = family_of(W->type);
     const size_t xs = tok / (fam == FAM_A ? sizeof(act_quad) : fam == FAM_O ? sizeof(act_octo) : sizeof(act_k));
-    const double work = (double)rows * (double)cols * n;
-    const int64_t nblk = (rows + 15) / 16; /* 16-row blocks: each thread writes its own lines */
+    int64_t first[MAXG + 1]; /* first 16-row block of each matrix in the combined range */
+    double work = 0;
+    first[0] = 0;
+    for (int i = 0; i < count; i++) {
+        first[i + 1] = first[i] + (W[i]->rows + 15) / 16; /* 16-row blocks: own output lines */
+        work += (double)W[i]->rows * (double)cols * n;
+    }
 #pragma omp parallel if (work >= SD_QPAR_MIN_WORK)
     {
-        /* One contiguous range per thread, visited as QS_STREAMS interleaved sub-ranges so
-         * that several sequential weight streams are in flight (see matvec in kernels.c). */
+        /* One contiguous range of blocks per thread (across the matrices), each matrix's part
+         * visited as QS_STREAMS interleaved sub-ranges so that several sequential weight
+         * streams are in flight (see matvec in kernels.c). */
         const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-        const int64_t r0 = nblk * id / nt * 16, r1e = nblk * (id + 1) / nt * 16;
-        const int64_t r1 = r1e < rows ? r1e : rows;
-        const int64_t per = r1 > r0 ? (r1 - r0) / QS_STREAMS : 0;
-        for (int j0 = 0; j0 < n; j0 += 8) {
-            const int nb = n - j0 < 8 ? n - j0 : 8;
-            const void *xa = (const uint8_t *)act + tok * (size_t)j0;
-            float *Yg = Y + (size_t)j0 * rows;
-            for (int64_t j = 0; j < per; j++)
-                for (int64_t r = r0 + j; r < r0 + per * QS_STREAMS; r += per) tab[nb](W, xa, xs, Yg, r, r + 1);
-            if (r0 + per * QS_STREAMS < r1) tab[nb](W, xa, xs, Yg, r0 + per * QS_STREAMS, r1);
+        const int64_t b0 = first[count] * id / nt, b1 = first[count] * (id + 1) / nt;
+        for (int i = 0; i < count; i++) {
+            const int64_t lo = b0 > first[i] ? b0 : first[i], hi = b1 < first[i + 1] ? b1 : first[i + 1];
+            if (lo >= hi) continue;
+            const int64_t rows = W[i]->rows, r0 = (lo - first[i]) * 16;
+            const int64_t r1 = (hi - first[i]) * 16 < rows ? (hi - first[i]) * 16 : rows;
+            const int64_t per = (r1 - r0) / QS_STREAMS, end = r0 + per * QS_STREAMS;
+            for (int j0 = 0; j0 < n; j0 += 8) {
+                const int nb = n - j0 < 8 ? n - j0 : 8;
+                const void *xa = (const uint8_t *)act + tok * (size_t)j0;
+                float *Yg = Y[i] + (size_t)j0 * rows;
+                for (int64_t j = 0; j < per; j++)
+                    for (int64_t r = r0 + j; r < end; r += per) tab[nb](W[i], xa, xs, Yg, r, r + 1);
+                if (end < r1) tab[nb](W[i], xa, xs, Yg, end, r1);
+            }
         }
     }
     free(tmp);
     return 0;
 #else
-    (void)W; (void)X; (void)n; (void)Y; (void)scratch; (void)scratch_bytes;
+    (void)W; (void)Y; (void)count; (void)X; (void)n; (void)scratch; (void)scratch_bytes;
     return -1;
 #endif
 }

@@ -42,6 +42,12 @@ size_t sd_quant_scratch_bytes(sd_type t, int64_t cols, int n);
 int sd_quant_matmul(const sd_tensor *W, const float *X, int n, float *Y, void *scratch,
                     size_t scratch_bytes);
 
+/* sd_quant_matmul for count <= 4 matrices of one type and width that read the same X
+ * (Q/K/V, gate/up): X is quantised once and all rows share one parallel region. Results
+ * equal one sd_quant_matmul per matrix bit for bit. -1 when the types or widths differ. */
+int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count, const float *X,
+                          int n, void *scratch, size_t scratch_bytes);
+
 /* Naive reference of what sd_quant_matmul computes for row r and one token x: the same
  * activation quantisation in scalar code, exact integer block sums, combined in double. */
 double sd_quant_dot_ref(const sd_tensor *W, int64_t r, const float *x);
