@@ -26,12 +26,12 @@ double sd_median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+static float *probe_buffer(size_t bytes);
+
 double sd_bench_bandwidth(size_t bytes, int reps) {
     size_t n = bytes / sizeof(float);
-    float *buf = aligned_alloc(64, n * sizeof(float));
+    float *buf = probe_buffer(bytes);
     if (!buf) return -1;
-    /* Touch every page first so the timing sees memory, not page faults. */
-    for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7);
     volatile double sink = 0;
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
@@ -43,6 +43,53 @@ double sd_bench_bandwidth(size_t bytes, int reps) {
     (void)sink;
     free(buf);
     return (double)(n * sizeof(float)) / best;
+}
+
+/* Touched buffer of `bytes` for the probe (page faults outside the timings), or NULL. */
+static float *probe_buffer(size_t bytes) {
+    size_t n = bytes / sizeof(float);
+    float *buf = aligned_alloc(64, n * sizeof(float));
+    if (buf)
+        for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7);
+    return buf;
+}
+
+sd_status sd_bench_rounds(sd_model *m, sd_kv *kv, int pos, int n_max, int reps, size_t probe_bytes,
+                          double *t_probe, double *t_fwd) {
+    const sd_hparams *hp = sd_model_hparams(m);
+    if (n_max < 1 || reps < 1 || pos < 0 || pos + n_max > sd_kv_capacity(kv))
+        return sd_fail(SD_ERR_INVALID_ARG, "bench: %d + %d tokens do not fit the cache of %d", pos, n_max,
+                       sd_kv_capacity(kv));
+    const size_t nf = probe_bytes / sizeof(float);
+    int32_t *tok = malloc((size_t)(pos + n_max) * sizeof(int32_t));
+    float *logits = malloc((size_t)n_max * hp->vocab_size * sizeof(float));
+    float *buf = probe_buffer(probe_bytes);
+    sd_status st = SD_OK;
+    if (!tok || !logits || !buf) {
+        st = sd_fail(SD_ERR_NOMEM, "bench: cannot allocate the %zu MiB probe buffer", probe_bytes >> 20);
+        goto out;
+    }
+    for (int i = 0; i < pos + n_max; i++) tok[i] = (int32_t)((i * 7919 + 3) % hp->vocab_size);
+    sd_kv_truncate(kv, 0);
+    if (pos > 0 && (st = sd_model_forward(m, kv, tok, pos, NULL, 0)) != SD_OK) goto out;
+    volatile double sink = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        sink += sd_stream_read(buf, nf);
+        t_probe[r] = now() - t0;
+        for (int n = 1; n <= n_max; n++) {
+            t0 = now();
+            if ((st = sd_model_forward(m, kv, tok + pos, n, logits, n > 1)) != SD_OK) goto out;
+            t_fwd[(size_t)r * n_max + n - 1] = now() - t0;
+            sd_kv_truncate(kv, pos);
+        }
+    }
+    (void)sink;
+out:
+    free(tok);
+    free(logits);
+    free(buf);
+    return st;
 }
 
 double sd_bench_forward(sd_model *m, sd_kv *kv, int pos, int n, int reps) {

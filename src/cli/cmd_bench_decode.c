@@ -1,6 +1,7 @@
 /* `specdec bench-decode`: prefill, decode and verify speed of one model, with decode shown
  * as a fraction of the memory-bandwidth limit (bytes of weights per token / bandwidth). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -11,20 +12,36 @@ static void help(FILE *f) {
     fprintf(f,
             "usage: specdec bench-decode -m MODEL [options]\n\n"
             "Measures, for MODEL:\n"
-            "  - the machine's streaming-read bandwidth (its own kernel, a 1 GiB buffer),\n"
+            "  - the machine's streaming-read bandwidth (its own kernel reading a --bw-mib buffer),\n"
             "  - prefill tokens/s (one batched pass of --prefill tokens),\n"
             "  - decode tokens/s (one token per pass at position --pos), and the fraction of the\n"
             "    bandwidth limit it reaches: tokens/s x weight bytes read per token / bandwidth,\n"
             "  - the cost of a verify pass of k+1 tokens relative to one decode step, k = 1..8.\n"
-            "Each figure is the median of --reps runs.\n\n"
+            "The probe, the decode step and the verify passes run in --reps interleaved rounds;\n"
+            "each figure is the median over the rounds (ratios paired within a round), with\n"
+            "quartiles to show the spread. Prefill is the median of 5 passes.\n\n"
             "options:\n"
             "  -m, --model PATH     model (.gguf or llama2.c .bin)\n"
             "  -z, --tokenizer PATH tokenizer for a llama2.c model\n"
             "  -t, --threads N      threads (default: online CPUs)\n"
             "  --prefill N          prompt length for the prefill figure (default 128)\n"
             "  --pos N              context length before decode/verify steps (default 64)\n"
-            "  --reps N             repetitions per figure (default 20)\n"
+            "  --reps N             measurement rounds (default 20)\n"
             "  --bw-mib N           bandwidth probe buffer in MiB (default 1024)\n");
+}
+
+/* First quartile, median and third quartile of n values (sorted in place). */
+static void quartiles(double *v, int n, double q[3]) {
+    q[1] = sd_median(v, n);
+    q[0] = v[(n - 1) / 4];
+    q[2] = v[n - 1 - (n - 1) / 4];
+}
+
+/* Bytes of last-level cache plus the L2 of the threads in use (32 MiB when sysconf does
+ * not know): weights smaller than this can stay cached between decode steps. */
+static double cache_bytes(int threads) {
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return (double)(l3 > 0 ? l3 : 32L << 20) + (double)(l2 > 0 ? l2 : 0) * threads;
 }
 
 int cmd_bench_decode(int argc, char **argv) {
@@ -67,33 +84,63 @@ int cmd_bench_decode(int argc, char **argv) {
     printf("threads:    %d\n", threads);
     printf("weights:    %.1f MB read per decoded token\n", bpt / 1e6);
     fflush(stdout);
-    double bw = sd_bench_bandwidth((size_t)bw_mib << 20, 5);
-    printf("bandwidth:  %.1f GB/s streaming read (%d MiB buffer, best of 5)\n", bw / 1e9, bw_mib);
-    printf("limit:      %.1f tokens/s if decode streamed the weights at that bandwidth\n", bw / bpt);
-    fflush(stdout);
-
+    const int n_max = 9; /* decode plus verify passes of 2..9 tokens (k = 1..8) */
+    double *t_probe = malloc((size_t)reps * sizeof(double));
+    double *t_fwd = malloc((size_t)reps * n_max * sizeof(double));
+    double *v = malloc((size_t)reps * sizeof(double));
+    if (!t_probe || !t_fwd || !v) {
+        fprintf(stderr, "error: out of memory\n");
+        rc = 1;
+        goto out_free;
+    }
     double t_pp = sd_bench_forward(m, kv, 0, n_prefill, reps < 5 ? reps : 5);
-    double t_tg = sd_bench_forward(m, kv, pos, 1, reps);
-    if (t_pp < 0 || t_tg < 0) {
+    if (t_pp < 0) {
         rc = cli_error_status(SD_ERR_INVALID_ARG);
-        goto out;
+        goto out_free;
     }
     printf("prefill:    %.1f tokens/s (%d tokens in %.2f ms)\n", n_prefill / t_pp, n_prefill, t_pp * 1e3);
-    printf("decode:     %.2f tokens/s (%.3f ms/token) = %.1f%% of the bandwidth limit\n", 1 / t_tg, t_tg * 1e3,
-           100.0 * (bpt / t_tg) / bw);
-    if (bpt < 64e6) /* 32 MiB L3 + 2 MiB L2: such weights stay cached between tokens */
-        printf("note:       %.1f MB of weights stay in the CPU caches between tokens: decode is not bound by\n"
-               "            memory bandwidth here, so the fraction above is not meaningful\n", bpt / 1e6);
-    printf("verify:     k+1 tokens in one pass, cost relative to one decode step\n");
-    for (int k = 1; k <= 8; k++) {
-        double t = sd_bench_forward(m, kv, pos, k + 1, reps);
-        if (t < 0) {
-            rc = cli_error_status(SD_ERR_INVALID_ARG);
-            goto out;
-        }
-        printf("  k=%d: T_verify(%d) = %.3f ms = %.2f x T_decode\n", k, k + 1, t * 1e3, t / t_tg);
+    printf("rounds:     %d, each: one %d MiB bandwidth-probe read, a decode step, verify passes of 2..%d tokens\n"
+           "            (interleaved so that machine drift hits every figure alike; ratios are paired per round)\n",
+           reps, bw_mib, n_max);
+    fflush(stdout);
+    st = sd_bench_rounds(m, kv, pos, n_max, reps, (size_t)bw_mib << 20, t_probe, t_fwd);
+    if (st != SD_OK) {
+        rc = cli_error_status(st);
+        goto out_free;
     }
-out:
+    const double probe_bytes = (double)((size_t)bw_mib << 20);
+    for (int r = 0; r < reps; r++) v[r] = probe_bytes / t_probe[r];
+    double bw_q[3];
+    quartiles(v, reps, bw_q);
+    for (int r = 0; r < reps; r++) v[r] = t_fwd[(size_t)r * n_max];
+    const double t_tg = sd_median(v, reps);
+    for (int r = 0; r < reps; r++) v[r] = 100.0 * (bpt / t_fwd[(size_t)r * n_max]) / (probe_bytes / t_probe[r]);
+    double frac_q[3];
+    quartiles(v, reps, frac_q);
+    printf("bandwidth:  %.1f GB/s streaming read (median of the rounds; quartiles %.1f-%.1f)\n", bw_q[1] / 1e9,
+           bw_q[0] / 1e9, bw_q[2] / 1e9);
+    printf("limit:      %.1f tokens/s if decode streamed the weights at that bandwidth\n", bw_q[1] / bpt);
+    printf("decode:     %.2f tokens/s (%.3f ms/token) = %.1f%% of the bandwidth limit (quartiles %.1f-%.1f%%)\n",
+           1 / t_tg, t_tg * 1e3, frac_q[1], frac_q[0], frac_q[2]);
+    const double cached = cache_bytes(threads);
+    if (bpt < cached)
+        printf("note:       %.1f MB of weights fit in this CPU's caches (%.0f MB of L2 + L3): decode is not bound\n"
+               "            by memory bandwidth here, so the fraction above is not meaningful\n",
+               bpt / 1e6, cached / 1e6);
+    printf("verify:     k+1 tokens in one pass, cost relative to one decode step (median of per-round ratios)\n");
+    for (int k = 1; k < n_max; k++) {
+        for (int r = 0; r < reps; r++) v[r] = t_fwd[(size_t)r * n_max + k];
+        const double t = sd_median(v, reps);
+        for (int r = 0; r < reps; r++) v[r] = t_fwd[(size_t)r * n_max + k] / t_fwd[(size_t)r * n_max];
+        double q[3];
+        quartiles(v, reps, q);
+        printf("  k=%d: T_verify(%d) = %.3f ms = %.2f x T_decode (quartiles %.2f-%.2f)\n", k, k + 1, t * 1e3, q[1],
+               q[0], q[2]);
+    }
+out_free:
+    free(t_probe);
+    free(t_fwd);
+    free(v);
     sd_kv_free(kv);
     sd_model_free(m);
     return rc;
