@@ -161,18 +161,23 @@ static void check_attention(int n, int pos0, int n_heads, int n_kv_heads, int hd
     float *q = malloc((size_t)n * qd * sizeof(float)), *K = malloc((size_t)T * kvd * sizeof(float));
     float *V = malloc((size_t)T * kvd * sizeof(float));
     float *o = malloc((size_t)n * qd * sizeof(float)), *orf = malloc((size_t)n * qd * sizeof(float));
-    float *att = malloc((size_t)4 * T * sizeof(float));
+    const int slots = n_heads > 4 ? n_heads : 4; /* one row per head: the position-major path */
+    float *att = malloc((size_t)slots * T * sizeof(float));
     for (int i = 0; i < n * qd; i++) q[i] = 2 * frand();
     for (int i = 0; i < T * kvd; i++) K[i] = 2 * frand(), V[i] = frand();
-    sd_attention(q, K, V, o, n, pos0, n_heads, n_kv_heads, hd, att, 4);
+    sd_attention(q, K, V, o, n, pos0, n_heads, n_kv_heads, hd, att, slots);
     sd_attention_ref(q, K, V, orf, n, pos0, n_heads, n_kv_heads, hd);
     double d = sdtest_max_abs_diff(o, orf, (size_t)n * qd);
     if (d > TOL_ATTENTION) fail_msg("attention n=%d pos0=%d heads=%d/%d hd=%d: %g", n, pos0, n_heads, n_kv_heads, hd, d);
     /* Each query token attends causally: a batch equals one token at a time. */
     float *o1 = malloc((size_t)qd * sizeof(float));
     for (int t = 0; t < n; t++) {
-        sd_attention(q + (size_t)t * qd, K, V, o1, 1, pos0 + t, n_heads, n_kv_heads, hd, att, 4);
+        sd_attention(q + (size_t)t * qd, K, V, o1, 1, pos0 + t, n_heads, n_kv_heads, hd, att, slots);
         assert_memory_equal(o1, o + (size_t)t * qd, (size_t)qd * sizeof(float));
+        if (hd >= 16 && n_heads > 1) { /* per-item path (fewer scratch rows than heads): same bits */
+            sd_attention(q + (size_t)t * qd, K, V, o1, 1, pos0 + t, n_heads, n_kv_heads, hd, att, 1);
+            assert_memory_equal(o1, o + (size_t)t * qd, (size_t)qd * sizeof(float));
+        }
     }
     free(o1);
     free(q);
