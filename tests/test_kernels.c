@@ -161,7 +161,7 @@ static void check_attention(int n, int pos0, int n_heads, int n_kv_heads, int hd
     float *q = malloc((size_t)n * qd * sizeof(float)), *K = malloc((size_t)T * kvd * sizeof(float));
     float *V = malloc((size_t)T * kvd * sizeof(float));
     float *o = malloc((size_t)n * qd * sizeof(float)), *orf = malloc((size_t)n * qd * sizeof(float));
-    const int slots = n_heads > 4 ? n_heads : 4; /* one row per head: the position-major path */
+    const int slots = n_heads * 3 > 4 ? n_heads * 3 : 4; /* position-major, 3 tokens per pass */
     float *att = malloc((size_t)slots * T * sizeof(float));
     for (int i = 0; i < n * qd; i++) q[i] = 2 * frand();
     for (int i = 0; i < T * kvd; i++) K[i] = 2 * frand(), V[i] = frand();

@@ -513,18 +513,78 @@ void sd_swiglu(float *a, const float *b, int n) {
 
 /* ---------------------------------------------------------------- attention */
 
-/* Positions ahead whose key/value slices are prefetched (~100 ns of L3 latency at ~10 ns
- * per position). */
+/* Positions ahead whose key/value slices are prefetched (~100 ns of L3 latency). */
 #define ATT_PREFETCH 8
 
 static inline void prefetch_span(const float *p, int n) {
     for (int i = 0; i < n; i += 16) __builtin_prefetch(p + i);
 }
 
+#if SD_HAVE_AVX512
+/* Sums of each of 16 vectors, as one vector (lane i = sum of p[i]): 45 shuffles and adds for
+ * 16 scores instead of ~8 operations per score for a horizontal sum. Every lane uses the same
+ * addition tree, so a score does not depend on the other positions of its block. */
+static inline __m512 transpose_sum16(const __m512 p[16]) {
+    __m512 u[8], v[4];
+    for (int k = 0; k < 8; k++)
+        u[k] = _mm512_add_ps(_mm512_unpacklo_ps(p[2 * k], p[2 * k + 1]), _mm512_unpackhi_ps(p[2 * k], p[2 * k + 1]));
+    for (int k = 0; k < 4; k++) {
+        const __m512d a = _mm512_castps_pd(u[2 * k]), b = _mm512_castps_pd(u[2 * k + 1]);
+        v[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    const __m512 x0 = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], 0x88), _mm512_shuffle_f32x4(v[0], v[1], 0xDD));
+    const __m512 x1 = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], 0x88), _mm512_shuffle_f32x4(v[2], v[3], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xDD));
+}
+
+/* Scaled scores q . k for cnt (1..16) positions whose key slices start at k0, kv_dim apart,
+ * into att[0..cnt). head_dim >= 16. Positions past cnt re-read the last key (in bounds; their
+ * lanes are not stored), so the 16 accumulators stay in registers without branches. */
+static inline void score_block(const float *q, const float *k0, int kv_dim, int head_dim, int cnt,
+                               float scale, float *att) {
+    const float *k[16];
+    for (int i = 0; i < 16; i++) k[i] = k0 + (size_t)(i < cnt ? i : cnt - 1) * kv_dim;
+    __m512 p[16];
+    const __mmask16 m0 = tail_mask(head_dim);
+    const __m512 q0 = _mm512_maskz_loadu_ps(m0, q);
+    for (int i = 0; i < 16; i++) p[i] = _mm512_mul_ps(q0, _mm512_maskz_loadu_ps(m0, k[i]));
+    for (int c = 16; c < head_dim; c += 16) {
+        const __mmask16 m = tail_mask(head_dim - c);
+        const __m512 qc = _mm512_maskz_loadu_ps(m, q + c);
+        for (int i = 0; i < 16; i++) p[i] = _mm512_fmadd_ps(qc, _mm512_maskz_loadu_ps(m, k[i] + c), p[i]);
+    }
+    _mm512_mask_storeu_ps(att, tail_mask(cnt), _mm512_mul_ps(transpose_sum16(p), _mm512_set1_ps(scale)));
+}
+
+/* o[0..span) += sum over positions t0..t1-1 of att[t] * value slice (from v0, kv_dim apart),
+ * span <= 64: four accumulators in registers (masks zero the dims past span). */
+static inline void value_block(float *o, const float *att, const float *v0, int kv_dim, int t0, int t1,
+                               int span) {
+    const __mmask16 m0 = tail_mask(span), m1 = tail_mask(span - 16), m2 = tail_mask(span - 32),
+                    m3 = tail_mask(span - 48);
+    __m512 a0 = _mm512_maskz_loadu_ps(m0, o), a1 = _mm512_maskz_loadu_ps(m1, o + 16);
+    __m512 a2 = _mm512_maskz_loadu_ps(m2, o + 32), a3 = _mm512_maskz_loadu_ps(m3, o + 48);
+    for (int t = t0; t < t1; t++) {
+        const __m512 a = _mm512_set1_ps(att[t]);
+        const float *v = v0 + (size_t)t * kv_dim;
+        a0 = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m0, v), a0);
+        a1 = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m1, v + 16), a1);
+        a2 = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m2, v + 32), a2);
+        a3 = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m3, v + 48), a3);
+    }
+    _mm512_mask_storeu_ps(o, m0, a0);
+    _mm512_mask_storeu_ps(o + 16, m1, a1);
+    _mm512_mask_storeu_ps(o + 32, m2, a2);
+    _mm512_mask_storeu_ps(o + 48, m3, a3);
+}
+#endif
+
+/* One query head against positions 0..n_ctx-1 of its KV head. */
 static void attend_one(const float *q, const float *K, const float *V, float *out, int n_ctx,
                        int kv_dim, int head_dim, int kvh, float *att) {
     const float scale = 1.0f / sqrtf((float)head_dim);
     const float *Kh = K + (size_t)kvh * head_dim;
+    const float *Vh = V + (size_t)kvh * head_dim;
 #if SD_HAVE_AVX512
     if (head_dim < 16) {
         /* Short heads: 16 positions per step, gathering one dimension of 16 keys at a time,
@@ -540,43 +600,33 @@ static void attend_one(const float *q, const float *K, const float *V, float *ou
                                       _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, base + d, 4), acc);
             _mm512_mask_storeu_ps(att + t0, m, _mm512_mul_ps(acc, _mm512_set1_ps(scale)));
         }
-    } else
-#endif
-    {
-        /* Key rows are kv_dim apart: a stride the hardware prefetchers do not follow, so
-         * every position waited on the L3 (perf: ~10% of a Q4_0 decode). Prefetch ahead. */
-        for (int t = 0; t < n_ctx; t++) {
-            if (t + ATT_PREFETCH < n_ctx)
-                prefetch_span(Kh + (size_t)(t + ATT_PREFETCH) * kv_dim, head_dim);
-            att[t] = dot_f32(q, Kh + (size_t)t * kv_dim, head_dim) * scale;
+        sd_softmax(att, n_ctx);
+        /* one register of value dims; two accumulators over alternating positions */
+        const __mmask16 m = tail_mask(head_dim);
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        int t = 0;
+        for (; t + 2 <= n_ctx; t += 2) {
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(att[t]), _mm512_maskz_loadu_ps(m, Vh + (size_t)t * kv_dim), a0);
+            a1 = _mm512_fmadd_ps(_mm512_set1_ps(att[t + 1]), _mm512_maskz_loadu_ps(m, Vh + (size_t)(t + 1) * kv_dim), a1);
         }
+        if (t < n_ctx) a0 = _mm512_fmadd_ps(_mm512_set1_ps(att[t]), _mm512_maskz_loadu_ps(m, Vh + (size_t)t * kv_dim), a0);
+        _mm512_mask_storeu_ps(out, m, _mm512_add_ps(a0, a1));
+        return;
+    }
+    /* The same blocks as attend_heads, so both give the same bits. */
+    for (int t0 = 0; t0 < n_ctx; t0 += 16) {
+        const int cnt = n_ctx - t0 < 16 ? n_ctx - t0 : 16;
+        if (t0 + 16 + ATT_PREFETCH <= n_ctx)
+            for (int i = 0; i < 16; i++) prefetch_span(Kh + (size_t)(t0 + 16 + i) * kv_dim, head_dim);
+        score_block(q, Kh + (size_t)t0 * kv_dim, kv_dim, head_dim, cnt, scale, att + t0);
     }
     sd_softmax(att, n_ctx);
-    const float *Vh = V + (size_t)kvh * head_dim;
-#if SD_HAVE_AVX512
-    /* Weighted sum of value rows, 64 dims (4 registers; masks zero the dims past head_dim)
-     * at a time, position by position so each value row's slice is read contiguously,
-     * prefetched ahead. */
-    for (int c0 = 0; c0 < head_dim; c0 += 64) {
-        const int span = head_dim - c0 < 64 ? head_dim - c0 : 64;
-        const __mmask16 m0 = tail_mask(span), m1 = tail_mask(span - 16), m2 = tail_mask(span - 32),
-                        m3 = tail_mask(span - 48);
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int t = 0; t < n_ctx; t++) {
-            const float *v = Vh + (size_t)t * kv_dim + c0;
-            if (t + ATT_PREFETCH < n_ctx) prefetch_span(v + (size_t)ATT_PREFETCH * kv_dim, span);
-            const __m512 a = _mm512_set1_ps(att[t]);
-            a0 = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m0, v), a0);
-            a1 = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m1, v + 16), a1);
-            a2 = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m2, v + 32), a2);
-            a3 = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m3, v + 48), a3);
-        }
-        _mm512_mask_storeu_ps(out + c0, m0, a0);
-        _mm512_mask_storeu_ps(out + c0 + 16, m1, a1);
-        _mm512_mask_storeu_ps(out + c0 + 32, m2, a2);
-        _mm512_mask_storeu_ps(out + c0 + 48, m3, a3);
-    }
+    memset(out, 0, (size_t)head_dim * sizeof(float));
+    for (int c = 0; c < head_dim; c += 64)
+        value_block(out + c, att, Vh + c, kv_dim, 0, n_ctx, head_dim - c < 64 ? head_dim - c : 64);
 #else
+    for (int t = 0; t < n_ctx; t++) att[t] = dot_f32(q, Kh + (size_t)t * kv_dim, head_dim) * scale;
+    sd_softmax(att, n_ctx);
     memset(out, 0, (size_t)head_dim * sizeof(float));
     for (int t = 0; t < n_ctx; t++) {
         const float *v = Vh + (size_t)t * kv_dim;
@@ -587,42 +637,54 @@ static void attend_one(const float *q, const float *K, const float *V, float *ou
 }
 
 #if SD_HAVE_AVX512
-/* Query heads [h0, h1) of one token against positions 0..n_ctx-1, position-major: each
- * position's key (then value) slices of these heads are adjacent in the cache row, so the
- * reads run through contiguous spans instead of one 256-byte slice per head at a kv_dim
- * stride (per head, attention waited on memory for ~9% of a Q8_0 decode step).
- * att: rows h0..h1-1 of n_ctx floats (att_stride apart). Per head, the operations and their
- * order are those of attend_one, so the result does not depend on how heads are split. */
-static void attend_heads(const float *q, const float *K, const float *V, float *out, int n_ctx,
-                         int kv_dim, int head_dim, int h0, int h1, int group, float *att,
-                         size_t att_stride) {
+/* Query heads [h0, h1) of tokens j0..j1-1 (token j at position pos0 + j attends to positions
+ * 0..pos0+j), in blocks of 16 positions: a block's key and value slices for these heads
+ * (adjacent in each cache row) are read once for all the tokens and stay in L1 while every
+ * (token, head) uses them; a verify pass no longer reads the cache once per token.
+ * att: row (j - j0) * n_heads + h of att_stride floats for each (token, head). Per (token,
+ * head) the operations and their order are those of attend_one (head_dim >= 16). */
+static void attend_heads(const float *q, const float *K, const float *V, float *out, int pos0, int j0,
+                         int j1, int n_heads, int kv_dim, int head_dim, int h0, int h1, int group,
+                         float *att, size_t att_stride) {
+    const int q_dim = n_heads * head_dim;
     const float scale = 1.0f / sqrtf((float)head_dim);
     const int c0 = h0 / group * head_dim, c1 = ((h1 - 1) / group + 1) * head_dim; /* cache columns */
-    for (int t = 0; t < n_ctx; t++) {
-        const float *Kt = K + (size_t)t * kv_dim;
-        if (t + ATT_PREFETCH < n_ctx) prefetch_span(Kt + (size_t)ATT_PREFETCH * kv_dim + c0, c1 - c0);
-        for (int h = h0; h < h1; h++)
-            att[(size_t)h * att_stride + t] = dot_f32(q + (size_t)h * head_dim, Kt + (size_t)(h / group) * head_dim,
-                                                      head_dim) * scale;
-    }
-    for (int h = h0; h < h1; h++) sd_softmax(att + (size_t)h * att_stride, n_ctx);
-    memset(out + (size_t)h0 * head_dim, 0, (size_t)(h1 - h0) * head_dim * sizeof(float));
-    for (int t = 0; t < n_ctx; t++) {
-        const float *Vt = V + (size_t)t * kv_dim;
-        if (t + ATT_PREFETCH < n_ctx) prefetch_span(Vt + (size_t)ATT_PREFETCH * kv_dim + c0, c1 - c0);
-        for (int h = h0; h < h1; h++) {
-            const __m512 a = _mm512_set1_ps(att[(size_t)h * att_stride + t]);
-            const float *v = Vt + (size_t)(h / group) * head_dim;
-            float *o = out + (size_t)h * head_dim;
-            for (int c = 0; c < head_dim; c += 16) {
-                const __mmask16 m = tail_mask(head_dim - c);
-                _mm512_mask_storeu_ps(o + c, m, _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m, v + c),
-                                                                _mm512_maskz_loadu_ps(m, o + c)));
-            }
+    const int n_ctx = pos0 + j1; /* positions the last token attends to */
+#define ATT_ROW(j, h) (att + ((size_t)((j) - j0) * n_heads + (h)) * att_stride)
+    for (int t0 = 0; t0 < n_ctx; t0 += 16) {
+        if (t0 + 16 + ATT_PREFETCH <= n_ctx)
+            for (int i = 0; i < 16; i++) prefetch_span(K + (size_t)(t0 + 16 + i) * kv_dim + c0, c1 - c0);
+        for (int j = t0 > pos0 + j0 ? t0 - pos0 : j0; j < j1; j++) { /* tokens that see position t0 */
+            const int nj = pos0 + j + 1, cnt = nj - t0 < 16 ? nj - t0 : 16;
+            for (int h = h0; h < h1; h++)
+                score_block(q + (size_t)j * q_dim + (size_t)h * head_dim,
+                            K + (size_t)t0 * kv_dim + (size_t)(h / group) * head_dim, kv_dim, head_dim, cnt, scale,
+                            ATT_ROW(j, h) + t0);
         }
     }
+    for (int j = j0; j < j1; j++) {
+        for (int h = h0; h < h1; h++) sd_softmax(ATT_ROW(j, h), pos0 + j + 1);
+        memset(out + (size_t)j * q_dim + (size_t)h0 * head_dim, 0, (size_t)(h1 - h0) * head_dim * sizeof(float));
+    }
+    for (int t0 = 0; t0 < n_ctx; t0 += 16) {
+        if (t0 + 16 + ATT_PREFETCH <= n_ctx)
+            for (int i = 0; i < 16; i++) prefetch_span(V + (size_t)(t0 + 16 + i) * kv_dim + c0, c1 - c0);
+        for (int j = t0 > pos0 + j0 ? t0 - pos0 : j0; j < j1; j++) {
+            const int nj = pos0 + j + 1, t1 = nj < t0 + 16 ? nj : t0 + 16;
+            for (int h = h0; h < h1; h++)
+                for (int c = 0; c < head_dim; c += 64)
+                    value_block(out + (size_t)j * q_dim + (size_t)h * head_dim + c, ATT_ROW(j, h),
+                                V + (size_t)(h / group) * head_dim + c, kv_dim, t0, t1,
+                                head_dim - c < 64 ? head_dim - c : 64);
+        }
+    }
+#undef ATT_ROW
 }
 #endif
+
+/* Positions ahead whose key/value slices are prefetched (~100 ns of L3 latency at ~10 ns
+ * per position). */
+
 
 void sd_attention(const float *q, const float *K, const float *V, float *out, int n, int pos0,
                   int n_heads, int n_kv_heads, int head_dim, float *att_scratch, int att_slots) {
@@ -640,15 +702,16 @@ void sd_attention(const float *q, const float *K, const float *V, float *out, in
     if (nt > items) nt = items;
     const int par = warm && work >= SD_ATT_PAR_MIN_WORK && nt >= 2;
 #if SD_HAVE_AVX512
-    if (head_dim >= 16 && att_slots >= n_heads) { /* position-major over each thread's heads */
+    if (head_dim >= 16 && att_slots >= n_heads) { /* blocks of positions over each thread's heads */
+        const int tg = att_slots / n_heads < SD_ATT_TOKENS ? att_slots / n_heads : SD_ATT_TOKENS;
         if (nt > n_heads) nt = n_heads;
 #pragma omp parallel num_threads(nt) if (par)
         {
             const int id = omp_get_thread_num(), tn = omp_get_num_threads();
             const int h0 = n_heads * id / tn, h1 = n_heads * (id + 1) / tn;
-            for (int t = 0; t < n && h0 < h1; t++)
-                attend_heads(q + (size_t)t * q_dim, K, V, out + (size_t)t * q_dim, pos0 + t + 1, kv_dim,
-                             head_dim, h0, h1, group, att_scratch, (size_t)ctx_max);
+            for (int j0 = 0; j0 < n && h0 < h1; j0 += tg)
+                attend_heads(q, K, V, out, pos0, j0, j0 + tg < n ? j0 + tg : n, n_heads, kv_dim, head_dim, h0,
+                             h1, group, att_scratch, (size_t)ctx_max);
         }
         return;
     }

@@ -62,7 +62,9 @@ void sd_swiglu(float *a, const float *b, int n);
  * q: [n][n_heads*head_dim]; K, V caches: [>= pos0+n][n_kv_heads*head_dim] (already holding
  * the new tokens' keys and values); out: [n][n_heads*head_dim].
  * att_scratch: att_slots x (pos0+n) floats; at most att_slots threads run. With att_slots >=
- * n_heads (and head_dim >= 16) each thread takes a range of heads, position-major. */
+ * n_heads (and head_dim >= 16) each thread takes a range of heads, position-major, for up to
+ * min(att_slots / n_heads, SD_ATT_TOKENS) tokens per pass over the cache. */
+#define SD_ATT_TOKENS 9
 void sd_attention(const float *q, const float *K, const float *V, float *out, int n, int pos0,
                   int n_heads, int n_kv_heads, int head_dim, float *att_scratch, int att_slots);
 void sd_attention_ref(const float *q, const float *K, const float *V, float *out, int n, int pos0,

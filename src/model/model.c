@@ -120,7 +120,8 @@ sd_status sd_model_finish(sd_model *m, const sd_model_params *p) {
     const size_t q_dim = (size_t)hp->n_heads * hp->head_dim;
     int slots = omp_get_max_threads();
     if (omp_get_num_procs() > slots) slots = omp_get_num_procs();
-    if (hp->n_heads > slots) slots = hp->n_heads; /* one attention row per head (sd_attention) */
+    /* attention rows for every head of SD_ATT_TOKENS tokens: a verify pass reads the cache once */
+    if ((size_t)hp->n_heads * SD_ATT_TOKENS > (size_t)slots) slots = hp->n_heads * SD_ATT_TOKENS;
     size_t max_cols = (size_t)(hp->hidden_dim > hp->dim ? hp->hidden_dim : hp->dim);
     if (q_dim > max_cols) max_cols = q_dim;
     size_t sizes[8] = {
