@@ -513,13 +513,6 @@ void sd_swiglu(float *a, const float *b, int n) {
 
 /* ---------------------------------------------------------------- attention */
 
-/* Positions ahead whose key/value slices are prefetched (~100 ns of L3 latency). */
-#define ATT_PREFETCH 8
-
-static inline void prefetch_span(const float *p, int n) {
-    for (int i = 0; i < n; i += 16) __builtin_prefetch(p + i);
-}
-
 #if SD_HAVE_AVX512
 /* Sums of each of 16 vectors, as one vector (lane i = sum of p[i]): 45 shuffles and adds for
  * 16 scores instead of ~8 operations per score for a horizontal sum. Every lane uses the same
@@ -616,8 +609,6 @@ static void attend_one(const float *q, const float *K, const float *V, float *ou
     /* The same blocks as attend_heads, so both give the same bits. */
     for (int t0 = 0; t0 < n_ctx; t0 += 16) {
         const int cnt = n_ctx - t0 < 16 ? n_ctx - t0 : 16;
-        if (t0 + 16 + ATT_PREFETCH <= n_ctx)
-            for (int i = 0; i < 16; i++) prefetch_span(Kh + (size_t)(t0 + 16 + i) * kv_dim, head_dim);
         score_block(q, Kh + (size_t)t0 * kv_dim, kv_dim, head_dim, cnt, scale, att + t0);
     }
     sd_softmax(att, n_ctx);
@@ -648,12 +639,9 @@ static void attend_heads(const float *q, const float *K, const float *V, float *
                          float *att, size_t att_stride) {
     const int q_dim = n_heads * head_dim;
     const float scale = 1.0f / sqrtf((float)head_dim);
-    const int c0 = h0 / group * head_dim, c1 = ((h1 - 1) / group + 1) * head_dim; /* cache columns */
     const int n_ctx = pos0 + j1; /* positions the last token attends to */
 #define ATT_ROW(j, h) (att + ((size_t)((j) - j0) * n_heads + (h)) * att_stride)
     for (int t0 = 0; t0 < n_ctx; t0 += 16) {
-        if (t0 + 16 + ATT_PREFETCH <= n_ctx)
-            for (int i = 0; i < 16; i++) prefetch_span(K + (size_t)(t0 + 16 + i) * kv_dim + c0, c1 - c0);
         for (int j = t0 > pos0 + j0 ? t0 - pos0 : j0; j < j1; j++) { /* tokens that see position t0 */
             const int nj = pos0 + j + 1, cnt = nj - t0 < 16 ? nj - t0 : 16;
             for (int h = h0; h < h1; h++)
@@ -667,8 +655,6 @@ static void attend_heads(const float *q, const float *K, const float *V, float *
         memset(out + (size_t)j * q_dim + (size_t)h0 * head_dim, 0, (size_t)(h1 - h0) * head_dim * sizeof(float));
     }
     for (int t0 = 0; t0 < n_ctx; t0 += 16) {
-        if (t0 + 16 + ATT_PREFETCH <= n_ctx)
-            for (int i = 0; i < 16; i++) prefetch_span(V + (size_t)(t0 + 16 + i) * kv_dim + c0, c1 - c0);
         for (int j = t0 > pos0 + j0 ? t0 - pos0 : j0; j < j1; j++) {
             const int nj = pos0 + j + 1, t1 = nj < t0 + 16 ? nj : t0 + 16;
             for (int h = h0; h < h1; h++)
