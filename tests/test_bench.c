@@ -169,7 +169,8 @@ static void test_config_errors(void **state) {
                  "configs/x.json: .target.generate.shape: expected one of stories260K, stories15M, stories42M, "
                  "stories110M, got \"stories7B\"");
     expect_error("{\"target\": {\"generate\": {\"shape\": \"stories15M\", \"type\": \"q4\"}}}", A,
-                 "configs/x.json: .target.generate.type: expected \"f32\" or \"f16\", got \"q4\"");
+                 "configs/x.json: .target.generate.type: expected one of \"f32\", \"f16\", \"bf16\", \"q8_0\", "
+                 "\"q4_0\", \"q5_0\", \"q4_k\", \"q6_k\", got \"q4\"");
     /* Unknown key. */
     expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
                  " \"sweep\": {\"k\": [1]}, \"sampling\": {\"temprature\": 1}}",

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "specdec/convert.h"
 #include "specdec/types.h"
 
 #define MAX_SEED 9007199254740992.0 /* 2^53: seeds stay exact in the JSON report */
@@ -178,9 +179,9 @@ static sd_status parse_generate(ctx *c, const cJSON *g, sd_bench_model_spec *m) 
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(g, "type");
     if (type) {
         size_t n = enter_key(c, "type");
-        if (cJSON_IsString(type) && !strcmp(type->valuestring, "f32")) m->synth.wtype = SD_TYPE_F32;
-        else if (cJSON_IsString(type) && !strcmp(type->valuestring, "f16")) m->synth.wtype = SD_TYPE_F16;
-        else st = expected(c, "\"f32\" or \"f16\"", type);
+        const int t = cJSON_IsString(type) ? sd_type_from_name(type->valuestring) : -1;
+        if (t >= 0) m->synth.wtype = (uint32_t)t;
+        else st = expected(c, "one of \"f32\", \"f16\", \"bf16\", \"q8_0\", \"q4_0\", \"q5_0\", \"q4_k\", \"q6_k\"", type);
         leave(c, n);
         if (st) return st;
     }
@@ -750,6 +751,20 @@ static sd_status make_dirs(const char *dir) {
     return SD_OK;
 }
 
+/* Lower-case type name as configs spell it ("f32", "q8_0"). */
+static const char *type_name(uint32_t t) {
+    switch (t) {
+    case SD_TYPE_F16: return "f16";
+    case SD_TYPE_BF16: return "bf16";
+    case SD_TYPE_Q8_0: return "q8_0";
+    case SD_TYPE_Q4_0: return "q4_0";
+    case SD_TYPE_Q5_0: return "q5_0";
+    case SD_TYPE_Q4_K: return "q4_k";
+    case SD_TYPE_Q6_K: return "q6_k";
+    default: return "f32";
+    }
+}
+
 sd_status sd_bench_model_path(const sd_bench_model_spec *m, char *buf, size_t cap, int *created) {
     if (created) *created = 0;
     if (!m->generated) return sd_model_resolve(m->model, buf, cap);
@@ -758,7 +773,7 @@ sd_status sd_bench_model_path(const sd_bench_model_spec *m, char *buf, size_t ca
     /* Every parameter is in the name, so a different shape or seed never reuses a file. */
     int n = snprintf(buf, cap, "%s/synth-%s-d%d-l%d-h%d-kv%d-f%d-v%d-c%d-%s%s-s%llu.gguf", dir, m->shape, s->dim,
                      s->n_layers, s->n_heads, s->n_kv_heads, s->hidden_dim, s->vocab_size, s->ctx_len,
-                     s->wtype == SD_TYPE_F16 ? "f16" : "f32", s->tied_output ? "-tied" : "",
+                     type_name(s->wtype), s->tied_output ? "-tied" : "",
                      (unsigned long long)s->seed);
     if (n < 0 || (size_t)n >= cap) return sd_fail(SD_ERR_INVALID_ARG, "cache path too long under %s", dir);
     struct stat stt;

@@ -95,14 +95,83 @@ static sd_status default_gen(sd_spec *s, const int32_t *prompt, int n_prompt, sd
     return sd_spec_generate(s, prompt, n_prompt, cb, user, stats);
 }
 
-/* Medians of a few timing cuts with enough repetitions for ~budget seconds each. */
-static double time_forward(sd_model *m, sd_kv *kv, int pos, int n, double budget) {
-    double t = sd_bench_forward(m, kv, pos, n, 3);
-    if (t <= 0) return t;
-    int reps = (int)(budget / t);
-    if (reps < 5) reps = 5;
-    if (reps > 40) reps = 40;
-    return sd_bench_forward(m, kv, pos, n, reps);
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Seconds of one forward of n tokens appended at pos (the cache holds pos tokens; it is
+ * truncated back), or -1. */
+static double one_forward(sd_model *m, sd_kv *kv, const int32_t *tok, int pos, int n, float *logits) {
+    double t0 = now_s();
+    if (sd_model_forward(m, kv, tok + pos, n, logits, n > 1) != SD_OK) return -1;
+    double t = now_s() - t0;
+    sd_kv_truncate(kv, pos);
+    return t;
+}
+
+/* The cost model's inputs, measured in interleaved rounds (a target decode step, a draft
+ * decode step, then a target verify pass of k+1 tokens for each k) so that machine drift
+ * hits them alike: the ratios are medians of per-round ratios (timed one after another, two
+ * separate medians of the same model differed by 29% on this machine). Rounds fill about
+ * budget seconds per figure. t_verify[i] is reported as verify_ratio x t_target. */
+static sd_status time_costs(sd_model *target, sd_model *draft, sd_kv *kv_t, sd_kv *kv_d, int pos, const int *ks,
+                            int nk, double budget, double *t_target, double *t_draft, double *draft_ratio,
+                            double *t_verify, double *verify_ratio) {
+    const sd_hparams *ht = sd_model_hparams(target);
+    int kmax = ks[nk - 1];
+    int32_t *tok = malloc((size_t)(pos + kmax + 1) * sizeof(int32_t));
+    float *logits = malloc((size_t)(kmax + 1) * ht->vocab_size * sizeof(float));
+    const int max_reps = 40;
+    double *v = malloc((size_t)max_reps * (nk + 3) * sizeof(double));
+    sd_status st = SD_OK;
+    if (!tok || !logits || !v) {
+        st = sd_fail(SD_ERR_NOMEM, "bench: out of memory");
+        goto out;
+    }
+    const int vocab = ht->vocab_size < sd_model_hparams(draft)->vocab_size ? ht->vocab_size
+                                                                           : sd_model_hparams(draft)->vocab_size;
+    for (int i = 0; i < pos + kmax + 1; i++) tok[i] = (int32_t)((i * 7919 + 3) % vocab);
+    sd_kv_truncate(kv_t, 0);
+    sd_kv_truncate(kv_d, 0);
+    if (pos > 0 && ((st = sd_model_forward(target, kv_t, tok, pos, NULL, 0)) != SD_OK ||
+                    (st = sd_model_forward(draft, kv_d, tok, pos, NULL, 0)) != SD_OK))
+        goto out;
+    /* warm-up round, also the estimate of a round's length */
+    double round = 0;
+    for (int i = -2; i < nk; i++) {
+        double t = i == -2 ? one_forward(target, kv_t, tok, pos, 1, logits)
+                 : i == -1 ? one_forward(draft, kv_d, tok, pos, 1, logits)
+                           : one_forward(target, kv_t, tok, pos, ks[i] + 1, logits);
+        if (t < 0) {
+            st = sd_fail(SD_ERR_INVALID_ARG, "bench: timing a forward pass failed: %s", sd_last_error());
+            goto out;
+        }
+        round += t;
+    }
+    int reps = round > 0 ? (int)(budget * (nk + 2) / round) : max_reps;
+    reps = reps < 5 ? 5 : reps > max_reps ? max_reps : reps;
+    double *tt = v, *td = v + max_reps, *tv = v + 2 * max_reps, *w = v + (size_t)(nk + 2) * max_reps;
+    for (int r = 0; r < reps; r++) {
+        tt[r] = one_forward(target, kv_t, tok, pos, 1, logits);
+        td[r] = one_forward(draft, kv_d, tok, pos, 1, logits);
+        for (int i = 0; i < nk; i++) tv[(size_t)i * max_reps + r] = one_forward(target, kv_t, tok, pos, ks[i] + 1, logits);
+    }
+    for (int r = 0; r < reps; r++) w[r] = td[r] / tt[r];
+    *draft_ratio = sd_median(w, reps);
+    for (int i = 0; i < nk; i++) {
+        for (int r = 0; r < reps; r++) w[r] = tv[(size_t)i * max_reps + r] / tt[r];
+        verify_ratio[i] = sd_median(w, reps);
+    }
+    *t_target = sd_median(tt, reps);
+    *t_draft = *draft_ratio * *t_target;
+    for (int i = 0; i < nk; i++) t_verify[i] = verify_ratio[i] * *t_target;
+out:
+    free(tok);
+    free(logits);
+    free(v);
+    return st;
 }
 
 static void copy_str(char *dst, size_t cap, const char *src) { snprintf(dst, cap, "%s", src ? src : ""); }
@@ -114,7 +183,8 @@ static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 static void label(char *dst, size_t cap, const sd_bench_model_spec *m, const char *path) {
     if (m->generated) {
         sd_synth_params named = m->synth;
-        const char *wt = m->synth.wtype == SD_TYPE_F16 ? "f16" : "f32";
+        const sd_type_traits *ti = sd_type_info(m->synth.wtype);
+        const char *wt = ti ? ti->name : "?";
         sd_synth_shape(m->shape, &named);
         const sd_synth_params *g = &m->synth;
         if (named.dim == g->dim && named.n_layers == g->n_layers && named.n_heads == g->n_heads &&
@@ -238,32 +308,21 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
     if ((st = sd_model_kv_create(p->target, n_ctx, &kv_t)) != SD_OK ||
         (st = sd_model_kv_create(p->draft, n_ctx, &kv_d)) != SD_OK)
         goto out;
-    r->t_decode_target_s = time_forward(p->target, kv_t, pos, 1, budget);
-    r->t_decode_draft_s = time_forward(p->draft, kv_d, pos, 1, budget);
+    double draft_ratio = 0, t_verify[SD_MAX_DRAFT], verify_ratio[SD_MAX_DRAFT];
+    st = time_costs(p->target, p->draft, kv_t, kv_d, pos, cfg->k, cfg->n_k, budget, &r->t_decode_target_s,
+                    &r->t_decode_draft_s, &draft_ratio, t_verify, verify_ratio);
+    if (st != SD_OK) goto out;
     if (p->stop_flag && *p->stop_flag) { /* the cost timings run no generation to poll it */
         st = sd_fail(SD_ERR_INTERRUPTED, "bench interrupted");
         goto out;
     }
-    if (r->t_decode_target_s <= 0 || r->t_decode_draft_s <= 0) {
-        st = sd_fail(SD_ERR_INVALID_ARG, "bench: timing a decode step failed: %s", sd_last_error());
-        goto out;
-    }
-    const double draft_ratio = r->t_decode_draft_s / r->t_decode_target_s;
 
     int done = 0, total = cfg->n_k * n_runs;
     for (int ki = 0; ki < cfg->n_k; ki++) {
         sd_bench_k_result *kr = &r->k[ki];
         const int k = cfg->k[ki];
         kr->k = k;
-        kr->t_verify_s = time_forward(p->target, kv_t, pos, k + 1, budget);
-        if (p->stop_flag && *p->stop_flag) {
-            st = sd_fail(SD_ERR_INTERRUPTED, "bench interrupted");
-            goto out;
-        }
-        if (kr->t_verify_s <= 0) {
-            st = sd_fail(SD_ERR_INVALID_ARG, "bench: timing a verify pass failed: %s", sd_last_error());
-            goto out;
-        }
+        kr->t_verify_s = t_verify[ki];
         sp.draft_max = k;
         sd_spec_free(spec);
         spec = NULL;
@@ -355,9 +414,8 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
         kr->speedup = sd_median(v_speed, nr);
         kr->draft_share = sd_median(v_draft, nr);
         kr->verify_share = sd_median(v_verify, nr);
-        double verify_ratio = kr->t_verify_s / r->t_decode_target_s;
-        kr->predicted_speedup = sd_bench_predicted_speedup(kr->alpha, k, draft_ratio, verify_ratio);
-        kr->break_even_alpha = sd_bench_break_even_alpha(k, draft_ratio, verify_ratio);
+        kr->predicted_speedup = sd_bench_predicted_speedup(kr->alpha, k, draft_ratio, verify_ratio[ki]);
+        kr->break_even_alpha = sd_bench_break_even_alpha(k, draft_ratio, verify_ratio[ki]);
     }
     if (p->progress) p->progress(done, total, NULL, p->progress_user);
 
