@@ -76,7 +76,7 @@ static void test_matmul_f32(void **state) {
     check_matmul(SD_TYPE_F32, 2048, 768, 1); /* big enough to run the parallel path */
     check_matmul(SD_TYPE_F32, 768, 2048, 5);
     /* uneven per-thread ranges: sub-range streams plus remainder rows, every token count */
-    for (int n = 1; n <= 9; n++) check_matmul(SD_TYPE_F32, 1203, 520, n);
+    for (int n = 1; n <= 13; n++) check_matmul(SD_TYPE_F32, 1203, 520, n);
 }
 
 static void test_matmul_f16(void **state) {

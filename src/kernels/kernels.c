@@ -219,19 +219,25 @@ DEFINE_MATVEC(bf16, 2, load16_bf16, maskload_bf16)
     DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, 5, 4)                                                  \
     DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, 6, 4)                                                  \
     DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, 7, 3)                                                  \
-    DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, 8, 3)
+    DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, 8, 3)                                                  \
+    DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, 9, 2)                                                  \
+    DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, 10, 2)                                                 \
+    DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, 11, 2)                                                 \
+    DEFINE_MULTI(SUF, ESZ, LOAD, MLOAD, 12, 2)
 
 DEFINE_MULTI_ALL(f32, 4, load16_f32, maskload_f32)
 DEFINE_MULTI_ALL(f16, 2, load16_f16, maskload_f16)
 DEFINE_MULTI_ALL(bf16, 2, load16_bf16, maskload_bf16)
 
 typedef void (*multi_fn)(const sd_tensor *, const float *, float *, int64_t, int64_t);
-static const multi_fn k_multi_f32[9] = {NULL, NULL, multi_f32_2, multi_f32_3, multi_f32_4,
-                                        multi_f32_5, multi_f32_6, multi_f32_7, multi_f32_8};
-static const multi_fn k_multi_f16[9] = {NULL, NULL, multi_f16_2, multi_f16_3, multi_f16_4,
-                                        multi_f16_5, multi_f16_6, multi_f16_7, multi_f16_8};
-static const multi_fn k_multi_bf16[9] = {NULL, NULL, multi_bf16_2, multi_bf16_3, multi_bf16_4,
-                                         multi_bf16_5, multi_bf16_6, multi_bf16_7, multi_bf16_8};
+/* Tokens per pass over the weights: a verify pass of up to 12 tokens (k <= 11) reads them once. */
+#define MULTI_MAX 12
+static const multi_fn k_multi_f32[MULTI_MAX + 1] = {
+    NULL, NULL, multi_f32_2, multi_f32_3, multi_f32_4, multi_f32_5, multi_f32_6, multi_f32_7, multi_f32_8, multi_f32_9, multi_f32_10, multi_f32_11, multi_f32_12};
+static const multi_fn k_multi_f16[MULTI_MAX + 1] = {
+    NULL, NULL, multi_f16_2, multi_f16_3, multi_f16_4, multi_f16_5, multi_f16_6, multi_f16_7, multi_f16_8, multi_f16_9, multi_f16_10, multi_f16_11, multi_f16_12};
+static const multi_fn k_multi_bf16[MULTI_MAX + 1] = {
+    NULL, NULL, multi_bf16_2, multi_bf16_3, multi_bf16_4, multi_bf16_5, multi_bf16_6, multi_bf16_7, multi_bf16_8, multi_bf16_9, multi_bf16_10, multi_bf16_11, multi_bf16_12};
 #define SD_FLOAT_KERNEL(t) ((t) == SD_TYPE_F32 || (t) == SD_TYPE_F16 || (t) == SD_TYPE_BF16)
 #else
 #define SD_FLOAT_KERNEL(t) ((t) == SD_TYPE_F32)
@@ -257,14 +263,14 @@ static void multi_generic(const sd_tensor *W, const float *X, int n, float *Y, i
     }
 }
 
-/* Rows [r0, r1) for n <= SD_SMALL_BATCH tokens, in groups of at most 8 tokens. */
+/* Rows [r0, r1) for n <= SD_SMALL_BATCH tokens, in groups of at most MULTI_MAX tokens. */
 static void small_batch_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0,
                              int64_t r1, float *rowbuf) {
 #if SD_HAVE_AVX512
     if (SD_FLOAT_KERNEL(W->type)) {
         const sd_type t = W->type;
-        for (int j0 = 0; j0 < n; j0 += 8) {
-            int nb = n - j0 < 8 ? n - j0 : 8;
+        for (int j0 = 0; j0 < n; j0 += MULTI_MAX) {
+            int nb = n - j0 < MULTI_MAX ? n - j0 : MULTI_MAX;
             const float *Xg = X + (size_t)j0 * W->cols;
             float *Yg = Y + (size_t)j0 * W->rows;
             if (nb == 1) {
