@@ -13,6 +13,8 @@
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+
+#include "kernels/reduce.h"
 #define SD_HAVE_AVX512 1
 #else
 #define SD_HAVE_AVX512 0
@@ -520,22 +522,6 @@ void sd_swiglu(float *a, const float *b, int n) {
 /* ---------------------------------------------------------------- attention */
 
 #if SD_HAVE_AVX512
-/* Sums of each of 16 vectors, as one vector (lane i = sum of p[i]): 45 shuffles and adds for
- * 16 scores instead of ~8 operations per score for a horizontal sum. Every lane uses the same
- * addition tree, so a score does not depend on the other positions of its block. */
-static inline __m512 transpose_sum16(const __m512 p[16]) {
-    __m512 u[8], v[4];
-    for (int k = 0; k < 8; k++)
-        u[k] = _mm512_add_ps(_mm512_unpacklo_ps(p[2 * k], p[2 * k + 1]), _mm512_unpackhi_ps(p[2 * k], p[2 * k + 1]));
-    for (int k = 0; k < 4; k++) {
-        const __m512d a = _mm512_castps_pd(u[2 * k]), b = _mm512_castps_pd(u[2 * k + 1]);
-        v[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-    }
-    const __m512 x0 = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], 0x88), _mm512_shuffle_f32x4(v[0], v[1], 0xDD));
-    const __m512 x1 = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], 0x88), _mm512_shuffle_f32x4(v[2], v[3], 0xDD));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xDD));
-}
-
 /* Scaled scores q . k for cnt (1..16) positions whose key slices start at k0, kv_dim apart,
  * into att[0..cnt). head_dim >= 16. Positions past cnt re-read the last key (in bounds; their
  * lanes are not stored), so the 16 accumulators stay in registers without branches. */

@@ -14,6 +14,8 @@
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512DQ__) && defined(__AVX512VNNI__) && defined(__AVX512VBMI__) && defined(__GFNI__)
 #include <immintrin.h>
+
+#include "kernels/reduce.h"
 #include <pthread.h>
 #define SD_QDOT 1
 #else
@@ -686,79 +688,69 @@ static inline __m512 step_o(__m512 acc, const __m512i w[4], __m512 dw, const act
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_loadu_ps(a->d)), acc);
 }
 
-/* Q4_0: groups of eight blocks; two accumulators (even and odd groups). */
-#define DEFINE_ROWS_O(NB)                                                                      \
-    static void rows_q4_0_##NB(const sd_tensor *W, const void *xa, size_t xs, float *Y,        \
-                               int64_t r0, int64_t r1) {                                       \
-        const act_octo *X = xa;                                                                \
-        const int64_t nblk = W->cols / 32, ng = nblk / 8;                                      \
-        const int rest = (int)(nblk % 8);                                                      \
-        enum { G = 8 * SD_Q4_0_BYTES };                                                        \
-        for (int64_t r = r0; r < r1; r++) {                                                    \
+/* Weight streams per thread: a thread's rows are visited as QS_STREAMS interleaved
+ * sub-ranges so that several sequential weight streams are in flight (see matvec in
+ * kernels.c). Measured on the 110M shape (2 threads, alternating in one process, median ms
+ * per decode step): Q8_0 7.52 -> 6.66, Q6_K 6.38 -> 5.78 with 4 streams; Q4_0 and Q4_K,
+ * whose 62 MB stayed in this machine's 105 MiB L3, 4.72 -> 4.79 and 5.05 -> 5.18 (noise
+ * level). 8 streams were no better than 4. */
+#define QS_STREAMS 4
+
+/* Row i (0 <= i < r1 - r0) of [r0, r1) in visiting order: QS_STREAMS sub-ranges of `per`
+ * rows taken in turn, then the rest in order. */
+static inline int64_t visit_row(int64_t r0, int64_t per, int64_t i) {
+    return i < per * QS_STREAMS ? r0 + (i % QS_STREAMS) * per + i / QS_STREAMS : r0 + i;
+}
+
+/* One weight group (Q4_0: 8 blocks; Q8_0/Q5_0: 4 blocks) of a row for nb token records. Every
+ * kernel accumulates a (row, token) in one register, group by group in order, and sums it
+ * with reduce.h's tree, so a row's result is the same whatever the batch or row grouping. */
+#define GROUP_O(b, nblocks, X, g, acc, NB)                                                     \
+    do {                                                                                       \
+        __m512i w_[4];                                                                         \
+        __m512 dw_;                                                                            \
+        prep_q4_0((b), (nblocks), w_, &dw_);                                                   \
+        for (int j_ = 0; j_ < (NB); j_++) (acc)[j_] = step_o((acc)[j_], w_, dw_, (X) + j_ * xs + (g)); \
+    } while (0)
+#define GROUP_A(T, b, nblocks, X, g, acc, NB)                                                  \
+    do {                                                                                       \
+        __m512i wl_, wh_;                                                                      \
+        __m512 dw_;                                                                            \
+        prep_##T((b), (nblocks), &wl_, &wh_, &dw_);                                            \
+        for (int j_ = 0; j_ < (NB); j_++) (acc)[j_] = step_a((acc)[j_], wl_, wh_, dw_, (X) + j_ * xs + (g)); \
+    } while (0)
+
+/* Rows [r0, r1) for NB tokens, one row at a time in visiting order, inside one call (was a
+ * call per row, two accumulators per token and _mm512_reduce_add_ps; a 16-row variant with a
+ * transposed reduction spilled its accumulators and measured slower than this). GSZ: bytes
+ * per group, GB: blocks per group, GROUP_CALL: GROUP_O or GROUP_A(T, ...). */
+#define DEFINE_ROWS(NAME, SUF, XT, GSZ, GB, GROUP_CALL, NB)                                   \
+    static void rows_##NAME##_##SUF(const sd_tensor *W, const void *xa, size_t xs, float *Y,   \
+                                   int64_t r0, int64_t r1) {                                   \
+        const XT *X = xa;                                                                      \
+        const int64_t nblk = W->cols / 32, ng = nblk / (GB);                                   \
+        const int rest = (int)(nblk % (GB));                                                   \
+        const int64_t per = (r1 - r0) / QS_STREAMS;                                            \
+        for (int64_t i = 0; i < r1 - r0; i++) {                                                \
+            const int64_t r = visit_row(r0, per, i);                                           \
             const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;          \
-            __m512 a0[NB], a1[NB];                                                             \
-            for (int j = 0; j < NB; j++) a0[j] = a1[j] = _mm512_setzero_ps();                  \
-            __m512i w[4];                                                                      \
-            __m512 dw;                                                                         \
-            int64_t g = 0;                                                                     \
-            for (; g + 2 <= ng; g += 2) {                                                      \
-                const uint8_t *b = row + (size_t)g * G;                                        \
-                PREFETCH_AHEAD(b, 2 * G);                                                      \
-                prep_q4_0(b, 8, w, &dw);                                                       \
-                for (int j = 0; j < NB; j++) a0[j] = step_o(a0[j], w, dw, X + j * xs + g);     \
-                prep_q4_0(b + G, 8, w, &dw);                                                   \
-                for (int j = 0; j < NB; j++) a1[j] = step_o(a1[j], w, dw, X + j * xs + g + 1); \
+            __m512 acc[NB];                                                                    \
+            for (int j = 0; j < NB; j++) acc[j] = _mm512_setzero_ps();                         \
+            for (int64_t g = 0; g < ng; g++) {                                                 \
+                const uint8_t *b = row + (size_t)g * (GSZ);                                    \
+                PREFETCH_AHEAD(b, GSZ);                                                        \
+                GROUP_CALL(b, GB, X, g, acc, NB);                                              \
             }                                                                                  \
-            if (g < ng) {                                                                      \
-                prep_q4_0(row + (size_t)g * G, 8, w, &dw);                                     \
-                for (int j = 0; j < NB; j++) a0[j] = step_o(a0[j], w, dw, X + j * xs + g);     \
-                g++;                                                                           \
-            }                                                                                  \
-            if (rest) {                                                                        \
-                prep_q4_0(row + (size_t)g * G, rest, w, &dw);                                  \
-                for (int j = 0; j < NB; j++) a1[j] = step_o(a1[j], w, dw, X + j * xs + g);     \
-            }                                                                                  \
-            for (int j = 0; j < NB; j++)                                                       \
-                Y[(size_t)j * W->rows + r] = _mm512_reduce_add_ps(_mm512_add_ps(a0[j], a1[j])); \
+            if (rest) GROUP_CALL(row + (size_t)ng * (GSZ), rest, X, ng, acc, NB);              \
+            for (int j = 0; j < NB; j++) Y[(size_t)j * W->rows + r] = tree_sum(acc[j]);        \
         }                                                                                      \
     }
 
-/* Q8_0 / Q5_0: groups of four blocks; two accumulators (even and odd groups). */
-#define DEFINE_ROWS_A(T, BSZ, NB)                                                              \
-    static void rows_##T##_##NB(const sd_tensor *W, const void *xa, size_t xs, float *Y,       \
-                                int64_t r0, int64_t r1) {                                      \
-        const act_quad *X = xa;                                                                \
-        const int64_t nblk = W->cols / 32, nq = nblk / 4;                                      \
-        const int rest = (int)(nblk % 4);                                                      \
-        for (int64_t r = r0; r < r1; r++) {                                                    \
-            const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;          \
-            __m512 a0[NB], a1[NB];                                                             \
-            for (int j = 0; j < NB; j++) a0[j] = a1[j] = _mm512_setzero_ps();                  \
-            __m512i wl, wh;                                                                    \
-            __m512 dw;                                                                         \
-            int64_t g = 0;                                                                     \
-            for (; g + 2 <= nq; g += 2) {                                                      \
-                const uint8_t *b = row + (size_t)(4 * g) * BSZ;                                \
-                PREFETCH_AHEAD(b, 8 * BSZ);                                                    \
-                prep_##T(b, 4, &wl, &wh, &dw);                                                 \
-                for (int j = 0; j < NB; j++) a0[j] = step_a(a0[j], wl, wh, dw, X + j * xs + g); \
-                prep_##T(b + 4 * BSZ, 4, &wl, &wh, &dw);                                       \
-                for (int j = 0; j < NB; j++)                                                   \
-                    a1[j] = step_a(a1[j], wl, wh, dw, X + j * xs + g + 1);                     \
-            }                                                                                  \
-            if (g < nq) {                                                                      \
-                prep_##T(row + (size_t)(4 * g) * BSZ, 4, &wl, &wh, &dw);                       \
-                for (int j = 0; j < NB; j++) a0[j] = step_a(a0[j], wl, wh, dw, X + j * xs + g); \
-                g++;                                                                           \
-            }                                                                                  \
-            if (rest) {                                                                        \
-                prep_##T(row + (size_t)(4 * g) * BSZ, rest, &wl, &wh, &dw);                    \
-                for (int j = 0; j < NB; j++) a1[j] = step_a(a1[j], wl, wh, dw, X + j * xs + g); \
-            }                                                                                  \
-            for (int j = 0; j < NB; j++)                                                       \
-                Y[(size_t)j * W->rows + r] = _mm512_reduce_add_ps(_mm512_add_ps(a0[j], a1[j])); \
-        }                                                                                      \
-    }
+#define GROUP_Q8(b, nb, X, g, acc, NB) GROUP_A(q8_0, b, nb, X, g, acc, NB)
+#define GROUP_Q5(b, nb, X, g, acc, NB) GROUP_A(q5_0, b, nb, X, g, acc, NB)
+#define ROWS_O(NB) DEFINE_ROWS(q4_0, NB, act_octo, 8 * SD_Q4_0_BYTES, 8, GROUP_O, NB)
+#define ROWS_Q8(NB) DEFINE_ROWS(q8_0, NB, act_quad, 4 * SD_Q8_0_BYTES, 4, GROUP_Q8, NB)
+#define ROWS_Q5(NB) DEFINE_ROWS(q5_0, NB, act_quad, 4 * SD_Q5_0_BYTES, 4, GROUP_Q5, NB)
 
 /* int16 lane m of a 64-byte chunk covers bytes 2m, 2m+1. Q4_K: bytes 0..31 are sub-block
  * 2c, 32..63 sub-block 2c+1 (lanes 0..15 / 16..31). Q6_K: 16-element groups 4c..4c+3
@@ -901,9 +893,9 @@ static inline __m128i q4_k_scales_v(const uint8_t *s) {
     M(__VA_ARGS__ 1) M(__VA_ARGS__ 2) M(__VA_ARGS__ 3) M(__VA_ARGS__ 4)                        \
     M(__VA_ARGS__ 5) M(__VA_ARGS__ 6) M(__VA_ARGS__ 7) M(__VA_ARGS__ 8)
 
-DEFINE_ALL_NB(DEFINE_ROWS_A, q8_0, SD_Q8_0_BYTES,)
-DEFINE_ALL_NB(DEFINE_ROWS_O,)
-DEFINE_ALL_NB(DEFINE_ROWS_A, q5_0, SD_Q5_0_BYTES,)
+ROWS_O(1) ROWS_O(2) ROWS_O(3) ROWS_O(4) ROWS_O(5) ROWS_O(6) ROWS_O(7) ROWS_O(8)
+ROWS_Q8(1) ROWS_Q8(2) ROWS_Q8(3) ROWS_Q8(4) ROWS_Q8(5) ROWS_Q8(6) ROWS_Q8(7) ROWS_Q8(8)
+ROWS_Q5(1) ROWS_Q5(2) ROWS_Q5(3) ROWS_Q5(4) ROWS_Q5(5) ROWS_Q5(6) ROWS_Q5(7) ROWS_Q5(8)
 DEFINE_ALL_NB(DEFINE_ROWS_Q4K,)
 DEFINE_ALL_NB(DEFINE_ROWS_Q6K,)
 
@@ -927,12 +919,6 @@ static const rows_fn *rows_table(sd_type t) {
     }
 }
 #endif /* SD_QDOT */
-
-/* Weight streams per thread. Measured on the 110M shape (2 threads, alternating in one
- * process, median ms per decode step): Q8_0 7.52 -> 6.66, Q6_K 6.38 -> 5.78 with 4 streams;
- * Q4_0 and Q4_K, whose 62 MB stayed in this machine's 105 MiB L3, 4.72 -> 4.79 and
- * 5.05 -> 5.18 (noise level). 8 streams were no better than 4. */
-#define QS_STREAMS 4
 
 int sd_quant_has_dot(sd_type t) { return SD_QDOT && family_of(t) != FAM_NONE; }
 
@@ -996,6 +982,10 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
                 const int nb = n - j0 < 8 ? n - j0 : 8;
                 const void *xa = (const uint8_t *)act + tok * (size_t)j0;
                 float *Yg = Y[i] + (size_t)j0 * rows;
+                if (fam != FAM_K) { /* these kernels visit the streams themselves */
+                    tab[nb](W[i], xa, xs, Yg, r0, r1);
+                    continue;
+                }
                 for (int64_t j = 0; j < per; j++)
                     for (int64_t r = r0 + j; r < end; r += per) tab[nb](W[i], xa, xs, Yg, r, r + 1);
                 if (end < r1) tab[nb](W[i], xa, xs, Yg, end, r1);
