@@ -38,7 +38,7 @@ static void check_matmul(sd_type type, int rows, int cols, int n) {
         else ((float *)w)[i] = v;
     }
     for (int i = 0; i < n * cols; i++) x[i] = frand();
-    sd_tensor W = {type, rows, cols, (size_t)cols * esz, w};
+    sd_tensor W = {type, rows, cols, (size_t)cols * esz, w, NULL};
     assert_int_equal(sd_matmul(&W, x, n, y, scratch), 0);
     assert_int_equal(sd_matmul_ref(&W, x, n, yr), 0);
     double worst = 0, scale = 0;
@@ -103,7 +103,7 @@ static void test_matmul_group(void **state) {
         y[m] = malloc((size_t)5 * rows[m] * sizeof(float));
         yr[m] = malloc((size_t)5 * rows[m] * sizeof(float));
         for (int i = 0; i < rows[m] * COLS; i++) w[m][i] = frand();
-        W[m] = (sd_tensor){SD_TYPE_F32, rows[m], COLS, COLS * sizeof(float), w[m]};
+        W[m] = (sd_tensor){SD_TYPE_F32, rows[m], COLS, COLS * sizeof(float), w[m], NULL};
     }
     const sd_tensor *wp[3] = {&W[0], &W[1], &W[2]};
     for (int n = 1; n <= 5; n += 4) {
@@ -124,7 +124,7 @@ static void test_matmul_group(void **state) {
 static void test_matmul_unsupported_type(void **state) {
     (void)state;
     float x[32] = {0}, y[4];
-    sd_tensor W = {SD_TYPE_Q2_K, 4, 256, 84, x};
+    sd_tensor W = {SD_TYPE_Q2_K, 4, 256, 84, x, NULL};
     assert_int_equal(sd_matmul(&W, x, 1, y, NULL), -1);
 }
 

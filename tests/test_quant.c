@@ -134,7 +134,7 @@ static void test_dequant_fast_equals_ref(void **state) {
             for (int64_t i = 0; i < n; i++)
                 if (!isfinite(ref[i])) fail_msg("%s kind %d element %lld: %g from finite scales", tname(t), kind, (long long)i, (double)ref[i]);
             /* the kernels' entry point (embedding lookup, GEMM tiles) agrees */
-            sd_tensor W = {t, 1, n, sd_type_row_bytes(t, n), b};
+            sd_tensor W = {t, 1, n, sd_type_row_bytes(t, n), b, NULL};
             assert_int_equal(sd_dequant_row(&W, 0, via), 0);
             assert_memory_equal(via, ref, (size_t)n * sizeof(float));
             if (kind == 2)
@@ -171,7 +171,7 @@ static void check_roundtrip(sd_type t, const float *x, int64_t n, int kind) {
     float *y = malloc((size_t)n * sizeof(float));
     assert_int_equal(sd_quantize_row(t, x, q, n), SD_OK);
     if (t == SD_TYPE_F16) {
-        sd_tensor W = {t, 1, n, sd_type_row_bytes(t, n), q};
+        sd_tensor W = {t, 1, n, sd_type_row_bytes(t, n), q, NULL};
         assert_int_equal(sd_dequant_row(&W, 0, y), 0);
     } else {
         assert_int_equal(sd_quant_dequant_row_ref(t, q, y, n), 0);
@@ -410,7 +410,7 @@ static void check_qmatmul(sd_type t, int rows, int cols, int n) {
     for (int r = 0; r < rows; r++)
         assert_int_equal(sd_quantize_row(t, wf + (size_t)r * cols, w + rb * (size_t)r, cols), SD_OK);
     for (int i = 0; i < n * cols; i++) X[i] = frand() * (i % 7 == 0 ? 4.0f : 1.0f);
-    sd_tensor W = {t, rows, cols, rb, w};
+    sd_tensor W = {t, rows, cols, rb, w, NULL};
     assert_int_equal(sd_matmul(&W, X, n, Y, scratch), 0);
     assert_int_equal(sd_matmul_ref(&W, X, n, Yr), 0);
     const int fam_k = t == SD_TYPE_Q4_K || t == SD_TYPE_Q6_K;
@@ -512,7 +512,7 @@ static void test_qmatmul_group(void **state) {
                 for (int c = 0; c < COLS; c++) row[c] = frand();
                 assert_int_equal(sd_quantize_row(t, row, w[m] + rb * (size_t)r, COLS), SD_OK);
             }
-            W[m] = (sd_tensor){t, rows[m], COLS, rb, w[m]};
+            W[m] = (sd_tensor){t, rows[m], COLS, rb, w[m], NULL};
         }
         const sd_tensor *wp[3] = {&W[0], &W[1], &W[2]};
         for (int n = 1; n <= 5; n += 4) {
@@ -528,6 +528,43 @@ static void test_qmatmul_group(void **state) {
             free(yr[m]);
         }
         free(x);
+    }
+}
+
+/* Q4_0 rows packed for the kernels (sd_quant_pack_rows) give the same bits as the file
+ * layout, for whole and partial groups of 8 blocks, decode and batch sizes, serial and
+ * parallel paths. */
+static void test_qmatmul_packed(void **state) {
+    (void)state;
+    if (!sd_quant_can_pack(SD_TYPE_Q4_0)) skip();
+    static const int shapes[][2] = {{37, 96}, {37, 256}, {37, 352}, {1203, 768}, {300, 2048}};
+    static const int ns[] = {1, 2, 5, 8, 9, 17};
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const int rows = shapes[si][0], cols = shapes[si][1];
+        const size_t rb = sd_type_row_bytes(SD_TYPE_Q4_0, cols);
+        uint8_t *w = malloc(rb * (size_t)rows), *p = malloc(rb * (size_t)rows);
+        float *row = malloc((size_t)cols * sizeof(float)), *x = malloc((size_t)17 * cols * sizeof(float));
+        float *y = malloc((size_t)17 * rows * sizeof(float)), *yp = malloc((size_t)17 * rows * sizeof(float));
+        for (int r = 0; r < rows; r++) {
+            for (int c = 0; c < cols; c++) row[c] = frand() * (r % 5 == 0 ? 1e-3f : 1.0f);
+            assert_int_equal(sd_quantize_row(SD_TYPE_Q4_0, row, w + rb * (size_t)r, cols), SD_OK);
+        }
+        for (int i = 0; i < 17 * cols; i++) x[i] = frand();
+        sd_quant_pack_rows(SD_TYPE_Q4_0, w, p, rows, rb, cols);
+        sd_tensor W = {SD_TYPE_Q4_0, rows, cols, rb, w, NULL}, Wp = {SD_TYPE_Q4_0, rows, cols, rb, w, p};
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+            const int n = ns[ni];
+            assert_int_equal(sd_matmul(&W, x, n, y, NULL), 0);
+            assert_int_equal(sd_matmul(&Wp, x, n, yp, NULL), 0);
+            if (memcmp(y, yp, (size_t)n * rows * sizeof(float)))
+                fail_msg("packed Q4_0 %dx%d n=%d differs from the file layout", rows, cols, n);
+        }
+        free(w);
+        free(p);
+        free(row);
+        free(x);
+        free(y);
+        free(yp);
     }
 }
 
@@ -553,7 +590,7 @@ static void test_qmatmul_nan(void **state) {
         sd_quantize_row(t, wf, w, cols);
         sd_quantize_row(t, wf, w + rb, cols);
         x[77] = NAN;
-        sd_tensor W = {t, 2, cols, rb, w};
+        sd_tensor W = {t, 2, cols, rb, w, NULL};
         assert_int_equal(sd_matmul(&W, x, 1, y, NULL), 0);
         assert_true(isnan(y[0]) && isnan(y[1]));
     }
@@ -706,6 +743,7 @@ int main(void) {
         cmocka_unit_test(test_qmatmul_small),
         cmocka_unit_test(test_qmatmul_parallel),
         cmocka_unit_test(test_qmatmul_group),
+        cmocka_unit_test(test_qmatmul_packed),
         cmocka_unit_test(test_qmatmul_nan),
         cmocka_unit_test(test_fixture_f16),
         cmocka_unit_test(test_fixture_q8_0),

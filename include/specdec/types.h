@@ -47,6 +47,8 @@ typedef struct {
     int64_t cols;
     size_t row_bytes;
     const void *data; /* usually points into the read-only mmap of the model file */
+    const void *packed; /* the same rows regrouped for the kernels (Q4_0), owned by the
+                           model, or NULL; data stays the file's layout for everything else */
 } sd_tensor;
 
 #endif

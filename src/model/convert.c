@@ -203,7 +203,7 @@ sd_status sd_model_quantize(const sd_model *src, sd_type t, const sd_model_param
             continue;
         }
         const sd_type type = sd_quant_fallback(t, v.cols);
-        sd_tensor q = {type, v.rows, v.cols, sd_type_row_bytes(type, v.cols), buf + off};
+        sd_tensor q = {type, v.rows, v.cols, sd_type_row_bytes(type, v.cols), buf + off, NULL};
         if ((st = quantize_view(src, name, &v, type, 0, buf + off)) != SD_OK) break;
         off += (stored_bytes(&v, type) + 63) & ~(size_t)63;
         sd_tensor *slots[9] = {NULL};

@@ -14,6 +14,7 @@
 
 #include "core/fp16.h"
 #include "kernels/kernels.h"
+#include "kernels/quant.h"
 
 sd_model_params sd_model_default_params(void) {
     sd_model_params p = {0};
@@ -49,6 +50,7 @@ void sd_model_free(sd_model *m) {
     sd_hf_files_free(m->hf);
     if (m->map) munmap(m->map, m->map_len);
     free(m->owned_image);
+    free(m->packed_image);
     free(m->path);
     free(m);
 }
@@ -71,6 +73,44 @@ static sd_status map_file(const char *path, void **map, size_t *len) {
     if (p == MAP_FAILED) return sd_fail(SD_ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
     *map = p;
     *len = (size_t)st.st_size;
+    return SD_OK;
+}
+
+/* Regroups the matrices of types with a kernel layout (Q4_0) into one owned buffer and points
+ * their sd_tensor.packed at it; data keeps the file's layout for dequantisation, conversion and
+ * the references. Pages of the file mapping that only the kernels read are released, so the
+ * resident size stays about one copy of the weights. A tied classifier (the embedding table)
+ * stays unpacked. Failing to allocate only costs speed: the unpacked kernels run instead. */
+static sd_status pack_weights(sd_model *m) {
+    sd_tensor **list = malloc(((size_t)m->hp.n_layers * 7 + 1) * sizeof *list);
+    if (!list) return SD_OK;
+    int n = 0;
+    for (int l = 0; l < m->hp.n_layers; l++) {
+        sd_layer *L = &m->layers[l];
+        sd_tensor *ls[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
+        for (int i = 0; i < 7; i++) list[n++] = ls[i];
+    }
+    if (m->output.data != m->tok_embd.data) list[n++] = &m->output;
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        if (sd_quant_can_pack(list[i]->type)) total += ((size_t)list[i]->rows * list[i]->row_bytes + 63) & ~(size_t)63;
+    uint8_t *buf = total ? aligned_alloc(64, total) : NULL;
+    m->packed_image = buf;
+    const long page = sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < n && buf; i++) {
+        sd_tensor *t = list[i];
+        if (!sd_quant_can_pack(t->type)) continue;
+        const size_t bytes = (size_t)t->rows * t->row_bytes;
+        sd_quant_pack_rows(t->type, t->data, buf, t->rows, t->row_bytes, t->cols);
+        t->packed = buf;
+        buf += (bytes + 63) & ~(size_t)63;
+        const uintptr_t b = (uintptr_t)t->data, e = b + bytes, mb = (uintptr_t)m->map;
+        if (m->map && page > 0 && b >= mb && e <= mb + m->map_len) {
+            const uintptr_t pb = (b + (uintptr_t)page - 1) & ~((uintptr_t)page - 1), pe = e & ~((uintptr_t)page - 1);
+            if (pe > pb) madvise((void *)pb, pe - pb, MADV_DONTNEED); /* re-read from the file if ever needed */
+        }
+    }
+    free(list);
     return SD_OK;
 }
 
@@ -144,7 +184,7 @@ sd_status sd_model_finish(sd_model *m, const sd_model_params *p) {
     m->arena.base = base;
     m->arena.n_batch = nb;
     m->arena.att_threads = slots;
-    return SD_OK;
+    return pack_weights(m);
 }
 
 static sd_status load_common(sd_model *m, const void *buf, size_t len, const sd_model_params *p) {
@@ -271,7 +311,7 @@ sd_status sd_model_tensor(const sd_model *m, int i, char *name, size_t cap, sd_t
                                            "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up"};
     const int n = sd_model_n_tensors(m), nl9 = 9 * m->hp.n_layers;
     if (i < 0 || i >= n) return sd_fail(SD_ERR_INVALID_ARG, "%s: tensor index %d not in [0, %d)", m->path, i, n);
-    const sd_tensor norm = {SD_TYPE_F32, 1, m->hp.dim, (size_t)m->hp.dim * sizeof(float), NULL};
+    const sd_tensor norm = {SD_TYPE_F32, 1, m->hp.dim, (size_t)m->hp.dim * sizeof(float), NULL, NULL};
     int len;
     if (i == 0) {
         len = snprintf(name, cap, "token_embd.weight");

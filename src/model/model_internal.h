@@ -56,6 +56,7 @@ struct sd_model {
     int type_counts[SD_TYPE_COUNT];
     size_t weight_bytes;
     sd_arena arena;
+    void *packed_image; /* the kernels' copies of the matrices (sd_tensor.packed), or NULL */
 };
 
 /* Validates hyperparameters, computes inv_freq and sizes the arena. */
