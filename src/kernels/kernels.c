@@ -525,8 +525,34 @@ void sd_swiglu(float *a, const float *b, int n) {
 /* Scaled scores q . k for cnt (1..16) positions whose key slices start at k0, kv_dim apart,
  * into att[0..cnt). head_dim >= 16. Positions past cnt re-read the last key (in bounds; their
  * lanes are not stored), so the 16 accumulators stay in registers without branches. */
+/* Position by position with q in NC registers (head_dim == 16 * NC): one key pointer at a
+ * time, so nothing spills; the same operations in the same order as the generic loop. */
+#define DEFINE_SCORE_BLOCK(NC)                                                                 \
+    static inline void score_block_##NC(const float *q, const float *k0, int kv_dim, int cnt,  \
+                                        float scale, float *att) {                              \
+        __m512 qv[NC], p[16];                                                                  \
+        for (int c = 0; c < NC; c++) qv[c] = _mm512_loadu_ps(q + 16 * c);                      \
+        for (int i = 0; i < 16; i++) {                                                         \
+            const float *k = k0 + (size_t)(i < cnt ? i : cnt - 1) * kv_dim;                    \
+            __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));                             \
+            for (int c = 1; c < NC; c++) acc = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(k + 16 * c), acc); \
+            p[i] = acc;                                                                        \
+        }                                                                                      \
+        _mm512_mask_storeu_ps(att, tail_mask(cnt), _mm512_mul_ps(transpose_sum16(p), _mm512_set1_ps(scale))); \
+    }
+DEFINE_SCORE_BLOCK(4)
+DEFINE_SCORE_BLOCK(8)
+
 static inline void score_block(const float *q, const float *k0, int kv_dim, int head_dim, int cnt,
                                float scale, float *att) {
+    if (head_dim == 64) {
+        score_block_4(q, k0, kv_dim, cnt, scale, att);
+        return;
+    }
+    if (head_dim == 128) {
+        score_block_8(q, k0, kv_dim, cnt, scale, att);
+        return;
+    }
     const float *k[16];
     for (int i = 0; i < 16; i++) k[i] = k0 + (size_t)(i < cnt ? i : cnt - 1) * kv_dim;
     __m512 p[16];
