@@ -531,7 +531,7 @@ static void test_qmatmul_group(void **state) {
     }
 }
 
-/* Q4_0 rows packed for the kernels (sd_quant_pack_rows) give the same bits as the file
+/* Q4_0 and Q8_0 rows packed for the kernels (sd_quant_pack_rows) give the same bits as the file
  * layout, for whole and partial groups of 8 blocks, decode and batch sizes, serial and
  * parallel paths. */
 static void test_qmatmul_packed(void **state) {
@@ -539,25 +539,28 @@ static void test_qmatmul_packed(void **state) {
     if (!sd_quant_can_pack(SD_TYPE_Q4_0)) skip();
     static const int shapes[][2] = {{37, 96}, {37, 256}, {37, 352}, {1203, 768}, {300, 2048}};
     static const int ns[] = {1, 2, 5, 8, 9, 17};
+    static const sd_type types[] = {SD_TYPE_Q4_0, SD_TYPE_Q8_0};
+    for (size_t ti = 0; ti < 2; ti++)
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const sd_type T = types[ti];
         const int rows = shapes[si][0], cols = shapes[si][1];
-        const size_t rb = sd_type_row_bytes(SD_TYPE_Q4_0, cols);
+        const size_t rb = sd_type_row_bytes(T, cols);
         uint8_t *w = malloc(rb * (size_t)rows), *p = malloc(rb * (size_t)rows);
         float *row = malloc((size_t)cols * sizeof(float)), *x = malloc((size_t)17 * cols * sizeof(float));
         float *y = malloc((size_t)17 * rows * sizeof(float)), *yp = malloc((size_t)17 * rows * sizeof(float));
         for (int r = 0; r < rows; r++) {
             for (int c = 0; c < cols; c++) row[c] = frand() * (r % 5 == 0 ? 1e-3f : 1.0f);
-            assert_int_equal(sd_quantize_row(SD_TYPE_Q4_0, row, w + rb * (size_t)r, cols), SD_OK);
+            assert_int_equal(sd_quantize_row(T, row, w + rb * (size_t)r, cols), SD_OK);
         }
         for (int i = 0; i < 17 * cols; i++) x[i] = frand();
-        sd_quant_pack_rows(SD_TYPE_Q4_0, w, p, rows, rb, cols);
-        sd_tensor W = {SD_TYPE_Q4_0, rows, cols, rb, w, NULL}, Wp = {SD_TYPE_Q4_0, rows, cols, rb, w, p};
+        sd_quant_pack_rows(T, w, p, rows, rb, cols);
+        sd_tensor W = {T, rows, cols, rb, w, NULL}, Wp = {T, rows, cols, rb, w, p};
         for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
             const int n = ns[ni];
             assert_int_equal(sd_matmul(&W, x, n, y, NULL), 0);
             assert_int_equal(sd_matmul(&Wp, x, n, yp, NULL), 0);
             if (memcmp(y, yp, (size_t)n * rows * sizeof(float)))
-                fail_msg("packed Q4_0 %dx%d n=%d differs from the file layout", rows, cols, n);
+                fail_msg("packed %s %dx%d n=%d differs from the file layout", tname(T), rows, cols, n);
         }
         free(w);
         free(p);

@@ -48,12 +48,13 @@ int sd_quant_matmul(const sd_tensor *W, const float *X, int n, float *Y, void *s
 int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count, const float *X,
                           int n, void *scratch, size_t scratch_bytes);
 
-/* 1 when sd_quant_pack_rows has a kernel layout for type t on this build (Q4_0). */
+/* 1 when sd_quant_pack_rows has a kernel layout for type t on this build (Q4_0, Q8_0). */
 int sd_quant_can_pack(sd_type t);
 
 /* Writes rows x row_bytes bytes of t-typed rows from src into dst in the kernels' layout
  * (Q4_0: each group of up to 8 blocks as their quant bytes 0..7, bytes 8..15, then the 8
- * fp16 scales, so the integer kernel loads them without byte gathers); the same size.
+ * fp16 scales; Q8_0: groups of up to 4 blocks as elements 0..15 + 128, elements 16..31 + 128,
+ * then the scales; so the integer kernels load them without gathers); the same size.
  * Set sd_tensor.packed to dst. Results are bit-identical to the unpacked kernels. */
 void sd_quant_pack_rows(sd_type t, const void *src, void *dst, int64_t rows, size_t row_bytes, int64_t cols);
 
