@@ -65,8 +65,12 @@ sd_status sd_bench_rounds(sd_model *m, sd_kv *kv, int pos, int n_max, int reps, 
     float *logits = malloc((size_t)n_max * hp->vocab_size * sizeof(float));
     float *buf = probe_buffer(probe_bytes);
     sd_status st = SD_OK;
-    if (!tok || !logits || !buf) {
+    if (!buf) {
         st = sd_fail(SD_ERR_NOMEM, "bench: cannot allocate the %zu MiB probe buffer", probe_bytes >> 20);
+        goto out;
+    }
+    if (!tok || !logits) {
+        st = sd_fail(SD_ERR_NOMEM, "bench: out of memory");
         goto out;
     }
     for (int i = 0; i < pos + n_max; i++) tok[i] = (int32_t)((i * 7919 + 3) % hp->vocab_size);

@@ -101,14 +101,14 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Seconds of one forward of n tokens appended at pos (the cache holds pos tokens; it is
- * truncated back), or -1. */
-static double one_forward(sd_model *m, sd_kv *kv, const int32_t *tok, int pos, int n, float *logits) {
+/* One forward of n tokens appended at pos (the cache holds pos tokens and is truncated back
+ * to them, also on failure): its seconds in *t. */
+static sd_status one_forward(sd_model *m, sd_kv *kv, const int32_t *tok, int pos, int n, float *logits, double *t) {
     double t0 = now_s();
-    if (sd_model_forward(m, kv, tok + pos, n, logits, n > 1) != SD_OK) return -1;
-    double t = now_s() - t0;
+    sd_status st = sd_model_forward(m, kv, tok + pos, n, logits, n > 1);
+    *t = now_s() - t0;
     sd_kv_truncate(kv, pos);
-    return t;
+    return st;
 }
 
 /* The cost model's inputs, measured in interleaved rounds (a target decode step, a draft
@@ -117,12 +117,15 @@ static double one_forward(sd_model *m, sd_kv *kv, const int32_t *tok, int pos, i
  * separate medians of the same model differed by 29% on this machine). Rounds fill about
  * budget seconds per figure. t_verify[i] is reported as verify_ratio x t_target. */
 static sd_status time_costs(sd_model *target, sd_model *draft, sd_kv *kv_t, sd_kv *kv_d, int pos, const int *ks,
-                            int nk, double budget, double *t_target, double *t_draft, double *draft_ratio,
-                            double *t_verify, double *verify_ratio) {
-    const sd_hparams *ht = sd_model_hparams(target);
+                            int nk, double budget, volatile sig_atomic_t *stop, double *t_target, double *t_draft,
+                            double *draft_ratio, double *t_verify, double *verify_ratio) {
+    const sd_hparams *ht = sd_model_hparams(target), *hd = sd_model_hparams(draft);
     int kmax = ks[nk - 1];
     int32_t *tok = malloc((size_t)(pos + kmax + 1) * sizeof(int32_t));
-    float *logits = malloc((size_t)(kmax + 1) * ht->vocab_size * sizeof(float));
+    /* logits of the widest pass: k+1 target rows, or one row of a draft with a larger vocabulary */
+    size_t n_logits = (size_t)(kmax + 1) * ht->vocab_size;
+    if ((size_t)hd->vocab_size > n_logits) n_logits = (size_t)hd->vocab_size;
+    float *logits = malloc(n_logits * sizeof(float));
     const int max_reps = 40;
     double *v = malloc((size_t)max_reps * (nk + 3) * sizeof(double));
     sd_status st = SD_OK;
@@ -130,8 +133,7 @@ static sd_status time_costs(sd_model *target, sd_model *draft, sd_kv *kv_t, sd_k
         st = sd_fail(SD_ERR_NOMEM, "bench: out of memory");
         goto out;
     }
-    const int vocab = ht->vocab_size < sd_model_hparams(draft)->vocab_size ? ht->vocab_size
-                                                                           : sd_model_hparams(draft)->vocab_size;
+    const int vocab = ht->vocab_size < hd->vocab_size ? ht->vocab_size : hd->vocab_size;
     for (int i = 0; i < pos + kmax + 1; i++) tok[i] = (int32_t)((i * 7919 + 3) % vocab);
     sd_kv_truncate(kv_t, 0);
     sd_kv_truncate(kv_d, 0);
@@ -139,24 +141,28 @@ static sd_status time_costs(sd_model *target, sd_model *draft, sd_kv *kv_t, sd_k
                     (st = sd_model_forward(draft, kv_d, tok, pos, NULL, 0)) != SD_OK))
         goto out;
     /* warm-up round, also the estimate of a round's length */
-    double round = 0;
+    double round = 0, t;
     for (int i = -2; i < nk; i++) {
-        double t = i == -2 ? one_forward(target, kv_t, tok, pos, 1, logits)
-                 : i == -1 ? one_forward(draft, kv_d, tok, pos, 1, logits)
-                           : one_forward(target, kv_t, tok, pos, ks[i] + 1, logits);
-        if (t < 0) {
-            st = sd_fail(SD_ERR_INVALID_ARG, "bench: timing a forward pass failed: %s", sd_last_error());
-            goto out;
-        }
+        st = i == -2 ? one_forward(target, kv_t, tok, pos, 1, logits, &t)
+           : i == -1 ? one_forward(draft, kv_d, tok, pos, 1, logits, &t)
+                     : one_forward(target, kv_t, tok, pos, ks[i] + 1, logits, &t);
+        if (st != SD_OK) goto out;
         round += t;
     }
     int reps = round > 0 ? (int)(budget * (nk + 2) / round) : max_reps;
     reps = reps < 5 ? 5 : reps > max_reps ? max_reps : reps;
     double *tt = v, *td = v + max_reps, *tv = v + 2 * max_reps, *w = v + (size_t)(nk + 2) * max_reps;
     for (int r = 0; r < reps; r++) {
-        tt[r] = one_forward(target, kv_t, tok, pos, 1, logits);
-        td[r] = one_forward(draft, kv_d, tok, pos, 1, logits);
-        for (int i = 0; i < nk; i++) tv[(size_t)i * max_reps + r] = one_forward(target, kv_t, tok, pos, ks[i] + 1, logits);
+        if ((st = one_forward(target, kv_t, tok, pos, 1, logits, &tt[r])) != SD_OK ||
+            (st = one_forward(draft, kv_d, tok, pos, 1, logits, &td[r])) != SD_OK)
+            goto out;
+        for (int i = 0; i < nk; i++)
+            if ((st = one_forward(target, kv_t, tok, pos, ks[i] + 1, logits, &tv[(size_t)i * max_reps + r])) != SD_OK)
+                goto out;
+        if (stop && *stop) {
+            st = sd_fail(SD_ERR_INTERRUPTED, "bench interrupted");
+            goto out;
+        }
     }
     for (int r = 0; r < reps; r++) w[r] = td[r] / tt[r];
     *draft_ratio = sd_median(w, reps);
@@ -309,8 +315,8 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
         (st = sd_model_kv_create(p->draft, n_ctx, &kv_d)) != SD_OK)
         goto out;
     double draft_ratio = 0, t_verify[SD_MAX_DRAFT], verify_ratio[SD_MAX_DRAFT];
-    st = time_costs(p->target, p->draft, kv_t, kv_d, pos, cfg->k, cfg->n_k, budget, &r->t_decode_target_s,
-                    &r->t_decode_draft_s, &draft_ratio, t_verify, verify_ratio);
+    st = time_costs(p->target, p->draft, kv_t, kv_d, pos, cfg->k, cfg->n_k, budget, p->stop_flag,
+                    &r->t_decode_target_s, &r->t_decode_draft_s, &draft_ratio, t_verify, verify_ratio);
     if (st != SD_OK) goto out;
     if (p->stop_flag && *p->stop_flag) { /* the cost timings run no generation to poll it */
         st = sd_fail(SD_ERR_INTERRUPTED, "bench interrupted");

@@ -522,9 +522,6 @@ void sd_swiglu(float *a, const float *b, int n) {
 /* ---------------------------------------------------------------- attention */
 
 #if SD_HAVE_AVX512
-/* Scaled scores q . k for cnt (1..16) positions whose key slices start at k0, kv_dim apart,
- * into att[0..cnt). head_dim >= 16. Positions past cnt re-read the last key (in bounds; their
- * lanes are not stored), so the 16 accumulators stay in registers without branches. */
 /* Position by position with q in NC registers (head_dim == 16 * NC): one key pointer at a
  * time, so nothing spills; the same operations in the same order as the generic loop. */
 #define DEFINE_SCORE_BLOCK(NC)                                                                 \
@@ -543,6 +540,9 @@ void sd_swiglu(float *a, const float *b, int n) {
 DEFINE_SCORE_BLOCK(4)
 DEFINE_SCORE_BLOCK(8)
 
+/* Scaled scores q . k for cnt (1..16) positions whose key slices start at k0, kv_dim apart,
+ * into att[0..cnt). head_dim >= 16. Positions past cnt re-read the last key (in bounds; their
+ * lanes are not stored), so the 16 accumulators stay in registers without branches. */
 static inline void score_block(const float *q, const float *k0, int kv_dim, int head_dim, int cnt,
                                float scale, float *att) {
     if (head_dim == 64) {
@@ -686,9 +686,6 @@ static void attend_heads(const float *q, const float *K, const float *V, float *
 }
 #endif
 
-/* Positions ahead whose key/value slices are prefetched (~100 ns of L3 latency at ~10 ns
- * per position). */
-
 
 void sd_attention(const float *q, const float *K, const float *V, float *out, int n, int pos0,
                   int n_heads, int n_kv_heads, int head_dim, float *att_scratch, int att_slots) {
@@ -709,7 +706,13 @@ void sd_attention(const float *q, const float *K, const float *V, float *out, in
     if (head_dim >= 16 && att_slots >= n_heads) { /* blocks of positions over each thread's heads */
         const int tg = att_slots / n_heads < SD_ATT_TOKENS ? att_slots / n_heads : SD_ATT_TOKENS;
         if (nt > n_heads) nt = n_heads;
-#pragma omp parallel num_threads(nt) if (par)
+        if (!par) { /* serial, no OpenMP (see sd_matmul) */
+            for (int j0 = 0; j0 < n; j0 += tg)
+                attend_heads(q, K, V, out, pos0, j0, j0 + tg < n ? j0 + tg : n, n_heads, kv_dim, head_dim, 0,
+                             n_heads, group, att_scratch, (size_t)ctx_max);
+            return;
+        }
+#pragma omp parallel num_threads(nt)
         {
             const int id = omp_get_thread_num(), tn = omp_get_num_threads();
             const int h0 = n_heads * id / tn, h1 = n_heads * (id + 1) / tn;

@@ -10,7 +10,7 @@
 #include "model/model_internal.h"
 
 static sd_tensor mat(const float *p, int64_t rows, int64_t cols) {
-    sd_tensor t;
+    sd_tensor t = {0};
     t.type = SD_TYPE_F32;
     t.rows = rows;
     t.cols = cols;

@@ -76,11 +76,13 @@ static sd_status map_file(const char *path, void **map, size_t *len) {
     return SD_OK;
 }
 
-/* Regroups the matrices of types with a kernel layout (Q4_0) into one owned buffer and points
- * their sd_tensor.packed at it; data keeps the file's layout for dequantisation, conversion and
- * the references. Pages of the file mapping that only the kernels read are released, so the
- * resident size stays about one copy of the weights. A tied classifier (the embedding table)
- * stays unpacked. Failing to allocate only costs speed: the unpacked kernels run instead. */
+/* Regroups the matrices of types with a kernel layout (Q4_0, Q8_0) into one owned buffer and
+ * points their sd_tensor.packed at it; data keeps the file's layout for dequantisation,
+ * conversion and the references. For a model mapped from a file, the pages that only the
+ * kernels read are released, so the resident size stays about one copy of the weights; a model
+ * loaded from memory or quantised in memory (a --draft-type copy) keeps both copies (for a
+ * 110M-shape Q4_0 draft, 62 MB more). A tied classifier (the embedding table) stays unpacked.
+ * Failing to allocate only costs speed: the unpacked kernels run instead. */
 static sd_status pack_weights(sd_model *m) {
     sd_tensor **list = malloc(((size_t)m->hp.n_layers * 7 + 1) * sizeof *list);
     if (!list) return SD_OK;
@@ -160,8 +162,15 @@ sd_status sd_model_finish(sd_model *m, const sd_model_params *p) {
     const size_t q_dim = (size_t)hp->n_heads * hp->head_dim;
     int slots = omp_get_max_threads();
     if (omp_get_num_procs() > slots) slots = omp_get_num_procs();
-    /* attention rows for every head of SD_ATT_TOKENS tokens: a verify pass reads the cache once */
-    if ((size_t)hp->n_heads * SD_ATT_TOKENS > (size_t)slots) slots = hp->n_heads * SD_ATT_TOKENS;
+    /* Attention rows for every head of up to SD_ATT_TOKENS tokens (a verify pass then reads the
+     * cache once), fewer tokens when that would exceed 64 MiB (long contexts, many heads), and
+     * at least one row per head (the position-major path). */
+    {
+        const size_t row = (size_t)m->n_ctx * sizeof(float), cap = (size_t)64 << 20;
+        size_t tokens = nb < SD_ATT_TOKENS ? (size_t)nb : SD_ATT_TOKENS;
+        while (tokens > 1 && (size_t)hp->n_heads * tokens * row > cap) tokens--;
+        if ((size_t)hp->n_heads * tokens > (size_t)slots) slots = (int)((size_t)hp->n_heads * tokens);
+    }
     size_t max_cols = (size_t)(hp->hidden_dim > hp->dim ? hp->hidden_dim : hp->dim);
     if (q_dim > max_cols) max_cols = q_dim;
     size_t sizes[8] = {
