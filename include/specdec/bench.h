@@ -16,7 +16,8 @@ double sd_bench_forward(sd_model *m, sd_kv *kv, int pos, int n, int reps);
 
 /* Interleaved measurement rounds, so that machine drift (other tenants, frequency) hits every
  * figure alike: each of `reps` rounds reads a probe buffer of probe_bytes once (seconds in
- * t_probe[r]), then runs forward passes of n = 1..n_max tokens at position pos (seconds in
+ * t_probe[r]), runs one untimed decode step (to warm the caches the probe evicted), then
+ * forward passes of n = 1..n_max tokens at position pos (seconds in
  * t_fwd[r * n_max + n - 1]; n == 1 is a decode step, n > 1 a verify pass returning every
  * row). The cache is truncated back to pos after each pass. SD_OK or an error status. */
 sd_status sd_bench_rounds(sd_model *m, sd_kv *kv, int pos, int n_max, int reps, size_t probe_bytes,
