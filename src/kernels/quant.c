@@ -854,7 +854,9 @@ static inline __m128i q4_k_scales_v(const uint8_t *s) {
         const int64_t nsb = W->cols / 256;                                                     \
         /* low nibbles in the lower 32 bytes (sub-block 2c), high in the upper (2c+1) */       \
         const __m512i gflohi = _mm512_set_epi64(GF_HI, GF_HI, GF_HI, GF_HI, GF_LO, GF_LO, GF_LO, GF_LO); \
-        for (int64_t r = r0; r < r1; r++) {                                                    \
+        const int64_t per_ = (r1 - r0) / QS_STREAMS;                                           \
+        for (int64_t i_ = 0; i_ < r1 - r0; i_++) {                                             \
+            const int64_t r = visit_row(r0, per_, i_);                                         \
             const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;          \
             __m512 af[NB];                                                                     \
             __m128 am[NB];                                                                     \
@@ -905,7 +907,9 @@ static inline __m128i q4_k_scales_v(const uint8_t *s) {
         /* qh shift per 16-bit lane: low 32 bytes use bits 0-1 / 4-5, high 32 bits 2-3 / 6-7 */ \
         const __m512i sh02 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1); \
         const __m512i sh46 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1); \
-        for (int64_t r = r0; r < r1; r++) {                                                    \
+        const int64_t per_ = (r1 - r0) / QS_STREAMS;                                           \
+        for (int64_t i_ = 0; i_ < r1 - r0; i_++) {                                             \
+            const int64_t r = visit_row(r0, per_, i_);                                         \
             const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;          \
             __m512 af[NB];                                                                     \
             for (int j = 0; j < NB; j++) af[j] = _mm512_setzero_ps();                          \
@@ -1087,18 +1091,11 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
             if (lo >= hi) continue;
             const int64_t rows = W[i]->rows, r0 = (lo - first[i]) * 16;
             const int64_t r1 = (hi - first[i]) * 16 < rows ? (hi - first[i]) * 16 : rows;
-            const int64_t per = (r1 - r0) / QS_STREAMS, end = r0 + per * QS_STREAMS;
             for (int j0 = 0; j0 < n; j0 += 8) {
                 const int nb = n - j0 < 8 ? n - j0 : 8;
                 const void *xa = (const uint8_t *)act + tok * (size_t)j0;
                 float *Yg = Y[i] + (size_t)j0 * rows;
-                if (fam != FAM_K) { /* these kernels visit the streams themselves */
-                    tab[nb](W[i], xa, xs, Yg, r0, r1);
-                    continue;
-                }
-                for (int64_t j = 0; j < per; j++)
-                    for (int64_t r = r0 + j; r < end; r += per) tab[nb](W[i], xa, xs, Yg, r, r + 1);
-                if (end < r1) tab[nb](W[i], xa, xs, Yg, end, r1);
+                tab[nb](W[i], xa, xs, Yg, r0, r1); /* the kernels visit the streams themselves */
             }
         }
     }
