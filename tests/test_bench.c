@@ -132,6 +132,33 @@ static void test_config_shipped(void **state) {
         if (i == 1) assert_true(c.sampling.temperature == 1.0f);
         sd_bench_config_free(&c);
     }
+    /* The self-speculation pairs: a target and its own quantised copy. */
+    const struct {
+        const char *name, *quant;
+        int generated;
+    } self[] = {{"self-q8_0-110m", NULL, 1},
+                {"self-q4_0-110m", NULL, 1},
+                {"stories-self-q4_0", "q4_0", 0},
+                {"stories-self-q8_0", "q8_0", 0},
+                {"tinystories656k-self-q4_0", "q4_0", 0}};
+    for (size_t i = 0; i < sizeof self / sizeof self[0]; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "configs/%s.json", self[i].name);
+        sd_bench_config c;
+        sd_status st = sd_bench_config_load(sdtest_source_path(rel), &c);
+        if (st != SD_OK) fail_msg("%s: %s", rel, sd_last_error());
+        assert_int_equal(c.draft.generated, self[i].generated);
+        if (self[i].generated) { /* same weights (seed, shape), quantised */
+            assert_int_equal(c.draft.synth.seed, c.target.synth.seed);
+            assert_int_equal(c.draft.synth.dim, c.target.synth.dim);
+            assert_true(c.draft.synth.wtype != c.target.synth.wtype);
+        } else {
+            assert_string_equal(c.draft.model, c.target.model);
+            assert_string_equal(c.draft.quantize, self[i].quant);
+            assert_null(c.target.quantize);
+        }
+        sd_bench_config_free(&c);
+    }
 }
 
 static void test_config_errors(void **state) {
@@ -171,6 +198,12 @@ static void test_config_errors(void **state) {
     expect_error("{\"target\": {\"generate\": {\"shape\": \"stories15M\", \"type\": \"q4\"}}}", A,
                  "configs/x.json: .target.generate.type: expected one of \"f32\", \"f16\", \"bf16\", \"q8_0\", "
                  "\"q4_0\", \"q5_0\", \"q4_k\", \"q6_k\", got \"q4\"");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"a\", \"quantize\": \"q3\"}}", A,
+                 "configs/x.json: .draft.quantize: expected one of \"f16\", \"bf16\", \"q8_0\", \"q4_0\", \"q5_0\", "
+                 "\"q4_k\", \"q6_k\", got \"q3\"");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"generate\": {\"shape\": \"stories15M\"}, "
+                 "\"quantize\": \"q4_0\"}}",
+                 A, "configs/x.json: .draft.quantize: a generated model takes its type from generate.type");
     /* Unknown key. */
     expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
                  " \"sweep\": {\"k\": [1]}, \"sampling\": {\"temprature\": 1}}",

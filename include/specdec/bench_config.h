@@ -15,6 +15,8 @@
 typedef struct {
     char *model;      /* "model": path or name (NULL when generated) */
     char *tokenizer;  /* "tokenizer": tokenizer.bin of a llama2.c model (optional) */
+    char *quantize;   /* "quantize": type name ("q4_0") the loaded model is quantised to in
+                         memory (as generate --draft-type), or NULL */
     int generated;    /* 1: "generate" was given */
     char *shape;      /* "generate.shape" */
     sd_synth_params synth; /* the full shape, seed and weight type of a generated model */

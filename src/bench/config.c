@@ -219,7 +219,7 @@ static sd_status parse_model(ctx *c, const cJSON *root, const char *key, sd_benc
     sd_status st;
     if ((st = get_obj(c, root, key, 1, &o))) return st;
     size_t n = enter_key(c, key);
-    static const char *const keys[] = {"model", "tokenizer", "generate", NULL};
+    static const char *const keys[] = {"model", "tokenizer", "generate", "quantize", NULL};
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     const cJSON *gen = cJSON_GetObjectItemCaseSensitive(o, "generate");
     if ((st = check_keys(c, o, keys))) goto out;
@@ -236,7 +236,23 @@ static sd_status parse_model(ctx *c, const cJSON *root, const char *key, sd_benc
                      c->file, c->path);
         goto out;
     }
-    if ((st = get_str(c, o, "model", &m->model)) || (st = get_str(c, o, "tokenizer", &m->tokenizer))) goto out;
+    const cJSON *quant = cJSON_GetObjectItemCaseSensitive(o, "quantize");
+    if (gen && quant) {
+        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s.quantize: a generated model takes its type from generate.type",
+                     c->file, c->path);
+        goto out;
+    }
+    if (quant) {
+        size_t n2 = enter_key(c, "quantize");
+        const int t = cJSON_IsString(quant) ? sd_type_from_name(quant->valuestring) : -1;
+        if (t < 0 || !sd_quant_can_write((sd_type)t))
+            st = expected(c, "one of \"f16\", \"bf16\", \"q8_0\", \"q4_0\", \"q5_0\", \"q4_k\", \"q6_k\"", quant);
+        leave(c, n2);
+        if (st) goto out;
+    }
+    if ((st = get_str(c, o, "model", &m->model)) || (st = get_str(c, o, "tokenizer", &m->tokenizer)) ||
+        (st = get_str(c, o, "quantize", &m->quantize)))
+        goto out;
     if (gen) {
         const cJSON *g;
         if ((st = get_obj(c, o, "generate", 1, &g))) goto out;
@@ -630,6 +646,7 @@ sd_status sd_bench_config_load(const char *path, sd_bench_config *out) {
 static void free_model(sd_bench_model_spec *m) {
     free(m->model);
     free(m->tokenizer);
+    free(m->quantize);
     free(m->shape);
 }
 

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "specdec/bench.h"
+#include "specdec/convert.h"
 #include "specdec/bench_config.h"
 #include "specdec/bench_report.h"
 
@@ -97,6 +98,22 @@ static int model_path(const char *which, const sd_bench_model_spec *m, char *buf
     return 0;
 }
 
+/* Models whose quantised copies are in use (a copy borrows its source's tokenizer): freed
+ * last. */
+static sd_model *sources[2];
+static int n_sources;
+
+/* *m becomes its own copy quantised to type name q (from src when given, else from *m). */
+static sd_status quantize_in_place(sd_model **m, const char *q, sd_model *src) {
+    const sd_model_params mp = sd_model_default_params();
+    sd_model *from = src ? src : *m, *copy = NULL;
+    sd_status st = sd_model_quantize(from, (sd_type)sd_type_from_name(q), &mp, &copy);
+    if (st != SD_OK) return st;
+    if (!src) sources[n_sources++] = from;
+    *m = copy;
+    return SD_OK;
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *cfg_path = NULL, *out_dir = NULL;
     int quick = 0, threads = 0;
@@ -169,14 +186,26 @@ int cmd_bench(int argc, char **argv) {
         rc = cli_error_status(st);
         goto done;
     }
+    if (cfg.target.quantize && (st = quantize_in_place(&tm, cfg.target.quantize, NULL)) != SD_OK) {
+        rc = cli_error_status(st);
+        goto done;
+    }
     const char *dtok = cfg.draft.tokenizer ? cfg.draft.tokenizer : NULL;
     const char *ttok = cfg.target.tokenizer ? cfg.target.tokenizer : NULL;
+    const char *tq = cfg.target.quantize ? cfg.target.quantize : "", *dq = cfg.draft.quantize ? cfg.draft.quantize : "";
     /* The same file with the same tokenizer is self-drafting: one model, two caches. */
-    if (!strcmp(tpath, dpath) && ((!dtok && !ttok) || (dtok && ttok && !strcmp(dtok, ttok)))) dm = tm;
-    else {
+    const int same_file = !strcmp(tpath, dpath) && ((!dtok && !ttok) || (dtok && ttok && !strcmp(dtok, ttok)));
+    if (same_file && !strcmp(tq, dq)) dm = tm;
+    else if (same_file && !cfg.target.quantize) { /* the target drafting with its own quantised copy */
+        if ((st = quantize_in_place(&dm, cfg.draft.quantize, tm)) != SD_OK) {
+            rc = cli_error_status(st);
+            goto done;
+        }
+    } else {
         mp.tokenizer_path = dtok;
         mp.tokenizer_fallback = sd_model_tokenizer_path(tm); /* a llama2.c draft shares the target's */
-        if ((st = sd_model_load(dpath, &mp, &dm)) != SD_OK) {
+        if ((st = sd_model_load(dpath, &mp, &dm)) != SD_OK ||
+            (cfg.draft.quantize && (st = quantize_in_place(&dm, cfg.draft.quantize, NULL)) != SD_OK)) {
             rc = cli_error_status(st);
             goto done;
         }
@@ -249,6 +278,7 @@ done:
     free(rep);
     if (dm != tm) sd_model_free(dm);
     sd_model_free(tm);
+    for (int i = 0; i < n_sources; i++) sd_model_free(sources[i]);
     if (own_prompts) sd_bench_free_prompts(prompts, n_prompts);
     sd_bench_config_free(&cfg);
     return rc;
