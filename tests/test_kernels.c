@@ -121,6 +121,30 @@ static void test_matmul_group(void **state) {
     free(x);
 }
 
+/* The first NaN/Inf is found wherever it sits (vector body or tail), finite values pass. */
+static void test_first_nonfinite(void **state) {
+    (void)state;
+    enum { N = 53 };
+    float x[N];
+    for (int i = 0; i < N; i++) x[i] = ((float)(i + 1) / N) * (i % 3 ? 3e38f : -1e-40f); /* large, subnormal */
+    assert_int_equal(sd_first_nonfinite(x, N), -1);
+    assert_int_equal(sd_first_nonfinite(x, 0), -1);
+    static const int at[] = {0, 7, 15, 16, 31, 32, 47, 48, 52};
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    for (size_t a = 0; a < sizeof at / sizeof *at; a++)
+        for (int b = 0; b < 3; b++) {
+            const float keep = x[at[a]];
+            x[at[a]] = bad[b];
+            assert_int_equal(sd_first_nonfinite(x, N), at[a]);
+            if (at[a] + 1 < N) { /* a later one does not hide the first */
+                x[N - 1] = NAN;
+                assert_int_equal(sd_first_nonfinite(x, N), at[a]);
+                x[N - 1] = 1.0f;
+            }
+            x[at[a]] = keep;
+        }
+}
+
 static void test_matmul_unsupported_type(void **state) {
     (void)state;
     float x[32] = {0}, y[4];
@@ -238,6 +262,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_f32),
         cmocka_unit_test(test_matmul_f16),
         cmocka_unit_test(test_matmul_group),
+        cmocka_unit_test(test_first_nonfinite),
         cmocka_unit_test(test_matmul_unsupported_type),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_attention),

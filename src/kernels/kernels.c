@@ -500,6 +500,20 @@ void sd_softmax(float *x, int n) {
 #endif
 }
 
+long sd_first_nonfinite(const float *x, size_t n) {
+    size_t i = 0;
+#if SD_HAVE_AVX512
+    /* 16 at a time (the scalar loop was ~10 us over a 32000-entry logit row per step) */
+    for (; i + 16 <= n; i += 16) {
+        const __mmask16 bad = _mm512_fpclass_ps_mask(_mm512_loadu_ps(x + i), 0x99); /* NaN, +-inf */
+        if (bad) return (long)(i + (size_t)__builtin_ctz(bad));
+    }
+#endif
+    for (; i < n; i++)
+        if (!isfinite(x[i])) return (long)i;
+    return -1;
+}
+
 void sd_swiglu(float *a, const float *b, int n) {
 #if SD_HAVE_AVX512
     /* The vectorised exp of softmax: scalar expf here was ~3% of a quantised decode step. */

@@ -55,6 +55,9 @@ void sd_rope(float *x, int n_heads, int head_dim, int rope_dim, int pos, const f
 /* In-place numerically stable softmax. */
 void sd_softmax(float *x, int n);
 
+/* Index of the first NaN or infinity in x[0..n), or -1. */
+long sd_first_nonfinite(const float *x, size_t n);
+
 /* a[i] = silu(a[i]) * b[i] */
 void sd_swiglu(float *a, const float *b, int n);
 

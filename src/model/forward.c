@@ -10,14 +10,9 @@ static void add_inplace(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-/* Index of the first non-finite value, or -1. Checking the residual stream after every
- * layer costs about n*dim compares per layer (noise next to the matrices) and turns NaN
- * logits into an error that names where they started. */
-static long first_nonfinite(const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return (long)i;
-    return -1;
-}
+/* Checking the residual stream after every layer (sd_first_nonfinite, kernels) costs about
+ * n*dim compares per layer, noise next to the matrices, and turns NaN logits into an error
+ * that names where they started. */
 
 /* Adds bias b[d] to each of n rows of y (Qwen2's q/k/v biases); a no-op without one. Row by
  * row in the same order for any n, so batched and stepwise passes stay equal. */
@@ -93,7 +88,7 @@ static sd_status forward_chunk(sd_model *m, sd_kv *kv, const int32_t *tok, int n
         sd_swiglu(a->hb, a->hb2, nc * hid);
         if ((st = mm(m, &L->w2, a->hb, nc, a->xb)) != SD_OK) return st;
         add_inplace(a->x, a->xb, (size_t)nc * dim);
-        long bad = first_nonfinite(a->x, (size_t)nc * dim);
+        long bad = sd_first_nonfinite(a->x, (size_t)nc * dim);
         if (bad >= 0)
             return sd_fail(SD_ERR_NUMERIC,
                            "%s: layer %d produced a non-finite activation (%g) at position %d: the weights or the "
@@ -107,7 +102,7 @@ static sd_status forward_chunk(sd_model *m, sd_kv *kv, const int32_t *tok, int n
     if ((st = mm(m, &m->output, a->xb, n_out, logits)) != SD_OK) return st;
     /* A finite residual stream can still give NaN/Inf logits (output norm or classifier
      * weights holding them, or overflow); samplers must never see those. */
-    long bad = first_nonfinite(logits, (size_t)n_out * hp->vocab_size);
+    long bad = sd_first_nonfinite(logits, (size_t)n_out * hp->vocab_size);
     if (bad >= 0)
         return sd_fail(SD_ERR_NUMERIC,
                        "%s: the output layer produced a non-finite logit (%g) for token %ld at position %d: the "
