@@ -212,6 +212,51 @@ static void check_attention(int n, int pos0, int n_heads, int n_kv_heads, int hd
     free(att);
 }
 
+/* Attention over an F16 cache equals attention over an F32 cache holding the same (rounded)
+ * values, bit for bit, serial and parallel, decode and batches, GQA. */
+static void check_attention_f16(int n, int pos0, int n_heads, int n_kv_heads, int hd) {
+    const int T = pos0 + n, qd = n_heads * hd, kvd = n_kv_heads * hd, slots = n_heads * 3;
+    float *q = malloc((size_t)n * qd * sizeof(float)), *K = malloc((size_t)T * kvd * sizeof(float));
+    float *V = malloc((size_t)T * kvd * sizeof(float));
+    uint16_t *K16 = malloc((size_t)T * kvd * sizeof(uint16_t)), *V16 = malloc((size_t)T * kvd * sizeof(uint16_t));
+    float *o = malloc((size_t)n * qd * sizeof(float)), *o16 = malloc((size_t)n * qd * sizeof(float));
+    float *att = malloc((size_t)slots * T * sizeof(float)), *conv = malloc((size_t)4 * 16 * kvd * sizeof(float));
+    for (int i = 0; i < n * qd; i++) q[i] = 2 * frand();
+    for (int i = 0; i < T * kvd; i++) K[i] = 2 * frand(), V[i] = frand();
+    sd_f32_to_f16_row(K, K16, (size_t)T * kvd);
+    sd_f32_to_f16_row(V, V16, (size_t)T * kvd);
+    for (int i = 0; i < T * kvd; i++) {
+        assert_int_equal(K16[i], sd_fp32_to_fp16(K[i])); /* the vector rounding is the scalar one */
+        K[i] = sd_fp16_to_fp32(K16[i]);
+        V[i] = sd_fp16_to_fp32(V16[i]);
+    }
+    sd_attention(q, K, V, o, n, pos0, n_heads, n_kv_heads, hd, att, slots);
+    assert_int_equal(sd_attention_f16(q, K16, V16, o16, n, pos0, n_heads, n_kv_heads, hd, att, slots, conv, 4), 0);
+    if (memcmp(o, o16, (size_t)n * qd * sizeof(float)))
+        fail_msg("f16 attention n=%d pos0=%d heads=%d/%d hd=%d differs from f32 on the same values", n, pos0, n_heads,
+                 n_kv_heads, hd);
+    free(q);
+    free(K);
+    free(V);
+    free(K16);
+    free(V16);
+    free(o);
+    free(o16);
+    free(att);
+    free(conv);
+}
+
+static void test_attention_f16(void **state) {
+    (void)state;
+    if (!sd_attention_f16_ok(64)) skip();
+    check_attention_f16(1, 64, 12, 12, 64); /* 110M decode step: parallel */
+    check_attention_f16(5, 100, 12, 12, 64); /* verify pass */
+    check_attention_f16(3, 0, 4, 2, 16);     /* GQA, first tokens, serial */
+    check_attention_f16(9, 33, 8, 2, 72);    /* head_dim not a multiple of 16 */
+    check_attention_f16(2, 200, 32, 4, 128); /* TinyLlama-like GQA 8:1 */
+    assert_int_equal(sd_attention_f16_ok(8), 0);
+}
+
 static void test_attention(void **state) {
     (void)state;
     check_attention(1, 0, 8, 4, 8);
@@ -266,6 +311,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_unsupported_type),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_f16),
         cmocka_unit_test(test_rmsnorm_rope_swiglu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -252,7 +252,18 @@ static void test_kv_bytes(void **state) {
     assert_int_equal(sd_kv_bytes_used(kv), per * 17);
     assert_int_equal(sd_kv_truncate(kv, 3), SD_OK);
     assert_int_equal(sd_kv_bytes_used(kv), per * 3);
+    assert_int_equal(sd_kv_type(kv), SD_TYPE_F32);
     sd_kv_free(kv);
+    /* F16 elements: half the bytes; typed row pointers only */
+    assert_int_equal(sd_kv_create_typed(5, 64, 32, SD_TYPE_F16, &kv), SD_OK);
+    assert_int_equal(sd_kv_type(kv), SD_TYPE_F16);
+    assert_int_equal(sd_kv_bytes_per_token(kv), per / 2);
+    assert_null(sd_kv_k(kv, 1));
+    assert_ptr_equal((char *)sd_kv_k_data(kv, 1), (char *)sd_kv_k_data(kv, 0) + 64 * 32 * 2);
+    sd_kv_free(kv);
+    kv = (sd_kv *)1;
+    assert_int_equal(sd_kv_create_typed(5, 64, 32, SD_TYPE_Q8_0, &kv), SD_ERR_UNSUPPORTED);
+    assert_null(kv);
 }
 
 /* A model's cache is shaped by its hyperparameters: n_kv_heads * head_dim per row (GQA). */

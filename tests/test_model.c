@@ -1,14 +1,15 @@
 /* Forward-pass numerics: real stories260K logits and greedy continuations against the
  * independent PyTorch reference, and batched == token-by-token on real and tiny GQA models. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "sdtest.h"
 #include "sdtest_models.h"
 #include "sdtest_ref.h"
-#include "kernels/kernels.h"
 #include "specdec/spec.h"
 
 /* The reference is computed in float32 by PyTorch with a different summation order. */
@@ -128,6 +129,51 @@ static void test_batched_tiny_gqa(void **state) {
     sd_model_free(m4);
 }
 
+/* An F16 KV cache: batched == stepwise bit for bit (the rounding happens when a row is
+ * stored, identically either way), logits within TOL_KV_F16 of the F32 cache's, and greedy
+ * speculative decoding with F16 caches on both models equals plain decoding. */
+#define TOL_KV_F16 1e-2 /* max |logit difference| / max |logit| (halves carry 11 bits) */
+static void test_kv_f16(void **state) {
+    (void)state;
+    if (!sd_attention_f16_ok(16)) skip();
+    sd_synth_params p = sdtest_synth_shape(64, 2, 4, 2, 160, 320, 256, 5);
+    sd_model_params mp = sd_model_default_params();
+    mp.kv_type = SD_TYPE_F16;
+    sd_model *m16 = sdtest_synth_model_with(&p, &mp), *m32 = sdtest_synth_model(&p);
+    check_batched_equals_stepwise(m16);
+    const int V = sd_model_hparams(m16)->vocab_size, n = 40;
+    int32_t tok[40];
+    for (int i = 0; i < n; i++) tok[i] = (int32_t)((i * 29 + 3) % V);
+    float *a = sdtest_batched_logits(m16, tok, n), *b = sdtest_batched_logits(m32, tok, n);
+    double worst = 0, scale = 0;
+    for (int i = 0; i < n * V; i++) {
+        worst = fmax(worst, fabs((double)a[i] - b[i]));
+        scale = fmax(scale, fabs((double)b[i]));
+    }
+    if (worst > TOL_KV_F16 * scale) fail_msg("f16 KV logits differ by %g (scale %g)", worst, scale);
+    assert_true(worst > 0); /* the cache really is F16 */
+    sd_kv *kv = NULL;
+    assert_int_equal(sd_model_kv_create(m16, 0, &kv), SD_OK);
+    assert_int_equal(sd_kv_type(kv), SD_TYPE_F16);
+    assert_null(sd_kv_k(kv, 0));
+    sd_kv_free(kv);
+    int32_t *plain = sdtest_greedy(m16, NULL, tok, 5, 48, NULL), *spec = sdtest_greedy(m16, m16, tok, 5, 48, NULL);
+    assert_memory_equal(plain, spec, 48 * sizeof(int32_t));
+    free(plain);
+    free(spec);
+    free(a);
+    free(b);
+    sd_model_free(m16);
+    sd_model_free(m32);
+    /* head_dim < 16 has no f16 kernel: refused at load, with the reason */
+    sd_synth_params small = sdtest_synth_shape(32, 1, 4, 4, 64, 260, 64, 6);
+    assert_int_equal(sd_synth_write_file(&small, sdtest_tmp_path("kv8.gguf")), SD_OK);
+    sd_model *bad = NULL;
+    assert_int_equal(sd_model_load(sdtest_tmp_path("kv8.gguf"), &mp, &bad), SD_ERR_UNSUPPORTED);
+    assert_null(bad);
+    assert_non_null(strstr(sd_last_error(), "head_dim >= 16"));
+}
+
 /* The .bin and the .gguf of stories260K are the same weights: same logits. */
 static void test_bin_equals_gguf(void **state) {
     (void)state;
@@ -149,6 +195,7 @@ int main(void) {
         cmocka_unit_test(test_bin_equals_gguf),
         cmocka_unit_test(test_batched_stories260k),
         cmocka_unit_test(test_batched_tiny_gqa),
+        cmocka_unit_test(test_kv_f16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

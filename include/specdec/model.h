@@ -38,6 +38,9 @@ typedef struct {
                                        target's tokenizer.bin) */
     int n_ctx;                  /* 0: the model's ctx_len */
     int n_batch;                /* most tokens one forward chunk holds (arena size); 0: 256 */
+    sd_type kv_type;            /* KV cache elements of sd_model_kv_create: SD_TYPE_F32 (default)
+                                   or SD_TYPE_F16 (half the cache bytes; needs head_dim >= 16
+                                   and the AVX-512 build) */
 } sd_model_params;
 
 sd_model_params sd_model_default_params(void);

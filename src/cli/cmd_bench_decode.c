@@ -27,7 +27,9 @@ static void help(FILE *f) {
             "  --prefill N          prompt length for the prefill figure (default 128)\n"
             "  --pos N              context length before decode/verify steps (default 64)\n"
             "  --reps N             measurement rounds (default 20)\n"
-            "  --bw-mib N           bandwidth probe buffer in MiB (default 1024)\n");
+            "  --bw-mib N           bandwidth probe buffer in MiB (default 1024)\n"
+            "  --kv-type T          KV cache elements: f32 (default) or f16 (half the attention reads;\n"
+            "                       needs head_dim >= 16)\n");
 }
 
 /* First quartile, median and third quartile of n values (sorted in place). */
@@ -62,6 +64,7 @@ int cmd_bench_decode(int argc, char **argv) {
         else if (!strcmp(a, "--pos")) { if (cli_parse_int(a, v, 0, 1 << 20, &pos)) return 2; }
         else if (!strcmp(a, "--reps")) { if (cli_parse_int(a, v, 1, 100000, &reps)) return 2; }
         else if (!strcmp(a, "--bw-mib")) { if (cli_parse_int(a, v, 64, 1 << 16, &bw_mib)) return 2; }
+        else if (!strcmp(a, "--kv-type")) { if (cli_parse_kv_type(a, v)) return 2; }
         else return cli_usage_error("bench-decode: unknown option '%s'", a);
     }
     if (!model) return cli_usage_error("bench-decode: -m MODEL is required (see --help)");

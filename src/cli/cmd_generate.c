@@ -40,6 +40,8 @@ static void help(FILE *f) {
             "runtime:\n"
             "  -t,  --threads N         threads (default: online CPUs)\n"
             "  -c,  --ctx N             context size (default: the smaller model context)\n"
+            "       --kv-type T         KV cache elements of both models: f32 (default) or f16 (half the\n"
+            "                           cache memory and attention reads; needs head_dim >= 16)\n"
             "       --compare           also run plain decoding of TARGET and print the speedup\n"
             "       --stats-json FILE   write the run statistics as JSON\n"
             "       --no-stream         print the text only at the end\n"
@@ -192,6 +194,9 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
             NEEDV();
             if (cli_parse_int(a, v, 2, 1 << 24, &n_ctx)) return 2;
+        } else if (!strcmp(a, "--kv-type")) {
+            NEEDV();
+            if (cli_parse_kv_type(a, v)) return 2;
         } else if (!strcmp(a, "--compare")) compare = 1;
         else if (!strcmp(a, "--stats-json")) { NEEDV(); stats_path = v; }
         else if (!strcmp(a, "--no-stream")) stream = 0;
@@ -243,6 +248,7 @@ int cmd_generate(int argc, char **argv) {
     if (draft_type >= 0) { /* the draft (or the target itself) quantised in memory */
         sd_model_params qp = sd_model_default_params();
         qp.n_ctx = n_ctx;
+        qp.kv_type = cli_kv_type;
         sd_model *q = NULL;
         sd_status qs = sd_model_quantize(dm ? dm : tm, (sd_type)draft_type, &qp, &q);
         if (qs != SD_OK) { rc = cli_error_status(qs); goto done; }

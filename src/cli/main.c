@@ -99,6 +99,15 @@ const char *cli_resolve_model(const char *arg, char *buf, size_t cap) {
     return buf;
 }
 
+sd_type cli_kv_type = SD_TYPE_F32;
+
+int cli_parse_kv_type(const char *flag, const char *v) {
+    if (!strcmp(v, "f32")) cli_kv_type = SD_TYPE_F32;
+    else if (!strcmp(v, "f16")) cli_kv_type = SD_TYPE_F16;
+    else return cli_usage_error("%s must be f32 or f16, got '%s'", flag, v);
+    return 0;
+}
+
 int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer_fallback, int n_ctx,
                    sd_model **out) {
     char path[4096];
@@ -107,6 +116,7 @@ int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer
     mp.tokenizer_path = tokenizer;
     mp.tokenizer_fallback = tokenizer_fallback;
     mp.n_ctx = n_ctx;
+    mp.kv_type = cli_kv_type;
     sd_status st = sd_model_load(path, &mp, out);
     if (st != SD_OK) return cli_error_status(st);
     return 0;

@@ -581,17 +581,15 @@ static inline void score_block(const float *q, const float *k0, int kv_dim, int 
     _mm512_mask_storeu_ps(att, tail_mask(cnt), _mm512_mul_ps(transpose_sum16(p), _mm512_set1_ps(scale)));
 }
 
-/* o[0..span) += sum over positions t0..t1-1 of att[t] * value slice (from v0, kv_dim apart),
- * span <= 64: four accumulators in registers (masks zero the dims past span). */
-static inline void value_block(float *o, const float *att, const float *v0, int kv_dim, int t0, int t1,
-                               int span) {
+/* o[0..span) += sum over positions t < count of att[t] * value slice t (from v, kv_dim
+ * apart), span <= 64: four accumulators in registers (masks zero the dims past span). */
+static inline void value_block(float *o, const float *att, const float *v, int kv_dim, int count, int span) {
     const __mmask16 m0 = tail_mask(span), m1 = tail_mask(span - 16), m2 = tail_mask(span - 32),
                     m3 = tail_mask(span - 48);
     __m512 a0 = _mm512_maskz_loadu_ps(m0, o), a1 = _mm512_maskz_loadu_ps(m1, o + 16);
     __m512 a2 = _mm512_maskz_loadu_ps(m2, o + 32), a3 = _mm512_maskz_loadu_ps(m3, o + 48);
-    for (int t = t0; t < t1; t++) {
+    for (int t = 0; t < count; t++, v += kv_dim) {
         const __m512 a = _mm512_set1_ps(att[t]);
-        const float *v = v0 + (size_t)t * kv_dim;
         a0 = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m0, v), a0);
         a1 = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m1, v + 16), a1);
         a2 = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m2, v + 32), a2);
@@ -601,6 +599,21 @@ static inline void value_block(float *o, const float *att, const float *v0, int 
     _mm512_mask_storeu_ps(o + 16, m1, a1);
     _mm512_mask_storeu_ps(o + 32, m2, a2);
     _mm512_mask_storeu_ps(o + 48, m3, a3);
+}
+
+/* Rows [0, rows) of columns [c0, c1) of an F16 cache block (kv_dim apart) as floats, span =
+ * c1 - c0 apart, into dst: conversion is exact, so attention over them equals attention over
+ * an F32 cache holding the same rounded values, bit for bit. */
+static inline void rows_f16_to_f32(const uint16_t *src, int kv_dim, int rows, int c0, int c1, float *dst) {
+    const int span = c1 - c0;
+    for (int r = 0; r < rows; r++) {
+        const uint16_t *s = src + (size_t)r * kv_dim + c0;
+        float *d = dst + (size_t)r * span;
+        for (int c = 0; c < span; c += 16) {
+            const __mmask16 m = tail_mask(span - c);
+            _mm512_mask_storeu_ps(d + c, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, s + c)));
+        }
+    }
 }
 #endif
 
@@ -646,7 +659,7 @@ static void attend_one(const float *q, const float *K, const float *V, float *ou
     sd_softmax(att, n_ctx);
     memset(out, 0, (size_t)head_dim * sizeof(float));
     for (int c = 0; c < head_dim; c += 64)
-        value_block(out + c, att, Vh + c, kv_dim, 0, n_ctx, head_dim - c < 64 ? head_dim - c : 64);
+        value_block(out + c, att, Vh + c, kv_dim, n_ctx, head_dim - c < 64 ? head_dim - c : 64);
 #else
     for (int t = 0; t < n_ctx; t++) att[t] = dot_f32(q, Kh + (size_t)t * kv_dim, head_dim) * scale;
     sd_softmax(att, n_ctx);
@@ -666,20 +679,29 @@ static void attend_one(const float *q, const float *K, const float *V, float *ou
  * (token, head) uses them; a verify pass no longer reads the cache once per token.
  * att: row (j - j0) * n_heads + h of att_stride floats for each (token, head). Per (token,
  * head) the operations and their order are those of attend_one (head_dim >= 16). */
-static void attend_heads(const float *q, const float *K, const float *V, float *out, int pos0, int j0,
-                         int j1, int n_heads, int kv_dim, int head_dim, int h0, int h1, int group,
+static void attend_heads(const float *q, const void *K, const void *V, int f16, float *conv, float *out, int pos0,
+                         int j0, int j1, int n_heads, int kv_dim, int head_dim, int h0, int h1, int group,
                          float *att, size_t att_stride) {
     const int q_dim = n_heads * head_dim;
     const float scale = 1.0f / sqrtf((float)head_dim);
     const int n_ctx = pos0 + j1; /* positions the last token attends to */
+    /* An F16 cache: each block's rows of this thread's columns [c0, c1) are converted into
+     * conv (16 x span floats) first, and read from there. */
+    const int c0 = h0 / group * head_dim, c1 = ((h1 - 1) / group + 1) * head_dim;
+    const int stride = f16 ? c1 - c0 : kv_dim, coff = f16 ? c0 : 0;
 #define ATT_ROW(j, h) (att + ((size_t)((j) - j0) * n_heads + (h)) * att_stride)
     for (int t0 = 0; t0 < n_ctx; t0 += 16) {
+        const float *kb = (const float *)K + (size_t)t0 * kv_dim;
+        if (f16) {
+            rows_f16_to_f32((const uint16_t *)K + (size_t)t0 * kv_dim, kv_dim, n_ctx - t0 < 16 ? n_ctx - t0 : 16, c0,
+                            c1, conv);
+            kb = conv;
+        }
         for (int j = t0 > pos0 + j0 ? t0 - pos0 : j0; j < j1; j++) { /* tokens that see position t0 */
             const int nj = pos0 + j + 1, cnt = nj - t0 < 16 ? nj - t0 : 16;
             for (int h = h0; h < h1; h++)
-                score_block(q + (size_t)j * q_dim + (size_t)h * head_dim,
-                            K + (size_t)t0 * kv_dim + (size_t)(h / group) * head_dim, kv_dim, head_dim, cnt, scale,
-                            ATT_ROW(j, h) + t0);
+                score_block(q + (size_t)j * q_dim + (size_t)h * head_dim, kb + (size_t)(h / group) * head_dim - coff,
+                            stride, head_dim, cnt, scale, ATT_ROW(j, h) + t0);
         }
     }
     for (int j = j0; j < j1; j++) {
@@ -687,12 +709,18 @@ static void attend_heads(const float *q, const float *K, const float *V, float *
         memset(out + (size_t)j * q_dim + (size_t)h0 * head_dim, 0, (size_t)(h1 - h0) * head_dim * sizeof(float));
     }
     for (int t0 = 0; t0 < n_ctx; t0 += 16) {
+        const float *vb = (const float *)V + (size_t)t0 * kv_dim;
+        if (f16) {
+            rows_f16_to_f32((const uint16_t *)V + (size_t)t0 * kv_dim, kv_dim, n_ctx - t0 < 16 ? n_ctx - t0 : 16, c0,
+                            c1, conv);
+            vb = conv;
+        }
         for (int j = t0 > pos0 + j0 ? t0 - pos0 : j0; j < j1; j++) {
             const int nj = pos0 + j + 1, t1 = nj < t0 + 16 ? nj : t0 + 16;
             for (int h = h0; h < h1; h++)
                 for (int c = 0; c < head_dim; c += 64)
-                    value_block(out + (size_t)j * q_dim + (size_t)h * head_dim + c, ATT_ROW(j, h),
-                                V + (size_t)(h / group) * head_dim + c, kv_dim, t0, t1,
+                    value_block(out + (size_t)j * q_dim + (size_t)h * head_dim + c, ATT_ROW(j, h) + t0,
+                                vb + (size_t)(h / group) * head_dim - coff + c, stride, t1 - t0,
                                 head_dim - c < 64 ? head_dim - c : 64);
         }
     }
@@ -722,8 +750,8 @@ void sd_attention(const float *q, const float *K, const float *V, float *out, in
         if (nt > n_heads) nt = n_heads;
         if (!par) { /* serial, no OpenMP (see sd_matmul) */
             for (int j0 = 0; j0 < n; j0 += tg)
-                attend_heads(q, K, V, out, pos0, j0, j0 + tg < n ? j0 + tg : n, n_heads, kv_dim, head_dim, 0,
-                             n_heads, group, att_scratch, (size_t)ctx_max);
+                attend_heads(q, K, V, 0, NULL, out, pos0, j0, j0 + tg < n ? j0 + tg : n, n_heads, kv_dim, head_dim,
+                             0, n_heads, group, att_scratch, (size_t)ctx_max);
             return;
         }
 #pragma omp parallel num_threads(nt)
@@ -731,8 +759,8 @@ void sd_attention(const float *q, const float *K, const float *V, float *out, in
             const int id = omp_get_thread_num(), tn = omp_get_num_threads();
             const int h0 = n_heads * id / tn, h1 = n_heads * (id + 1) / tn;
             for (int j0 = 0; j0 < n && h0 < h1; j0 += tg)
-                attend_heads(q, K, V, out, pos0, j0, j0 + tg < n ? j0 + tg : n, n_heads, kv_dim, head_dim, h0,
-                             h1, group, att_scratch, (size_t)ctx_max);
+                attend_heads(q, K, V, 0, NULL, out, pos0, j0, j0 + tg < n ? j0 + tg : n, n_heads, kv_dim, head_dim,
+                             h0, h1, group, att_scratch, (size_t)ctx_max);
         }
         return;
     }
@@ -758,6 +786,53 @@ void sd_attention(const float *q, const float *K, const float *V, float *out, in
                        h / group, att);
         }
     }
+}
+
+int sd_attention_f16_ok(int head_dim) { return SD_HAVE_AVX512 && head_dim >= 16; }
+
+int sd_attention_f16(const float *q, const uint16_t *K, const uint16_t *V, float *out, int n, int pos0, int n_heads,
+                     int n_kv_heads, int head_dim, float *att_scratch, int att_slots, float *conv_scratch,
+                     int conv_slots) {
+#if SD_HAVE_AVX512
+    if (head_dim < 16 || att_slots < n_heads) return -1;
+    const int q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
+    const int ctx_max = pos0 + n;
+    const double work = (double)n * n_heads * ctx_max * head_dim;
+    const int warm = (double)q_dim * q_dim * n >= SD_PAR_MIN_WORK; /* as sd_attention */
+    int nt = sd_kernels_threads() < n_heads ? sd_kernels_threads() : n_heads;
+    if (nt > conv_slots) nt = conv_slots;
+    const int tg = att_slots / n_heads < SD_ATT_TOKENS ? att_slots / n_heads : SD_ATT_TOKENS;
+    if (!(warm && work >= SD_ATT_PAR_MIN_WORK && nt >= 2)) {
+        for (int j0 = 0; j0 < n; j0 += tg)
+            attend_heads(q, K, V, 1, conv_scratch, out, pos0, j0, j0 + tg < n ? j0 + tg : n, n_heads, kv_dim,
+                         head_dim, 0, n_heads, group, att_scratch, (size_t)ctx_max);
+        return 0;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        const int id = omp_get_thread_num(), tn = omp_get_num_threads();
+        const int h0 = n_heads * id / tn, h1 = n_heads * (id + 1) / tn;
+        float *conv = conv_scratch + (size_t)id * 16 * kv_dim;
+        for (int j0 = 0; j0 < n && h0 < h1; j0 += tg)
+            attend_heads(q, K, V, 1, conv, out, pos0, j0, j0 + tg < n ? j0 + tg : n, n_heads, kv_dim, head_dim, h0,
+                         h1, group, att_scratch, (size_t)ctx_max);
+    }
+    return 0;
+#else
+    (void)q; (void)K; (void)V; (void)out; (void)n; (void)pos0; (void)n_heads; (void)n_kv_heads; (void)head_dim;
+    (void)att_scratch; (void)att_slots; (void)conv_scratch; (void)conv_slots;
+    return -1;
+#endif
+}
+
+void sd_f32_to_f16_row(const float *x, uint16_t *y, size_t n) {
+    size_t i = 0;
+#if SD_HAVE_AVX512
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(y + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+    for (; i < n; i++) y[i] = sd_fp32_to_fp16(x[i]);
 }
 
 void sd_attention_ref(const float *q, const float *K, const float *V, float *out, int n, int pos0,

@@ -70,6 +70,18 @@ void sd_swiglu(float *a, const float *b, int n);
 #define SD_ATT_TOKENS 9
 void sd_attention(const float *q, const float *K, const float *V, float *out, int n, int pos0,
                   int n_heads, int n_kv_heads, int head_dim, float *att_scratch, int att_slots);
+/* sd_attention over an F16 cache (K, V: [>= pos0+n][n_kv_heads*head_dim] halves): equal, bit
+ * for bit, to sd_attention over an F32 cache holding the same values. conv_scratch: conv_slots x
+ * 16 x n_kv_heads*head_dim floats (at most conv_slots threads run). Needs att_slots >= n_heads and sd_attention_f16_ok(head_dim)
+ * (AVX-512, head_dim >= 16); returns -1 otherwise, 0 on success. */
+int sd_attention_f16_ok(int head_dim);
+int sd_attention_f16(const float *q, const uint16_t *K, const uint16_t *V, float *out, int n, int pos0, int n_heads,
+                     int n_kv_heads, int head_dim, float *att_scratch, int att_slots, float *conv_scratch,
+                     int conv_slots);
+
+/* y[i] = x[i] rounded to fp16 (nearest even). */
+void sd_f32_to_f16_row(const float *x, uint16_t *y, size_t n);
+
 void sd_attention_ref(const float *q, const float *K, const float *V, float *out, int n, int pos0,
                       int n_heads, int n_kv_heads, int head_dim);
 

@@ -48,6 +48,9 @@ static sd_status forward_chunk(sd_model *m, sd_kv *kv, const int32_t *tok, int n
     const int dim = hp->dim, hid = hp->hidden_dim;
     const int q_dim = hp->n_heads * hp->head_dim, kv_dim = hp->n_kv_heads * hp->head_dim;
     const int half = hp->rope_style == SD_ROPE_HALF;
+    const int kv_f16 = sd_kv_type(kv) == SD_TYPE_F16;
+    if (kv_f16 && !a->knew)
+        return sd_fail(SD_ERR_INVALID_ARG, "%s: an f16 KV cache needs the model loaded with kv_type f16", m->path);
     sd_status st;
 
     for (int t = 0; t < nc; t++)
@@ -56,8 +59,10 @@ static sd_status forward_chunk(sd_model *m, sd_kv *kv, const int32_t *tok, int n
 
     for (int l = 0; l < hp->n_layers; l++) {
         const sd_layer *L = &m->layers[l];
-        float *kc = sd_kv_k(kv, l), *vc = sd_kv_v(kv, l);
-        float *knew = kc + (size_t)pos * kv_dim, *vnew = vc + (size_t)pos * kv_dim;
+        /* An F32 cache takes the new rows in place; an F16 one after RoPE, rounded. */
+        void *kc = sd_kv_k_data(kv, l), *vc = sd_kv_v_data(kv, l);
+        float *knew = kv_f16 ? a->knew : (float *)kc + (size_t)pos * kv_dim;
+        float *vnew = kv_f16 ? a->vnew : (float *)vc + (size_t)pos * kv_dim;
 
         sd_rmsnorm(a->xb, a->x, L->attn_norm, nc, dim, hp->norm_eps);
         {
@@ -74,8 +79,16 @@ static sd_status forward_chunk(sd_model *m, sd_kv *kv, const int32_t *tok, int n
             sd_rope(knew + (size_t)t * kv_dim, hp->n_kv_heads, hp->head_dim, hp->rope_dim, pos + t,
                     m->inv_freq, half);
         }
-        sd_attention(a->q, kc, vc, a->att_out, nc, pos, hp->n_heads, hp->n_kv_heads, hp->head_dim,
-                     a->att, a->att_threads);
+        if (kv_f16) {
+            sd_f32_to_f16_row(knew, (uint16_t *)kc + (size_t)pos * kv_dim, (size_t)nc * kv_dim);
+            sd_f32_to_f16_row(vnew, (uint16_t *)vc + (size_t)pos * kv_dim, (size_t)nc * kv_dim);
+            if (sd_attention_f16(a->q, kc, vc, a->att_out, nc, pos, hp->n_heads, hp->n_kv_heads, hp->head_dim, a->att,
+                                 a->att_threads, a->conv, a->conv_slots) != 0)
+                return sd_fail(SD_ERR_UNSUPPORTED, "%s: no f16 attention kernel for head_dim %d", m->path, hp->head_dim);
+        } else {
+            sd_attention(a->q, kc, vc, a->att_out, nc, pos, hp->n_heads, hp->n_kv_heads, hp->head_dim, a->att,
+                         a->att_threads);
+        }
         if ((st = mm(m, &L->wo, a->att_out, nc, a->xb)) != SD_OK) return st;
         add_inplace(a->x, a->xb, (size_t)nc * dim);
 

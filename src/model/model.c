@@ -162,6 +162,14 @@ sd_status sd_model_finish(sd_model *m, const sd_model_params *p) {
     const size_t q_dim = (size_t)hp->n_heads * hp->head_dim;
     int slots = omp_get_max_threads();
     if (omp_get_num_procs() > slots) slots = omp_get_num_procs();
+    const int conv_slots = slots;
+    const size_t kv_dim = (size_t)hp->n_kv_heads * hp->head_dim;
+    m->kv_type = p ? p->kv_type : SD_TYPE_F32;
+    if (m->kv_type != SD_TYPE_F32 && m->kv_type != SD_TYPE_F16)
+        return sd_fail(SD_ERR_INVALID_ARG, "%s: KV cache type %d: f32 or f16", f, (int)m->kv_type);
+    if (m->kv_type == SD_TYPE_F16 && !sd_attention_f16_ok(hp->head_dim))
+        return sd_fail(SD_ERR_UNSUPPORTED, "%s: an f16 KV cache needs head_dim >= 16 and the AVX-512 build (head_dim %d)",
+                       f, hp->head_dim);
     /* Attention rows for every head of up to SD_ATT_TOKENS tokens (a verify pass then reads the
      * cache once), fewer tokens when that would exceed 64 MiB (long contexts, many heads), and
      * at least one row per head (the position-major path). */
@@ -173,23 +181,27 @@ sd_status sd_model_finish(sd_model *m, const sd_model_params *p) {
     }
     size_t max_cols = (size_t)(hp->hidden_dim > hp->dim ? hp->hidden_dim : hp->dim);
     if (q_dim > max_cols) max_cols = q_dim;
-    size_t sizes[8] = {
+    const int f16 = m->kv_type == SD_TYPE_F16;
+    size_t sizes[11] = {
         (size_t)nb * hp->dim, (size_t)nb * hp->dim, (size_t)nb * q_dim, (size_t)nb * q_dim,
         (size_t)nb * hp->hidden_dim, (size_t)nb * hp->hidden_dim, (size_t)slots * m->n_ctx,
-        sd_matmul_scratch_floats((int64_t)max_cols)};
+        sd_matmul_scratch_floats((int64_t)max_cols), f16 ? (size_t)nb * kv_dim : 0, f16 ? (size_t)nb * kv_dim : 0,
+        f16 ? (size_t)conv_slots * 16 * kv_dim : 0};
     size_t total = 0;
-    for (int i = 0; i < 8; i++) total += (sizes[i] + 15) & ~(size_t)15; /* 64-byte aligned parts */
+    for (int i = 0; i < 11; i++) total += (sizes[i] + 15) & ~(size_t)15; /* 64-byte aligned parts */
     float *base = aligned_alloc(64, total * sizeof(float));
     if (!base)
         return sd_fail(SD_ERR_NOMEM, "%s: cannot allocate %zu bytes of activations", f,
                        total * sizeof(float));
-    float **parts[8] = {&m->arena.x,  &m->arena.xb, &m->arena.q,   &m->arena.att_out,
-                        &m->arena.hb, &m->arena.hb2, &m->arena.att, &m->arena.tile};
+    float **parts[11] = {&m->arena.x,  &m->arena.xb,  &m->arena.q,    &m->arena.att_out,
+                         &m->arena.hb, &m->arena.hb2, &m->arena.att,  &m->arena.tile,
+                         &m->arena.knew, &m->arena.vnew, &m->arena.conv};
     float *cur = base;
-    for (int i = 0; i < 8; i++) {
-        *parts[i] = cur;
+    for (int i = 0; i < 11; i++) {
+        *parts[i] = sizes[i] ? cur : NULL;
         cur += (sizes[i] + 15) & ~(size_t)15;
     }
+    m->arena.conv_slots = conv_slots;
     m->arena.base = base;
     m->arena.n_batch = nb;
     m->arena.att_threads = slots;
@@ -351,7 +363,7 @@ sd_status sd_model_tensor(const sd_model *m, int i, char *name, size_t cap, sd_t
 
 sd_status sd_model_kv_create(const sd_model *m, int n_ctx, sd_kv **out) {
     if (n_ctx <= 0) n_ctx = m->n_ctx;
-    return sd_kv_create(m->hp.n_layers, n_ctx, m->hp.n_kv_heads * m->hp.head_dim, out);
+    return sd_kv_create_typed(m->hp.n_layers, n_ctx, m->hp.n_kv_heads * m->hp.head_dim, m->kv_type, out);
 }
 
 void sd_model_describe(const sd_model *m, FILE *f) {

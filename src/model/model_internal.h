@@ -30,7 +30,11 @@ typedef struct {
     float *hb2;     /* [n_batch][hidden] up */
     float *att;     /* [threads][n_ctx] attention scores */
     float *tile;    /* [SD_DEQUANT_TILE_ROWS][max cols] dequantised weights for sgemm */
+    float *knew;    /* [n_batch][kv_dim] new keys before an F16 cache stores them */
+    float *vnew;    /* [n_batch][kv_dim] new values, likewise */
+    float *conv;    /* [conv_slots][16][kv_dim] F16 cache blocks as floats (sd_attention_f16) */
     int att_threads;
+    int conv_slots;
 } sd_arena;
 
 struct sd_model {
@@ -57,6 +61,7 @@ struct sd_model {
     size_t weight_bytes;
     sd_arena arena;
     void *packed_image; /* the kernels' copies of the matrices (sd_tensor.packed), or NULL */
+    sd_type kv_type;    /* element type of the caches sd_model_kv_create makes */
 };
 
 /* Validates hyperparameters, computes inv_freq and sizes the arena. */

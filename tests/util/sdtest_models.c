@@ -6,7 +6,9 @@
 
 #include "sdtest.h"
 
-sd_model *sdtest_synth_model(const sd_synth_params *p) {
+sd_model *sdtest_synth_model(const sd_synth_params *p) { return sdtest_synth_model_with(p, NULL); }
+
+sd_model *sdtest_synth_model_with(const sd_synth_params *p, const sd_model_params *mp) {
     static int counter;
     char name[64];
     snprintf(name, sizeof name, "tiny%d.gguf", counter++);
@@ -14,7 +16,7 @@ sd_model *sdtest_synth_model(const sd_synth_params *p) {
     sd_status st = sd_synth_write_file(p, path);
     if (st != SD_OK) fail_msg("synth: %s", sd_last_error());
     sd_model *m = NULL;
-    st = sd_model_load(path, NULL, &m);
+    st = sd_model_load(path, mp, &m);
     if (st != SD_OK) fail_msg("load %s: %s", path, sd_last_error());
     remove(path); /* the mapping stays valid */
     return m;

@@ -13,6 +13,8 @@
 sd_model *sdtest_tiny_model(int dim, int n_layers, int n_heads, int n_kv_heads, int hidden,
                             int vocab, uint64_t seed);
 sd_model *sdtest_synth_model(const sd_synth_params *p);
+/* The same with model parameters (KV cache type, ...); mp may be NULL. */
+sd_model *sdtest_synth_model_with(const sd_synth_params *p, const sd_model_params *mp);
 
 /* sd_synth_default_params() with the given shape, context length and seed (F32 weights). */
 sd_synth_params sdtest_synth_shape(int dim, int n_layers, int n_heads, int n_kv_heads, int hidden, int vocab,
