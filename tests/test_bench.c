@@ -199,8 +199,8 @@ static void test_config_errors(void **state) {
                  "configs/x.json: .target.generate.type: expected one of \"f32\", \"f16\", \"bf16\", \"q8_0\", "
                  "\"q4_0\", \"q5_0\", \"q4_k\", \"q6_k\", got \"q4\"");
     expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"a\", \"quantize\": \"q3\"}}", A,
-                 "configs/x.json: .draft.quantize: expected one of \"f16\", \"bf16\", \"q8_0\", \"q4_0\", \"q5_0\", "
-                 "\"q4_k\", \"q6_k\", got \"q3\"");
+                 "configs/x.json: .draft.quantize: expected one of \"f32\", \"f16\", \"bf16\", \"q8_0\", \"q4_0\", "
+                 "\"q5_0\", \"q4_k\", \"q6_k\", got \"q3\"");
     expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"generate\": {\"shape\": \"stories15M\"}, "
                  "\"quantize\": \"q4_0\"}}",
                  A, "configs/x.json: .draft.quantize: a generated model takes its type from generate.type");

@@ -265,6 +265,9 @@ static void test_self_speculation_quantised_draft(void **state) {
         sd_model *d = NULL;
         assert_int_equal(sd_model_quantize(t, ts[i], NULL, &d), SD_OK);
         assert_int_equal(sd_model_hparams(d)->vocab_size, 512);
+        /* the copy names its source's tokenizer file (a llama2.c draft of another file falls back to it) */
+        assert_non_null(sd_model_tokenizer_path(d));
+        assert_string_equal(sd_model_tokenizer_path(d), sd_model_tokenizer_path(t));
         sd_spec_stats st;
         int32_t *spec = greedy(t, d, k_prompt, 5, 96, &st);
         assert_memory_equal(plain, spec, 96 * sizeof(int32_t)); /* greedy speculative == plain */

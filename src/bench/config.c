@@ -246,7 +246,7 @@ static sd_status parse_model(ctx *c, const cJSON *root, const char *key, sd_benc
         size_t n2 = enter_key(c, "quantize");
         const int t = cJSON_IsString(quant) ? sd_type_from_name(quant->valuestring) : -1;
         if (t < 0 || !sd_quant_can_write((sd_type)t))
-            st = expected(c, "one of \"f16\", \"bf16\", \"q8_0\", \"q4_0\", \"q5_0\", \"q4_k\", \"q6_k\"", quant);
+            st = expected(c, "one of \"f32\", \"f16\", \"bf16\", \"q8_0\", \"q4_0\", \"q5_0\", \"q4_k\", \"q6_k\"", quant);
         leave(c, n2);
         if (st) goto out;
     }

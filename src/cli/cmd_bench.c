@@ -115,6 +115,7 @@ static sd_status quantize_in_place(sd_model **m, const char *q, sd_model *src) {
 }
 
 int cmd_bench(int argc, char **argv) {
+    n_sources = 0;
     const char *cfg_path = NULL, *out_dir = NULL;
     int quick = 0, threads = 0;
     for (int i = 1; i < argc; i++) {

@@ -691,12 +691,12 @@ static void attend_heads(const float *q, const void *K, const void *V, int f16, 
     const int stride = f16 ? c1 - c0 : kv_dim, coff = f16 ? c0 : 0;
 #define ATT_ROW(j, h) (att + ((size_t)((j) - j0) * n_heads + (h)) * att_stride)
     for (int t0 = 0; t0 < n_ctx; t0 += 16) {
-        const float *kb = (const float *)K + (size_t)t0 * kv_dim;
-        if (f16) {
+        const float *kb = conv;
+        if (f16)
             rows_f16_to_f32((const uint16_t *)K + (size_t)t0 * kv_dim, kv_dim, n_ctx - t0 < 16 ? n_ctx - t0 : 16, c0,
                             c1, conv);
-            kb = conv;
-        }
+        else
+            kb = (const float *)K + (size_t)t0 * kv_dim;
         for (int j = t0 > pos0 + j0 ? t0 - pos0 : j0; j < j1; j++) { /* tokens that see position t0 */
             const int nj = pos0 + j + 1, cnt = nj - t0 < 16 ? nj - t0 : 16;
             for (int h = h0; h < h1; h++)
@@ -709,12 +709,12 @@ static void attend_heads(const float *q, const void *K, const void *V, int f16, 
         memset(out + (size_t)j * q_dim + (size_t)h0 * head_dim, 0, (size_t)(h1 - h0) * head_dim * sizeof(float));
     }
     for (int t0 = 0; t0 < n_ctx; t0 += 16) {
-        const float *vb = (const float *)V + (size_t)t0 * kv_dim;
-        if (f16) {
+        const float *vb = conv;
+        if (f16)
             rows_f16_to_f32((const uint16_t *)V + (size_t)t0 * kv_dim, kv_dim, n_ctx - t0 < 16 ? n_ctx - t0 : 16, c0,
                             c1, conv);
-            vb = conv;
-        }
+        else
+            vb = (const float *)V + (size_t)t0 * kv_dim;
         for (int j = t0 > pos0 + j0 ? t0 - pos0 : j0; j < j1; j++) {
             const int nj = pos0 + j + 1, t1 = nj < t0 + 16 ? nj : t0 + 16;
             for (int h = h0; h < h1; h++)

@@ -34,8 +34,8 @@ sd_status sd_kv_create_typed(int n_layers, int n_ctx, int kv_dim, sd_type type, 
     size_t per = (size_t)n_layers * (size_t)kv_dim;
     if (per > SIZE_MAX / esz / 2 / (size_t)n_ctx || (phys > 0 && need > phys))
         return sd_fail(SD_ERR_NOMEM,
-                       "kv cache: %d layers x %d positions x %d floats (K and V) need %.0f bytes, more than the machine's %.0f bytes of memory",
-                       n_layers, n_ctx, kv_dim, need, phys);
+                       "kv cache: %d layers x %d positions x %d %s (K and V) need %.0f bytes, more than the machine's %.0f bytes of memory",
+                       n_layers, n_ctx, kv_dim, esz == 2 ? "halves" : "floats", need, phys);
     size_t bytes = per * (size_t)n_ctx * esz;
     sd_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return sd_fail(SD_ERR_NOMEM, "kv cache: out of memory");
@@ -43,8 +43,8 @@ sd_status sd_kv_create_typed(int n_layers, int n_ctx, int kv_dim, sd_type type, 
     kv->v = malloc(bytes);
     if (!kv->k || !kv->v) {
         sd_kv_free(kv);
-        return sd_fail(SD_ERR_NOMEM, "kv cache: cannot allocate %zu bytes (%d layers x %d positions x %d floats, K and V)",
-                       2 * bytes, n_layers, n_ctx, kv_dim);
+        return sd_fail(SD_ERR_NOMEM, "kv cache: cannot allocate %zu bytes (%d layers x %d positions x %d %s, K and V)",
+                       2 * bytes, n_layers, n_ctx, kv_dim, esz == 2 ? "halves" : "floats");
     }
     kv->type = type;
     kv->esz = esz;

@@ -172,6 +172,11 @@ sd_status sd_model_quantize(const sd_model *src, sd_type t, const sd_model_param
     m->format = src->format;
     m->tok = src->tok;
     m->tok_borrowed = 1;
+    /* the tokenizer file too, so a llama2.c draft of another file can still fall back to it */
+    if (src->tok_path && !(m->tok_path = strdup(src->tok_path))) {
+        sd_model_free(m);
+        return sd_fail(SD_ERR_NOMEM, "quantize: out of memory");
+    }
     /* Pass 1: sizes of the matrices in their stored types, one buffer for all of them. */
     size_t total = 0;
     char name[96];

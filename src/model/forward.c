@@ -105,8 +105,9 @@ static sd_status forward_chunk(sd_model *m, sd_kv *kv, const int32_t *tok, int n
         if (bad >= 0)
             return sd_fail(SD_ERR_NUMERIC,
                            "%s: layer %d produced a non-finite activation (%g) at position %d: the weights or the "
-                           "inputs hold NaN/Inf, or the activations overflowed",
-                           m->path, l, (double)a->x[bad], pos + (int)(bad / dim));
+                           "inputs hold NaN/Inf, or the activations overflowed%s",
+                           m->path, l, (double)a->x[bad], pos + (int)(bad / dim),
+                           kv_f16 ? " (an f16 KV cache holds at most 65504: try --kv-type f32)" : "");
     }
 
     if (!logits) return SD_OK;
