@@ -62,6 +62,13 @@ check "info q4_0"             0 "q4_0"               -- "$BIN" info "$TMP/q4.ggu
 check "convert to q8_0"       0 "blk.0.ffn_down.weight stays f16: its rows do not divide into q8_0 blocks of 32" -- "$BIN" convert "$TMP/odd.gguf" "$TMP/tiny-q8.gguf" --type q8_0
 check "converted generates"   0 "decode:"            -- "$BIN" generate -m "$TMP/tiny-q8.gguf" -n 8
 check "quantised self-draft"  0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/tiny.gguf" --draft-type q8_0 -n 12 --compare --ignore-eos
+check "kv-type bad"           2 "--kv-type must be f32 or f16, got 'f8'" -- "$BIN" generate -m x --kv-type f8
+check "f16 cache, head_dim 8" 1 "f16 KV cache needs head_dim >= 16" -- "$BIN" generate -m "$TMP/odd.gguf" --kv-type f16 -n 4
+if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+  check "f16 cache self-draft" 0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/q4.gguf" --draft-type q8_0 --kv-type f16 -n 12 --compare --ignore-eos
+else
+  echo "skip f16 cache self-draft: no AVX-512 on this CPU"; skip=$((skip+1))
+fi
 
 # specdec bench: config errors name file and JSON path; a tiny generated pair runs end to end.
 printf '{"target": {"model": "x"}, "draft": {"model": "y"}, "prompts": {"text": ["a"]}, "sweep": {"k": [1, "four"]}}' >"$TMP/bad.json"
