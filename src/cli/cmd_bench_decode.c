@@ -39,13 +39,6 @@ static void quartiles(double *v, int n, double q[3]) {
     q[2] = v[n - 1 - (n - 1) / 4];
 }
 
-/* Bytes of last-level cache plus the L2 of the threads in use (32 MiB when sysconf does
- * not know): weights smaller than this can stay cached between decode steps. */
-static double cache_bytes(int threads) {
-    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return (double)(l3 > 0 ? l3 : 32L << 20) + (double)(l2 > 0 ? l2 : 0) * threads;
-}
-
 int cmd_bench_decode(int argc, char **argv) {
     const char *model = NULL, *tokp = NULL;
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), n_prefill = 128, pos = 64, reps = 20, bw_mib = 1024;
@@ -125,7 +118,7 @@ int cmd_bench_decode(int argc, char **argv) {
     printf("limit:      %.1f tokens/s if decode streamed the weights at that bandwidth\n", bw_q[1] / bpt);
     printf("decode:     %.2f tokens/s (%.3f ms/token) = %.1f%% of the bandwidth limit (quartiles %.1f-%.1f%%)\n",
            1 / t_tg, t_tg * 1e3, frac_q[1], frac_q[0], frac_q[2]);
-    const double cached = cache_bytes(threads);
+    const double cached = cli_cache_bytes(threads);
     if (bpt < cached)
         printf("note:       %.1f MB of weights fit in this CPU's caches (%.0f MB of L2 + L3): decode is not bound\n"
                "            by memory bandwidth here, so the fraction above is not meaningful\n",

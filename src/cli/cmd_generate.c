@@ -336,7 +336,7 @@ int cmd_generate(int argc, char **argv) {
         if (sp.temperature == 0)
             fprintf(stderr, "greedy outputs identical: %s\n", same ? "yes" : "NO (this is a bug)");
         double tb = (double)sd_model_bytes_per_token(tm);
-        if (tp > 0 && ts < tp && tb < 64e6) /* weights that fit the 32 MiB L3 + L2 */
+        if (tp > 0 && ts < tp && tb < cli_cache_bytes(threads)) /* weights that fit in L2 + L3 */
             fprintf(stderr,
                     "note: the target reads only %.1f MB of weights per token, which stay in the CPU caches: its\n"
                     "      decode step is compute-bound, so verifying k+1 tokens costs about k+1 steps and\n"
