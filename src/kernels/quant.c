@@ -990,44 +990,33 @@ static const rows_fn *rows_table(sd_type t) {
 
 int sd_quant_can_pack(sd_type t) { return SD_QDOT && (t == SD_TYPE_Q4_0 || t == SD_TYPE_Q8_0); }
 
-/* Q8_0: groups of up to 4 blocks as elements 0..15 (+128), elements 16..31 (+128), scales. */
-static void pack_q8_0_rows(const void *src, void *dst, int64_t rows, size_t row_bytes, int64_t nblk) {
+/* Blocks of bsz bytes (an fp16 scale, then 2*half quant bytes) in groups of up to `group`:
+ * each group as the first halves of its nb blocks, their second halves (bytes xor flip), then
+ * their scales; the same 18 or 34 bytes per block. Q4_0: half 8 (nibble bytes 0..7, 8..15),
+ * group 8; Q8_0: half 16 (elements 0..15, 16..31, stored + 128), group 4. */
+static void pack_rows(const void *src, void *dst, int64_t rows, size_t row_bytes, int64_t nblk, int bsz, int half,
+                      int group, uint8_t flip) {
     for (int64_t r = 0; r < rows; r++) {
         const uint8_t *s = (const uint8_t *)src + (size_t)r * row_bytes;
         uint8_t *d = (uint8_t *)dst + (size_t)r * row_bytes;
-        for (int64_t g0 = 0; g0 < nblk; g0 += 4) {
-            const int nb = nblk - g0 < 4 ? (int)(nblk - g0) : 4;
-            const uint8_t *sg = s + (size_t)g0 * SD_Q8_0_BYTES;
-            uint8_t *dg = d + (size_t)g0 * SD_Q8_0_BYTES;
+        for (int64_t g0 = 0; g0 < nblk; g0 += group) {
+            const int nb = nblk - g0 < group ? (int)(nblk - g0) : group;
+            const uint8_t *sg = s + (size_t)g0 * bsz;
+            uint8_t *dg = d + (size_t)g0 * bsz;
             for (int k = 0; k < nb; k++) {
-                for (int e = 0; e < 16; e++) {
-                    dg[16 * k + e] = (uint8_t)(sg[SD_Q8_0_BYTES * k + 2 + e] ^ 0x80);
-                    dg[16 * nb + 16 * k + e] = (uint8_t)(sg[SD_Q8_0_BYTES * k + 18 + e] ^ 0x80);
+                for (int e = 0; e < half; e++) {
+                    dg[half * k + e] = (uint8_t)(sg[bsz * k + 2 + e] ^ flip);
+                    dg[half * nb + half * k + e] = (uint8_t)(sg[bsz * k + 2 + half + e] ^ flip);
                 }
-                memcpy(dg + 32 * nb + 2 * k, sg + SD_Q8_0_BYTES * k, 2);
+                memcpy(dg + 2 * half * nb + 2 * k, sg + bsz * k, 2);
             }
         }
     }
 }
 
 void sd_quant_pack_rows(sd_type t, const void *src, void *dst, int64_t rows, size_t row_bytes, int64_t cols) {
-    if (t == SD_TYPE_Q8_0) pack_q8_0_rows(src, dst, rows, row_bytes, cols / 32);
-    if (t != SD_TYPE_Q4_0) return;
-    const int64_t nblk = cols / 32;
-    for (int64_t r = 0; r < rows; r++) {
-        const uint8_t *s = (const uint8_t *)src + (size_t)r * row_bytes;
-        uint8_t *d = (uint8_t *)dst + (size_t)r * row_bytes;
-        for (int64_t g0 = 0; g0 < nblk; g0 += 8) {
-            const int nb = nblk - g0 < 8 ? (int)(nblk - g0) : 8;
-            const uint8_t *sg = s + (size_t)g0 * SD_Q4_0_BYTES;
-            uint8_t *dg = d + (size_t)g0 * SD_Q4_0_BYTES;
-            for (int k = 0; k < nb; k++) {
-                memcpy(dg + 8 * k, sg + SD_Q4_0_BYTES * k + 2, 8);
-                memcpy(dg + 8 * nb + 8 * k, sg + SD_Q4_0_BYTES * k + 10, 8);
-                memcpy(dg + 16 * nb + 2 * k, sg + SD_Q4_0_BYTES * k, 2);
-            }
-        }
-    }
+    if (t == SD_TYPE_Q4_0) pack_rows(src, dst, rows, row_bytes, cols / 32, SD_Q4_0_BYTES, 8, 8, 0);
+    else if (t == SD_TYPE_Q8_0) pack_rows(src, dst, rows, row_bytes, cols / 32, SD_Q8_0_BYTES, 16, 4, 0x80);
 }
 
 int sd_quant_has_dot(sd_type t) { return SD_QDOT && family_of(t) != FAM_NONE; }
