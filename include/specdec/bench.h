@@ -3,6 +3,7 @@
 #define SPECDEC_BENCH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "specdec/model.h"
 
@@ -22,6 +23,12 @@ double sd_bench_forward(sd_model *m, sd_kv *kv, int pos, int n, int reps);
  * row). The cache is truncated back to pos after each pass. SD_OK or an error status. */
 sd_status sd_bench_rounds(sd_model *m, sd_kv *kv, int pos, int n_max, int reps, size_t probe_bytes,
                           double *t_probe, double *t_fwd);
+
+/* One timed forward of the n tokens tok[pos..pos+n) appended to a cache holding pos tokens
+ * (n == 1: last logits, as a decode step; n > 1: every row, as verification), truncated back
+ * to pos afterwards, also on failure. Seconds in *seconds. */
+sd_status sd_bench_time_forward(sd_model *m, sd_kv *kv, const int32_t *tok, int pos, int n, float *logits,
+                                double *seconds);
 
 /* Median of n doubles (sorts them in place). */
 double sd_median(double *v, int n);

@@ -28,6 +28,15 @@ double sd_median(double *v, int n) {
 
 static float *probe_buffer(size_t bytes);
 
+sd_status sd_bench_time_forward(sd_model *m, sd_kv *kv, const int32_t *tok, int pos, int n, float *logits,
+                                double *seconds) {
+    const double t0 = now();
+    const sd_status st = sd_model_forward(m, kv, tok + pos, n, logits, n > 1);
+    *seconds = now() - t0;
+    sd_kv_truncate(kv, pos);
+    return st;
+}
+
 double sd_bench_bandwidth(size_t bytes, int reps) {
     size_t n = bytes / sizeof(float);
     float *buf = probe_buffer(bytes);
@@ -85,12 +94,9 @@ sd_status sd_bench_rounds(sd_model *m, sd_kv *kv, int pos, int n_max, int reps, 
          * in them would otherwise time its decode step cold and its verify passes warm */
         if ((st = sd_model_forward(m, kv, tok + pos, 1, logits, 0)) != SD_OK) goto out;
         sd_kv_truncate(kv, pos);
-        for (int n = 1; n <= n_max; n++) {
-            t0 = now();
-            if ((st = sd_model_forward(m, kv, tok + pos, n, logits, n > 1)) != SD_OK) goto out;
-            t_fwd[(size_t)r * n_max + n - 1] = now() - t0;
-            sd_kv_truncate(kv, pos);
-        }
+        for (int n = 1; n <= n_max; n++)
+            if ((st = sd_bench_time_forward(m, kv, tok, pos, n, logits, &t_fwd[(size_t)r * n_max + n - 1])) != SD_OK)
+                goto out;
     }
     (void)sink;
 out:
@@ -110,13 +116,8 @@ double sd_bench_forward(sd_model *m, sd_kv *kv, int pos, int n, int reps) {
     for (int i = 0; i < pos + n; i++) tok[i] = (int32_t)((i * 7919 + 3) % hp->vocab_size);
     sd_kv_truncate(kv, 0);
     if (pos > 0 && sd_model_forward(m, kv, tok, pos, NULL, 0) != SD_OK) goto out;
-    for (int r = 0; r < reps; r++) {
-        double t0 = now();
-        /* n == 1 is a decode step (last logits); n > 1 returns every row, as verification does. */
-        if (sd_model_forward(m, kv, tok + pos, n, logits, n > 1) != SD_OK) goto out;
-        t[r] = now() - t0;
-        sd_kv_truncate(kv, pos);
-    }
+    for (int r = 0; r < reps; r++)
+        if (sd_bench_time_forward(m, kv, tok, pos, n, logits, &t[r]) != SD_OK) goto out;
     res = sd_median(t, reps);
 out:
     free(tok);

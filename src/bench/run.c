@@ -95,22 +95,6 @@ static sd_status default_gen(sd_spec *s, const int32_t *prompt, int n_prompt, sd
     return sd_spec_generate(s, prompt, n_prompt, cb, user, stats);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* One forward of n tokens appended at pos (the cache holds pos tokens and is truncated back
- * to them, also on failure): its seconds in *t. */
-static sd_status one_forward(sd_model *m, sd_kv *kv, const int32_t *tok, int pos, int n, float *logits, double *t) {
-    double t0 = now_s();
-    sd_status st = sd_model_forward(m, kv, tok + pos, n, logits, n > 1);
-    *t = now_s() - t0;
-    sd_kv_truncate(kv, pos);
-    return st;
-}
-
 /* The cost model's inputs, measured in interleaved rounds (a target decode step, a draft
  * decode step, then a target verify pass of k+1 tokens for each k) so that machine drift
  * hits them alike: the ratios are medians of per-round ratios (timed one after another, two
@@ -143,9 +127,9 @@ static sd_status time_costs(sd_model *target, sd_model *draft, sd_kv *kv_t, sd_k
     /* warm-up round, also the estimate of a round's length */
     double round = 0, t;
     for (int i = -2; i < nk; i++) {
-        st = i == -2 ? one_forward(target, kv_t, tok, pos, 1, logits, &t)
-           : i == -1 ? one_forward(draft, kv_d, tok, pos, 1, logits, &t)
-                     : one_forward(target, kv_t, tok, pos, ks[i] + 1, logits, &t);
+        st = i == -2 ? sd_bench_time_forward(target, kv_t, tok, pos, 1, logits, &t)
+           : i == -1 ? sd_bench_time_forward(draft, kv_d, tok, pos, 1, logits, &t)
+                     : sd_bench_time_forward(target, kv_t, tok, pos, ks[i] + 1, logits, &t);
         if (st != SD_OK) goto out;
         round += t;
     }
@@ -153,11 +137,11 @@ static sd_status time_costs(sd_model *target, sd_model *draft, sd_kv *kv_t, sd_k
     reps = reps < 5 ? 5 : reps > max_reps ? max_reps : reps;
     double *tt = v, *td = v + max_reps, *tv = v + 2 * max_reps, *w = v + (size_t)(nk + 2) * max_reps;
     for (int r = 0; r < reps; r++) {
-        if ((st = one_forward(target, kv_t, tok, pos, 1, logits, &tt[r])) != SD_OK ||
-            (st = one_forward(draft, kv_d, tok, pos, 1, logits, &td[r])) != SD_OK)
+        if ((st = sd_bench_time_forward(target, kv_t, tok, pos, 1, logits, &tt[r])) != SD_OK ||
+            (st = sd_bench_time_forward(draft, kv_d, tok, pos, 1, logits, &td[r])) != SD_OK)
             goto out;
         for (int i = 0; i < nk; i++)
-            if ((st = one_forward(target, kv_t, tok, pos, ks[i] + 1, logits, &tv[(size_t)i * max_reps + r])) != SD_OK)
+            if ((st = sd_bench_time_forward(target, kv_t, tok, pos, ks[i] + 1, logits, &tv[(size_t)i * max_reps + r])) != SD_OK)
                 goto out;
         if (stop && *stop) {
             st = sd_fail(SD_ERR_INTERRUPTED, "bench interrupted");
