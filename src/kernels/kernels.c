@@ -289,10 +289,7 @@ static void small_batch_rows(const sd_tensor *W, const float *X, int n, float *Y
     multi_generic(W, X, n, Y, r0, r1, rowbuf);
 }
 
-/* The calling thread's share [b0, b1) of nblk 16-row blocks: one contiguous range per thread
- * (long ranges keep each weight stream of matvec sequential; 16-row blocks keep the threads'
- * output writes in separate cache lines). */
-static void thread_blocks(int64_t nblk, int64_t *b0, int64_t *b1) {
+void sd_thread_blocks(int64_t nblk, int64_t *b0, int64_t *b1) {
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
     *b0 = nblk * id / nt;
     *b1 = nblk * (id + 1) / nt;
@@ -332,7 +329,7 @@ int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratc
                 }
             }
             int64_t b0, b1;
-            thread_blocks(nblk, &b0, &b1);
+            sd_thread_blocks(nblk, &b0, &b1);
             int64_t r0 = b0 * 16, r1 = b1 * 16 < rows ? b1 * 16 : rows;
             if (r0 < r1 && (SD_FLOAT_KERNEL(W->type) || rowbuf))
                 small_batch_rows(W, X, n, Y, r0, r1, rowbuf);
@@ -383,14 +380,10 @@ int sd_matmul_group(const sd_tensor *const *W, float *const *Y, int count, const
     for (int i = 0; i < count; i++) first[i + 1] = first[i] + (W[i]->rows + 15) / 16;
 #pragma omp parallel
     {
-        int64_t b0, b1;
-        thread_blocks(first[count], &b0, &b1);
-        for (int i = 0; i < count; i++) { /* this thread's rows of each matrix */
-            int64_t lo = b0 > first[i] ? b0 : first[i], hi = b1 < first[i + 1] ? b1 : first[i + 1];
-            if (lo >= hi) continue;
-            int64_t r0 = (lo - first[i]) * 16, r1 = (hi - first[i]) * 16;
-            small_batch_rows(W[i], X, n, Y[i], r0, r1 < W[i]->rows ? r1 : W[i]->rows, NULL);
-        }
+        int64_t b0, b1, r0, r1;
+        sd_thread_blocks(first[count], &b0, &b1);
+        for (int i = 0; i < count; i++) /* this thread's rows of each matrix */
+            if (sd_block_rows(first, i, b0, b1, W[i]->rows, &r0, &r1)) small_batch_rows(W[i], X, n, Y[i], r0, r1, NULL);
     }
     return 0;
 }

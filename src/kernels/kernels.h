@@ -27,6 +27,22 @@ int sd_kernels_threads(void);
 /* Floats of scratch sd_matmul needs for a matrix with `cols` columns. */
 size_t sd_matmul_scratch_floats(int64_t cols);
 
+/* Inside a parallel region: the calling thread's share [b0, b1) of nblk 16-row blocks, one
+ * contiguous range per thread (long ranges keep each weight stream sequential; 16-row blocks
+ * keep the threads' output writes in separate cache lines). */
+void sd_thread_blocks(int64_t nblk, int64_t *b0, int64_t *b1);
+
+/* Rows [*r0, *r1) of matrix i (rows rows, blocks [first[i], first[i+1]) of a range spanning
+ * several matrices) that fall in blocks [b0, b1); 0 when none. */
+static inline int sd_block_rows(const int64_t *first, int i, int64_t b0, int64_t b1, int64_t rows, int64_t *r0,
+                                int64_t *r1) {
+    const int64_t lo = b0 > first[i] ? b0 : first[i], hi = b1 < first[i + 1] ? b1 : first[i + 1];
+    if (lo >= hi) return 0;
+    *r0 = (lo - first[i]) * 16;
+    *r1 = (hi - first[i]) * 16 < rows ? (hi - first[i]) * 16 : rows;
+    return 1;
+}
+
 /* Y[n][rows] = X[n][cols] * W^T. n == 1 is the decode matvec. scratch: see above (may be
  * NULL when W is F32). Returns 0, or -1 when W's type has no kernel. Q4_0/Q5_0/Q8_0/Q4_K/
  * Q6_K weights use the integer kernels of kernels/quant.c for every n (bit-identical rows

@@ -1073,13 +1073,11 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
         /* One contiguous range of blocks per thread (across the matrices), each matrix's part
          * visited as QS_STREAMS interleaved sub-ranges so that several sequential weight
          * streams are in flight (see matvec in kernels.c). */
-        const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-        const int64_t b0 = first[count] * id / nt, b1 = first[count] * (id + 1) / nt;
+        int64_t b0, b1, r0, r1;
+        sd_thread_blocks(first[count], &b0, &b1);
         for (int i = 0; i < count; i++) {
-            const int64_t lo = b0 > first[i] ? b0 : first[i], hi = b1 < first[i + 1] ? b1 : first[i + 1];
-            if (lo >= hi) continue;
-            const int64_t rows = W[i]->rows, r0 = (lo - first[i]) * 16;
-            const int64_t r1 = (hi - first[i]) * 16 < rows ? (hi - first[i]) * 16 : rows;
+            const int64_t rows = W[i]->rows;
+            if (!sd_block_rows(first, i, b0, b1, rows, &r0, &r1)) continue;
             for (int j0 = 0; j0 < n; j0 += 8) {
                 const int nb = n - j0 < 8 ? n - j0 : 8;
                 const void *xa = (const uint8_t *)act + tok * (size_t)j0;
