@@ -742,6 +742,34 @@ static void attend_heads(const float *q, const void *K, const void *V, int f16, 
 #endif
 
 
+#if SD_HAVE_AVX512
+/* attend_heads over all tokens in passes of up to SD_ATT_TOKENS, each of nt threads taking a
+ * range of heads (one thread without OpenMP unless par); an F16 cache gives each thread its
+ * own 16 x kv_dim conversion rows of conv. */
+static void attend_by_heads(const float *q, const void *K, const void *V, int f16, float *conv, float *out, int n,
+                            int pos0, int n_heads, int n_kv_heads, int head_dim, float *att_scratch, int att_slots,
+                            int nt, int par) {
+    const int kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
+    const size_t ctx_max = (size_t)(pos0 + n);
+    const int tg = att_slots / n_heads < SD_ATT_TOKENS ? att_slots / n_heads : SD_ATT_TOKENS;
+    if (!par) { /* serial, no OpenMP (see sd_matmul) */
+        for (int j0 = 0; j0 < n; j0 += tg)
+            attend_heads(q, K, V, f16, conv, out, pos0, j0, j0 + tg < n ? j0 + tg : n, n_heads, kv_dim, head_dim, 0,
+                         n_heads, group, att_scratch, ctx_max);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        const int id = omp_get_thread_num(), tn = omp_get_num_threads();
+        const int h0 = n_heads * id / tn, h1 = n_heads * (id + 1) / tn;
+        float *cv = f16 ? conv + (size_t)id * 16 * kv_dim : NULL;
+        for (int j0 = 0; j0 < n && h0 < h1; j0 += tg)
+            attend_heads(q, K, V, f16, cv, out, pos0, j0, j0 + tg < n ? j0 + tg : n, n_heads, kv_dim, head_dim, h0, h1,
+                         group, att_scratch, ctx_max);
+    }
+}
+#endif
+
 void sd_attention(const float *q, const float *K, const float *V, float *out, int n, int pos0,
                   int n_heads, int n_kv_heads, int head_dim, float *att_scratch, int att_slots) {
     const int q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
@@ -759,22 +787,8 @@ void sd_attention(const float *q, const float *K, const float *V, float *out, in
     const int par = warm && work >= SD_ATT_PAR_MIN_WORK && nt >= 2;
 #if SD_HAVE_AVX512
     if (head_dim >= 16 && att_slots >= n_heads) { /* blocks of positions over each thread's heads */
-        const int tg = att_slots / n_heads < SD_ATT_TOKENS ? att_slots / n_heads : SD_ATT_TOKENS;
-        if (nt > n_heads) nt = n_heads;
-        if (!par) { /* serial, no OpenMP (see sd_matmul) */
-            for (int j0 = 0; j0 < n; j0 += tg)
-                attend_heads(q, K, V, 0, NULL, out, pos0, j0, j0 + tg < n ? j0 + tg : n, n_heads, kv_dim, head_dim,
-                             0, n_heads, group, att_scratch, (size_t)ctx_max);
-            return;
-        }
-#pragma omp parallel num_threads(nt)
-        {
-            const int id = omp_get_thread_num(), tn = omp_get_num_threads();
-            const int h0 = n_heads * id / tn, h1 = n_heads * (id + 1) / tn;
-            for (int j0 = 0; j0 < n && h0 < h1; j0 += tg)
-                attend_heads(q, K, V, 0, NULL, out, pos0, j0, j0 + tg < n ? j0 + tg : n, n_heads, kv_dim, head_dim,
-                             h0, h1, group, att_scratch, (size_t)ctx_max);
-        }
+        attend_by_heads(q, K, V, 0, NULL, out, n, pos0, n_heads, n_kv_heads, head_dim, att_scratch, att_slots,
+                        nt < n_heads ? nt : n_heads, par);
         return;
     }
 #endif
@@ -808,28 +822,13 @@ int sd_attention_f16(const float *q, const uint16_t *K, const uint16_t *V, float
                      int conv_slots) {
 #if SD_HAVE_AVX512
     if (head_dim < 16 || att_slots < n_heads) return -1;
-    const int q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
-    const int ctx_max = pos0 + n;
-    const double work = (double)n * n_heads * ctx_max * head_dim;
+    const int q_dim = n_heads * head_dim;
+    const double work = (double)n * n_heads * (pos0 + n) * head_dim;
     const int warm = (double)q_dim * q_dim * n >= SD_PAR_MIN_WORK; /* as sd_attention */
     int nt = sd_kernels_threads() < n_heads ? sd_kernels_threads() : n_heads;
     if (nt > conv_slots) nt = conv_slots;
-    const int tg = att_slots / n_heads < SD_ATT_TOKENS ? att_slots / n_heads : SD_ATT_TOKENS;
-    if (!(warm && work >= SD_ATT_PAR_MIN_WORK && nt >= 2)) {
-        for (int j0 = 0; j0 < n; j0 += tg)
-            attend_heads(q, K, V, 1, conv_scratch, out, pos0, j0, j0 + tg < n ? j0 + tg : n, n_heads, kv_dim,
-                         head_dim, 0, n_heads, group, att_scratch, (size_t)ctx_max);
-        return 0;
-    }
-#pragma omp parallel num_threads(nt)
-    {
-        const int id = omp_get_thread_num(), tn = omp_get_num_threads();
-        const int h0 = n_heads * id / tn, h1 = n_heads * (id + 1) / tn;
-        float *conv = conv_scratch + (size_t)id * 16 * kv_dim;
-        for (int j0 = 0; j0 < n && h0 < h1; j0 += tg)
-            attend_heads(q, K, V, 1, conv, out, pos0, j0, j0 + tg < n ? j0 + tg : n, n_heads, kv_dim, head_dim, h0,
-                         h1, group, att_scratch, (size_t)ctx_max);
-    }
+    attend_by_heads(q, K, V, 1, conv_scratch, out, n, pos0, n_heads, n_kv_heads, head_dim, att_scratch, att_slots, nt,
+                    warm && work >= SD_ATT_PAR_MIN_WORK && nt >= 2);
     return 0;
 #else
     (void)q; (void)K; (void)V; (void)out; (void)n; (void)pos0; (void)n_heads; (void)n_kv_heads; (void)head_dim;
