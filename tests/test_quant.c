@@ -532,7 +532,7 @@ static void test_qmatmul_group(void **state) {
 }
 
 /* Q4_0 and Q8_0 rows packed for the kernels (sd_quant_pack_rows) give the same bits as the file
- * layout, for whole and partial groups of 8 blocks, decode and batch sizes, serial and
+ * layout, for whole and partial groups of 16 rows, odd block counts, decode and batch sizes, serial and
  * parallel paths. */
 static void test_qmatmul_packed(void **state) {
     (void)state;
@@ -545,7 +545,7 @@ static void test_qmatmul_packed(void **state) {
         const sd_type T = types[ti];
         const int rows = shapes[si][0], cols = shapes[si][1];
         const size_t rb = sd_type_row_bytes(T, cols);
-        uint8_t *w = malloc(rb * (size_t)rows), *p = malloc(rb * (size_t)rows);
+        uint8_t *w = malloc(rb * (size_t)rows), *p = malloc(sd_quant_packed_bytes(rows, rb));
         float *row = malloc((size_t)cols * sizeof(float)), *x = malloc((size_t)17 * cols * sizeof(float));
         float *y = malloc((size_t)17 * rows * sizeof(float)), *yp = malloc((size_t)17 * rows * sizeof(float));
         for (int r = 0; r < rows; r++) {

@@ -279,9 +279,9 @@ int sd_quant_dequant_row(sd_type t, const void *src, float *dst, int64_t n) {
  *
  * Q4_0 / Q5_0 / Q8_0 weights: each token's activations become blocks of 32 int8 with an
  * fp16-rounded scale amax/127 (as llama.cpp's quantize_row_q8_0: q = round-to-even(x*127/amax)),
- * stored in groups of four blocks (act_quad: Q8_0, Q5_0) or eight (act_octo: Q4_0). A
- * weight type's kernel reads one layout; a batch quantises each token on its own, exactly
- * as a single-token call would.
+ * stored in groups of four blocks (act_quad: Q5_0) or in order with the scales and offset
+ * corrections after them (r_layout: Q4_0, Q8_0). A weight type's kernel reads one layout; a
+ * batch quantises each token on its own, exactly as a single-token call would.
  * Q4_K / Q6_K: one float scale per 256 (llama.cpp's Q8_K: q = round(-127/max * x), max being
  * the element of largest magnitude), with per-16 and per-32 sums for the offset/min terms. */
 
@@ -298,16 +298,6 @@ typedef struct {
     int32_t init[16];
 } act_quad;
 
-/* Q4_0's layout: eight blocks (256 activations) as four 64-byte quarters, quarter i holding
- * elements 8i..8i+7 of blocks 0..7 (8 bytes each). Lane l of a VNNI sum belongs to block l/2,
- * so four dpbusd accumulate a whole group into the same lanes and the float work is done once
- * per eight blocks per token. init: -8*sum/2 per lane. */
-typedef struct {
-    int8_t x[4][64];
-    float d[16];
-    int32_t init[16];
-} act_octo;
-
 /* One 256-element super-block: q, nbs[0..15] = -(sum of each 16) (lanes 16..31 zero),
  * bs32 = sum of each 32, d the float scale. 384 bytes keeps every record 64-aligned. */
 typedef struct {
@@ -318,13 +308,13 @@ typedef struct {
     uint8_t pad[44];
 } act_k;
 
-typedef enum { FAM_NONE, FAM_A, FAM_O, FAM_K } family;
+typedef enum { FAM_NONE, FAM_A, FAM_R, FAM_K } family;
 
 static family family_of(sd_type t) {
     switch (t) {
-    case SD_TYPE_Q8_0:
     case SD_TYPE_Q5_0: return FAM_A;
-    case SD_TYPE_Q4_0: return FAM_O;
+    case SD_TYPE_Q4_0:
+    case SD_TYPE_Q8_0: return FAM_R;
     case SD_TYPE_Q4_K:
     case SD_TYPE_Q6_K: return FAM_K;
     default: return FAM_NONE;
@@ -376,43 +366,65 @@ static void act_a_place(act_quad *P, int k, const int8_t *q, float d, int32_t in
     }
 }
 
-static void act_o_place(act_octo *P, int k, const int8_t *q, float d, int32_t init) {
-    for (int i = 0; i < 4; i++) memcpy(P->x[i] + 8 * k, q + 8 * i, 8);
-    for (int l = 2 * k; l < 2 * k + 2; l++) {
-        P->d[l] = d;
-        P->init[l] = init;
-    }
+/* One block of 32: q, its sum, and the scale, exactly as act_a_block_ref computes them. */
+static inline float act_block(const float *x, int8_t q[32], int *sum) {
+    const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    const int bad = (_mm512_fpclass_ps_mask(x0, 0x99) | _mm512_fpclass_ps_mask(x1, 0x99)) != 0;
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+    const float d = bad ? NAN : sd_fp16_to_fp32(sd_fp32_to_fp16(amax / 127.0f));
+    const __m512 id = _mm512_set1_ps(d != 0 && !bad ? 127.0f / amax : 0.0f); /* d == 0: see the reference */
+    /* MXCSR default rounding: ties to even. A non-finite block is all zeros with a NaN scale
+     * (NaN would convert to INT_MIN and overflow the sum). */
+    const __mmask16 ok = bad ? 0 : 0xFFFF;
+    const __m512i q0 = _mm512_maskz_cvtps_epi32(ok, _mm512_mul_ps(x0, id));
+    const __m512i q1 = _mm512_maskz_cvtps_epi32(ok, _mm512_mul_ps(x1, id));
+    _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtepi32_epi8(q1));
+    *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    return d;
 }
 
-/* Quantises one token for Q8_0/Q5_0 (act_quad records) or Q4_0 (act_octo records). */
+/* Quantises one token for Q5_0 (act_quad records). */
 static void act_a_token(sd_type t, const float *x, int64_t cols, void *out) {
-    const int octo = family_of(t) == FAM_O, per = octo ? 8 : 4;
     const int64_t nb = cols / 32;
     const int off = weight_offset(t);
     for (int64_t b = 0; b < nb; b++) {
         int8_t q[32];
         int sum;
-        float d;
-        const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
-        const int bad = (_mm512_fpclass_ps_mask(x0, 0x99) | _mm512_fpclass_ps_mask(x1, 0x99)) != 0;
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-        d = bad ? NAN : sd_fp16_to_fp32(sd_fp32_to_fp16(amax / 127.0f));
-        const __m512 id = _mm512_set1_ps(d != 0 && !bad ? 127.0f / amax : 0.0f); /* d == 0: see the reference */
-        /* MXCSR default rounding: ties to even. A non-finite block is all zeros with a NaN scale
-         * (NaN would convert to INT_MIN and overflow the sum). */
-        const __mmask16 ok = bad ? 0 : 0xFFFF;
-        const __m512i q0 = _mm512_maskz_cvtps_epi32(ok, _mm512_mul_ps(x0, id));
-        const __m512i q1 = _mm512_maskz_cvtps_epi32(ok, _mm512_mul_ps(x1, id));
-        _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(q0));
-        _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtepi32_epi8(q1));
-        sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-        if (octo) act_o_place((act_octo *)out + b / 8, (int)(b & 7), q, d, -(off * sum) / 2);
-        else act_a_place((act_quad *)out + b / 4, (int)(b & 3), q, d, -(off * sum) / 4);
+        const float d = act_block(x + 32 * b, q, &sum);
+        act_a_place((act_quad *)out + b / 4, (int)(b & 3), q, d, -(off * sum) / 4);
     }
-    for (int64_t b = nb; b % per; b++) { /* the rest of the last group: zero meets zero weights */
+    for (int64_t b = nb; b % 4; b++) { /* the rest of the last group: zero meets zero weights */
         static const int8_t zq[32];
-        if (octo) act_o_place((act_octo *)out + b / 8, (int)(b & 7), zq, 0.0f, 0);
-        else act_a_place((act_quad *)out + b / 4, (int)(b & 3), zq, 0.0f, 0);
+        act_a_place((act_quad *)out + b / 4, (int)(b & 3), zq, 0.0f, 0);
+    }
+}
+
+/* Q4_0 / Q8_0 (the 16-row kernels): one token as its int8 activations in order (q, 32 per
+ * block), then each block's scale (d) and the correction -offset * (sum of its q) for weights
+ * stored with an unsigned offset (init); each part 64-byte aligned. */
+typedef struct {
+    size_t d, init, bytes; /* offsets of d and init, record size; q is at 0 */
+} r_layout;
+
+static r_layout r_layout_of(int64_t cols) {
+    const size_t nb = (size_t)(cols / 32), f = (nb * 4 + 63) & ~(size_t)63;
+    r_layout L;
+    L.d = (nb * 32 + 63) & ~(size_t)63;
+    L.init = L.d + f;
+    L.bytes = L.init + f;
+    return L;
+}
+
+static void act_r_token(sd_type t, const float *x, int64_t cols, uint8_t *out) {
+    const r_layout L = r_layout_of(cols);
+    const int off = weight_offset(t);
+    float *d = (float *)(out + L.d);
+    int32_t *init = (int32_t *)(out + L.init);
+    for (int64_t b = 0; b < cols / 32; b++) {
+        int sum;
+        d[b] = act_block(x + 32 * b, (int8_t *)out + 32 * b, &sum);
+        init[b] = -off * sum;
     }
 }
 
@@ -450,7 +462,9 @@ static void act_k_block(const float *x, act_k *a) {
 static size_t act_bytes(sd_type t, int64_t cols) {
     switch (family_of(t)) {
     case FAM_A: return (size_t)((cols / 32 + 3) / 4) * sizeof(act_quad);
-    case FAM_O: return (size_t)((cols / 32 + 7) / 8) * sizeof(act_octo);
+#if SD_QDOT
+    case FAM_R: return r_layout_of(cols).bytes;
+#endif
     case FAM_K: return (size_t)(cols / 256) * sizeof(act_k);
     default: return 0;
     }
@@ -479,7 +493,7 @@ double sd_quant_dot_ref(const sd_tensor *W, int64_t r, const float *x) {
     const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
     const int64_t cols = W->cols;
     double acc = 0;
-    if (family_of(W->type) == FAM_A || family_of(W->type) == FAM_O) {
+    if (family_of(W->type) == FAM_A || family_of(W->type) == FAM_R) {
         const size_t bsz = W->type == SD_TYPE_Q8_0 ? SD_Q8_0_BYTES
                            : W->type == SD_TYPE_Q4_0 ? SD_Q4_0_BYTES
                                                      : SD_Q5_0_BYTES;
@@ -541,6 +555,55 @@ double sd_quant_dot_ref(const sd_tensor *W, int64_t r, const float *x) {
     return NAN;
 }
 
+/* ------------------------------------------------------------------ the 16-row layout
+ *
+ * sd_quant_pack_rows groups Q4_0/Q8_0 rows by 16 (the last group zero-padded: zero scales,
+ * so padding rows compute 0). A group stores its blocks in order, two at a time: [quant
+ * vectors of block 2u][of block 2u+1][their 2 x 16 fp16 scales], a lone last block as [quant
+ * vectors][16 scales], so that every group is 16 rows' bytes and vector loads stay 64-byte
+ * aligned. Quant vector k of a block holds in int32 lane n row n's quant bytes 4k..4k+3:
+ * Q4_0 has 4 (QB = 256 bytes; low nibbles are elements 4k..4k+3, high ones 16+4k..), Q8_0
+ * has 8 (QB = 512; elements 4k..4k+3 + 128, as uint8). */
+static inline size_t r_qoff(int64_t b, int qb) {
+    return (size_t)(b >> 1) * (size_t)(2 * qb + 64) + (size_t)(b & 1) * (size_t)qb;
+}
+
+static inline size_t r_soff(int64_t b, int64_t nblk, int qb) {
+    const size_t u = (size_t)(b >> 1) * (size_t)(2 * qb + 64);
+    return (b & 1) ? u + 2 * (size_t)qb + 32 : b == nblk - 1 ? u + (size_t)qb : u + 2 * (size_t)qb;
+}
+
+/* One group: nrows (<= 16) rows of row_bytes from src into dst (16 * row_bytes). */
+static void r_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nrows, int64_t nblk, uint8_t *dst) {
+    const int q8 = t == SD_TYPE_Q8_0, qb = q8 ? 512 : 256, bsz = q8 ? SD_Q8_0_BYTES : SD_Q4_0_BYTES;
+    const uint32_t flip = q8 ? 0x80808080u : 0;
+    if (nrows < 16) memset(dst, 0, 16 * row_bytes);
+    for (int64_t b = 0; b < nblk; b++) {
+        uint8_t *qd = dst + r_qoff(b, qb), *sd = dst + r_soff(b, nblk, qb);
+        for (int n = 0; n < nrows; n++) {
+            const uint8_t *blk = src + (size_t)n * row_bytes + (size_t)b * bsz;
+            for (int k = 0; k < qb / 64; k++) {
+                const uint32_t v = le32(blk + 2 + 4 * k) ^ flip;
+                memcpy(qd + 64 * k + 4 * n, &v, 4);
+            }
+            memcpy(sd + 2 * n, blk, 2);
+        }
+    }
+}
+
+int sd_quant_can_pack(sd_type t) { return SD_QDOT && (t == SD_TYPE_Q4_0 || t == SD_TYPE_Q8_0); }
+
+size_t sd_quant_packed_bytes(int64_t rows, size_t row_bytes) { return (size_t)((rows + 15) / 16) * 16 * row_bytes; }
+
+void sd_quant_pack_rows(sd_type t, const void *src, void *dst, int64_t rows, size_t row_bytes, int64_t cols) {
+    if (t != SD_TYPE_Q4_0 && t != SD_TYPE_Q8_0) return;
+    for (int64_t g = 0; g < (rows + 15) / 16; g++) {
+        const int nrows = rows - 16 * g < 16 ? (int)(rows - 16 * g) : 16;
+        r_pack_group(t, (const uint8_t *)src + (size_t)(16 * g) * row_bytes, row_bytes, nrows, cols / 32,
+                     (uint8_t *)dst + (size_t)(16 * g) * row_bytes);
+    }
+}
+
 /* ------------------------------------------------------------------ integer dot kernels
  *
  * A kernel computes rows [r0, r1) for NB <= 8 tokens: every weight vector is unpacked once
@@ -551,10 +614,8 @@ double sd_quant_dot_ref(const sd_tensor *W, int64_t r, const float *x) {
 #if SD_QDOT
 
 /* With 512-bit vectors only two ports execute vector work, so the kernels are counted in
- * vector uops. Q4_0 per four blocks: one byte gather (vpermt2b), two GF(2) affine maps (low
- * and high nibbles), three merges of broadcast scales (which come from an fp16 -> float
- * table, 256 KiB, L2-resident, by loads that need no vector port); then per token two
- * dpbusd, a convert, a multiply and an FMA. */
+ * vector uops. Q5_0's scales come from an fp16 -> float table (256 KiB, L2-resident) by loads
+ * that need no vector port. */
 static float g_f16_to_f32[65536];
 static pthread_once_t g_f16_once = PTHREAD_ONCE_INIT;
 static void f16_table_init(void) {
@@ -589,69 +650,10 @@ static const uint8_t k_gather_q5_0[64] = {
     34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61,
     62, 63, 64, 65, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87};
 
-/* Weights of nb (1..4) consecutive blocks from b as the two halves of act_quad (elements
- * 0..15 / 16..31 of each block, unsigned) and each lane's weight scale. Loads are masked to
- * the nb blocks, so the last group of a row never reads past it; missing blocks are zero. */
-/* Q4_0, eight blocks (144 bytes) from b: gathers of quant bytes 0..7 and 8..15 of each block
- * (bytes 18k+2.. and 18k+10..; block 7's come from a third register), whose low and high
- * nibbles are the four quarters of act_octo; scales by one word gather and conversion. */
-static const uint8_t k_gather_q4_0_a[64] = {
-    2,  3,  4,  5,  6,  7,  8,  9,  20,  21,  22,  23,  24,  25,  26,  27,  38, 39, 40, 41, 42, 43,
-    44, 45, 56, 57, 58, 59, 60, 61, 62, 63, 74,  75,  76,  77,  78,  79,  80,  81, 92, 93, 94, 95,
-    96, 97, 98, 99, 110, 111, 112, 113, 114, 115, 116, 117, 0, 1, 2, 3, 4, 5, 6, 7};
-static const uint8_t k_gather_q4_0_b[64] = {
-    10, 11, 12, 13, 14, 15, 16, 17, 28, 29, 30, 31, 32, 33, 34, 35, 46, 47, 48, 49, 50, 51,
-    52, 53, 64, 65, 66, 67, 68, 69, 70, 71, 82, 83, 84, 85, 86, 87, 88, 89, 100, 101, 102, 103,
-    104, 105, 106, 107, 118, 119, 120, 121, 122, 123, 124, 125, 8, 9, 10, 11, 12, 13, 14, 15};
-static const int16_t k_dsel_q4_0[32] = {0,  0,  9,  9,  18, 18, 27, 27, 36, 36, 45, 45, 54, 54, 63, 63,
-                                        0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0};
-
-static inline void prep_q4_0(const uint8_t *b, int nb, __m512i w[4], __m512 *dw) {
-    const int n = SD_Q4_0_BYTES * nb;
-    const __m512i v0 = _mm512_maskz_loadu_epi8(low_bytes(n), b);
-    const __m512i v1 = _mm512_maskz_loadu_epi8(low_bytes(n - 64), b + 64);
-    const __m512i v2 = _mm512_maskz_loadu_epi8(low_bytes(n - 128), b + 128);
-    const __m512i ia = _mm512_loadu_si512(k_gather_q4_0_a), ib = _mm512_loadu_si512(k_gather_q4_0_b);
-    const __mmask64 last = 0xFF00000000000000ull; /* block 7's bytes, from v2 */
-    const __m512i ga = _mm512_mask_permutexvar_epi8(_mm512_permutex2var_epi8(v0, ia, v1), last, ia, v2);
-    const __m512i gb = _mm512_mask_permutexvar_epi8(_mm512_permutex2var_epi8(v0, ib, v1), last, ib, v2);
-    const __m512i lo = _mm512_set1_epi64(GF_LO), hi = _mm512_set1_epi64(GF_HI);
-    w[0] = _mm512_gf2p8affine_epi64_epi8(ga, lo, 0); /* elements 0..7 */
-    w[1] = _mm512_gf2p8affine_epi64_epi8(gb, lo, 0); /* 8..15 */
-    w[2] = _mm512_gf2p8affine_epi64_epi8(ga, hi, 0); /* 16..23 */
-    w[3] = _mm512_gf2p8affine_epi64_epi8(gb, hi, 0); /* 24..31 */
-    const __m512i h = _mm512_permutex2var_epi16(v0, _mm512_loadu_si512(k_dsel_q4_0), v1);
-    *dw = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-}
-
-/* Q4_0 groups packed by sd_quant_pack_rows: nb (1..8) blocks as quant bytes 0..7 of each
- * (8*nb bytes), bytes 8..15 (8*nb), then the nb fp16 scales; for nb = 8 the two 64-byte
- * vectors are exactly prep_q4_0's gathers, so w and dw come out identical with two loads,
- * four affine nibble extractions and one scale permute (the gathers cost ~35% of a 1.1B-shape
- * decode step). */
-static const int16_t k_dup_q4_0[32] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7,
-                                       0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-
-static inline void prep_q4_0_packed(const uint8_t *b, int nb, __m512i w[4], __m512 *dw) {
-    __m512i ga, gb, h;
-    if (nb == 8) {
-        ga = _mm512_loadu_si512(b);
-        gb = _mm512_loadu_si512(b + 64);
-        h = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(b + 128)));
-    } else {
-        ga = _mm512_maskz_loadu_epi8(low_bytes(8 * nb), b);
-        gb = _mm512_maskz_loadu_epi8(low_bytes(8 * nb), b + 8 * nb);
-        h = _mm512_maskz_loadu_epi8(low_bytes(2 * nb), b + 16 * nb);
-    }
-    const __m512i lo = _mm512_set1_epi64(GF_LO), hi = _mm512_set1_epi64(GF_HI);
-    w[0] = _mm512_gf2p8affine_epi64_epi8(ga, lo, 0);
-    w[1] = _mm512_gf2p8affine_epi64_epi8(gb, lo, 0);
-    w[2] = _mm512_gf2p8affine_epi64_epi8(ga, hi, 0);
-    w[3] = _mm512_gf2p8affine_epi64_epi8(gb, hi, 0);
-    h = _mm512_permutexvar_epi16(_mm512_loadu_si512(k_dup_q4_0), h);
-    *dw = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-}
-
+/* Weights of nb (1..4) consecutive Q5_0 blocks from b as the two halves of act_quad
+ * (elements 0..15 / 16..31 of each block, unsigned) and each lane's weight scale. Loads are
+ * masked to the nb blocks, so the last group of a row never reads past it; missing blocks
+ * are zero. */
 static inline void prep_q5_0(const uint8_t *b, int nb, __m512i *wlo, __m512i *whi, __m512 *dw) {
     const int n = SD_Q5_0_BYTES * nb;
     const __m512i v0 = _mm512_maskz_loadu_epi8(low_bytes(n), b);
@@ -673,44 +675,6 @@ static inline void prep_q5_0(const uint8_t *b, int nb, __m512i *wlo, __m512i *wh
     *dw = quad_scales(h);
 }
 
-static inline void prep_q8_0(const uint8_t *b, int nb, __m512i *wlo, __m512i *whi, __m512 *dw) {
-    __m256i q[4];
-    uint16_t h[4] = {0, 0, 0, 0};
-    for (int k = 0; k < 4; k++) {
-        q[k] = _mm256_maskz_loadu_epi8(k < nb ? ~0u : 0u, b + SD_Q8_0_BYTES * k + 2);
-        if (k < nb) h[k] = le16(b + SD_Q8_0_BYTES * k);
-    }
-    /* [q0 lo, q0 hi, q1 lo, q1 hi] and [q2 ..., q3 ...] -> halves [q0 lo .. q3 lo], [q0 hi .. q3 hi] */
-    const __m512i t01 = _mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1);
-    const __m512i t23 = _mm512_inserti64x4(_mm512_castsi256_si512(q[2]), q[3], 1);
-    const __m512i flip = _mm512_set1_epi8((char)0x80); /* int8 + 128 as uint8; init undoes it */
-    *wlo = _mm512_xor_si512(_mm512_permutex2var_epi64(t01, _mm512_set_epi64(13, 12, 9, 8, 5, 4, 1, 0), t23), flip);
-    *whi = _mm512_xor_si512(_mm512_permutex2var_epi64(t01, _mm512_set_epi64(15, 14, 11, 10, 7, 6, 3, 2), t23), flip);
-    *dw = quad_scales(h);
-}
-
-/* Q8_0 groups packed by sd_quant_pack_rows: nb (1..4) blocks as elements 0..15 of each
- * (16*nb bytes, stored + 128 as uint8), elements 16..31 (16*nb), then the nb fp16 scales:
- * prep_q8_0's wlo, whi and dw with two loads and one scale permute (its lane shuffles and
- * scalar scale lookups were ~30% of a Q8_0 decode step in an experiment). */
-static const int16_t k_dup4_q8_0[32] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3,
-                                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-
-static inline void prep_q8_0_packed(const uint8_t *b, int nb, __m512i *wlo, __m512i *whi, __m512 *dw) {
-    __m512i h;
-    if (nb == 4) {
-        *wlo = _mm512_loadu_si512(b);
-        *whi = _mm512_loadu_si512(b + 64);
-        h = _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(b + 128)));
-    } else {
-        *wlo = _mm512_maskz_loadu_epi8(low_bytes(16 * nb), b);
-        *whi = _mm512_maskz_loadu_epi8(low_bytes(16 * nb), b + 16 * nb);
-        h = _mm512_maskz_loadu_epi8(low_bytes(2 * nb), b + 32 * nb);
-    }
-    h = _mm512_permutexvar_epi16(_mm512_loadu_si512(k_dup4_q8_0), h);
-    *dw = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-}
-
 static inline __m512 step_a(__m512 acc, __m512i wlo, __m512i whi, __m512 dw, const act_quad *a) {
     __m512i s = _mm512_dpbusd_epi32(_mm512_loadu_si512(a->init), wlo, _mm512_loadu_si512(a->lo));
     s = _mm512_dpbusd_epi32(s, whi, _mm512_loadu_si512(a->hi));
@@ -730,14 +694,6 @@ static inline __m512 step_a(__m512 acc, __m512i wlo, __m512i whi, __m512 dw, con
             _mm_prefetch((const char *)(p) + SD_QPREFETCH + pf_, _MM_HINT_T0);                 \
     } while (0)
 
-static inline __m512 step_o(__m512 acc, const __m512i w[4], __m512 dw, const act_octo *a) {
-    __m512i s = _mm512_dpbusd_epi32(_mm512_loadu_si512(a->init), w[0], _mm512_loadu_si512(a->x[0]));
-    s = _mm512_dpbusd_epi32(s, w[1], _mm512_loadu_si512(a->x[1]));
-    s = _mm512_dpbusd_epi32(s, w[2], _mm512_loadu_si512(a->x[2]));
-    s = _mm512_dpbusd_epi32(s, w[3], _mm512_loadu_si512(a->x[3]));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_loadu_ps(a->d)), acc);
-}
-
 /* Weight streams per thread: a thread's rows are visited as QS_STREAMS interleaved
  * sub-ranges so that several sequential weight streams are in flight (see matvec in
  * kernels.c). Measured on the 110M shape (2 threads, alternating in one process, median ms
@@ -752,23 +708,9 @@ static inline int64_t visit_row(int64_t r0, int64_t per, int64_t i) {
     return i < per * QS_STREAMS ? r0 + (i % QS_STREAMS) * per + i / QS_STREAMS : r0 + i;
 }
 
-/* One weight group (Q4_0: 8 blocks; Q8_0/Q5_0: 4 blocks) of a row for nb token records. Every
- * kernel accumulates a (row, token) in one register, group by group in order, and sums it
- * with reduce.h's tree, so a row's result is the same whatever the batch or row grouping. */
-#define GROUP_O(b, nblocks, X, g, acc, NB)                                                     \
-    do {                                                                                       \
-        __m512i w_[4];                                                                         \
-        __m512 dw_;                                                                            \
-        prep_q4_0((b), (nblocks), w_, &dw_);                                                   \
-        for (int j_ = 0; j_ < (NB); j_++) (acc)[j_] = step_o((acc)[j_], w_, dw_, (X) + j_ * xs + (g)); \
-    } while (0)
-#define GROUP_OP(b, nblocks, X, g, acc, NB)                                                    \
-    do {                                                                                       \
-        __m512i w_[4];                                                                         \
-        __m512 dw_;                                                                            \
-        prep_q4_0_packed((b), (nblocks), w_, &dw_);                                            \
-        for (int j_ = 0; j_ < (NB); j_++) (acc)[j_] = step_o((acc)[j_], w_, dw_, (X) + j_ * xs + (g)); \
-    } while (0)
+/* One weight group (4 Q5_0 blocks) of a row for nb token records. Every kernel accumulates a
+ * (row, token) in one register, group by group in order, and sums it with reduce.h's tree, so
+ * a row's result is the same whatever the batch or row grouping. */
 #define GROUP_A(T, b, nblocks, X, g, acc, NB)                                                  \
     do {                                                                                       \
         __m512i wl_, wh_;                                                                      \
@@ -803,14 +745,98 @@ static inline int64_t visit_row(int64_t r0, int64_t per, int64_t i) {
         }                                                                                      \
     }
 
-#define GROUP_Q8(b, nb, X, g, acc, NB) GROUP_A(q8_0, b, nb, X, g, acc, NB)
-#define GROUP_Q8P(b, nb, X, g, acc, NB) GROUP_A(q8_0_packed, b, nb, X, g, acc, NB)
 #define GROUP_Q5(b, nb, X, g, acc, NB) GROUP_A(q5_0, b, nb, X, g, acc, NB)
-#define ROWS_O(NB) DEFINE_ROWS(q4_0, NB, act_octo, 8 * SD_Q4_0_BYTES, 8, GROUP_O, NB, data)
-#define ROWS_OP(NB) DEFINE_ROWS(q4_0p, NB, act_octo, 8 * SD_Q4_0_BYTES, 8, GROUP_OP, NB, packed)
-#define ROWS_Q8(NB) DEFINE_ROWS(q8_0, NB, act_quad, 4 * SD_Q8_0_BYTES, 4, GROUP_Q8, NB, data)
-#define ROWS_Q8P(NB) DEFINE_ROWS(q8_0p, NB, act_quad, 4 * SD_Q8_0_BYTES, 4, GROUP_Q8P, NB, packed)
 #define ROWS_Q5(NB) DEFINE_ROWS(q5_0, NB, act_quad, 4 * SD_Q5_0_BYTES, 4, GROUP_Q5, NB, data)
+
+/* ------------------------------------------------------------------ Q4_0 / Q8_0: 16 rows at once
+ *
+ * The kernels read Q4_0 and Q8_0 matrices in groups of 16 rows (sd_quant_pack_rows), each
+ * int32 lane belonging to one row: lane n of dpbusd(weights, broadcast of 4 activation bytes)
+ * adds row n's dot product of 4 elements, so one block of 16 rows costs 8 dpbusd per token,
+ * its float work (convert, scale, accumulate) is done once for 16 rows, and no horizontal sum
+ * is needed (the file layout needed a gather per block and a sum per row: 13 vector uops per
+ * 256 Q4_0 weights and token, 28 per 512 Q8_0; here 20 and 12 per 512). Each (row, token)
+ * result is the fixed sequence acc = fma(float(int dot of block b), dw_b * dx_b, acc) over the
+ * blocks in order, whatever the batch. */
+
+static inline int32_t ld32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline float ldf(const void *p) {
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Q4_0: 4 vectors, low nibbles are elements 4k..4k+3, high ones 16+4k.. (unsigned 0..15). */
+static inline void r_weights_q4_0(const uint8_t *p, __m512i w[8]) {
+    const __m512i lo = _mm512_set1_epi64(GF_LO), hi = _mm512_set1_epi64(GF_HI);
+    for (int k = 0; k < 4; k++) {
+        const __m512i v = _mm512_loadu_si512(p + 64 * k);
+        w[k] = _mm512_gf2p8affine_epi64_epi8(v, lo, 0);
+        w[k + 4] = _mm512_gf2p8affine_epi64_epi8(v, hi, 0);
+    }
+}
+
+/* Q8_0: 8 vectors of elements 4k..4k+3 + 128 (uint8). */
+static inline void r_weights_q8_0(const uint8_t *p, __m512i w[8]) {
+    for (int k = 0; k < 8; k++) w[k] = _mm512_loadu_si512(p + 64 * k);
+}
+
+/* Groups [g0, g1) of 16 rows for NB tokens; P is group g0 (gbytes per group). QB: quant
+ * bytes of a block. The kernel takes QS_STREAMS groups at a time (one from each of the
+ * thread's sub-ranges) and reads one block of each in turn, so that several sequential weight
+ * streams are in flight as in the row-by-row kernels (a group read whole before the next, one
+ * stream per thread, measured 20% slower; two or four blocks per turn 1-10% slower, 6 or 8
+ * streams no better). Per block and token the 8 dpbusd run as two chains of 4 (elements 0..15
+ * and 16..31), interleaved across the tokens: a single chain of 8 left the n = 5 kernel
+ * latency-bound (25.3 -> 22.1 ns per 512 Q4_0 weights, one thread, in L1). */
+#define DEFINE_R16(T, QB, NB)                                                                  \
+    static void r16_##T##_##NB(const uint8_t *P, size_t gbytes, int64_t nblk, int64_t rows,    \
+                               const uint8_t *act, size_t xs, r_layout L, float *Y, int64_t g0, \
+                               int64_t g1) {                                                   \
+        const int64_t per = (g1 - g0) / QS_STREAMS, rest = (g1 - g0) - per * QS_STREAMS;      \
+        for (int64_t i = 0; i < per + rest; i++) {                                             \
+            const int S = i < per ? QS_STREAMS : 1;                                            \
+            const uint8_t *G[QS_STREAMS];                                                      \
+            __m512 acc[QS_STREAMS][NB];                                                        \
+            for (int s = 0; s < S; s++) {                                                      \
+                G[s] = P + (size_t)(i < per ? s * per + i : QS_STREAMS * per + (i - per)) * gbytes; \
+                for (int j = 0; j < NB; j++) acc[s][j] = _mm512_setzero_ps();                  \
+            }                                                                                  \
+            for (int64_t b = 0; b < nblk; b++) {                                               \
+                const size_t qo = r_qoff(b, QB), so = r_soff(b, nblk, QB);                     \
+                for (int s = 0; s < S; s++) {                                                  \
+                    PREFETCH_AHEAD(G[s] + qo, (QB) + 32);                                      \
+                    __m512i w[8], t[NB], u[NB];                                                \
+                    r_weights_##T(G[s] + qo, w);                                               \
+                    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(G[s] + so))); \
+                    for (int j = 0; j < NB; j++) {                                             \
+                        t[j] = _mm512_set1_epi32(ld32(act + (size_t)j * xs + L.init + 4 * b)); \
+                        u[j] = _mm512_setzero_si512();                                         \
+                    }                                                                          \
+                    for (int k = 0; k < 4; k++)                                                \
+                        for (int j = 0; j < NB; j++) {                                         \
+                            const uint8_t *aq = act + (size_t)j * xs + 32 * b + 4 * k;         \
+                            t[j] = _mm512_dpbusd_epi32(t[j], w[k], _mm512_set1_epi32(ld32(aq))); \
+                            u[j] = _mm512_dpbusd_epi32(u[j], w[k + 4], _mm512_set1_epi32(ld32(aq + 16))); \
+                        }                                                                      \
+                    for (int j = 0; j < NB; j++) {                                             \
+                        const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(ldf(act + (size_t)j * xs + L.d + 4 * b))); \
+                        acc[s][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(t[j], u[j])), sc, acc[s][j]); \
+                    }                                                                          \
+                }                                                                              \
+            }                                                                                  \
+            for (int s = 0; s < S; s++) {                                                      \
+                const int64_t r = 16 * (g0 + (G[s] - P) / (ptrdiff_t)gbytes);                  \
+                const __mmask16 m = rows - r >= 16 ? 0xFFFF : (__mmask16)((1u << (rows - r)) - 1); \
+                for (int j = 0; j < NB; j++) _mm512_mask_storeu_ps(Y + (size_t)j * rows + r, m, acc[s][j]); \
+            }                                                                                  \
+        }                                                                                      \
+    }
 
 /* int16 lane m of a 64-byte chunk covers bytes 2m, 2m+1. Q4_K: bytes 0..31 are sub-block
  * 2c, 32..63 sub-block 2c+1 (lanes 0..15 / 16..31). Q6_K: 16-element groups 4c..4c+3
@@ -957,10 +983,8 @@ static inline __m128i q4_k_scales_v(const uint8_t *s) {
     M(__VA_ARGS__ 1) M(__VA_ARGS__ 2) M(__VA_ARGS__ 3) M(__VA_ARGS__ 4)                        \
     M(__VA_ARGS__ 5) M(__VA_ARGS__ 6) M(__VA_ARGS__ 7) M(__VA_ARGS__ 8)
 
-ROWS_OP(1) ROWS_OP(2) ROWS_OP(3) ROWS_OP(4) ROWS_OP(5) ROWS_OP(6) ROWS_OP(7) ROWS_OP(8)
-ROWS_O(1) ROWS_O(2) ROWS_O(3) ROWS_O(4) ROWS_O(5) ROWS_O(6) ROWS_O(7) ROWS_O(8)
-ROWS_Q8P(1) ROWS_Q8P(2) ROWS_Q8P(3) ROWS_Q8P(4) ROWS_Q8P(5) ROWS_Q8P(6) ROWS_Q8P(7) ROWS_Q8P(8)
-ROWS_Q8(1) ROWS_Q8(2) ROWS_Q8(3) ROWS_Q8(4) ROWS_Q8(5) ROWS_Q8(6) ROWS_Q8(7) ROWS_Q8(8)
+DEFINE_ALL_NB(DEFINE_R16, q4_0, 256, )
+DEFINE_ALL_NB(DEFINE_R16, q8_0, 512, )
 ROWS_Q5(1) ROWS_Q5(2) ROWS_Q5(3) ROWS_Q5(4) ROWS_Q5(5) ROWS_Q5(6) ROWS_Q5(7) ROWS_Q5(8)
 DEFINE_ALL_NB(DEFINE_ROWS_Q4K,)
 DEFINE_ALL_NB(DEFINE_ROWS_Q6K,)
@@ -968,18 +992,19 @@ DEFINE_ALL_NB(DEFINE_ROWS_Q6K,)
 typedef void (*rows_fn)(const sd_tensor *, const void *, size_t, float *, int64_t, int64_t);
 #define TABLE(T) {NULL, rows_##T##_1, rows_##T##_2, rows_##T##_3, rows_##T##_4, rows_##T##_5, \
                   rows_##T##_6, rows_##T##_7, rows_##T##_8}
-static const rows_fn k_rows_q8_0[9] = TABLE(q8_0);
-static const rows_fn k_rows_q4_0[9] = TABLE(q4_0);
-static const rows_fn k_rows_q4_0p[9] = TABLE(q4_0p);
-static const rows_fn k_rows_q8_0p[9] = TABLE(q8_0p);
 static const rows_fn k_rows_q5_0[9] = TABLE(q5_0);
+
+typedef void (*r16_fn)(const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, size_t, r_layout, float *, int64_t,
+                       int64_t);
+#define R16_TABLE(T) {NULL, r16_##T##_1, r16_##T##_2, r16_##T##_3, r16_##T##_4, r16_##T##_5, r16_##T##_6, \
+                      r16_##T##_7, r16_##T##_8}
+static const r16_fn k_r16_q4_0[9] = R16_TABLE(q4_0);
+static const r16_fn k_r16_q8_0[9] = R16_TABLE(q8_0);
 static const rows_fn k_rows_q4_k[9] = TABLE(q4_k);
 static const rows_fn k_rows_q6_k[9] = TABLE(q6_k);
 
 static const rows_fn *rows_table(sd_type t) {
     switch (t) {
-    case SD_TYPE_Q8_0: return k_rows_q8_0;
-    case SD_TYPE_Q4_0: return k_rows_q4_0;
     case SD_TYPE_Q5_0: return k_rows_q5_0;
     case SD_TYPE_Q4_K: return k_rows_q4_k;
     case SD_TYPE_Q6_K: return k_rows_q6_k;
@@ -987,37 +1012,6 @@ static const rows_fn *rows_table(sd_type t) {
     }
 }
 #endif /* SD_QDOT */
-
-int sd_quant_can_pack(sd_type t) { return SD_QDOT && (t == SD_TYPE_Q4_0 || t == SD_TYPE_Q8_0); }
-
-/* Blocks of bsz bytes (an fp16 scale, then 2*half quant bytes) in groups of up to `group`:
- * each group as the first halves of its nb blocks, their second halves (bytes xor flip), then
- * their scales; the same 18 or 34 bytes per block. Q4_0: half 8 (nibble bytes 0..7, 8..15),
- * group 8; Q8_0: half 16 (elements 0..15, 16..31, stored + 128), group 4. */
-static void pack_rows(const void *src, void *dst, int64_t rows, size_t row_bytes, int64_t nblk, int bsz, int half,
-                      int group, uint8_t flip) {
-    for (int64_t r = 0; r < rows; r++) {
-        const uint8_t *s = (const uint8_t *)src + (size_t)r * row_bytes;
-        uint8_t *d = (uint8_t *)dst + (size_t)r * row_bytes;
-        for (int64_t g0 = 0; g0 < nblk; g0 += group) {
-            const int nb = nblk - g0 < group ? (int)(nblk - g0) : group;
-            const uint8_t *sg = s + (size_t)g0 * bsz;
-            uint8_t *dg = d + (size_t)g0 * bsz;
-            for (int k = 0; k < nb; k++) {
-                for (int e = 0; e < half; e++) {
-                    dg[half * k + e] = (uint8_t)(sg[bsz * k + 2 + e] ^ flip);
-                    dg[half * nb + half * k + e] = (uint8_t)(sg[bsz * k + 2 + half + e] ^ flip);
-                }
-                memcpy(dg + 2 * half * nb + 2 * k, sg + bsz * k, 2);
-            }
-        }
-    }
-}
-
-void sd_quant_pack_rows(sd_type t, const void *src, void *dst, int64_t rows, size_t row_bytes, int64_t cols) {
-    if (t == SD_TYPE_Q4_0) pack_rows(src, dst, rows, row_bytes, cols / 32, SD_Q4_0_BYTES, 8, 8, 0);
-    else if (t == SD_TYPE_Q8_0) pack_rows(src, dst, rows, row_bytes, cols / 32, SD_Q8_0_BYTES, 16, 4, 0x80);
-}
 
 int sd_quant_has_dot(sd_type t) { return SD_QDOT && family_of(t) != FAM_NONE; }
 
@@ -1031,17 +1025,19 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
 #if SD_QDOT
     enum { MAXG = 4 };
     if (count < 1 || count > MAXG || n < 1) return -1;
-    const rows_fn *tab = rows_table(W[0]->type);
+    const sd_type type = W[0]->type;
+    const family fam = family_of(type);
+    const rows_fn *tab = rows_table(type);
+    const r16_fn *r16 = type == SD_TYPE_Q4_0 ? k_r16_q4_0 : type == SD_TYPE_Q8_0 ? k_r16_q8_0 : NULL;
     const int64_t cols = W[0]->cols;
-    if (!tab || cols <= 0) return -1;
-    int packed = sd_quant_can_pack(W[0]->type);
+    if ((!tab && !r16) || cols <= 0) return -1;
+    int all_packed = 1;
     for (int i = 0; i < count; i++) {
-        if (W[i]->type != W[0]->type || W[i]->cols != cols) return -1;
-        packed = packed && W[i]->packed;
+        if (W[i]->type != type || W[i]->cols != cols) return -1;
+        all_packed = all_packed && W[i]->packed;
     }
-    if (packed) tab = W[0]->type == SD_TYPE_Q4_0 ? k_rows_q4_0p : k_rows_q8_0p;
     pthread_once(&g_f16_once, f16_table_init);
-    const size_t tok = act_bytes(W[0]->type, cols);
+    const size_t tok = act_bytes(type, cols);
     if (tok == 0) return -1;
     void *tmp = NULL, *act = scratch;
     if (!act || scratch_bytes < tok * (size_t)n) {
@@ -1050,17 +1046,16 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
         act = tmp;
     }
     /* Each token is quantised alone, identically whatever n is, once for all matrices. */
-    const family fam = family_of(W[0]->type);
     for (int j = 0; j < n; j++) {
         uint8_t *dst = (uint8_t *)act + tok * (size_t)j;
         const float *x = X + (size_t)j * cols;
-        if (fam != FAM_K) {
-            act_a_token(W[0]->type, x, cols, dst);
-        } else {
+        if (fam == FAM_R) act_r_token(type, x, cols, dst);
+        else if (fam == FAM_A) act_a_token(type, x, cols, dst);
+        else
             for (int64_t s = 0; s < cols / 256; s++) act_k_block(x + 256 * s, (act_k *)dst + s);
-        }
     }
-    const size_t xs = tok / (fam == FAM_A ? sizeof(act_quad) : fam == FAM_O ? sizeof(act_octo) : sizeof(act_k));
+    const size_t xs = fam == FAM_R ? tok : tok / (fam == FAM_A ? sizeof(act_quad) : sizeof(act_k));
+    const r_layout L = r_layout_of(cols);
     int64_t first[MAXG + 1]; /* first 16-row block of each matrix in the combined range */
     double work = 0;
     first[0] = 0;
@@ -1068,26 +1063,56 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
         first[i + 1] = first[i] + (W[i]->rows + 15) / 16; /* 16-row blocks: own output lines */
         work += (double)W[i]->rows * (double)cols * n;
     }
+    int failed = 0;
 #pragma omp parallel if (work >= SD_QPAR_MIN_WORK)
     {
         /* One contiguous range of blocks per thread (across the matrices), each matrix's part
          * visited as QS_STREAMS interleaved sub-ranges so that several sequential weight
          * streams are in flight (see matvec in kernels.c). */
         int64_t b0, b1, r0, r1;
+        uint8_t *grp = NULL; /* one group packed on the fly, for matrices without a packed copy */
         sd_thread_blocks(first[count], &b0, &b1);
         for (int i = 0; i < count; i++) {
             const int64_t rows = W[i]->rows;
             if (!sd_block_rows(first, i, b0, b1, rows, &r0, &r1)) continue;
-            for (int j0 = 0; j0 < n; j0 += 8) {
-                const int nb = n - j0 < 8 ? n - j0 : 8;
-                const void *xa = (const uint8_t *)act + tok * (size_t)j0;
-                float *Yg = Y[i] + (size_t)j0 * rows;
-                tab[nb](W[i], xa, xs, Yg, r0, r1); /* the kernels visit the streams themselves */
+            if (!r16) {
+                for (int j0 = 0; j0 < n; j0 += 8) {
+                    const int nb = n - j0 < 8 ? n - j0 : 8;
+                    tab[nb](W[i], (const uint8_t *)act + tok * (size_t)j0, xs, Y[i] + (size_t)j0 * rows, r0, r1);
+                }
+                continue;
+            }
+            const size_t gbytes = 16 * W[i]->row_bytes;
+            const int64_t g0 = r0 / 16, g1 = (r1 + 15) / 16, nblk = cols / 32;
+            if (W[i]->packed) {
+                for (int j0 = 0; j0 < n; j0 += 8) {
+                    const int nb = n - j0 < 8 ? n - j0 : 8;
+                    r16[nb]((const uint8_t *)W[i]->packed + (size_t)g0 * gbytes, gbytes, nblk, rows,
+                            (const uint8_t *)act + tok * (size_t)j0, xs, L, Y[i] + (size_t)j0 * rows, g0, g1);
+                }
+                continue;
+            }
+            if (!grp && !(grp = aligned_alloc(64, (gbytes + 63) & ~(size_t)63))) {
+#pragma omp atomic write
+                failed = 1;
+                break;
+            }
+            for (int64_t g = g0; g < g1; g++) {
+                const int nrows = rows - 16 * g < 16 ? (int)(rows - 16 * g) : 16;
+                r_pack_group(type, (const uint8_t *)W[i]->data + (size_t)(16 * g) * W[i]->row_bytes, W[i]->row_bytes,
+                             nrows, nblk, grp);
+                for (int j0 = 0; j0 < n; j0 += 8) {
+                    const int nb = n - j0 < 8 ? n - j0 : 8;
+                    r16[nb](grp, gbytes, nblk, rows, (const uint8_t *)act + tok * (size_t)j0, xs, L,
+                            Y[i] + (size_t)j0 * rows, g, g + 1);
+                }
             }
         }
+        free(grp);
     }
+    (void)all_packed;
     free(tmp);
-    return 0;
+    return failed ? -1 : 0;
 #else
     (void)W; (void)Y; (void)count; (void)X; (void)n; (void)scratch; (void)scratch_bytes;
     return -1;

@@ -51,11 +51,13 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
 /* 1 when sd_quant_pack_rows has a kernel layout for type t on this build (Q4_0, Q8_0). */
 int sd_quant_can_pack(sd_type t);
 
-/* Writes rows x row_bytes bytes of t-typed rows from src into dst in the kernels' layout
- * (Q4_0: each group of up to 8 blocks as their quant bytes 0..7, bytes 8..15, then the 8
- * fp16 scales; Q8_0: groups of up to 4 blocks as elements 0..15 + 128, elements 16..31 + 128,
- * then the scales; so the integer kernels load them without gathers); the same size.
- * Set sd_tensor.packed to dst. Results are bit-identical to the unpacked kernels. */
+/* Bytes of the kernels' layout of rows x row_bytes (rows rounded up to a multiple of 16). */
+size_t sd_quant_packed_bytes(int64_t rows, size_t row_bytes);
+
+/* Writes t-typed rows from src into dst (sd_quant_packed_bytes) in the kernels' layout: groups
+ * of 16 rows whose blocks are interleaved so that each int32 lane of a vector belongs to one
+ * row (quant.c describes it). Set sd_tensor.packed to dst; results are bit-identical to the
+ * file layout's, which the kernels pack 16 rows at a time on the fly. */
 void sd_quant_pack_rows(sd_type t, const void *src, void *dst, int64_t rows, size_t row_bytes, int64_t cols);
 
 /* Naive reference of what sd_quant_matmul computes for row r and one token x: the same
