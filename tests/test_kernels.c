@@ -287,7 +287,9 @@ static void test_rmsnorm_rope_swiglu(void **state) {
     for (int style = 0; style < 2; style++) {
         float v[16], r[16];
         for (int i = 0; i < 16; i++) v[i] = r[i] = frand();
-        sd_rope(r, 2, 8, 8, 5, inv, style);
+        float cs[8];
+        sd_rope_angles(5, inv, 8, cs);
+        sd_rope(r, 2, 8, 8, cs, style);
         for (int h = 0; h < 2; h++)
             for (int i = 0; i < 4; i++) {
                 int a = style ? i : 2 * i, b = style ? i + 4 : 2 * i + 1;

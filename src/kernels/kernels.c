@@ -418,12 +418,18 @@ void sd_rmsnorm(float *out, const float *x, const float *w, int n, int d, float 
     }
 }
 
-void sd_rope(float *x, int n_heads, int head_dim, int rope_dim, int pos, const float *inv_freq,
-             int half_style) {
+void sd_rope_angles(int pos, const float *inv_freq, int rope_dim, float *cs) {
     const int half = rope_dim / 2;
     for (int i = 0; i < half; i++) {
-        float c = cosf((float)pos * inv_freq[i]);
-        float s = sinf((float)pos * inv_freq[i]);
+        cs[i] = cosf((float)pos * inv_freq[i]);
+        cs[half + i] = sinf((float)pos * inv_freq[i]);
+    }
+}
+
+void sd_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int half_style) {
+    const int half = rope_dim / 2;
+    for (int i = 0; i < half; i++) {
+        const float c = cs[i], s = cs[half + i];
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (size_t)h * head_dim;
             /* interleaved: pair (2i, 2i+1); rotate-half: pair (i, i + rope_dim/2) */

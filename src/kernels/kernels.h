@@ -63,10 +63,14 @@ int sd_dequant_row(const sd_tensor *W, int64_t r, float *out);
 /* out[i] = x[i] / rms(x) * w[i] for each of n rows of length d. out may alias x. */
 void sd_rmsnorm(float *out, const float *x, const float *w, int n, int d, float eps);
 
-/* Rotates n_heads heads of length head_dim in x (one token at position pos); the first
- * rope_dim dims of each head rotate with frequencies inv_freq[rope_dim/2]. */
-void sd_rope(float *x, int n_heads, int head_dim, int rope_dim, int pos, const float *inv_freq,
-             int half_style);
+/* cs[0..rope_dim/2) = cos(pos * inv_freq[i]), cs[rope_dim/2..rope_dim) = the sines: a
+ * position's angles, computed once per forward pass for all layers and both q and k. */
+void sd_rope_angles(int pos, const float *inv_freq, int rope_dim, float *cs);
+
+/* Rotates n_heads heads of length head_dim in x (one token) by the angles cs of
+ * sd_rope_angles: the first rope_dim dims of each head, as pairs (2i, 2i+1), or (i, i +
+ * rope_dim/2) with half_style (HF's rotate-half). */
+void sd_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int half_style);
 
 /* In-place numerically stable softmax. */
 void sd_softmax(float *x, int n);

@@ -371,7 +371,11 @@ static inline float act_block(const float *x, int8_t q[32], int *sum) {
     const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
     const int bad = (_mm512_fpclass_ps_mask(x0, 0x99) | _mm512_fpclass_ps_mask(x1, 0x99)) != 0;
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+#if defined(__F16C__) /* the same bits as the software conversions for every non-NaN float (checked exhaustively) */
+    const float d = bad ? NAN : _cvtsh_ss(_cvtss_sh(amax / 127.0f, 0));
+#else
     const float d = bad ? NAN : sd_fp16_to_fp32(sd_fp32_to_fp16(amax / 127.0f));
+#endif
     const __m512 id = _mm512_set1_ps(d != 0 && !bad ? 127.0f / amax : 0.0f); /* d == 0: see the reference */
     /* MXCSR default rounding: ties to even. A non-finite block is all zeros with a NaN scale
      * (NaN would convert to INT_MIN and overflow the sum). */

@@ -57,6 +57,8 @@ static sd_status forward_chunk(sd_model *m, sd_kv *kv, const int32_t *tok, int n
         if (sd_dequant_row(&m->tok_embd, tok[t], a->x + (size_t)t * dim) != 0)
             return sd_fail(SD_ERR_UNSUPPORTED, "%s: cannot read token embeddings", m->path);
 
+    for (int t = 0; t < nc; t++) sd_rope_angles(pos + t, m->inv_freq, hp->rope_dim, a->rope + (size_t)t * hp->rope_dim);
+
     for (int l = 0; l < hp->n_layers; l++) {
         const sd_layer *L = &m->layers[l];
         /* An F32 cache takes the new rows in place; an F16 one after RoPE, rounded. */
@@ -74,10 +76,9 @@ static sd_status forward_chunk(sd_model *m, sd_kv *kv, const int32_t *tok, int n
         add_bias(knew, L->bk, nc, kv_dim);
         add_bias(vnew, L->bv, nc, kv_dim);
         for (int t = 0; t < nc; t++) {
-            sd_rope(a->q + (size_t)t * q_dim, hp->n_heads, hp->head_dim, hp->rope_dim, pos + t,
-                    m->inv_freq, half);
-            sd_rope(knew + (size_t)t * kv_dim, hp->n_kv_heads, hp->head_dim, hp->rope_dim, pos + t,
-                    m->inv_freq, half);
+            const float *cs = a->rope + (size_t)t * hp->rope_dim;
+            sd_rope(a->q + (size_t)t * q_dim, hp->n_heads, hp->head_dim, hp->rope_dim, cs, half);
+            sd_rope(knew + (size_t)t * kv_dim, hp->n_kv_heads, hp->head_dim, hp->rope_dim, cs, half);
         }
         if (kv_f16) {
             sd_f32_to_f16_row(knew, (uint16_t *)kc + (size_t)pos * kv_dim, (size_t)nc * kv_dim);

@@ -185,22 +185,22 @@ sd_status sd_model_finish(sd_model *m, const sd_model_params *p) {
     size_t max_cols = (size_t)(hp->hidden_dim > hp->dim ? hp->hidden_dim : hp->dim);
     if (q_dim > max_cols) max_cols = q_dim;
     const int f16 = m->kv_type == SD_TYPE_F16;
-    size_t sizes[11] = {
+    size_t sizes[12] = {
         (size_t)nb * hp->dim, (size_t)nb * hp->dim, (size_t)nb * q_dim, (size_t)nb * q_dim,
         (size_t)nb * hp->hidden_dim, (size_t)nb * hp->hidden_dim, (size_t)slots * m->n_ctx,
         sd_matmul_scratch_floats((int64_t)max_cols), f16 ? (size_t)nb * kv_dim : 0, f16 ? (size_t)nb * kv_dim : 0,
-        f16 ? (size_t)conv_slots * 16 * kv_dim : 0};
+        f16 ? (size_t)conv_slots * 16 * kv_dim : 0, (size_t)nb * hp->rope_dim};
     size_t total = 0;
-    for (int i = 0; i < 11; i++) total += (sizes[i] + 15) & ~(size_t)15; /* 64-byte aligned parts */
+    for (int i = 0; i < 12; i++) total += (sizes[i] + 15) & ~(size_t)15; /* 64-byte aligned parts */
     float *base = aligned_alloc(64, total * sizeof(float));
     if (!base)
         return sd_fail(SD_ERR_NOMEM, "%s: cannot allocate %zu bytes of activations", f,
                        total * sizeof(float));
-    float **parts[11] = {&m->arena.x,  &m->arena.xb,  &m->arena.q,    &m->arena.att_out,
-                         &m->arena.hb, &m->arena.hb2, &m->arena.att,  &m->arena.tile,
-                         &m->arena.knew, &m->arena.vnew, &m->arena.conv};
+    float **parts[12] = {&m->arena.x,    &m->arena.xb,   &m->arena.q,    &m->arena.att_out,
+                         &m->arena.hb,   &m->arena.hb2,  &m->arena.att,  &m->arena.tile,
+                         &m->arena.knew, &m->arena.vnew, &m->arena.conv, &m->arena.rope};
     float *cur = base;
-    for (int i = 0; i < 11; i++) {
+    for (int i = 0; i < 12; i++) {
         *parts[i] = sizes[i] ? cur : NULL;
         cur += (sizes[i] + 15) & ~(size_t)15;
     }

@@ -33,6 +33,7 @@ typedef struct {
     float *knew;    /* [n_batch][kv_dim] new keys before an F16 cache stores them */
     float *vnew;    /* [n_batch][kv_dim] new values, likewise */
     float *conv;    /* [conv_slots][16][kv_dim] F16 cache blocks as floats (sd_attention_f16) */
+    float *rope;    /* [n_batch][rope_dim] each token's RoPE cosines, then sines */
     int att_threads;
     int conv_slots;
 } sd_arena;
