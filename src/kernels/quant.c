@@ -799,6 +799,37 @@ static inline void r_weights_q8_0(const uint8_t *p, __m512i w[8]) {
  * and 16..31), interleaved across the tokens: a single chain of 8 left the n = 5 kernel
  * latency-bound (25.3 -> 22.1 ns per 512 Q4_0 weights, one thread, in L1). */
 #define DEFINE_R16(T, QB, NB)                                                                  \
+    /* The blocks of S groups (S a constant once inlined, so the accumulators can stay in      \
+     * registers), one block of each in turn. */                                               \
+    static inline __attribute__((always_inline)) void r16_step_##T##_##NB(                     \
+        const uint8_t *const *G, const int S, int64_t nblk, const uint8_t *act, size_t xs, r_layout L, \
+        __m512 acc[][NB]) {                                                                    \
+        for (int s = 0; s < S; s++)                                                            \
+            for (int j = 0; j < NB; j++) acc[s][j] = _mm512_setzero_ps();                      \
+        for (int64_t b = 0; b < nblk; b++) {                                                   \
+            const size_t qo = r_qoff(b, QB), so = r_soff(b, nblk, QB);                         \
+            for (int s = 0; s < S; s++) {                                                      \
+                PREFETCH_AHEAD(G[s] + qo, (QB) + 32);                                          \
+                __m512i w[8], t[NB], u[NB];                                                    \
+                r_weights_##T(G[s] + qo, w);                                                   \
+                const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(G[s] + so))); \
+                for (int j = 0; j < NB; j++) {                                                 \
+                    t[j] = _mm512_set1_epi32(ld32(act + (size_t)j * xs + L.init + 4 * b));     \
+                    u[j] = _mm512_setzero_si512();                                             \
+                }                                                                              \
+                for (int k = 0; k < 4; k++)                                                    \
+                    for (int j = 0; j < NB; j++) {                                             \
+                        const uint8_t *aq = act + (size_t)j * xs + 32 * b + 4 * k;             \
+                        t[j] = _mm512_dpbusd_epi32(t[j], w[k], _mm512_set1_epi32(ld32(aq)));   \
+                        u[j] = _mm512_dpbusd_epi32(u[j], w[k + 4], _mm512_set1_epi32(ld32(aq + 16))); \
+                    }                                                                          \
+                for (int j = 0; j < NB; j++) {                                                 \
+                    const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(ldf(act + (size_t)j * xs + L.d + 4 * b))); \
+                    acc[s][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(t[j], u[j])), sc, acc[s][j]); \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
     static void r16_##T##_##NB(const uint8_t *P, size_t gbytes, int64_t nblk, int64_t rows,    \
                                const uint8_t *act, size_t xs, r_layout L, float *Y, int64_t g0, \
                                int64_t g1) {                                                   \
@@ -806,36 +837,16 @@ static inline void r_weights_q8_0(const uint8_t *p, __m512i w[8]) {
         for (int64_t i = 0; i < per + rest; i++) {                                             \
             const int S = i < per ? QS_STREAMS : 1;                                            \
             const uint8_t *G[QS_STREAMS];                                                      \
+            int64_t gi[QS_STREAMS];                                                            \
             __m512 acc[QS_STREAMS][NB];                                                        \
             for (int s = 0; s < S; s++) {                                                      \
-                G[s] = P + (size_t)(i < per ? s * per + i : QS_STREAMS * per + (i - per)) * gbytes; \
-                for (int j = 0; j < NB; j++) acc[s][j] = _mm512_setzero_ps();                  \
+                gi[s] = g0 + (i < per ? s * per + i : QS_STREAMS * per + (i - per));           \
+                G[s] = P + (size_t)(gi[s] - g0) * gbytes;                                      \
             }                                                                                  \
-            for (int64_t b = 0; b < nblk; b++) {                                               \
-                const size_t qo = r_qoff(b, QB), so = r_soff(b, nblk, QB);                     \
-                for (int s = 0; s < S; s++) {                                                  \
-                    PREFETCH_AHEAD(G[s] + qo, (QB) + 32);                                      \
-                    __m512i w[8], t[NB], u[NB];                                                \
-                    r_weights_##T(G[s] + qo, w);                                               \
-                    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(G[s] + so))); \
-                    for (int j = 0; j < NB; j++) {                                             \
-                        t[j] = _mm512_set1_epi32(ld32(act + (size_t)j * xs + L.init + 4 * b)); \
-                        u[j] = _mm512_setzero_si512();                                         \
-                    }                                                                          \
-                    for (int k = 0; k < 4; k++)                                                \
-                        for (int j = 0; j < NB; j++) {                                         \
-                            const uint8_t *aq = act + (size_t)j * xs + 32 * b + 4 * k;         \
-                            t[j] = _mm512_dpbusd_epi32(t[j], w[k], _mm512_set1_epi32(ld32(aq))); \
-                            u[j] = _mm512_dpbusd_epi32(u[j], w[k + 4], _mm512_set1_epi32(ld32(aq + 16))); \
-                        }                                                                      \
-                    for (int j = 0; j < NB; j++) {                                             \
-                        const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(ldf(act + (size_t)j * xs + L.d + 4 * b))); \
-                        acc[s][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(t[j], u[j])), sc, acc[s][j]); \
-                    }                                                                          \
-                }                                                                              \
-            }                                                                                  \
+            if (S == QS_STREAMS) r16_step_##T##_##NB(G, QS_STREAMS, nblk, act, xs, L, acc);   \
+            else r16_step_##T##_##NB(G, 1, nblk, act, xs, L, acc);                             \
             for (int s = 0; s < S; s++) {                                                      \
-                const int64_t r = 16 * (g0 + (G[s] - P) / (ptrdiff_t)gbytes);                  \
+                const int64_t r = 16 * gi[s];                                                  \
                 const __mmask16 m = rows - r >= 16 ? 0xFFFF : (__mmask16)((1u << (rows - r)) - 1); \
                 for (int j = 0; j < NB; j++) _mm512_mask_storeu_ps(Y + (size_t)j * rows + r, m, acc[s][j]); \
             }                                                                                  \
