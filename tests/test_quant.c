@@ -491,7 +491,9 @@ static void test_qmatmul_small(void **state) {
 }
 
 /* sd_matmul_group on quantised Q/K/V-style matrices (one activation quantisation, one
- * parallel region across matrices) equals one sd_matmul per matrix, bit for bit. */
+ * parallel region across matrices) equals one sd_matmul per matrix, bit for bit: file layout,
+ * and for Q4_0/Q8_0 also all matrices packed and a mix (the kernels pack the others on the
+ * fly). */
 static void test_qmatmul_group(void **state) {
     (void)state;
     enum { COLS = 512 };
@@ -502,12 +504,12 @@ static void test_qmatmul_group(void **state) {
         uint8_t *w[3];
         float *y[3], *yr[3];
         sd_tensor W[3];
-        float *x = malloc((size_t)5 * COLS * sizeof(float)), row[COLS];
-        for (int i = 0; i < 5 * COLS; i++) x[i] = frand();
+        float *x = malloc((size_t)9 * COLS * sizeof(float)), row[COLS];
+        for (int i = 0; i < 9 * COLS; i++) x[i] = frand();
         for (int m = 0; m < 3; m++) {
             w[m] = malloc(rb * (size_t)rows[m]);
-            y[m] = malloc((size_t)5 * rows[m] * sizeof(float));
-            yr[m] = malloc((size_t)5 * rows[m] * sizeof(float));
+            y[m] = malloc((size_t)9 * rows[m] * sizeof(float));
+            yr[m] = malloc((size_t)9 * rows[m] * sizeof(float));
             for (int r = 0; r < rows[m]; r++) {
                 for (int c = 0; c < COLS; c++) row[c] = frand();
                 assert_int_equal(sd_quantize_row(t, row, w[m] + rb * (size_t)r, COLS), SD_OK);
@@ -515,20 +517,105 @@ static void test_qmatmul_group(void **state) {
             W[m] = (sd_tensor){t, rows[m], COLS, rb, w[m], NULL};
         }
         const sd_tensor *wp[3] = {&W[0], &W[1], &W[2]};
-        for (int n = 1; n <= 5; n += 4) {
-            assert_int_equal(sd_matmul_group(wp, y, 3, x, n, NULL), 0);
+        void *pk[3] = {NULL, NULL, NULL};
+        const int packs = sd_quant_can_pack(t) ? 3 : 1; /* none, all, matrices 0 and 2 */
+        for (int mode = 0; mode < packs; mode++) {
             for (int m = 0; m < 3; m++) {
-                assert_int_equal(sd_matmul(&W[m], x, n, yr[m], NULL), 0);
-                assert_memory_equal(y[m], yr[m], (size_t)n * rows[m] * sizeof(float));
+                if (mode && !pk[m]) {
+                    pk[m] = malloc(sd_quant_packed_bytes(rows[m], rb));
+                    sd_quant_pack_rows(t, w[m], pk[m], rows[m], rb, COLS);
+                }
+                W[m].packed = mode == 1 || (mode == 2 && m != 1) ? pk[m] : NULL;
+            }
+            for (int n = 1; n <= 9; n += 4) {
+                assert_int_equal(sd_matmul_group(wp, y, 3, x, n, NULL), 0);
+                for (int m = 0; m < 3; m++) {
+                    assert_int_equal(sd_matmul(&W[m], x, n, yr[m], NULL), 0);
+                    if (memcmp(y[m], yr[m], (size_t)n * rows[m] * sizeof(float)))
+                        fail_msg("%s group (packing mode %d) n=%d: matrix %d differs from its own matmul", tname(t),
+                                 mode, n, m);
+                }
             }
         }
         for (int m = 0; m < 3; m++) {
+            free(pk[m]);
             free(w[m]);
             free(y[m]);
             free(yr[m]);
         }
         free(x);
     }
+}
+
+/* The documented sequence of the Q4_0/Q8_0 kernels, in scalar code: per block, the activation
+ * scale d = fp16(amax / 127), q = round-to-even(x * 127 / amax), the exact integer dot with the
+ * weights, then acc = fma(float(dot), dw * d, acc) over the blocks in order. */
+static float r16_emulate(sd_type t, const uint8_t *row, const float *x, int64_t cols) {
+    const int bsz = t == SD_TYPE_Q8_0 ? 34 : 18;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < cols / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fabsf(xb[i]) > amax ? fabsf(xb[i]) : amax;
+        const float d = sd_fp16_to_fp32(sd_fp32_to_fp16(amax / 127.0f));
+        const float id = d != 0 ? 127.0f / amax : 0.0f;
+        const uint8_t *blk = row + (size_t)b * bsz;
+        long dot = 0;
+        for (int i = 0; i < 32; i++) {
+            long q = lrintf(xb[i] * id);
+            q = q > 127 ? 127 : q < -127 ? -127 : q;
+            const int w = t == SD_TYPE_Q8_0 ? (int8_t)blk[2 + i] : (i < 16 ? blk[2 + i] & 15 : blk[2 + i - 16] >> 4) - 8;
+            dot += w * q;
+        }
+        uint16_t h;
+        memcpy(&h, blk, 2);
+        const float sc = sd_fp16_to_fp32(h) * d;
+        acc = fmaf((float)dot, sc, acc);
+    }
+    return acc;
+}
+
+/* The Q4_0/Q8_0 kernels compute exactly r16_emulate for every row and token (partial groups of
+ * 16 rows, odd block counts, single tokens and batches, packed and packed on the fly), which
+ * pins the operation order that makes batched results equal single-token ones. */
+static void test_qmatmul_r16_exact(void **state) {
+    (void)state;
+    if (!sd_quant_can_pack(SD_TYPE_Q4_0)) skip();
+    static const int shapes[][2] = {{1, 32}, {17, 96}, {40, 288}, {300, 768}};
+    static const sd_type types[] = {SD_TYPE_Q4_0, SD_TYPE_Q8_0};
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            const sd_type T = types[ti];
+            const int rows = shapes[si][0], cols = shapes[si][1], n = 9;
+            const size_t rb = sd_type_row_bytes(T, cols);
+            uint8_t *w = malloc(rb * (size_t)rows), *p = malloc(sd_quant_packed_bytes(rows, rb));
+            float *row = malloc((size_t)cols * sizeof(float)), *x = malloc((size_t)n * cols * sizeof(float));
+            float *y = malloc((size_t)n * rows * sizeof(float));
+            for (int r = 0; r < rows; r++) {
+                for (int c = 0; c < cols; c++) row[c] = frand() * (r % 3 == 0 ? 1e-3f : 1.0f);
+                assert_int_equal(sd_quantize_row(T, row, w + rb * (size_t)r, cols), SD_OK);
+            }
+            for (int i = 0; i < n * cols; i++) x[i] = frand() * (i % 64 < 32 ? 1.0f : 30.0f);
+            sd_quant_pack_rows(T, w, p, rows, rb, cols);
+            for (int packed = 0; packed < 2; packed++)
+                for (int nn = 1; nn <= n; nn += 4) {
+                    sd_tensor W = {T, rows, cols, rb, w, packed ? p : NULL};
+                    assert_int_equal(sd_matmul(&W, x, nn, y, NULL), 0);
+                    for (int j = 0; j < nn; j++)
+                        for (int r = 0; r < rows; r++) {
+                            const float e = r16_emulate(T, w + rb * (size_t)r, x + (size_t)j * cols, cols);
+                            const float k = y[(size_t)j * rows + r];
+                            if (memcmp(&e, &k, sizeof e))
+                                fail_msg("%s %dx%d n=%d packed=%d row %d token %d: kernel %.9g, emulation %.9g",
+                                         tname(T), rows, cols, nn, packed, r, j, (double)k, (double)e);
+                        }
+                }
+            free(w);
+            free(p);
+            free(row);
+            free(x);
+            free(y);
+        }
 }
 
 /* Q4_0 and Q8_0 rows packed for the kernels (sd_quant_pack_rows) give the same bits as the file
@@ -747,6 +834,7 @@ int main(void) {
         cmocka_unit_test(test_qmatmul_parallel),
         cmocka_unit_test(test_qmatmul_group),
         cmocka_unit_test(test_qmatmul_packed),
+        cmocka_unit_test(test_qmatmul_r16_exact),
         cmocka_unit_test(test_qmatmul_nan),
         cmocka_unit_test(test_fixture_f16),
         cmocka_unit_test(test_fixture_q8_0),

@@ -564,8 +564,9 @@ double sd_quant_dot_ref(const sd_tensor *W, int64_t r, const float *x) {
  * sd_quant_pack_rows groups Q4_0/Q8_0 rows by 16 (the last group zero-padded: zero scales,
  * so padding rows compute 0). A group stores its blocks in order, two at a time: [quant
  * vectors of block 2u][of block 2u+1][their 2 x 16 fp16 scales], a lone last block as [quant
- * vectors][16 scales], so that every group is 16 rows' bytes and vector loads stay 64-byte
- * aligned. Quant vector k of a block holds in int32 lane n row n's quant bytes 4k..4k+3:
+ * vectors][16 scales]: 16 rows' bytes, each group starting 64-byte aligned (the stride is
+ * rounded up: with an odd block count 16 rows' bytes are 32 mod 64), so vector loads do not
+ * straddle cache lines. Quant vector k of a block holds in int32 lane n row n's quant bytes 4k..4k+3:
  * Q4_0 has 4 (QB = 256 bytes; low nibbles are elements 4k..4k+3, high ones 16+4k..), Q8_0
  * has 8 (QB = 512; elements 4k..4k+3 + 128, as uint8). */
 static inline size_t r_qoff(int64_t b, int qb) {
@@ -577,9 +578,28 @@ static inline size_t r_soff(int64_t b, int64_t nblk, int qb) {
     return (b & 1) ? u + 2 * (size_t)qb + 32 : b == nblk - 1 ? u + (size_t)qb : u + 2 * (size_t)qb;
 }
 
-/* One group: nrows (<= 16) rows of row_bytes from src into dst (16 * row_bytes). */
+/* One group: nrows (<= 16) rows of row_bytes from src into dst (16 * row_bytes). With
+ * AVX-512, quant vector k is one masked gather of dword k of the 16 rows' blocks (missing rows
+ * read as 0): the kernels pack on the fly when a matrix has no packed copy, and the scalar
+ * loop made that 5x slower than a packed matrix. */
 static void r_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nrows, int64_t nblk, uint8_t *dst) {
     const int q8 = t == SD_TYPE_Q8_0, qb = q8 ? 512 : 256, bsz = q8 ? SD_Q8_0_BYTES : SD_Q4_0_BYTES;
+#if SD_QDOT
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)row_bytes));
+    const __mmask16 m = (__mmask16)((1u << nrows) - 1);
+    const __m512i flip = _mm512_set1_epi32(q8 ? (int)0x80808080u : 0), z = _mm512_setzero_si512();
+    for (int64_t b = 0; b < nblk; b++) {
+        const uint8_t *blk = src + (size_t)b * bsz;
+        uint8_t *qd = dst + r_qoff(b, qb);
+        for (int k = 0; k < qb / 64; k++)
+            _mm512_storeu_si512(qd + 64 * k,
+                                _mm512_xor_si512(_mm512_mask_i32gather_epi32(z, m, idx, blk + 2 + 4 * k, 1), flip));
+        /* the fp16 scale is the low half of each block's first dword */
+        _mm256_storeu_si256((__m256i *)(dst + r_soff(b, nblk, qb)),
+                            _mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(z, m, idx, blk, 1)));
+    }
+#else
     const uint32_t flip = q8 ? 0x80808080u : 0;
     if (nrows < 16) memset(dst, 0, 16 * row_bytes);
     for (int64_t b = 0; b < nblk; b++) {
@@ -593,18 +613,21 @@ static void r_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nr
             memcpy(sd + 2 * n, blk, 2);
         }
     }
+#endif
 }
 
 int sd_quant_can_pack(sd_type t) { return SD_QDOT && (t == SD_TYPE_Q4_0 || t == SD_TYPE_Q8_0); }
 
-size_t sd_quant_packed_bytes(int64_t rows, size_t row_bytes) { return (size_t)((rows + 15) / 16) * 16 * row_bytes; }
+static size_t r_gstride(size_t row_bytes) { return (16 * row_bytes + 63) & ~(size_t)63; }
+
+size_t sd_quant_packed_bytes(int64_t rows, size_t row_bytes) { return (size_t)((rows + 15) / 16) * r_gstride(row_bytes); }
 
 void sd_quant_pack_rows(sd_type t, const void *src, void *dst, int64_t rows, size_t row_bytes, int64_t cols) {
     if (t != SD_TYPE_Q4_0 && t != SD_TYPE_Q8_0) return;
     for (int64_t g = 0; g < (rows + 15) / 16; g++) {
         const int nrows = rows - 16 * g < 16 ? (int)(rows - 16 * g) : 16;
         r_pack_group(t, (const uint8_t *)src + (size_t)(16 * g) * row_bytes, row_bytes, nrows, cols / 32,
-                     (uint8_t *)dst + (size_t)(16 * g) * row_bytes);
+                     (uint8_t *)dst + (size_t)g * r_gstride(row_bytes));
     }
 }
 
@@ -758,8 +781,8 @@ static inline int64_t visit_row(int64_t r0, int64_t per, int64_t i) {
  * int32 lane belonging to one row: lane n of dpbusd(weights, broadcast of 4 activation bytes)
  * adds row n's dot product of 4 elements, so one block of 16 rows costs 8 dpbusd per token,
  * its float work (convert, scale, accumulate) is done once for 16 rows, and no horizontal sum
- * is needed (the file layout needed a gather per block and a sum per row: 13 vector uops per
- * 256 Q4_0 weights and token, 28 per 512 Q8_0; here 20 and 12 per 512). Each (row, token)
+ * is needed. Vector uops per 512 weights, decode / each further token of a batch: Q4_0 21 / 12
+ * (the file layout's gathers and per-row sums: 26 / 14), Q8_0 13 / 12 (28 / 20). Each (row, token)
  * result is the fixed sequence acc = fma(float(int dot of block b), dw_b * dx_b, acc) over the
  * blocks in order, whatever the batch. */
 
@@ -1097,7 +1120,7 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
                 }
                 continue;
             }
-            const size_t gbytes = 16 * W[i]->row_bytes;
+            const size_t gbytes = r_gstride(W[i]->row_bytes);
             const int64_t g0 = r0 / 16, g1 = (r1 + 15) / 16, nblk = cols / 32;
             if (W[i]->packed) {
                 for (int j0 = 0; j0 < n; j0 += 8) {

@@ -51,7 +51,8 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
 /* 1 when sd_quant_pack_rows has a kernel layout for type t on this build (Q4_0, Q8_0). */
 int sd_quant_can_pack(sd_type t);
 
-/* Bytes of the kernels' layout of rows x row_bytes (rows rounded up to a multiple of 16). */
+/* Bytes of the kernels' layout of rows x row_bytes: groups of 16 rows (the last padded), each
+ * rounded up to 64 bytes. */
 size_t sd_quant_packed_bytes(int64_t rows, size_t row_bytes);
 
 /* Writes t-typed rows from src into dst (sd_quant_packed_bytes) in the kernels' layout: groups

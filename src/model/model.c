@@ -81,9 +81,9 @@ static sd_status map_file(const char *path, void **map, size_t *len) {
  * conversion and the references. For a model mapped from a file, the pages that only the
  * kernels read are released, so the resident size stays about one copy of the weights; a model
  * loaded from memory or quantised in memory (a --draft-type copy) keeps both copies (for a
- * 110M-shape Q4_0 draft, 62 MB more). A tied classifier is packed too (the embedding lookups
- * keep reading the file's rows, few of them resident). Failing to allocate only costs speed:
- * the kernels then pack 16 rows at a time on the fly. */
+ * 110M-shape Q4_0 draft, 62 MB more). A tied classifier is packed too; its file pages are
+ * released like the others' and the embedding lookups fault back the few rows they read.
+ * Failing to allocate only costs speed: the kernels then pack 16 rows at a time on the fly. */
 static sd_status pack_weights(sd_model *m) {
     sd_tensor **list = malloc(((size_t)m->hp.n_layers * 7 + 1) * sizeof *list);
     if (!list) return SD_OK;
@@ -93,7 +93,6 @@ static sd_status pack_weights(sd_model *m) {
         sd_tensor *ls[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
         for (int i = 0; i < 7; i++) list[n++] = ls[i];
     }
-    const int tied = m->output.data == m->tok_embd.data;
     list[n++] = &m->output;
     size_t total = 0;
     for (int i = 0; i < n; i++)
@@ -110,7 +109,7 @@ static sd_status pack_weights(sd_model *m) {
         t->packed = buf;
         buf += (sd_quant_packed_bytes(t->rows, t->row_bytes) + 63) & ~(size_t)63;
         const uintptr_t b = (uintptr_t)t->data, e = b + bytes, mb = (uintptr_t)m->map;
-        if (m->map && page > 0 && b >= mb && e <= mb + m->map_len && !(tied && t == &m->output)) {
+        if (m->map && page > 0 && b >= mb && e <= mb + m->map_len) {
             const uintptr_t pb = (b + (uintptr_t)page - 1) & ~((uintptr_t)page - 1), pe = e & ~((uintptr_t)page - 1);
             if (pe > pb) madvise((void *)pb, pe - pb, MADV_DONTNEED); /* re-read from the file if ever needed */
         }
