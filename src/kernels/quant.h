@@ -33,8 +33,9 @@ size_t sd_quant_scratch_bytes(sd_type t, int64_t cols, int n);
 /* Y[n][rows] = X[n][cols] * W^T for any n >= 1 with integer dot products: each token's
  * activations are quantised to 8 bits (Q8_0-style blocks of 32 with an fp16 scale for
  * Q4_0/Q5_0/Q8_0 weights, one float scale per 256 for Q4_K/Q6_K, as llama.cpp does), then
- * every row is multiplied with VNNI, up to 8 tokens per pass over the weights. Each
- * (row, token) result is computed by the same sequence of operations whatever n is, so a
+ * every row is multiplied with VNNI, up to 8 tokens per pass over the weights (9 for
+ * Q4_0/Q8_0: a k = 8 verify). Each (row, token) result is computed by the same sequence of
+ * operations whatever n is, so a
  * batch equals n single-token calls bit for bit (prefill included). scratch (scratch_bytes)
  * holds the quantised activations (~2 bytes per element per token, well inside
  * sd_matmul_scratch_floats for n <= 256); when NULL or too small a temporary buffer is
