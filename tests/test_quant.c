@@ -522,7 +522,7 @@ static void test_qmatmul_group(void **state) {
         for (int mode = 0; mode < packs; mode++) {
             for (int m = 0; m < 3; m++) {
                 if (mode && !pk[m]) {
-                    pk[m] = malloc(sd_quant_packed_bytes(rows[m], rb));
+                    pk[m] = malloc(sd_quant_packed_bytes(t, rows[m], rb));
                     sd_quant_pack_rows(t, w[m], pk[m], rows[m], rb, COLS);
                 }
                 W[m].packed = mode == 1 || (mode == 2 && m != 1) ? pk[m] : NULL;
@@ -575,20 +575,67 @@ static float r16_emulate(sd_type t, const uint8_t *row, const float *x, int64_t 
     return acc;
 }
 
-/* The Q4_0/Q8_0 kernels compute exactly r16_emulate for every row and token (partial groups of
- * 16 rows, odd block counts, single tokens and batches, packed and packed on the fly), which
- * pins the operation order that makes batched results equal single-token ones. */
+/* The documented sequence of the Q4_K kernel, in scalar code: per super-block the activations
+ * as llama.cpp's Q8_K (scale from the first element of largest magnitude, q = round-to-even(x *
+ * -127 / mx)), then f = fma over sub-blocks j of (float(int dot_j), sc_j), g = fma of (m_j, sum
+ * of q in j), acc = fma(f, d * dx, acc), acc = fma(-g, dmin * dx, acc). */
+static float r16k_emulate(const uint8_t *row, const float *x, int64_t cols) {
+    float acc = 0.0f;
+    for (int64_t sb = 0; sb < cols / 256; sb++) {
+        const float *xs = x + 256 * sb;
+        float amax = 0, mx = 0;
+        for (int i = 0; i < 256; i++)
+            if (fabsf(xs[i]) > amax) {
+                amax = fabsf(xs[i]);
+                mx = xs[i];
+            }
+        if (amax == 0) continue; /* zero activations: the block adds 0 * scale terms, i.e. nothing */
+        const float iscale = -127.0f / mx, dx = 1.0f / iscale;
+        long q[256];
+        for (int i = 0; i < 256; i++) {
+            q[i] = lrintf(iscale * xs[i]);
+            q[i] = q[i] > 127 ? 127 : q[i] < -127 ? -127 : q[i];
+        }
+        const uint8_t *b = row + (size_t)sb * 144, *sm = b + 4;
+        uint16_t h;
+        memcpy(&h, b, 2);
+        const float d = sd_fp16_to_fp32(h);
+        memcpy(&h, b + 2, 2);
+        const float dmin = sd_fp16_to_fp32(h);
+        float f = 0, g = 0;
+        for (int j = 0; j < 8; j++) {
+            const int sc = j < 4 ? sm[j] & 63 : (sm[j + 4] & 15) | ((sm[j - 4] >> 6) << 4);
+            const int m = j < 4 ? sm[j + 4] & 63 : (sm[j + 4] >> 4) | ((sm[j] >> 6) << 4);
+            long dot = 0, sum = 0;
+            for (int i = 0; i < 32; i++) {
+                const uint8_t byte = b[16 + 32 * (j / 2) + i];
+                dot += (long)(j % 2 ? byte >> 4 : byte & 15) * q[32 * j + i];
+                sum += q[32 * j + i];
+            }
+            f = fmaf((float)dot, (float)sc, f);
+            g = fmaf((float)m, (float)sum, g);
+        }
+        acc = fmaf(f, d * dx, acc);
+        acc = fmaf(-g, dmin * dx, acc);
+    }
+    return acc;
+}
+
+/* The Q4_0/Q8_0/Q4_K kernels compute exactly r16_emulate / r16k_emulate for every row and token
+ * (partial groups of 16 rows, odd block counts, single tokens and batches, packed and packed on
+ * the fly), which pins the operation order that makes batched results equal single-token ones. */
 static void test_qmatmul_r16_exact(void **state) {
     (void)state;
     if (!sd_quant_can_pack(SD_TYPE_Q4_0)) skip();
-    static const int shapes[][2] = {{1, 32}, {17, 96}, {40, 288}, {300, 768}};
-    static const sd_type types[] = {SD_TYPE_Q4_0, SD_TYPE_Q8_0};
-    for (size_t ti = 0; ti < 2; ti++)
+    static const int shapes[][2] = {{1, 256}, {17, 512}, {40, 288}, {300, 768}, {5, 96}};
+    static const sd_type types[] = {SD_TYPE_Q4_0, SD_TYPE_Q8_0, SD_TYPE_Q4_K};
+    for (size_t ti = 0; ti < 3; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
             const sd_type T = types[ti];
             const int rows = shapes[si][0], cols = shapes[si][1], n = 9;
+            if (T == SD_TYPE_Q4_K && cols % 256) continue;
             const size_t rb = sd_type_row_bytes(T, cols);
-            uint8_t *w = malloc(rb * (size_t)rows), *p = malloc(sd_quant_packed_bytes(rows, rb));
+            uint8_t *w = malloc(rb * (size_t)rows), *p = malloc(sd_quant_packed_bytes(T, rows, rb));
             float *row = malloc((size_t)cols * sizeof(float)), *x = malloc((size_t)n * cols * sizeof(float));
             float *y = malloc((size_t)n * rows * sizeof(float));
             for (int r = 0; r < rows; r++) {
@@ -603,7 +650,8 @@ static void test_qmatmul_r16_exact(void **state) {
                     assert_int_equal(sd_matmul(&W, x, nn, y, NULL), 0);
                     for (int j = 0; j < nn; j++)
                         for (int r = 0; r < rows; r++) {
-                            const float e = r16_emulate(T, w + rb * (size_t)r, x + (size_t)j * cols, cols);
+                            const float e = T == SD_TYPE_Q4_K ? r16k_emulate(w + rb * (size_t)r, x + (size_t)j * cols, cols)
+                                                              : r16_emulate(T, w + rb * (size_t)r, x + (size_t)j * cols, cols);
                             const float k = y[(size_t)j * rows + r];
                             if (memcmp(&e, &k, sizeof e))
                                 fail_msg("%s %dx%d n=%d packed=%d row %d token %d: kernel %.9g, emulation %.9g",
@@ -632,7 +680,7 @@ static void test_qmatmul_packed(void **state) {
         const sd_type T = types[ti];
         const int rows = shapes[si][0], cols = shapes[si][1];
         const size_t rb = sd_type_row_bytes(T, cols);
-        uint8_t *w = malloc(rb * (size_t)rows), *p = malloc(sd_quant_packed_bytes(rows, rb));
+        uint8_t *w = malloc(rb * (size_t)rows), *p = malloc(sd_quant_packed_bytes(T, rows, rb));
         float *row = malloc((size_t)cols * sizeof(float)), *x = malloc((size_t)17 * cols * sizeof(float));
         float *y = malloc((size_t)17 * rows * sizeof(float)), *yp = malloc((size_t)17 * rows * sizeof(float));
         for (int r = 0; r < rows; r++) {

@@ -299,13 +299,15 @@ typedef struct {
 } act_quad;
 
 /* One 256-element super-block: q, nbs[0..15] = -(sum of each 16) (lanes 16..31 zero),
- * bs32 = sum of each 32, d the float scale. 384 bytes keeps every record 64-aligned. */
+ * bs32 = sum of each 32 (bsf: the same as floats, for the 16-row Q4_K kernel), d the float
+ * scale. 384 bytes keeps every record 64-aligned. */
 typedef struct {
     int8_t q[256];
     int16_t nbs[32];
     int16_t bs32[8];
     float d;
-    uint8_t pad[44];
+    float bsf[8];
+    uint8_t pad[12];
 } act_k;
 
 typedef enum { FAM_NONE, FAM_A, FAM_R, FAM_K } family;
@@ -460,8 +462,56 @@ static void act_k_block(const float *x, act_k *a) {
         a->nbs[g] = (int16_t)-s;
         a->bs32[g / 2] = (int16_t)(a->bs32[g / 2] + s);
     }
+    for (int g = 0; g < 8; g++) a->bsf[g] = (float)a->bs32[g];
     a->d = 1.0f / iscale;
 }
+
+#if SD_QDOT
+/* act_k_block with 16 lanes at a time, the same values: the scalar version was ~7% of a Q4_K
+ * decode step, run on one thread while the other waited. The scale comes from the first
+ * element of largest magnitude, as in the scalar loop; q = round-to-even(x * -127/mx) clamped
+ * to +-127 (cvtps_epi32 rounds to even, like rne). */
+static void act_k_block_fast(const float *x, act_k *a) {
+    __m512 v[16];
+    __m512 amax = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (int i = 0; i < 16; i++) {
+        v[i] = _mm512_loadu_ps(x + 16 * i);
+        bad |= _mm512_fpclass_ps_mask(v[i], 0x99); /* NaN, +-inf */
+        amax = _mm512_max_ps(amax, _mm512_abs_ps(v[i]));
+    }
+    memset(a, 0, sizeof *a);
+    if (bad) {
+        a->d = NAN;
+        return;
+    }
+    const float am = _mm512_reduce_max_ps(amax);
+    if (am == 0) return;
+    float mx = 0;
+    for (int i = 0; i < 16; i++) {
+        const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(v[i]), _mm512_set1_ps(am), _CMP_EQ_OQ);
+        if (hit) {
+            mx = x[16 * i + __builtin_ctz(hit)];
+            break;
+        }
+    }
+    const float iscale = -127.0f / mx;
+    const __m512 is = _mm512_set1_ps(iscale);
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    int16_t s16[16];
+    for (int i = 0; i < 16; i++) {
+        const __m512i q = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(is, v[i])), lo), hi);
+        _mm_storeu_si128((__m128i *)(a->q + 16 * i), _mm512_cvtepi32_epi8(q));
+        s16[i] = (int16_t)_mm512_reduce_add_epi32(q);
+    }
+    for (int g = 0; g < 16; g++) {
+        a->nbs[g] = (int16_t)-s16[g];
+        a->bs32[g / 2] = (int16_t)(a->bs32[g / 2] + s16[g]);
+    }
+    for (int g = 0; g < 8; g++) a->bsf[g] = (float)a->bs32[g];
+    a->d = 1.0f / iscale;
+}
+#endif
 
 static size_t act_bytes(sd_type t, int64_t cols) {
     switch (family_of(t)) {
@@ -578,11 +628,41 @@ static inline size_t r_soff(int64_t b, int64_t nblk, int qb) {
     return (b & 1) ? u + 2 * (size_t)qb + 32 : b == nblk - 1 ? u + (size_t)qb : u + 2 * (size_t)qb;
 }
 
+/* Q4_K in groups of 16 rows, R16K_SB bytes per super-block: the 16 rows' fp16 d, then dmin
+ * (32 bytes each), their 8 sub-block scales and 8 mins unpacked to bytes (sc[j][row],
+ * m[j][row]: 128 bytes each), then for each 64-element chunk c the 8 vectors whose lane n holds
+ * row n's quant bytes 32c + 4k .. 32c + 4k + 3 (low nibbles: sub-block 2c, high: 2c + 1). */
+#define R16K_SB 2368
+
+static void r_pack_group_k(const uint8_t *src, size_t row_bytes, int nrows, int64_t nsb, uint8_t *dst) {
+    memset(dst, 0, (size_t)nsb * R16K_SB);
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        uint8_t *D = dst + (size_t)sb * R16K_SB;
+        for (int n = 0; n < nrows; n++) {
+            const uint8_t *b = src + (size_t)n * row_bytes + (size_t)sb * SD_Q4_K_BYTES;
+            uint8_t sm[16];
+            q4_k_scales(b + 4, sm);
+            memcpy(D + 2 * n, b, 2);
+            memcpy(D + 32 + 2 * n, b + 2, 2);
+            for (int j = 0; j < 8; j++) {
+                D[64 + 16 * j + n] = sm[j];
+                D[192 + 16 * j + n] = sm[8 + j];
+            }
+            for (int c = 0; c < 4; c++)
+                for (int k = 0; k < 8; k++) memcpy(D + 320 + 512 * c + 64 * k + 4 * n, b + 16 + 32 * c + 4 * k, 4);
+        }
+    }
+}
+
 /* One group: nrows (<= 16) rows of row_bytes from src into dst (16 * row_bytes). With
  * AVX-512, quant vector k is one masked gather of dword k of the 16 rows' blocks (missing rows
  * read as 0): the kernels pack on the fly when a matrix has no packed copy, and the scalar
  * loop made that 5x slower than a packed matrix. */
 static void r_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nrows, int64_t nblk, uint8_t *dst) {
+    if (t == SD_TYPE_Q4_K) {
+        r_pack_group_k(src, row_bytes, nrows, nblk / 8, dst);
+        return;
+    }
     const int q8 = t == SD_TYPE_Q8_0, qb = q8 ? 512 : 256, bsz = q8 ? SD_Q8_0_BYTES : SD_Q4_0_BYTES;
 #if SD_QDOT
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -616,18 +696,26 @@ static void r_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nr
 #endif
 }
 
-int sd_quant_can_pack(sd_type t) { return SD_QDOT && (t == SD_TYPE_Q4_0 || t == SD_TYPE_Q8_0); }
+int sd_quant_can_pack(sd_type t) {
+    return SD_QDOT && (t == SD_TYPE_Q4_0 || t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_K);
+}
 
-static size_t r_gstride(size_t row_bytes) { return (16 * row_bytes + 63) & ~(size_t)63; }
+/* Bytes of one packed group of 16 rows. */
+static size_t r_gstride(sd_type t, size_t row_bytes) {
+    if (t == SD_TYPE_Q4_K) return row_bytes / SD_Q4_K_BYTES * R16K_SB;
+    return (16 * row_bytes + 63) & ~(size_t)63;
+}
 
-size_t sd_quant_packed_bytes(int64_t rows, size_t row_bytes) { return (size_t)((rows + 15) / 16) * r_gstride(row_bytes); }
+size_t sd_quant_packed_bytes(sd_type t, int64_t rows, size_t row_bytes) {
+    return (size_t)((rows + 15) / 16) * r_gstride(t, row_bytes);
+}
 
 void sd_quant_pack_rows(sd_type t, const void *src, void *dst, int64_t rows, size_t row_bytes, int64_t cols) {
-    if (t != SD_TYPE_Q4_0 && t != SD_TYPE_Q8_0) return;
+    if (t != SD_TYPE_Q4_0 && t != SD_TYPE_Q8_0 && t != SD_TYPE_Q4_K) return;
     for (int64_t g = 0; g < (rows + 15) / 16; g++) {
         const int nrows = rows - 16 * g < 16 ? (int)(rows - 16 * g) : 16;
         r_pack_group(t, (const uint8_t *)src + (size_t)(16 * g) * row_bytes, row_bytes, nrows, cols / 32,
-                     (uint8_t *)dst + (size_t)g * r_gstride(row_bytes));
+                     (uint8_t *)dst + (size_t)g * r_gstride(t, row_bytes));
     }
 }
 
@@ -886,89 +974,14 @@ static inline int r16_chunk(int left) {
         }                                                                                      \
     }
 
-/* int16 lane m of a 64-byte chunk covers bytes 2m, 2m+1. Q4_K: bytes 0..31 are sub-block
- * 2c, 32..63 sub-block 2c+1 (lanes 0..15 / 16..31). Q6_K: 16-element groups 4c..4c+3
+/* int16 lane m of a 64-byte chunk covers bytes 2m, 2m+1. Q6_K: 16-element groups 4c..4c+3
  * (lanes 8 each). These pick each lane's scale out of a vector of the block's scales. */
-static const int16_t k_idx_q4k[4][32] = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
-    {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
-    {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5},
-    {6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7},
-};
 static const int16_t k_idx_q6k[4][32] = {
     {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
     {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
     {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
     {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13, 14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
 };
-
-static inline float hsum128(__m128 v) {
-    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    v = _mm_add_ss(v, _mm_movehdup_ps(v));
-    return _mm_cvtss_f32(v);
-}
-
-/* q4_k_scales with 32-bit words (no byte stores that a vector load would then wait on):
- * bytes 0..7 the 6-bit scales, 8..15 the mins. */
-static inline __m128i q4_k_scales_v(const uint8_t *s) {
-    const uint32_t u0 = le32(s), u1 = le32(s + 4), u2 = le32(s + 8);
-    const uint32_t sc03 = u0 & 0x3f3f3f3fu, m03 = u1 & 0x3f3f3f3fu;
-    const uint32_t sc47 = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
-    const uint32_t m47 = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
-    return _mm_set_epi32((int)m47, (int)m03, (int)sc47, (int)sc03);
-}
-
-/* Q4_K: per super-block, sum_sub d*sc*(q . x) - dmin*m*sum(x): the first as int32 lanes
- * (u8 x s8 pairs to int16, then times the int16 scale into int32), the second from the
- * per-32 sums of the activations. */
-#define DEFINE_ROWS_Q4K(NB)                                                                    \
-    static void rows_q4_k_##NB(const sd_tensor *W, const void *xa, size_t xs, float *Y,        \
-                               int64_t r0, int64_t r1) {                                       \
-        const act_k *X = xa;                                                                   \
-        const int64_t nsb = W->cols / 256;                                                     \
-        /* low nibbles in the lower 32 bytes (sub-block 2c), high in the upper (2c+1) */       \
-        const __m512i gflohi = _mm512_set_epi64(GF_HI, GF_HI, GF_HI, GF_HI, GF_LO, GF_LO, GF_LO, GF_LO); \
-        const int64_t per_ = (r1 - r0) / QS_STREAMS;                                           \
-        for (int64_t i_ = 0; i_ < r1 - r0; i_++) {                                             \
-            const int64_t r = visit_row(r0, per_, i_);                                         \
-            const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;          \
-            __m512 af[NB];                                                                     \
-            __m128 am[NB];                                                                     \
-            for (int j = 0; j < NB; j++) {                                                     \
-                af[j] = _mm512_setzero_ps();                                                   \
-                am[j] = _mm_setzero_ps();                                                      \
-            }                                                                                  \
-            for (int64_t s = 0; s < nsb; s++) {                                                \
-                const uint8_t *b = row + (size_t)s * SD_Q4_K_BYTES;                            \
-                PREFETCH_AHEAD(b, SD_Q4_K_BYTES);                                              \
-                const float d = h2f(b), dmin = h2f(b + 2);                                     \
-                const __m128i smv = q4_k_scales_v(b + 4);                                      \
-                const __m512i s16 = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(smv));         \
-                const __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(smv, 8));                 \
-                __m512i ai[NB];                                                                \
-                for (int c = 0; c < 4; c++) {                                                  \
-                    const __m512i v = _mm512_broadcast_i64x4(                                  \
-                        _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * c)));               \
-                    const __m512i w = _mm512_gf2p8affine_epi64_epi8(v, gflohi, 0);             \
-                    const __m512i scv =                                                        \
-                        _mm512_permutexvar_epi16(_mm512_loadu_si512(k_idx_q4k[c]), s16);       \
-                    for (int j = 0; j < NB; j++) {                                             \
-                        const __m512i p = _mm512_maddubs_epi16(                                \
-                            w, _mm512_loadu_si512(X[j * xs + s].q + 64 * c));                  \
-                        ai[j] = c ? _mm512_dpwssd_epi32(ai[j], p, scv) : _mm512_madd_epi16(p, scv); \
-                    }                                                                          \
-                }                                                                              \
-                for (int j = 0; j < NB; j++) {                                                 \
-                    const act_k *a = X + j * xs + s;                                           \
-                    af[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[j]), _mm512_set1_ps(d * a->d), af[j]); \
-                    const __m128i ms = _mm_madd_epi16(m16, _mm_loadu_si128((const __m128i *)a->bs32)); \
-                    am[j] = _mm_fmadd_ps(_mm_cvtepi32_ps(ms), _mm_set1_ps(dmin * a->d), am[j]); \
-                }                                                                              \
-            }                                                                                  \
-            for (int j = 0; j < NB; j++)                                                       \
-                Y[(size_t)j * W->rows + r] = _mm512_reduce_add_ps(af[j]) - hsum128(am[j]);     \
-        }                                                                                      \
-    }
 
 /* Q6_K: q in 0..63 (offset 32) with a signed scale per 16. The offset is folded in as
  * -32 * sum_g sc_g * sum16_g, computed with the same int16 multiply-add as the products. */
@@ -1027,6 +1040,88 @@ static inline __m128i q4_k_scales_v(const uint8_t *s) {
         }                                                                                      \
     }
 
+/* Q4_K, 16 rows at once (layout: r_pack_group_k): per super-block, row and token
+ * acc = fma(f, d * dx, acc) - g * (dmin * dx), with f = sum over sub-blocks j in order of
+ * fma(float(int dot_j), sc_j, .) and g of fma(m_j, float(sum of the activations of j), .), the
+ * dots from 8 dpbusd each (two chains of 4) on unsigned nibbles. Replaces a row-at-a-time
+ * kernel with 16-bit products, per-row sums and scale permutes. */
+#define DEFINE_R16K(NB)                                                                        \
+    static inline __attribute__((always_inline)) void r16k_step_##NB(                          \
+        const uint8_t *const *G, const int S, int64_t nsb, const uint8_t *act, size_t xs, __m512 acc[][NB]) { \
+        const __m512i lo = _mm512_set1_epi64(GF_LO), hi = _mm512_set1_epi64(GF_HI);            \
+        for (int s = 0; s < S; s++)                                                            \
+            for (int j = 0; j < NB; j++) acc[s][j] = _mm512_setzero_ps();                      \
+        for (int64_t sb = 0; sb < nsb; sb++) {                                                 \
+            __m512 f[QS_STREAMS][NB];                                                          \
+            for (int s = 0; s < S; s++)                                                        \
+                for (int j = 0; j < NB; j++) f[s][j] = _mm512_setzero_ps();                    \
+            for (int c = 0; c < 4; c++) /* a quarter super-block of each stream in turn */     \
+                for (int s = 0; s < S; s++) {                                                  \
+                    const uint8_t *B = G[s] + (size_t)sb * R16K_SB;                            \
+                    PREFETCH_AHEAD(B + (R16K_SB / 4) * c, R16K_SB / 4);                        \
+                    for (int h = 0; h < 2; h++) { /* sub-block 2c + h: low / high nibbles */   \
+                        __m512i w[8];                                                          \
+                        for (int k = 0; k < 8; k++)                                            \
+                            w[k] = _mm512_gf2p8affine_epi64_epi8(                              \
+                                _mm512_loadu_si512(B + 320 + 512 * c + 64 * k), h ? hi : lo, 0); \
+                        const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(             \
+                            _mm_loadu_si128((const __m128i *)(B + 64 + 16 * (2 * c + h)))));   \
+                        __m512i t[NB], u[NB];                                                  \
+                        for (int j = 0; j < NB; j++) t[j] = u[j] = _mm512_setzero_si512();     \
+                        for (int k = 0; k < 4; k++)                                            \
+                            for (int j = 0; j < NB; j++) {                                     \
+                                const int8_t *aq = ((const act_k *)(act + (size_t)j * xs) + sb)->q + 64 * c + 32 * h + 4 * k; \
+                                t[j] = _mm512_dpbusd_epi32(t[j], w[k], _mm512_set1_epi32(ld32(aq))); \
+                                u[j] = _mm512_dpbusd_epi32(u[j], w[k + 4], _mm512_set1_epi32(ld32(aq + 16))); \
+                            }                                                                  \
+                        for (int j = 0; j < NB; j++)                                           \
+                            f[s][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(t[j], u[j])), sc, f[s][j]); \
+                    }                                                                          \
+                }                                                                              \
+            for (int s = 0; s < S; s++) {                                                      \
+                const uint8_t *B = G[s] + (size_t)sb * R16K_SB;                                \
+                __m512 g[NB];                                                                  \
+                for (int j = 0; j < NB; j++) g[j] = _mm512_setzero_ps();                       \
+                for (int q = 0; q < 8; q++) {                                                  \
+                    const __m512 m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(                  \
+                        _mm_loadu_si128((const __m128i *)(B + 192 + 16 * q))));                \
+                    for (int j = 0; j < NB; j++)                                               \
+                        g[j] = _mm512_fmadd_ps(m, _mm512_set1_ps(((const act_k *)(act + (size_t)j * xs) + sb)->bsf[q]), g[j]); \
+                }                                                                              \
+                const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)B));     \
+                const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(B + 32))); \
+                for (int j = 0; j < NB; j++) {                                                 \
+                    const __m512 ad = _mm512_set1_ps(((const act_k *)(act + (size_t)j * xs) + sb)->d); \
+                    acc[s][j] = _mm512_fmadd_ps(f[s][j], _mm512_mul_ps(dd, ad), acc[s][j]);    \
+                    acc[s][j] = _mm512_fnmadd_ps(g[j], _mm512_mul_ps(dm, ad), acc[s][j]);      \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
+    static void r16_q4_k_##NB(const uint8_t *P, size_t gbytes, int64_t nblk, int64_t rows,     \
+                              const uint8_t *act, size_t xs, r_layout L, float *Y, int64_t g0, \
+                              int64_t g1) {                                                    \
+        (void)L;                                                                               \
+        const int64_t per = (g1 - g0) / QS_STREAMS, rest = (g1 - g0) - per * QS_STREAMS;      \
+        for (int64_t i = 0; i < per + rest; i++) {                                             \
+            const int S = i < per ? QS_STREAMS : 1;                                            \
+            const uint8_t *G[QS_STREAMS];                                                      \
+            int64_t gi[QS_STREAMS];                                                            \
+            __m512 acc[QS_STREAMS][NB];                                                        \
+            for (int s = 0; s < S; s++) {                                                      \
+                gi[s] = g0 + (i < per ? s * per + i : QS_STREAMS * per + (i - per));           \
+                G[s] = P + (size_t)(gi[s] - g0) * gbytes;                                      \
+            }                                                                                  \
+            if (S == QS_STREAMS) r16k_step_##NB(G, QS_STREAMS, nblk / 8, act, xs, acc);        \
+            else r16k_step_##NB(G, 1, nblk / 8, act, xs, acc);                                 \
+            for (int s = 0; s < S; s++) {                                                      \
+                const int64_t r = 16 * gi[s];                                                  \
+                const __mmask16 m = rows - r >= 16 ? 0xFFFF : (__mmask16)((1u << (rows - r)) - 1); \
+                for (int j = 0; j < NB; j++) _mm512_mask_storeu_ps(Y + (size_t)j * rows + r, m, acc[s][j]); \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
 #define DEFINE_ALL_NB(M, ...)                                                                  \
     M(__VA_ARGS__ 1) M(__VA_ARGS__ 2) M(__VA_ARGS__ 3) M(__VA_ARGS__ 4)                        \
     M(__VA_ARGS__ 5) M(__VA_ARGS__ 6) M(__VA_ARGS__ 7) M(__VA_ARGS__ 8)
@@ -1035,8 +1130,9 @@ DEFINE_ALL_NB(DEFINE_R16, q4_0, 256, )
 DEFINE_ALL_NB(DEFINE_R16, q8_0, 512, )
 DEFINE_R16(q4_0, 256, 9)
 DEFINE_R16(q8_0, 512, 9)
+DEFINE_ALL_NB(DEFINE_R16K,)
+DEFINE_R16K(9)
 ROWS_Q5(1) ROWS_Q5(2) ROWS_Q5(3) ROWS_Q5(4) ROWS_Q5(5) ROWS_Q5(6) ROWS_Q5(7) ROWS_Q5(8)
-DEFINE_ALL_NB(DEFINE_ROWS_Q4K,)
 DEFINE_ALL_NB(DEFINE_ROWS_Q6K,)
 
 typedef void (*rows_fn)(const sd_tensor *, const void *, size_t, float *, int64_t, int64_t);
@@ -1050,13 +1146,12 @@ typedef void (*r16_fn)(const uint8_t *, size_t, int64_t, int64_t, const uint8_t 
                       r16_##T##_7, r16_##T##_8, r16_##T##_9}
 static const r16_fn k_r16_q4_0[10] = R16_TABLE(q4_0);
 static const r16_fn k_r16_q8_0[10] = R16_TABLE(q8_0);
-static const rows_fn k_rows_q4_k[9] = TABLE(q4_k);
+static const r16_fn k_r16_q4_k[10] = R16_TABLE(q4_k);
 static const rows_fn k_rows_q6_k[9] = TABLE(q6_k);
 
 static const rows_fn *rows_table(sd_type t) {
     switch (t) {
     case SD_TYPE_Q5_0: return k_rows_q5_0;
-    case SD_TYPE_Q4_K: return k_rows_q4_k;
     case SD_TYPE_Q6_K: return k_rows_q6_k;
     default: return NULL;
     }
@@ -1078,7 +1173,10 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
     const sd_type type = W[0]->type;
     const family fam = family_of(type);
     const rows_fn *tab = rows_table(type);
-    const r16_fn *r16 = type == SD_TYPE_Q4_0 ? k_r16_q4_0 : type == SD_TYPE_Q8_0 ? k_r16_q8_0 : NULL;
+    const r16_fn *r16 = type == SD_TYPE_Q4_0   ? k_r16_q4_0
+                        : type == SD_TYPE_Q8_0 ? k_r16_q8_0
+                        : type == SD_TYPE_Q4_K ? k_r16_q4_k
+                                               : NULL;
     const int64_t cols = W[0]->cols;
     if ((!tab && !r16) || cols <= 0) return -1;
     int all_packed = 1;
@@ -1102,7 +1200,7 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
         if (fam == FAM_R) act_r_token(type, x, cols, dst);
         else if (fam == FAM_A) act_a_token(type, x, cols, dst);
         else
-            for (int64_t s = 0; s < cols / 256; s++) act_k_block(x + 256 * s, (act_k *)dst + s);
+            for (int64_t s = 0; s < cols / 256; s++) act_k_block_fast(x + 256 * s, (act_k *)dst + s);
     }
     const size_t xs = fam == FAM_R ? tok : tok / (fam == FAM_A ? sizeof(act_quad) : sizeof(act_k));
     const r_layout L = r_layout_of(cols);
@@ -1132,13 +1230,13 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
                 }
                 continue;
             }
-            const size_t gbytes = r_gstride(W[i]->row_bytes);
+            const size_t gbytes = r_gstride(type, W[i]->row_bytes);
             const int64_t g0 = r0 / 16, g1 = (r1 + 15) / 16, nblk = cols / 32;
             if (W[i]->packed) {
                 for (int j0 = 0, nb; j0 < n; j0 += nb) {
                     nb = r16_chunk(n - j0);
                     r16[nb]((const uint8_t *)W[i]->packed + (size_t)g0 * gbytes, gbytes, nblk, rows,
-                            (const uint8_t *)act + tok * (size_t)j0, xs, L, Y[i] + (size_t)j0 * rows, g0, g1);
+                            (const uint8_t *)act + tok * (size_t)j0, tok, L, Y[i] + (size_t)j0 * rows, g0, g1);
                 }
                 continue;
             }
@@ -1153,7 +1251,7 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
                              nrows, nblk, grp);
                 for (int j0 = 0, nb; j0 < n; j0 += nb) {
                     nb = r16_chunk(n - j0);
-                    r16[nb](grp, gbytes, nblk, rows, (const uint8_t *)act + tok * (size_t)j0, xs, L,
+                    r16[nb](grp, gbytes, nblk, rows, (const uint8_t *)act + tok * (size_t)j0, tok, L,
                             Y[i] + (size_t)j0 * rows, g, g + 1);
                 }
             }

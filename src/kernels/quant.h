@@ -48,12 +48,12 @@ int sd_quant_matmul(const sd_tensor *W, const float *X, int n, float *Y, void *s
 int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count, const float *X,
                           int n, void *scratch, size_t scratch_bytes);
 
-/* 1 when sd_quant_pack_rows has a kernel layout for type t on this build (Q4_0, Q8_0). */
+/* 1 when sd_quant_pack_rows has a kernel layout for type t on this build (Q4_0, Q8_0, Q4_K). */
 int sd_quant_can_pack(sd_type t);
 
 /* Bytes of the kernels' layout of rows x row_bytes: groups of 16 rows (the last padded), each
  * rounded up to 64 bytes. */
-size_t sd_quant_packed_bytes(int64_t rows, size_t row_bytes);
+size_t sd_quant_packed_bytes(sd_type t, int64_t rows, size_t row_bytes);
 
 /* Writes t-typed rows from src into dst (sd_quant_packed_bytes) in the kernels' layout: groups
  * of 16 rows whose blocks are interleaved so that each int32 lane of a vector belongs to one

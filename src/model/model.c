@@ -97,7 +97,7 @@ static sd_status pack_weights(sd_model *m) {
     size_t total = 0;
     for (int i = 0; i < n; i++)
         if (sd_quant_can_pack(list[i]->type))
-            total += (sd_quant_packed_bytes(list[i]->rows, list[i]->row_bytes) + 63) & ~(size_t)63;
+            total += (sd_quant_packed_bytes(list[i]->type, list[i]->rows, list[i]->row_bytes) + 63) & ~(size_t)63;
     uint8_t *buf = total ? aligned_alloc(64, total) : NULL;
     m->packed_image = buf;
     const long page = sysconf(_SC_PAGESIZE);
@@ -107,7 +107,7 @@ static sd_status pack_weights(sd_model *m) {
         const size_t bytes = (size_t)t->rows * t->row_bytes;
         sd_quant_pack_rows(t->type, t->data, buf, t->rows, t->row_bytes, t->cols);
         t->packed = buf;
-        buf += (sd_quant_packed_bytes(t->rows, t->row_bytes) + 63) & ~(size_t)63;
+        buf += (sd_quant_packed_bytes(t->type, t->rows, t->row_bytes) + 63) & ~(size_t)63;
         const uintptr_t b = (uintptr_t)t->data, e = b + bytes, mb = (uintptr_t)m->map;
         if (m->map && page > 0 && b >= mb && e <= mb + m->map_len) {
             const uintptr_t pb = (b + (uintptr_t)page - 1) & ~((uintptr_t)page - 1), pe = e & ~((uintptr_t)page - 1);
