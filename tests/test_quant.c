@@ -579,23 +579,29 @@ static float r16_emulate(sd_type t, const uint8_t *row, const float *x, int64_t 
  * as llama.cpp's Q8_K (scale from the first element of largest magnitude, q = round-to-even(x *
  * -127 / mx)), then f = fma over sub-blocks j of (float(int dot_j), sc_j), g = fma of (m_j, sum
  * of q in j), acc = fma(f, d * dx, acc), acc = fma(-g, dmin * dx, acc). */
+/* llama.cpp's Q8_K quantisation of 256 activations: q and the scale dx; 0 for all-zero input. */
+static float q8k_emulate(const float *xs, long q[256]) {
+    float amax = 0, mx = 0;
+    for (int i = 0; i < 256; i++)
+        if (fabsf(xs[i]) > amax) {
+            amax = fabsf(xs[i]);
+            mx = xs[i];
+        }
+    if (amax == 0) return 0;
+    const float iscale = -127.0f / mx;
+    for (int i = 0; i < 256; i++) {
+        q[i] = lrintf(iscale * xs[i]);
+        q[i] = q[i] > 127 ? 127 : q[i] < -127 ? -127 : q[i];
+    }
+    return 1.0f / iscale;
+}
+
 static float r16k_emulate(const uint8_t *row, const float *x, int64_t cols) {
     float acc = 0.0f;
     for (int64_t sb = 0; sb < cols / 256; sb++) {
-        const float *xs = x + 256 * sb;
-        float amax = 0, mx = 0;
-        for (int i = 0; i < 256; i++)
-            if (fabsf(xs[i]) > amax) {
-                amax = fabsf(xs[i]);
-                mx = xs[i];
-            }
-        if (amax == 0) continue; /* zero activations: the block adds 0 * scale terms, i.e. nothing */
-        const float iscale = -127.0f / mx, dx = 1.0f / iscale;
         long q[256];
-        for (int i = 0; i < 256; i++) {
-            q[i] = lrintf(iscale * xs[i]);
-            q[i] = q[i] > 127 ? 127 : q[i] < -127 ? -127 : q[i];
-        }
+        const float dx = q8k_emulate(x + 256 * sb, q);
+        if (dx == 0) continue; /* zero activations: the block adds 0 * scale terms, i.e. nothing */
         const uint8_t *b = row + (size_t)sb * 144, *sm = b + 4;
         uint16_t h;
         memcpy(&h, b, 2);
@@ -621,19 +627,46 @@ static float r16k_emulate(const uint8_t *row, const float *x, int64_t cols) {
     return acc;
 }
 
-/* The Q4_0/Q8_0/Q4_K kernels compute exactly r16_emulate / r16k_emulate for every row and token
+/* The Q6_K kernel's sequence: per super-block, for each 16-element sub-block j in order
+ * f = fma(float(int dot of (v - 32) and q), sc_j, f), then acc = fma(f, d * dx, acc). */
+static float r16q6_emulate(const uint8_t *row, const float *x, int64_t cols) {
+    float acc = 0.0f;
+    for (int64_t sb = 0; sb < cols / 256; sb++) {
+        long q[256];
+        const float dx = q8k_emulate(x + 256 * sb, q);
+        if (dx == 0) continue;
+        const uint8_t *b = row + (size_t)sb * 210;
+        float f = 0;
+        for (int j = 0; j < 16; j++) {
+            long dot = 0;
+            for (int e = 16 * j; e < 16 * j + 16; e++) {
+                const int half = e / 128, qt = e % 128 / 32, l = e % 32;
+                const uint8_t lq = b[64 * half + l + (qt & 1) * 32], hq = b[128 + 32 * half + l];
+                const int v = (qt < 2 ? lq & 15 : lq >> 4) | ((hq >> (2 * qt)) & 3) << 4;
+                dot += (long)(v - 32) * q[e];
+            }
+            f = fmaf((float)dot, (float)(int8_t)b[192 + j], f);
+        }
+        uint16_t h;
+        memcpy(&h, b + 208, 2);
+        acc = fmaf(f, sd_fp16_to_fp32(h) * dx, acc);
+    }
+    return acc;
+}
+
+/* The Q4_0/Q8_0/Q4_K/Q6_K kernels compute exactly their emulations for every row and token
  * (partial groups of 16 rows, odd block counts, single tokens and batches, packed and packed on
  * the fly), which pins the operation order that makes batched results equal single-token ones. */
 static void test_qmatmul_r16_exact(void **state) {
     (void)state;
     if (!sd_quant_can_pack(SD_TYPE_Q4_0)) skip();
     static const int shapes[][2] = {{1, 256}, {17, 512}, {40, 288}, {300, 768}, {5, 96}};
-    static const sd_type types[] = {SD_TYPE_Q4_0, SD_TYPE_Q8_0, SD_TYPE_Q4_K};
-    for (size_t ti = 0; ti < 3; ti++)
+    static const sd_type types[] = {SD_TYPE_Q4_0, SD_TYPE_Q8_0, SD_TYPE_Q4_K, SD_TYPE_Q6_K};
+    for (size_t ti = 0; ti < 4; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
             const sd_type T = types[ti];
             const int rows = shapes[si][0], cols = shapes[si][1], n = 9;
-            if (T == SD_TYPE_Q4_K && cols % 256) continue;
+            if ((T == SD_TYPE_Q4_K || T == SD_TYPE_Q6_K) && cols % 256) continue;
             const size_t rb = sd_type_row_bytes(T, cols);
             uint8_t *w = malloc(rb * (size_t)rows), *p = malloc(sd_quant_packed_bytes(T, rows, rb));
             float *row = malloc((size_t)cols * sizeof(float)), *x = malloc((size_t)n * cols * sizeof(float));
@@ -650,8 +683,11 @@ static void test_qmatmul_r16_exact(void **state) {
                     assert_int_equal(sd_matmul(&W, x, nn, y, NULL), 0);
                     for (int j = 0; j < nn; j++)
                         for (int r = 0; r < rows; r++) {
-                            const float e = T == SD_TYPE_Q4_K ? r16k_emulate(w + rb * (size_t)r, x + (size_t)j * cols, cols)
-                                                              : r16_emulate(T, w + rb * (size_t)r, x + (size_t)j * cols, cols);
+                            const uint8_t *wr = w + rb * (size_t)r;
+                            const float *xj = x + (size_t)j * cols;
+                            const float e = T == SD_TYPE_Q4_K   ? r16k_emulate(wr, xj, cols)
+                                            : T == SD_TYPE_Q6_K ? r16q6_emulate(wr, xj, cols)
+                                                                : r16_emulate(T, wr, xj, cols);
                             const float k = y[(size_t)j * rows + r];
                             if (memcmp(&e, &k, sizeof e))
                                 fail_msg("%s %dx%d n=%d packed=%d row %d token %d: kernel %.9g, emulation %.9g",

@@ -654,6 +654,42 @@ static void r_pack_group_k(const uint8_t *src, size_t row_bytes, int nrows, int6
     }
 }
 
+/* Q6_K in groups of 16 rows, R16Q6_SB bytes per super-block (16 x 210 = 3360, padded to 64):
+ * the 16 rows' fp16 d (32 bytes), their 16 int8 sub-block scales (sc[j][row], 256 bytes), then
+ * the low 4 bits of the 6-bit values as 32 vectors (pair p of 32-element units, k: lane n holds
+ * row n's elements 4k..4k+3 of unit 2p in the low nibbles, of unit 2p+1 in the high ones) and
+ * the high 2 bits as 16 vectors (r, k: bits 2j, 2j+1 of a byte from unit 4r+j), the same
+ * 3360 bytes of data as the file's. Each half of the high bits comes just before the low
+ * bits it serves, so the kernel reads a super-block front to back. */
+#define R16Q6_SB 3392
+/* in reading order: high bits H0, low bits V0, V1 (units 0..3), then H1, V2, V3 */
+#define R16Q6_H(r) (288 + 1536 * (r))
+#define R16Q6_V(p) (288 + 1536 * ((p) / 2) + 512 + 512 * ((p) % 2))
+
+static inline int q6_k_value(const uint8_t *b, int e) { /* element e (0..255) of a block, 0..63 */
+    const int half = e / 128, qt = e % 128 / 32, l = e % 32;
+    const uint8_t lq = b[64 * half + l + (qt & 1) * 32], hq = b[128 + 32 * half + l];
+    return ((qt < 2 ? lq & 15 : lq >> 4) | ((hq >> (2 * qt)) & 3) << 4);
+}
+
+static void r_pack_group_q6(const uint8_t *src, size_t row_bytes, int nrows, int64_t nsb, uint8_t *dst) {
+    memset(dst, 0, (size_t)nsb * R16Q6_SB);
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        uint8_t *D = dst + (size_t)sb * R16Q6_SB;
+        for (int n = 0; n < nrows; n++) {
+            const uint8_t *b = src + (size_t)n * row_bytes + (size_t)sb * SD_Q6_K_BYTES;
+            memcpy(D + 2 * n, b + 208, 2);
+            for (int j = 0; j < 16; j++) D[32 + 16 * j + n] = b[192 + j];
+            for (int u = 0; u < 8; u++)
+                for (int e = 0; e < 32; e++) {
+                    const int v = q6_k_value(b, 32 * u + e), k = e / 4, i = e % 4;
+                    D[R16Q6_V(u / 2) + 64 * k + 4 * n + i] |= (uint8_t)((v & 15) << (4 * (u % 2)));
+                    D[R16Q6_H(u / 4) + 64 * k + 4 * n + i] |= (uint8_t)((v >> 4) << (2 * (u % 4)));
+                }
+        }
+    }
+}
+
 /* One group: nrows (<= 16) rows of row_bytes from src into dst (16 * row_bytes). With
  * AVX-512, quant vector k is one masked gather of dword k of the 16 rows' blocks (missing rows
  * read as 0): the kernels pack on the fly when a matrix has no packed copy, and the scalar
@@ -661,6 +697,10 @@ static void r_pack_group_k(const uint8_t *src, size_t row_bytes, int nrows, int6
 static void r_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nrows, int64_t nblk, uint8_t *dst) {
     if (t == SD_TYPE_Q4_K) {
         r_pack_group_k(src, row_bytes, nrows, nblk / 8, dst);
+        return;
+    }
+    if (t == SD_TYPE_Q6_K) {
+        r_pack_group_q6(src, row_bytes, nrows, nblk / 8, dst);
         return;
     }
     const int q8 = t == SD_TYPE_Q8_0, qb = q8 ? 512 : 256, bsz = q8 ? SD_Q8_0_BYTES : SD_Q4_0_BYTES;
@@ -697,12 +737,13 @@ static void r_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nr
 }
 
 int sd_quant_can_pack(sd_type t) {
-    return SD_QDOT && (t == SD_TYPE_Q4_0 || t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_K);
+    return SD_QDOT && (t == SD_TYPE_Q4_0 || t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_K || t == SD_TYPE_Q6_K);
 }
 
 /* Bytes of one packed group of 16 rows. */
 static size_t r_gstride(sd_type t, size_t row_bytes) {
     if (t == SD_TYPE_Q4_K) return row_bytes / SD_Q4_K_BYTES * R16K_SB;
+    if (t == SD_TYPE_Q6_K) return row_bytes / SD_Q6_K_BYTES * R16Q6_SB;
     return (16 * row_bytes + 63) & ~(size_t)63;
 }
 
@@ -711,7 +752,7 @@ size_t sd_quant_packed_bytes(sd_type t, int64_t rows, size_t row_bytes) {
 }
 
 void sd_quant_pack_rows(sd_type t, const void *src, void *dst, int64_t rows, size_t row_bytes, int64_t cols) {
-    if (t != SD_TYPE_Q4_0 && t != SD_TYPE_Q8_0 && t != SD_TYPE_Q4_K) return;
+    if (!(t == SD_TYPE_Q4_0 || t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_K || t == SD_TYPE_Q6_K)) return;
     for (int64_t g = 0; g < (rows + 15) / 16; g++) {
         const int nrows = rows - 16 * g < 16 ? (int)(rows - 16 * g) : 16;
         r_pack_group(t, (const uint8_t *)src + (size_t)(16 * g) * row_bytes, row_bytes, nrows, cols / 32,
@@ -974,71 +1015,12 @@ static inline int r16_chunk(int left) {
         }                                                                                      \
     }
 
-/* int16 lane m of a 64-byte chunk covers bytes 2m, 2m+1. Q6_K: 16-element groups 4c..4c+3
- * (lanes 8 each). These pick each lane's scale out of a vector of the block's scales. */
-static const int16_t k_idx_q6k[4][32] = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
-    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
-    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
-    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13, 14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
-};
 
-/* Q6_K: q in 0..63 (offset 32) with a signed scale per 16. The offset is folded in as
- * -32 * sum_g sc_g * sum16_g, computed with the same int16 multiply-add as the products. */
-#define DEFINE_ROWS_Q6K(NB)                                                                    \
-    static void rows_q6_k_##NB(const sd_tensor *W, const void *xa, size_t xs, float *Y,        \
-                               int64_t r0, int64_t r1) {                                       \
-        const act_k *X = xa;                                                                   \
-        const int64_t nsb = W->cols / 256;                                                     \
-        const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);               \
-        /* qh shift per 16-bit lane: low 32 bytes use bits 0-1 / 4-5, high 32 bits 2-3 / 6-7 */ \
-        const __m512i sh02 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1); \
-        const __m512i sh46 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1); \
-        const int64_t per_ = (r1 - r0) / QS_STREAMS;                                           \
-        for (int64_t i_ = 0; i_ < r1 - r0; i_++) {                                             \
-            const int64_t r = visit_row(r0, per_, i_);                                         \
-            const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;          \
-            __m512 af[NB];                                                                     \
-            for (int j = 0; j < NB; j++) af[j] = _mm512_setzero_ps();                          \
-            for (int64_t s = 0; s < nsb; s++) {                                                \
-                const uint8_t *b = row + (size_t)s * SD_Q6_K_BYTES;                            \
-                PREFETCH_AHEAD(b, SD_Q6_K_BYTES);                                              \
-                const float d = h2f(b + 208);                                                  \
-                const __m512i s16 = _mm512_cvtepi8_epi16(                                      \
-                    _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(b + 192))));      \
-                const __m512i s32x = _mm512_slli_epi16(s16, 5);                                \
-                __m512i ai[NB];                                                                \
-                for (int j = 0; j < NB; j++)                                                   \
-                    ai[j] = _mm512_madd_epi16(s32x, _mm512_loadu_si512(X[j * xs + s].nbs));    \
-                for (int h = 0; h < 2; h++) {                                                  \
-                    const __m512i QL = _mm512_loadu_si512(b + 64 * h);                         \
-                    const __m512i QH =                                                         \
-                        _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h))); \
-                    const __m512i q0 = _mm512_or_si512(                                        \
-                        _mm512_and_si512(QL, m4),                                              \
-                        _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(QH, sh02), 4), m30)); \
-                    const __m512i q1 = _mm512_or_si512(                                        \
-                        _mm512_and_si512(_mm512_srli_epi16(QL, 4), m4),                        \
-                        _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(QH, sh46), 4), m30)); \
-                    const __m512i sc0 =                                                        \
-                        _mm512_permutexvar_epi16(_mm512_loadu_si512(k_idx_q6k[2 * h]), s16);   \
-                    const __m512i sc1 =                                                        \
-                        _mm512_permutexvar_epi16(_mm512_loadu_si512(k_idx_q6k[2 * h + 1]), s16); \
-                    for (int j = 0; j < NB; j++) {                                             \
-                        const int8_t *xq = X[j * xs + s].q + 128 * h;                          \
-                        ai[j] = _mm512_dpwssd_epi32(                                           \
-                            ai[j], _mm512_maddubs_epi16(q0, _mm512_loadu_si512(xq)), sc0);     \
-                        ai[j] = _mm512_dpwssd_epi32(                                           \
-                            ai[j], _mm512_maddubs_epi16(q1, _mm512_loadu_si512(xq + 64)), sc1); \
-                    }                                                                          \
-                }                                                                              \
-                for (int j = 0; j < NB; j++)                                                   \
-                    af[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[j]),                         \
-                                            _mm512_set1_ps(d * X[j * xs + s].d), af[j]);       \
-            }                                                                                  \
-            for (int j = 0; j < NB; j++) Y[(size_t)j * W->rows + r] = _mm512_reduce_add_ps(af[j]); \
-        }                                                                                      \
-    }
+/* 32-element sub-blocks (Q4_K) or units (Q6_K) read from one stream before the next: one for
+ * decode, whose memory streams want the finest interleave (Q4_K step 0.94-0.96 of two per
+ * turn), two for batches, whose per-stream partial sums then move less (verify(5) 1.03-1.04
+ * of one per turn). Results do not depend on it. */
+#define R16_VISIT(NB) ((NB) == 1 ? 1 : 2)
 
 /* Q4_K, 16 rows at once (layout: r_pack_group_k): per super-block, row and token
  * acc = fma(f, d * dx, acc) - g * (dmin * dx), with f = sum over sub-blocks j in order of
@@ -1055,11 +1037,12 @@ static const int16_t k_idx_q6k[4][32] = {
             __m512 f[QS_STREAMS][NB];                                                          \
             for (int s = 0; s < S; s++)                                                        \
                 for (int j = 0; j < NB; j++) f[s][j] = _mm512_setzero_ps();                    \
-            for (int c = 0; c < 4; c++) /* a quarter super-block of each stream in turn */     \
+            for (int v0 = 0; v0 < 8; v0 += R16_VISIT(NB)) /* sub-blocks of each stream in turn */ \
                 for (int s = 0; s < S; s++) {                                                  \
                     const uint8_t *B = G[s] + (size_t)sb * R16K_SB;                            \
-                    PREFETCH_AHEAD(B + (R16K_SB / 4) * c, R16K_SB / 4);                        \
-                    for (int h = 0; h < 2; h++) { /* sub-block 2c + h: low / high nibbles */   \
+                    PREFETCH_AHEAD(B + (R16K_SB / 8) * v0, (R16K_SB / 8) * R16_VISIT(NB));     \
+                    for (int q8 = v0; q8 < v0 + R16_VISIT(NB); q8++) {                         \
+                        const int c = q8 / 2, h = q8 % 2; /* sub-block 2c + h: low / high nibbles */ \
                         __m512i w[8];                                                          \
                         for (int k = 0; k < 8; k++)                                            \
                             w[k] = _mm512_gf2p8affine_epi64_epi8(                              \
@@ -1122,6 +1105,94 @@ static const int16_t k_idx_q6k[4][32] = {
         }                                                                                      \
     }
 
+/* Q6_K, 16 rows at once (layout: r_pack_group_q6): per 32-element unit, the 6-bit values are
+ * the low nibbles (one GF(2) affine map) OR'd with the high bits moved to bits 4-5 (another);
+ * per token its two 16-element sub-blocks are two chains of 4 dpbusd, each started at
+ * -32 * (sum of the activations) for the offset, converted and fma'd with the sub-block scale;
+ * per super-block acc = fma(f, d * dx, acc). */
+static const int64_t k_gf_q6_hi[4] = {0x01020000ll, 0x04080000ll, 0x10200000ll, 0x40800000ll};
+
+#define DEFINE_R16Q6(NB)                                                                       \
+    static inline __attribute__((always_inline)) void r16q6_step_##NB(                         \
+        const uint8_t *const *G, const int S, int64_t nsb, const uint8_t *act, size_t xs, __m512 acc[][NB]) { \
+        const __m512i lo = _mm512_set1_epi64(GF_LO), hi = _mm512_set1_epi64(GF_HI);            \
+        for (int s = 0; s < S; s++)                                                            \
+            for (int j = 0; j < NB; j++) acc[s][j] = _mm512_setzero_ps();                      \
+        for (int64_t sb = 0; sb < nsb; sb++) {                                                 \
+            __m512 f[QS_STREAMS][NB];                                                          \
+            for (int s = 0; s < S; s++)                                                        \
+                for (int j = 0; j < NB; j++) f[s][j] = _mm512_setzero_ps();                    \
+            for (int v0 = 0; v0 < 8; v0 += R16_VISIT(NB)) /* units of each stream in turn */   \
+                for (int s = 0; s < S; s++) {                                                  \
+                    const uint8_t *B = G[s] + (size_t)sb * R16Q6_SB;                           \
+                    PREFETCH_AHEAD(B + (R16Q6_SB / 8) * v0, (R16Q6_SB / 8) * R16_VISIT(NB));   \
+                    for (int u = v0; u < v0 + R16_VISIT(NB); u++) {                            \
+                        const int c = u / 2, h = u % 2;                                        \
+                        const __m512i gh = _mm512_set1_epi64(k_gf_q6_hi[u % 4]);               \
+                        __m512i w[8];                                                          \
+                        for (int k = 0; k < 8; k++) {                                          \
+                            const __m512i l4 = _mm512_gf2p8affine_epi64_epi8(                  \
+                                _mm512_loadu_si512(B + R16Q6_V(c) + 64 * k), h ? hi : lo, 0);  \
+                            const __m512i h2 = _mm512_gf2p8affine_epi64_epi8(                  \
+                                _mm512_loadu_si512(B + R16Q6_H(u / 4) + 64 * k), gh, 0);       \
+                            w[k] = _mm512_or_si512(l4, h2);                                    \
+                        }                                                                      \
+                        const __m512 sc0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(            \
+                            _mm_loadu_si128((const __m128i *)(B + 32 + 16 * (2 * u)))));       \
+                        const __m512 sc1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(            \
+                            _mm_loadu_si128((const __m128i *)(B + 32 + 16 * (2 * u + 1)))));   \
+                        __m512i t[NB], v[NB];                                                  \
+                        for (int j = 0; j < NB; j++) {                                         \
+                            const act_k *a = (const act_k *)(act + (size_t)j * xs) + sb;       \
+                            t[j] = _mm512_set1_epi32(32 * a->nbs[2 * u]);                      \
+                            v[j] = _mm512_set1_epi32(32 * a->nbs[2 * u + 1]);                  \
+                        }                                                                      \
+                        for (int k = 0; k < 4; k++)                                            \
+                            for (int j = 0; j < NB; j++) {                                     \
+                                const int8_t *aq = ((const act_k *)(act + (size_t)j * xs) + sb)->q + 32 * u + 4 * k; \
+                                t[j] = _mm512_dpbusd_epi32(t[j], w[k], _mm512_set1_epi32(ld32(aq))); \
+                                v[j] = _mm512_dpbusd_epi32(v[j], w[k + 4], _mm512_set1_epi32(ld32(aq + 16))); \
+                            }                                                                  \
+                        for (int j = 0; j < NB; j++) {                                         \
+                            f[s][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t[j]), sc0, f[s][j]); \
+                            f[s][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v[j]), sc1, f[s][j]); \
+                        }                                                                      \
+                    }                                                                          \
+                }                                                                              \
+            for (int s = 0; s < S; s++) {                                                      \
+                const __m512 dd =                                                              \
+                    _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(G[s] + (size_t)sb * R16Q6_SB))); \
+                for (int j = 0; j < NB; j++) {                                                 \
+                    const __m512 ad = _mm512_set1_ps(((const act_k *)(act + (size_t)j * xs) + sb)->d); \
+                    acc[s][j] = _mm512_fmadd_ps(f[s][j], _mm512_mul_ps(dd, ad), acc[s][j]);    \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
+    static void r16_q6_k_##NB(const uint8_t *P, size_t gbytes, int64_t nblk, int64_t rows,     \
+                              const uint8_t *act, size_t xs, r_layout L, float *Y, int64_t g0, \
+                              int64_t g1) {                                                    \
+        (void)L;                                                                               \
+        const int64_t per = (g1 - g0) / QS_STREAMS, rest = (g1 - g0) - per * QS_STREAMS;      \
+        for (int64_t i = 0; i < per + rest; i++) {                                             \
+            const int S = i < per ? QS_STREAMS : 1;                                            \
+            const uint8_t *G[QS_STREAMS];                                                      \
+            int64_t gi[QS_STREAMS];                                                            \
+            __m512 acc[QS_STREAMS][NB];                                                        \
+            for (int s = 0; s < S; s++) {                                                      \
+                gi[s] = g0 + (i < per ? s * per + i : QS_STREAMS * per + (i - per));           \
+                G[s] = P + (size_t)(gi[s] - g0) * gbytes;                                      \
+            }                                                                                  \
+            if (S == QS_STREAMS) r16q6_step_##NB(G, QS_STREAMS, nblk / 8, act, xs, acc);       \
+            else r16q6_step_##NB(G, 1, nblk / 8, act, xs, acc);                                \
+            for (int s = 0; s < S; s++) {                                                      \
+                const int64_t r = 16 * gi[s];                                                  \
+                const __mmask16 m = rows - r >= 16 ? 0xFFFF : (__mmask16)((1u << (rows - r)) - 1); \
+                for (int j = 0; j < NB; j++) _mm512_mask_storeu_ps(Y + (size_t)j * rows + r, m, acc[s][j]); \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
 #define DEFINE_ALL_NB(M, ...)                                                                  \
     M(__VA_ARGS__ 1) M(__VA_ARGS__ 2) M(__VA_ARGS__ 3) M(__VA_ARGS__ 4)                        \
     M(__VA_ARGS__ 5) M(__VA_ARGS__ 6) M(__VA_ARGS__ 7) M(__VA_ARGS__ 8)
@@ -1132,8 +1203,9 @@ DEFINE_R16(q4_0, 256, 9)
 DEFINE_R16(q8_0, 512, 9)
 DEFINE_ALL_NB(DEFINE_R16K,)
 DEFINE_R16K(9)
+DEFINE_ALL_NB(DEFINE_R16Q6,)
+DEFINE_R16Q6(9)
 ROWS_Q5(1) ROWS_Q5(2) ROWS_Q5(3) ROWS_Q5(4) ROWS_Q5(5) ROWS_Q5(6) ROWS_Q5(7) ROWS_Q5(8)
-DEFINE_ALL_NB(DEFINE_ROWS_Q6K,)
 
 typedef void (*rows_fn)(const sd_tensor *, const void *, size_t, float *, int64_t, int64_t);
 #define TABLE(T) {NULL, rows_##T##_1, rows_##T##_2, rows_##T##_3, rows_##T##_4, rows_##T##_5, \
@@ -1147,12 +1219,11 @@ typedef void (*r16_fn)(const uint8_t *, size_t, int64_t, int64_t, const uint8_t 
 static const r16_fn k_r16_q4_0[10] = R16_TABLE(q4_0);
 static const r16_fn k_r16_q8_0[10] = R16_TABLE(q8_0);
 static const r16_fn k_r16_q4_k[10] = R16_TABLE(q4_k);
-static const rows_fn k_rows_q6_k[9] = TABLE(q6_k);
+static const r16_fn k_r16_q6_k[10] = R16_TABLE(q6_k);
 
 static const rows_fn *rows_table(sd_type t) {
     switch (t) {
     case SD_TYPE_Q5_0: return k_rows_q5_0;
-    case SD_TYPE_Q6_K: return k_rows_q6_k;
     default: return NULL;
     }
 }
@@ -1176,6 +1247,7 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
     const r16_fn *r16 = type == SD_TYPE_Q4_0   ? k_r16_q4_0
                         : type == SD_TYPE_Q8_0 ? k_r16_q8_0
                         : type == SD_TYPE_Q4_K ? k_r16_q4_k
+                        : type == SD_TYPE_Q6_K ? k_r16_q6_k
                                                : NULL;
     const int64_t cols = W[0]->cols;
     if ((!tab && !r16) || cols <= 0) return -1;
