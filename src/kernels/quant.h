@@ -34,9 +34,9 @@ size_t sd_quant_scratch_bytes(sd_type t, int64_t cols, int n);
  * activations are quantised to 8 bits (Q8_0-style blocks of 32 with an fp16 scale for
  * Q4_0/Q5_0/Q8_0 weights, one float scale per 256 for Q4_K/Q6_K, as llama.cpp does), then
  * every row is multiplied with VNNI, up to 8 tokens per pass over the weights (9 for
- * Q4_0/Q8_0: a k = 8 verify). Each (row, token) result is computed by the same sequence of
- * operations whatever n is, so a batch equals n single-token calls bit for bit (prefill
- * included). scratch (scratch_bytes) holds the quantised activations (~2 bytes per element
+ * Q4_0/Q8_0/Q4_K/Q6_K: a k = 8 verify). Each (row, token) result is computed by the same
+ * sequence of operations whatever n is, so a batch equals n single-token calls bit for bit
+ * (prefill included). scratch (scratch_bytes) holds the quantised activations (~2 bytes per element
  * per token, well inside sd_matmul_scratch_floats for n <= 256); when NULL or too small a
  * temporary buffer is allocated. Returns 0, or -1 without a kernel / memory. */
 int sd_quant_matmul(const sd_tensor *W, const float *X, int n, float *Y, void *scratch,
@@ -48,7 +48,7 @@ int sd_quant_matmul(const sd_tensor *W, const float *X, int n, float *Y, void *s
 int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count, const float *X,
                           int n, void *scratch, size_t scratch_bytes);
 
-/* 1 when sd_quant_pack_rows has a kernel layout for type t on this build (Q4_0, Q8_0, Q4_K). */
+/* 1 when sd_quant_pack_rows has a kernel layout for type t on this build (Q4_0, Q8_0, Q4_K, Q6_K). */
 int sd_quant_can_pack(sd_type t);
 
 /* Bytes of the kernels' layout of rows x row_bytes: groups of 16 rows (the last padded), each

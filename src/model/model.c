@@ -76,7 +76,7 @@ static sd_status map_file(const char *path, void **map, size_t *len) {
     return SD_OK;
 }
 
-/* Regroups the matrices of types with a kernel layout (Q4_0, Q8_0) into one owned buffer and
+/* Regroups the matrices of types with a kernel layout (Q4_0, Q8_0, Q4_K, Q6_K) into one owned buffer and
  * points their sd_tensor.packed at it; data keeps the file's layout for dequantisation,
  * conversion and the references. For a model mapped from a file, the pages that only the
  * kernels read are released, so the resident size stays about one copy of the weights; a model
