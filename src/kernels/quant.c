@@ -666,25 +666,32 @@ static void r_pack_group_k(const uint8_t *src, size_t row_bytes, int nrows, int6
 #define R16Q6_H(r) (288 + 1536 * (r))
 #define R16Q6_V(p) (288 + 1536 * ((p) / 2) + 512 + 512 * ((p) % 2))
 
-static inline int q6_k_value(const uint8_t *b, int e) { /* element e (0..255) of a block, 0..63 */
-    const int half = e / 128, qt = e % 128 / 32, l = e % 32;
-    const uint8_t lq = b[64 * half + l + (qt & 1) * 32], hq = b[128 + 32 * half + l];
-    return ((qt < 2 ? lq & 15 : lq >> 4) | ((hq >> (2 * qt)) & 3) << 4);
-}
-
 static void r_pack_group_q6(const uint8_t *src, size_t row_bytes, int nrows, int64_t nsb, uint8_t *dst) {
-    memset(dst, 0, (size_t)nsb * R16Q6_SB);
+    if (nrows < 16) memset(dst, 0, (size_t)nsb * R16Q6_SB);
     for (int64_t sb = 0; sb < nsb; sb++) {
         uint8_t *D = dst + (size_t)sb * R16Q6_SB;
         for (int n = 0; n < nrows; n++) {
             const uint8_t *b = src + (size_t)n * row_bytes + (size_t)sb * SD_Q6_K_BYTES;
+            uint8_t v[256]; /* the 6-bit values in element order, as dequantize_row_q6_K reads them */
+            for (int half = 0; half < 2; half++)
+                for (int l = 0; l < 32; l++) {
+                    const uint8_t *ql = b + 64 * half, hq = b[128 + 32 * half + l];
+                    v[128 * half + l] = (uint8_t)((ql[l] & 15) | (hq & 3) << 4);
+                    v[128 * half + l + 32] = (uint8_t)((ql[l + 32] & 15) | ((hq >> 2) & 3) << 4);
+                    v[128 * half + l + 64] = (uint8_t)((ql[l] >> 4) | ((hq >> 4) & 3) << 4);
+                    v[128 * half + l + 96] = (uint8_t)((ql[l + 32] >> 4) | ((hq >> 6) & 3) << 4);
+                }
             memcpy(D + 2 * n, b + 208, 2);
             for (int j = 0; j < 16; j++) D[32 + 16 * j + n] = b[192 + j];
-            for (int u = 0; u < 8; u++)
-                for (int e = 0; e < 32; e++) {
-                    const int v = q6_k_value(b, 32 * u + e), k = e / 4, i = e % 4;
-                    D[R16Q6_V(u / 2) + 64 * k + 4 * n + i] |= (uint8_t)((v & 15) << (4 * (u % 2)));
-                    D[R16Q6_H(u / 4) + 64 * k + 4 * n + i] |= (uint8_t)((v >> 4) << (2 * (u % 4)));
+            for (int k = 0; k < 8; k++)
+                for (int i = 0; i < 4; i++) {
+                    const int e = 4 * k + i;
+                    for (int p = 0; p < 4; p++)
+                        D[R16Q6_V(p) + 64 * k + 4 * n + i] = (uint8_t)((v[64 * p + e] & 15) | (v[64 * p + 32 + e] & 15) << 4);
+                    for (int r = 0; r < 2; r++)
+                        D[R16Q6_H(r) + 64 * k + 4 * n + i] =
+                            (uint8_t)(v[128 * r + e] >> 4 | (v[128 * r + 32 + e] >> 4) << 2 | (v[128 * r + 64 + e] >> 4) << 4 |
+                                      (v[128 * r + 96 + e] >> 4) << 6);
                 }
         }
     }
@@ -753,6 +760,8 @@ size_t sd_quant_packed_bytes(sd_type t, int64_t rows, size_t row_bytes) {
 
 void sd_quant_pack_rows(sd_type t, const void *src, void *dst, int64_t rows, size_t row_bytes, int64_t cols) {
     if (!(t == SD_TYPE_Q4_0 || t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_K || t == SD_TYPE_Q6_K)) return;
+    /* groups are independent: packing a model at load runs on every thread */
+#pragma omp parallel for schedule(static) if (rows >= 1024)
     for (int64_t g = 0; g < (rows + 15) / 16; g++) {
         const int nrows = rows - 16 * g < 16 ? (int)(rows - 16 * g) : 16;
         r_pack_group(t, (const uint8_t *)src + (size_t)(16 * g) * row_bytes, row_bytes, nrows, cols / 32,
