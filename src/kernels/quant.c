@@ -455,6 +455,7 @@ static void act_k_block(const float *x, act_k *a) {
     }
     if (amax == 0) return;
     const float iscale = -127.0f / mx;
+    if (!(fabsf(iscale) <= FLT_MAX)) return; /* |mx| < 127 / FLT_MAX: too small to scale, adds 0 */
     for (int j = 0; j < 256; j++) a->q[j] = (int8_t)clamp127(rne(iscale * x[j]));
     for (int g = 0; g < 16; g++) {
         int s = 0;
@@ -496,6 +497,7 @@ static void act_k_block_fast(const float *x, act_k *a) {
         }
     }
     const float iscale = -127.0f / mx;
+    if (!(fabsf(iscale) <= FLT_MAX)) return; /* as act_k_block (inf * 0 would be NaN here) */
     const __m512 is = _mm512_set1_ps(iscale);
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
     int16_t s16[16];
@@ -683,6 +685,7 @@ static void r_pack_group_q6(const uint8_t *src, size_t row_bytes, int nrows, int
                 }
             memcpy(D + 2 * n, b + 208, 2);
             for (int j = 0; j < 16; j++) D[32 + 16 * j + n] = b[192 + j];
+            if (n == 0) memset(D + 3360, 0, R16Q6_SB - 3360); /* padding: deterministic bytes */
             for (int k = 0; k < 8; k++)
                 for (int i = 0; i < 4; i++) {
                     const int e = 4 * k + i;
