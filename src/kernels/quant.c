@@ -954,14 +954,40 @@ static inline void r_weights_q8_0(const uint8_t *p, __m512i w[8]) {
     for (int k = 0; k < 8; k++) w[k] = _mm512_loadu_si512(p + 64 * k);
 }
 
-/* Groups [g0, g1) of 16 rows for NB tokens; P is group g0 (gbytes per group). QB: quant
- * bytes of a block. The kernel takes QS_STREAMS groups at a time (one from each of the
- * thread's sub-ranges) and reads one block of each in turn, so that several sequential weight
- * streams are in flight as in the row-by-row kernels (a group read whole before the next, one
- * stream per thread, measured 20% slower; two or four blocks per turn 1-10% slower, 6 or 8
- * streams no better). Per block and token the 8 dpbusd run as two chains of 4 (elements 0..15
- * and 16..31), interleaved across the tokens: a single chain of 8 left the n = 5 kernel
- * latency-bound (25.3 -> 22.1 ns per 512 Q4_0 weights, one thread, in L1). */
+/* The driver of every 16-row kernel: groups [g0, g1) (P is group g0, gbytes per group) in
+ * steps of QS_STREAMS groups, one from each of the thread's sub-ranges, so that several
+ * sequential weight streams are in flight as in the row-by-row kernels; STEP computes the
+ * accumulators of a step's S groups (S a constant there) and the driver stores them, the last
+ * group's padding rows masked off. */
+#define R16_DRIVER(NAME, STEP, NB)                                                             \
+    static void NAME(const uint8_t *P, size_t gbytes, int64_t nblk, int64_t rows, const uint8_t *act, \
+                     size_t xs, r_layout L, float *Y, int64_t g0, int64_t g1) {                \
+        const int64_t per = (g1 - g0) / QS_STREAMS, rest = (g1 - g0) - per * QS_STREAMS;      \
+        for (int64_t i = 0; i < per + rest; i++) {                                             \
+            const int S = i < per ? QS_STREAMS : 1;                                            \
+            const uint8_t *G[QS_STREAMS];                                                      \
+            int64_t gi[QS_STREAMS];                                                            \
+            __m512 acc[QS_STREAMS][NB];                                                        \
+            for (int s = 0; s < S; s++) {                                                      \
+                gi[s] = g0 + (i < per ? s * per + i : QS_STREAMS * per + (i - per));           \
+                G[s] = P + (size_t)(gi[s] - g0) * gbytes;                                      \
+            }                                                                                  \
+            if (S == QS_STREAMS) STEP(G, QS_STREAMS, nblk, act, xs, L, acc);                   \
+            else STEP(G, 1, nblk, act, xs, L, acc);                                            \
+            for (int s = 0; s < S; s++) {                                                      \
+                const int64_t r = 16 * gi[s];                                                  \
+                const __mmask16 m = rows - r >= 16 ? 0xFFFF : (__mmask16)((1u << (rows - r)) - 1); \
+                for (int j = 0; j < NB; j++) _mm512_mask_storeu_ps(Y + (size_t)j * rows + r, m, acc[s][j]); \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+/* The Q4_0/Q8_0 kernels for NB tokens (QB: quant bytes of a block). A step reads one block of
+ * each of its groups in turn (a group read whole before the next, one stream per thread,
+ * measured 20% slower; two or four blocks per turn 1-10% slower, 6 or 8 streams no better).
+ * Per block and token the 8 dpbusd run as two chains of 4 (elements 0..15 and 16..31),
+ * interleaved across the tokens: a single chain of 8 left the n = 5 kernel latency-bound
+ * (25.3 -> 22.1 ns per 512 Q4_0 weights, one thread, in L1). */
 /* Tokens in the next pass over the weights for `left` tokens: up to 9 in one pass (a k = 8
  * verify), else ceil(left / 8) passes of near-equal size. Measured against passes of 8 and
  * the rest (110M shape, Q8_0 / Q4_0, step time ratio): 9 tokens 0.89 / 0.94, 10: 0.995 /
@@ -1004,29 +1030,7 @@ static inline int r16_chunk(int left) {
             }                                                                                  \
         }                                                                                      \
     }                                                                                          \
-    static void r16_##T##_##NB(const uint8_t *P, size_t gbytes, int64_t nblk, int64_t rows,    \
-                               const uint8_t *act, size_t xs, r_layout L, float *Y, int64_t g0, \
-                               int64_t g1) {                                                   \
-        const int64_t per = (g1 - g0) / QS_STREAMS, rest = (g1 - g0) - per * QS_STREAMS;      \
-        for (int64_t i = 0; i < per + rest; i++) {                                             \
-            const int S = i < per ? QS_STREAMS : 1;                                            \
-            const uint8_t *G[QS_STREAMS];                                                      \
-            int64_t gi[QS_STREAMS];                                                            \
-            __m512 acc[QS_STREAMS][NB];                                                        \
-            for (int s = 0; s < S; s++) {                                                      \
-                gi[s] = g0 + (i < per ? s * per + i : QS_STREAMS * per + (i - per));           \
-                G[s] = P + (size_t)(gi[s] - g0) * gbytes;                                      \
-            }                                                                                  \
-            if (S == QS_STREAMS) r16_step_##T##_##NB(G, QS_STREAMS, nblk, act, xs, L, acc);   \
-            else r16_step_##T##_##NB(G, 1, nblk, act, xs, L, acc);                             \
-            for (int s = 0; s < S; s++) {                                                      \
-                const int64_t r = 16 * gi[s];                                                  \
-                const __mmask16 m = rows - r >= 16 ? 0xFFFF : (__mmask16)((1u << (rows - r)) - 1); \
-                for (int j = 0; j < NB; j++) _mm512_mask_storeu_ps(Y + (size_t)j * rows + r, m, acc[s][j]); \
-            }                                                                                  \
-        }                                                                                      \
-    }
-
+    R16_DRIVER(r16_##T##_##NB, r16_step_##T##_##NB, NB)
 
 /* 32-element sub-blocks (Q4_K) or units (Q6_K) read from one stream before the next: one for
  * decode, whose memory streams want the finest interleave (Q4_K step 0.94-0.96 of two per
@@ -1041,8 +1045,11 @@ static inline int r16_chunk(int left) {
  * kernel with 16-bit products, per-row sums and scale permutes. */
 #define DEFINE_R16K(NB)                                                                        \
     static inline __attribute__((always_inline)) void r16k_step_##NB(                          \
-        const uint8_t *const *G, const int S, int64_t nsb, const uint8_t *act, size_t xs, __m512 acc[][NB]) { \
+        const uint8_t *const *G, const int S, int64_t nblk, const uint8_t *act, size_t xs, r_layout L, \
+        __m512 acc[][NB]) {                                                                    \
         const __m512i lo = _mm512_set1_epi64(GF_LO), hi = _mm512_set1_epi64(GF_HI);            \
+        const int64_t nsb = nblk / 8;                                                          \
+        (void)L;                                                                               \
         for (int s = 0; s < S; s++)                                                            \
             for (int j = 0; j < NB; j++) acc[s][j] = _mm512_setzero_ps();                      \
         for (int64_t sb = 0; sb < nsb; sb++) {                                                 \
@@ -1093,29 +1100,7 @@ static inline int r16_chunk(int left) {
             }                                                                                  \
         }                                                                                      \
     }                                                                                          \
-    static void r16_q4_k_##NB(const uint8_t *P, size_t gbytes, int64_t nblk, int64_t rows,     \
-                              const uint8_t *act, size_t xs, r_layout L, float *Y, int64_t g0, \
-                              int64_t g1) {                                                    \
-        (void)L;                                                                               \
-        const int64_t per = (g1 - g0) / QS_STREAMS, rest = (g1 - g0) - per * QS_STREAMS;      \
-        for (int64_t i = 0; i < per + rest; i++) {                                             \
-            const int S = i < per ? QS_STREAMS : 1;                                            \
-            const uint8_t *G[QS_STREAMS];                                                      \
-            int64_t gi[QS_STREAMS];                                                            \
-            __m512 acc[QS_STREAMS][NB];                                                        \
-            for (int s = 0; s < S; s++) {                                                      \
-                gi[s] = g0 + (i < per ? s * per + i : QS_STREAMS * per + (i - per));           \
-                G[s] = P + (size_t)(gi[s] - g0) * gbytes;                                      \
-            }                                                                                  \
-            if (S == QS_STREAMS) r16k_step_##NB(G, QS_STREAMS, nblk / 8, act, xs, acc);        \
-            else r16k_step_##NB(G, 1, nblk / 8, act, xs, acc);                                 \
-            for (int s = 0; s < S; s++) {                                                      \
-                const int64_t r = 16 * gi[s];                                                  \
-                const __mmask16 m = rows - r >= 16 ? 0xFFFF : (__mmask16)((1u << (rows - r)) - 1); \
-                for (int j = 0; j < NB; j++) _mm512_mask_storeu_ps(Y + (size_t)j * rows + r, m, acc[s][j]); \
-            }                                                                                  \
-        }                                                                                      \
-    }
+    R16_DRIVER(r16_q4_k_##NB, r16k_step_##NB, NB)
 
 /* Q6_K, 16 rows at once (layout: r_pack_group_q6): per 32-element unit, the 6-bit values are
  * the low nibbles (one GF(2) affine map) OR'd with the high bits moved to bits 4-5 (another);
@@ -1126,8 +1111,11 @@ static const int64_t k_gf_q6_hi[4] = {0x01020000ll, 0x04080000ll, 0x10200000ll, 
 
 #define DEFINE_R16Q6(NB)                                                                       \
     static inline __attribute__((always_inline)) void r16q6_step_##NB(                         \
-        const uint8_t *const *G, const int S, int64_t nsb, const uint8_t *act, size_t xs, __m512 acc[][NB]) { \
+        const uint8_t *const *G, const int S, int64_t nblk, const uint8_t *act, size_t xs, r_layout L, \
+        __m512 acc[][NB]) {                                                                    \
         const __m512i lo = _mm512_set1_epi64(GF_LO), hi = _mm512_set1_epi64(GF_HI);            \
+        const int64_t nsb = nblk / 8;                                                          \
+        (void)L;                                                                               \
         for (int s = 0; s < S; s++)                                                            \
             for (int j = 0; j < NB; j++) acc[s][j] = _mm512_setzero_ps();                      \
         for (int64_t sb = 0; sb < nsb; sb++) {                                                 \
@@ -1181,29 +1169,7 @@ static const int64_t k_gf_q6_hi[4] = {0x01020000ll, 0x04080000ll, 0x10200000ll, 
             }                                                                                  \
         }                                                                                      \
     }                                                                                          \
-    static void r16_q6_k_##NB(const uint8_t *P, size_t gbytes, int64_t nblk, int64_t rows,     \
-                              const uint8_t *act, size_t xs, r_layout L, float *Y, int64_t g0, \
-                              int64_t g1) {                                                    \
-        (void)L;                                                                               \
-        const int64_t per = (g1 - g0) / QS_STREAMS, rest = (g1 - g0) - per * QS_STREAMS;      \
-        for (int64_t i = 0; i < per + rest; i++) {                                             \
-            const int S = i < per ? QS_STREAMS : 1;                                            \
-            const uint8_t *G[QS_STREAMS];                                                      \
-            int64_t gi[QS_STREAMS];                                                            \
-            __m512 acc[QS_STREAMS][NB];                                                        \
-            for (int s = 0; s < S; s++) {                                                      \
-                gi[s] = g0 + (i < per ? s * per + i : QS_STREAMS * per + (i - per));           \
-                G[s] = P + (size_t)(gi[s] - g0) * gbytes;                                      \
-            }                                                                                  \
-            if (S == QS_STREAMS) r16q6_step_##NB(G, QS_STREAMS, nblk / 8, act, xs, acc);       \
-            else r16q6_step_##NB(G, 1, nblk / 8, act, xs, acc);                                \
-            for (int s = 0; s < S; s++) {                                                      \
-                const int64_t r = 16 * gi[s];                                                  \
-                const __mmask16 m = rows - r >= 16 ? 0xFFFF : (__mmask16)((1u << (rows - r)) - 1); \
-                for (int j = 0; j < NB; j++) _mm512_mask_storeu_ps(Y + (size_t)j * rows + r, m, acc[s][j]); \
-            }                                                                                  \
-        }                                                                                      \
-    }
+    R16_DRIVER(r16_q6_k_##NB, r16q6_step_##NB, NB)
 
 #define DEFINE_ALL_NB(M, ...)                                                                  \
     M(__VA_ARGS__ 1) M(__VA_ARGS__ 2) M(__VA_ARGS__ 3) M(__VA_ARGS__ 4)                        \
