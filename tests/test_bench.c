@@ -140,7 +140,8 @@ static void test_config_shipped(void **state) {
                 {"self-q4_0-110m", NULL, 1},
                 {"stories-self-q4_0", "q4_0", 0},
                 {"stories-self-q8_0", "q8_0", 0},
-                {"tinystories656k-self-q4_0", "q4_0", 0}};
+                {"tinystories656k-self-q4_0", "q4_0", 0},
+                {"stories110m-self-q4_0", "q4_0", 0}};
     for (size_t i = 0; i < sizeof self / sizeof self[0]; i++) {
         char rel[128];
         snprintf(rel, sizeof rel, "configs/%s.json", self[i].name);
