@@ -544,6 +544,13 @@ static inline void prefetch_next(const float *p, int n) {
     for (int i = 0; i < n; i += 16) _mm_prefetch((const char *)(p + i), _MM_HINT_T0);
 }
 
+/* Rows of the block after the one at t0 to prefetch (0..16): only for long contexts (at 64
+ * positions the prefetches cost more than they saved: Q4_0 decode 79.3% -> 77.8% of the limit). */
+static inline int att_prefetch_rows(int n_ctx, int t0) {
+    const int next = n_ctx < ATT_PF_MIN_CTX ? 0 : n_ctx - t0 - 16;
+    return next < 0 ? 0 : next > 16 ? 16 : next;
+}
+
 /* Position by position with q in NC registers (head_dim == 16 * NC): one key pointer at a
  * time, so nothing spills; the same operations in the same order as the generic loop. */
 #define DEFINE_SCORE_BLOCK(NC)                                                                 \
@@ -627,6 +634,15 @@ static inline void rows_f16_to_f32(const uint16_t *src, int kv_dim, int rows, in
         }
     }
 }
+
+/* The cache block of positions t0..t0+15 (n_ctx bounds it) as floats: an F32 cache's rows in
+ * place (kv_dim apart), an F16 cache's columns [c0, c1) converted into conv (c1 - c0 apart). */
+static inline const float *att_block(const void *C, int f16, int kv_dim, int n_ctx, int t0, int c0, int c1,
+                                     float *conv) {
+    if (!f16) return (const float *)C + (size_t)t0 * kv_dim;
+    rows_f16_to_f32((const uint16_t *)C + (size_t)t0 * kv_dim, kv_dim, n_ctx - t0 < 16 ? n_ctx - t0 : 16, c0, c1, conv);
+    return conv;
+}
 #endif
 
 /* One query head against positions 0..n_ctx-1 of its KV head. */
@@ -666,8 +682,7 @@ static void attend_one(const float *q, const float *K, const float *V, float *ou
     /* The same blocks as attend_heads, so both give the same bits. */
     for (int t0 = 0; t0 < n_ctx; t0 += 16) {
         const int cnt = n_ctx - t0 < 16 ? n_ctx - t0 : 16;
-        const int next = n_ctx < ATT_PF_MIN_CTX ? 0 : n_ctx - t0 - 16;
-        score_block(q, Kh + (size_t)t0 * kv_dim, kv_dim, head_dim, cnt, scale, att + t0, next < 0 ? 0 : next > 16 ? 16 : next);
+        score_block(q, Kh + (size_t)t0 * kv_dim, kv_dim, head_dim, cnt, scale, att + t0, att_prefetch_rows(n_ctx, t0));
     }
     sd_softmax(att, n_ctx);
     memset(out, 0, (size_t)head_dim * sizeof(float));
@@ -704,15 +719,8 @@ static void attend_heads(const float *q, const void *K, const void *V, int f16, 
     const int stride = f16 ? c1 - c0 : kv_dim, coff = f16 ? c0 : 0;
 #define ATT_ROW(j, h) (att + ((size_t)((j) - j0) * n_heads + (h)) * att_stride)
     for (int t0 = 0; t0 < n_ctx; t0 += 16) {
-        const float *kb = conv;
-        if (f16)
-            rows_f16_to_f32((const uint16_t *)K + (size_t)t0 * kv_dim, kv_dim, n_ctx - t0 < 16 ? n_ctx - t0 : 16, c0,
-                            c1, conv);
-        else
-            kb = (const float *)K + (size_t)t0 * kv_dim;
-        /* rows of the next block to prefetch: only for long contexts (at 64 positions the
-         * prefetches cost more than they saved: Q4_0 decode 79.3% -> 77.8% of the limit) */
-        const int next = n_ctx < ATT_PF_MIN_CTX ? 0 : n_ctx - t0 - 16, pf = next < 0 ? 0 : next > 16 ? 16 : next;
+        const float *kb = att_block(K, f16, kv_dim, n_ctx, t0, c0, c1, conv);
+        const int pf = att_prefetch_rows(n_ctx, t0);
         const int jb = t0 > pos0 + j0 ? t0 - pos0 : j0;
         for (int j = jb; j < j1; j++) { /* tokens that see position t0 */
             const int nj = pos0 + j + 1, cnt = nj - t0 < 16 ? nj - t0 : 16;
@@ -726,13 +734,8 @@ static void attend_heads(const float *q, const void *K, const void *V, int f16, 
         memset(out + (size_t)j * q_dim + (size_t)h0 * head_dim, 0, (size_t)(h1 - h0) * head_dim * sizeof(float));
     }
     for (int t0 = 0; t0 < n_ctx; t0 += 16) {
-        const float *vb = conv;
-        if (f16)
-            rows_f16_to_f32((const uint16_t *)V + (size_t)t0 * kv_dim, kv_dim, n_ctx - t0 < 16 ? n_ctx - t0 : 16, c0,
-                            c1, conv);
-        else
-            vb = (const float *)V + (size_t)t0 * kv_dim;
-        const int nextv = n_ctx < ATT_PF_MIN_CTX ? 0 : n_ctx - t0 - 16, pfv = nextv < 0 ? 0 : nextv > 16 ? 16 : nextv;
+        const float *vb = att_block(V, f16, kv_dim, n_ctx, t0, c0, c1, conv);
+        const int pfv = att_prefetch_rows(n_ctx, t0);
         const int jbv = t0 > pos0 + j0 ? t0 - pos0 : j0;
         for (int j = jbv; j < j1; j++) {
             const int nj = pos0 + j + 1, t1 = nj < t0 + 16 ? nj : t0 + 16;
