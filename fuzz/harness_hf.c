@@ -82,8 +82,6 @@ int sd_fuzz_safetensors(const uint8_t *data, size_t size) {
     SD_FUZZ_CHECK(write_file(g_cfg, data + 4, split) == 0);
     SD_FUZZ_CHECK(write_file(g_st, data + 4 + split, rest - split) == 0);
     sd_model_params p = sd_model_default_params();
-    p.n_ctx = 16;
-    p.n_batch = 4;
     p.tokenizer_path = g_tok;
     sd_model *m = (sd_model *)1;
     sd_clear_error();

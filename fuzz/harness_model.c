@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "specdec/kv.h"
+#include "specdec/context.h"
 #include "specdec/model.h"
 
 #define FUZZ_CTX 16
@@ -17,9 +17,8 @@
 void sd_fuzz_exercise_model(sd_model *m) {
     const sd_hparams *hp = sd_model_hparams(m);
     SD_FUZZ_CHECK(hp->dim > 0 && hp->n_layers > 0 && hp->n_heads > 0 && hp->n_kv_heads > 0);
-    SD_FUZZ_CHECK(hp->dim % hp->n_heads == 0 && hp->n_heads % hp->n_kv_heads == 0);
-    SD_FUZZ_CHECK(hp->head_dim == hp->dim / hp->n_heads && hp->vocab_size > 0 && hp->hidden_dim > 0);
-    SD_FUZZ_CHECK(sd_model_n_ctx(m) == FUZZ_CTX);
+    SD_FUZZ_CHECK(hp->n_heads % hp->n_kv_heads == 0);
+    SD_FUZZ_CHECK(hp->head_dim > 0 && hp->vocab_size > 0 && hp->hidden_dim > 0);
     const sd_tokenizer *tok = sd_model_tokenizer(m);
     SD_FUZZ_CHECK(tok != NULL && sd_tokenizer_n_vocab(tok) <= hp->vocab_size);
 
@@ -39,31 +38,35 @@ void sd_fuzz_exercise_model(sd_model *m) {
                          3.0 * hp->vocab_size * 4.0;
     if (state > FUZZ_MAX_STATE) return;
 
-    sd_kv *kv = NULL;
+    sd_context *c = NULL;
+    sd_context_params cp = sd_context_default_params();
+    cp.n_ctx = FUZZ_CTX;
+    cp.n_batch = 4;
     sd_clear_error();
-    if (sd_model_kv_create(m, 0, &kv) != SD_OK) {
+    if (sd_context_create(m, &cp, &c) != SD_OK) {
         sd_fuzz_check_error();
         return;
     }
+    SD_FUZZ_CHECK(sd_context_n_ctx(c) == FUZZ_CTX);
     float *logits = malloc(2 * (size_t)hp->vocab_size * sizeof(float));
     if (!logits) {
-        sd_kv_free(kv);
+        sd_context_free(c);
         return;
     }
     int32_t bos = sd_tokenizer_bos(tok);
     int32_t toks[2] = {bos >= 0 ? bos : 0, hp->vocab_size - 1};
     sd_clear_error();
-    sd_status st = sd_model_forward(m, kv, toks, 2, logits, 1);
+    sd_status st = sd_context_forward(c, 0, toks, 2, logits, 1);
     if (st != SD_OK) {
         SD_FUZZ_CHECK(st == SD_ERR_NUMERIC); /* hostile weights may overflow; nothing else may fail */
-        SD_FUZZ_CHECK(sd_kv_len(kv) == 0);
+        SD_FUZZ_CHECK(sd_context_seq_len(c, 0) == 0);
         sd_fuzz_check_error();
     } else {
-        SD_FUZZ_CHECK(sd_kv_len(kv) == 2);
+        SD_FUZZ_CHECK(sd_context_seq_len(c, 0) == 2);
         for (int i = 0; i < 2 * hp->vocab_size; i++) SD_FUZZ_CHECK(isfinite(logits[i]));
         int32_t next = toks[1] / 2;
         sd_clear_error();
-        st = sd_model_forward(m, kv, &next, 1, logits, 0);
+        st = sd_context_forward(c, 0, &next, 1, logits, 0);
         if (st != SD_OK) {
             SD_FUZZ_CHECK(st == SD_ERR_NUMERIC);
             sd_fuzz_check_error();
@@ -71,11 +74,11 @@ void sd_fuzz_exercise_model(sd_model *m) {
         /* out-of-vocabulary ids are refused, not looked up */
         int32_t bad = hp->vocab_size;
         sd_clear_error();
-        SD_FUZZ_CHECK(sd_model_forward(m, kv, &bad, 1, logits, 0) == SD_ERR_INVALID_ARG);
+        SD_FUZZ_CHECK(sd_context_forward(c, 0, &bad, 1, logits, 0) == SD_ERR_INVALID_ARG);
         sd_fuzz_check_error();
     }
     free(logits);
-    sd_kv_free(kv);
+    sd_context_free(c);
 
     /* the model's own tokenizer on a fixed prompt */
     int32_t ids[64];
@@ -96,8 +99,6 @@ void sd_fuzz_exercise_model(sd_model *m) {
 int sd_fuzz_model_gguf(const uint8_t *data, size_t size) {
     sd_fuzz_init();
     sd_model_params p = sd_model_default_params();
-    p.n_ctx = FUZZ_CTX;
-    p.n_batch = 4;
     sd_model *m = (sd_model *)1;
     sd_clear_error();
     sd_status st = sd_model_load_gguf_mem(data, size, "fuzz.gguf", &p, &m);
@@ -127,12 +128,9 @@ int sd_fuzz_llama2c(const uint8_t *data, size_t size) {
     }
     memcpy(model, data + 4, split);
     memcpy(tok, data + 4 + split, rest - split);
-    sd_model_params p = sd_model_default_params();
-    p.n_ctx = FUZZ_CTX;
-    p.n_batch = 4;
     sd_model *m = (sd_model *)1;
     sd_clear_error();
-    sd_status st = sd_model_load_llama2c_mem(model, split, "fuzz.bin", &p, tok, rest - split, &m);
+    sd_status st = sd_model_load_llama2c_mem(model, split, "fuzz.bin", tok, rest - split, &m);
     free(tok); /* the tokenizer is copied */
     if (st != SD_OK) {
         SD_FUZZ_CHECK(m == NULL);

@@ -18,11 +18,6 @@
 /* Rotate-half and interleaved RoPE rotate the same pairs, but attention sums q.k over the
  * head's dimensions in a different order: float rounding only. */
 #define TOL_ROPE_ORDER 1e-5
-/* BF16 batches above SD_SMALL_BATCH go through cblas_sgemm on dequantised tiles, which sums
- * in its own order (as F32/F16 in tests/test_model.c); integer-kernel types are bit-identical
- * at every batch size. */
-#define TOL_GEMM_VS_STEPWISE 5e-5
-
 #define BIN "models/stories260K/stories260K.bin"
 #define TOKBIN "models/stories260K/tok512.bin"
 
@@ -224,7 +219,7 @@ static void test_rotate_half_reordered(void **state) {
     const int hd = 16;
     float *owned[4] = {0};
     for (int l = 0; l < 2; l++) {
-        sd_tensor *ts[2] = {&b->layers[l].wq, &b->layers[l].wk};
+        sd_tensor *ts[2] = {&b->layers[l].w[SD_W_ATTN_Q - SD_W_LAYER0], &b->layers[l].w[SD_W_ATTN_K - SD_W_LAYER0]};
         for (int k = 0; k < 2; k++) {
             const sd_tensor *t = ts[k];
             float *hf = malloc((size_t)t->rows * t->cols * sizeof(float));
@@ -263,7 +258,7 @@ static void test_self_speculation_quantised_draft(void **state) {
     int32_t *plain = greedy(t, NULL, k_prompt, 5, 96, NULL);
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) {
         sd_model *d = NULL;
-        assert_int_equal(sd_model_quantize(t, ts[i], NULL, &d), SD_OK);
+        assert_int_equal(sd_model_quantize(t, ts[i], &d), SD_OK);
         assert_int_equal(sd_model_hparams(d)->vocab_size, 512);
         /* the copy names its source's tokenizer file (a llama2.c draft of another file falls back to it) */
         assert_non_null(sd_model_tokenizer_path(d));
@@ -279,51 +274,12 @@ static void test_self_speculation_quantised_draft(void **state) {
     }
     free(plain);
     sd_model *d = (sd_model *)t;
-    assert_int_equal(sd_model_quantize(t, SD_TYPE_Q2_K, NULL, &d), SD_ERR_UNSUPPORTED);
+    assert_int_equal(sd_model_quantize(t, SD_TYPE_Q2_K, &d), SD_ERR_UNSUPPORTED);
     assert_null(d);
     sd_model_free(t);
 }
 
 /* ------------------------------------------------------------------ batched == stepwise */
-
-/* As tests/test_model.c: batched passes of n tokens at position p against n decode steps;
- * bit for bit (each token's activations are quantised alone, the same way in both) up to
- * SD_SMALL_BATCH, and beyond it too when `exact_all` (integer kernels). */
-static void check_batched_equals_stepwise(sd_model *m, int exact_all) {
-    char name[64];
-    sd_tensor v;
-    const int V = sd_model_hparams(m)->vocab_size;
-    const int total = 60;
-    int32_t tok[60];
-    for (int i = 0; i < total; i++) tok[i] = (int32_t)((i * 37 + 11) % V);
-    float *ref = sdtest_stepwise_logits(m, tok, total);
-    static const int starts[] = {0, 1, 7};
-    static const int lens[] = {1, 2, 3, 5, 9, 17, 33, 34, 48};
-    float *got = malloc((size_t)total * V * sizeof(float));
-    sd_kv *kv = NULL;
-    assert_int_equal(sd_model_kv_create(m, 0, &kv), SD_OK);
-    double worst = 0;
-    for (size_t a = 0; a < sizeof starts / sizeof *starts; a++) {
-        for (size_t b = 0; b < sizeof lens / sizeof *lens; b++) {
-            int p = starts[a], n = lens[b];
-            if (p + n > total) continue;
-            sd_kv_truncate(kv, 0);
-            if (p > 0) assert_int_equal(sd_model_forward(m, kv, tok, p, NULL, 0), SD_OK);
-            assert_int_equal(sd_model_forward(m, kv, tok + p, n, got, 1), SD_OK);
-            double d = sdtest_max_abs_diff(got, ref + (size_t)p * V, (size_t)n * V);
-            if ((n <= SD_SMALL_BATCH || exact_all) && d != 0)
-                fail_msg("%s: start %d, n %d: max diff %g, expected bitwise equal", sd_model_path(m), p, n, d);
-            if (d > TOL_GEMM_VS_STEPWISE) fail_msg("%s: start %d, n %d: max diff %g", sd_model_path(m), p, n, d);
-            if (d > worst) worst = d;
-        }
-    }
-    assert_int_equal(sd_model_tensor(m, 2, name, sizeof name, &v), SD_OK); /* blk.0.attn_q */
-    printf("  %s weights: batched == stepwise %s; worst %.3g\n", sd_type_info(v.type)->name,
-           exact_all ? "bit for bit at every batch size" : "up to SD_SMALL_BATCH", worst);
-    sd_kv_free(kv);
-    free(got);
-    free(ref);
-}
 
 static void test_batched_quantised_models(void **state) {
     (void)state;
@@ -341,7 +297,7 @@ static void test_batched_quantised_models(void **state) {
         sd_tensor v;
         assert_int_equal(sd_model_tensor(m, 2, name, sizeof name, &v), SD_OK); /* blk.0.attn_q */
         assert_int_equal(v.type, ts[i]);
-        check_batched_equals_stepwise(m, sd_quant_has_dot(ts[i])); /* integer kernels: every n */
+        sdtest_check_batched(m, sd_quant_has_dot(ts[i])); /* integer kernels: every n */
         sd_model_free(m);
     }
 }

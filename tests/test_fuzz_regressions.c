@@ -24,6 +24,9 @@ static void run_exact(int (*fn)(const uint8_t *, size_t), const uint8_t *data, s
     free(c);
 }
 
+/* Reproducers committed under tests/fuzz-regressions (raise it when adding one). */
+#define SD_FUZZ_MIN_REPRODUCERS 9
+
 static void test_regression_files(void **state) {
     (void)state;
     int total = 0;
@@ -50,6 +53,10 @@ static void test_regression_files(void **state) {
         total += n;
     }
     fprintf(stderr, "replayed %d fuzz reproducers\n", total);
+    /* A wrong directory or a lost target name would otherwise replay nothing and pass. */
+    if (total < SD_FUZZ_MIN_REPRODUCERS)
+        fail_msg("replayed %d reproducers from %s, expected at least %d", total, SD_FUZZ_REGRESSIONS_DIR,
+                 SD_FUZZ_MIN_REPRODUCERS);
 }
 
 /* Seeds, every prefix of the first 64 bytes and ~100 more, and ~100 single-byte corruptions
@@ -92,7 +99,6 @@ static void test_seeds_load(void **state) {
     sd_fuzz_seed *s;
     int n;
     sd_model_params p = sd_model_default_params();
-    p.n_ctx = 16;
     assert_int_equal(sd_fuzz_make_seeds("model_gguf", &s, &n), 0);
     for (int i = 0; i < n; i++) {
         /* synth_align1 is legal GGUF that specdec refuses (weights off their alignment) */
@@ -106,7 +112,7 @@ static void test_seeds_load(void **state) {
     for (int i = 0; i < n; i++) {
         uint32_t split = sd_fuzz_u32(s[i].data, s[i].len);
         sd_model *m = NULL;
-        sd_status st = sd_model_load_llama2c_mem(s[i].data + 4, split, s[i].name, &p, s[i].data + 4 + split,
+        sd_status st = sd_model_load_llama2c_mem(s[i].data + 4, split, s[i].name, s[i].data + 4 + split,
                                                  s[i].len - 4 - split, &m);
         if (st != SD_OK) fprintf(stderr, "%s\n", sd_last_error());
         assert_int_equal(st, SD_OK);

@@ -816,10 +816,7 @@ static void test_real_others(void **state) {
         free(path);
         found++;
     }
-    if (!found) {
-        printf("SKIP: no other shared GGUF files found\n");
-        skip();
-    }
+    if (!found) sdtest_missing_shared("GGUF files (models/stories260K/llama.cpp-quantized, vocab-tests)");
 }
 
 /* ------------------------------------------------------------------ types and fp16 */

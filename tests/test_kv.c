@@ -7,6 +7,7 @@
 #include "sdtest.h"
 #include "sdtest_models.h"
 #include "kernels/kernels.h"
+#include "specdec/context.h"
 #include "specdec/kv.h"
 
 /* Contexts are convex combinations of the values with weights that are exactly 0, 1/2, 1/4 or
@@ -65,9 +66,9 @@ static void example_query(float *q) {
 /* Appends tokens [first, first+n) (0-based indices into k_values) to a 1-layer cache and runs
  * the kernel's attention for them; out: [n][KV_DIM]. keyfn builds each token's key. */
 static void append_and_attend(sd_kv *kv, int first, int n, void (*keyfn)(int pos, float *k), float *out) {
-    const int pos0 = sd_kv_len(kv);
+    const int pos0 = sd_kv_len(kv, 0);
     assert_int_equal(pos0, first);
-    float *K = sd_kv_k(kv, 0), *V = sd_kv_v(kv, 0);
+    float *K = sd_kv_k(kv, 0, 0), *V = sd_kv_v(kv, 0, 0);
     float q[5 * KV_DIM];
     for (int t = 0; t < n; t++) {
         keyfn(first + t + 1, K + (size_t)(pos0 + t) * KV_DIM);
@@ -76,7 +77,7 @@ static void append_and_attend(sd_kv *kv, int first, int n, void (*keyfn)(int pos
     }
     float att[5];
     sd_attention(q, K, V, out, n, pos0, N_HEADS, N_HEADS, HEAD_DIM, att, 1);
-    assert_int_equal(sd_kv_advance(kv, n), SD_OK);
+    assert_int_equal(sd_kv_advance(kv, 0, n), SD_OK);
 }
 
 static void expect_context(const float *row, const float want[N_HEADS], const char *what) {
@@ -93,7 +94,7 @@ static void test_kv_worked_example(void **state) {
     static const float want_prefill[N_HEADS] = {12.5f, 5.0f, 10.0f, 9.0f};
     static const float want_decode[N_HEADS] = {12.5f, 7.0f, 10.0f, 8.6f};
     sd_kv *kv = NULL;
-    assert_int_equal(sd_kv_create(1, 8, KV_DIM, &kv), SD_OK);
+    assert_int_equal(sd_kv_create(1, 8, KV_DIM, SD_TYPE_F32, 1, &kv), SD_OK);
 
     /* Prefill "Today weather is so" in one batched attention call. */
     float pre[4 * KV_DIM];
@@ -107,11 +108,11 @@ static void test_kv_worked_example(void **state) {
     float dec[KV_DIM];
     append_and_attend(kv, 4, 1, example_key, dec);
     expect_context(dec, want_decode, "cached decode of \"nice\"");
-    assert_int_equal(sd_kv_len(kv), 5);
+    assert_int_equal(sd_kv_len(kv, 0), 5);
 
     /* Full recomputation of all five tokens from an empty cache gives the same last row. */
     sd_kv *fresh = NULL;
-    assert_int_equal(sd_kv_create(1, 8, KV_DIM, &fresh), SD_OK);
+    assert_int_equal(sd_kv_create(1, 8, KV_DIM, SD_TYPE_F32, 1, &fresh), SD_OK);
     float full[5 * KV_DIM];
     append_and_attend(fresh, 0, 5, example_key, full);
     expect_context(full + 4 * KV_DIM, want_decode, "full recomputation, last position");
@@ -120,7 +121,7 @@ static void test_kv_worked_example(void **state) {
     assert_true(sdtest_max_abs_diff(full, pre, 4 * KV_DIM) <= TOL_CONTEXT);
 
     /* Rolling back "nice" (O(1) truncation) and decoding it again reproduces the same row. */
-    assert_int_equal(sd_kv_truncate(kv, 4), SD_OK);
+    assert_int_equal(sd_kv_truncate(kv, 0, 4), SD_OK);
     float again[KV_DIM];
     append_and_attend(kv, 4, 1, example_key, again);
     assert_memory_equal(again, dec, sizeof dec);
@@ -139,8 +140,8 @@ static void stale_key(int pos, float *k) {
 static void test_kv_stale_key_reproduces_6(void **state) {
     (void)state;
     sd_kv *kv = NULL, *fresh = NULL;
-    assert_int_equal(sd_kv_create(1, 8, KV_DIM, &kv), SD_OK);
-    assert_int_equal(sd_kv_create(1, 8, KV_DIM, &fresh), SD_OK);
+    assert_int_equal(sd_kv_create(1, 8, KV_DIM, SD_TYPE_F32, 1, &kv), SD_OK);
+    assert_int_equal(sd_kv_create(1, 8, KV_DIM, SD_TYPE_F32, 1, &fresh), SD_OK);
     float pre[4 * KV_DIM], dec[KV_DIM], full[5 * KV_DIM];
     g_last_pos = 4;
     append_and_attend(kv, 0, 4, stale_key, pre);
@@ -163,16 +164,16 @@ static void test_kv_create_free(void **state) {
     (void)state;
     sd_kv_free(NULL);
     sd_kv *kv = (sd_kv *)&kv; /* must be reset to NULL on failure */
-    assert_int_equal(sd_kv_create(0, 8, 4, &kv), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_kv_create(0, 8, 4, SD_TYPE_F32, 1, &kv), SD_ERR_INVALID_ARG);
     assert_null(kv);
     kv = (sd_kv *)&kv;
-    assert_int_equal(sd_kv_create(2, 0, 4, &kv), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_kv_create(2, 0, 4, SD_TYPE_F32, 1, &kv), SD_ERR_INVALID_ARG);
     assert_null(kv);
-    assert_int_equal(sd_kv_create(2, 8, -1, &kv), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_kv_create(2, 8, -1, SD_TYPE_F32, 1, &kv), SD_ERR_INVALID_ARG);
     assert_null(kv);
-    assert_int_equal(sd_kv_create(3, 16, 12, &kv), SD_OK);
+    assert_int_equal(sd_kv_create(3, 16, 12, SD_TYPE_F32, 1, &kv), SD_OK);
     assert_non_null(kv);
-    assert_int_equal(sd_kv_len(kv), 0);
+    assert_int_equal(sd_kv_len(kv, 0), 0);
     assert_int_equal(sd_kv_capacity(kv), 16);
     assert_int_equal(sd_kv_kv_dim(kv), 12);
     assert_int_equal(sd_kv_n_layers(kv), 3);
@@ -182,30 +183,30 @@ static void test_kv_create_free(void **state) {
 static void test_kv_advance_and_truncate(void **state) {
     (void)state;
     sd_kv *kv = NULL;
-    assert_int_equal(sd_kv_create(2, 10, 4, &kv), SD_OK);
-    assert_int_equal(sd_kv_advance(kv, 6), SD_OK);
-    assert_int_equal(sd_kv_len(kv), 6);
+    assert_int_equal(sd_kv_create(2, 10, 4, SD_TYPE_F32, 1, &kv), SD_OK);
+    assert_int_equal(sd_kv_advance(kv, 0, 6), SD_OK);
+    assert_int_equal(sd_kv_len(kv, 0), 6);
     /* Past capacity: refused with CONTEXT_FULL, length unchanged. */
-    assert_int_equal(sd_kv_advance(kv, 5), SD_ERR_CONTEXT_FULL);
+    assert_int_equal(sd_kv_advance(kv, 0, 5), SD_ERR_CONTEXT_FULL);
     assert_non_null(strstr(sd_last_error(), "do not fit"));
-    assert_int_equal(sd_kv_len(kv), 6);
-    assert_int_equal(sd_kv_advance(kv, -1), SD_ERR_CONTEXT_FULL);
-    assert_int_equal(sd_kv_len(kv), 6);
-    assert_int_equal(sd_kv_advance(kv, 4), SD_OK); /* exactly full is fine */
-    assert_int_equal(sd_kv_len(kv), 10);
-    assert_int_equal(sd_kv_advance(kv, 1), SD_ERR_CONTEXT_FULL);
-    assert_int_equal(sd_kv_advance(kv, 0), SD_OK);
-    assert_int_equal(sd_kv_len(kv), 10);
+    assert_int_equal(sd_kv_len(kv, 0), 6);
+    assert_int_equal(sd_kv_advance(kv, 0, -1), SD_ERR_CONTEXT_FULL);
+    assert_int_equal(sd_kv_len(kv, 0), 6);
+    assert_int_equal(sd_kv_advance(kv, 0, 4), SD_OK); /* exactly full is fine */
+    assert_int_equal(sd_kv_len(kv, 0), 10);
+    assert_int_equal(sd_kv_advance(kv, 0, 1), SD_ERR_CONTEXT_FULL);
+    assert_int_equal(sd_kv_advance(kv, 0, 0), SD_OK);
+    assert_int_equal(sd_kv_len(kv, 0), 10);
     /* Truncation only shortens: beyond len or negative is an error and changes nothing. */
-    assert_int_equal(sd_kv_truncate(kv, 7), SD_OK);
-    assert_int_equal(sd_kv_truncate(kv, 8), SD_ERR_INVALID_ARG);
-    assert_int_equal(sd_kv_len(kv), 7);
-    assert_int_equal(sd_kv_truncate(kv, -1), SD_ERR_INVALID_ARG);
-    assert_int_equal(sd_kv_len(kv), 7);
-    assert_int_equal(sd_kv_truncate(kv, 7), SD_OK); /* to the current length: a no-op */
-    assert_int_equal(sd_kv_truncate(kv, 0), SD_OK);
-    assert_int_equal(sd_kv_len(kv), 0);
-    assert_int_equal(sd_kv_truncate(kv, 1), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_kv_truncate(kv, 0, 7), SD_OK);
+    assert_int_equal(sd_kv_truncate(kv, 0, 8), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_kv_len(kv, 0), 7);
+    assert_int_equal(sd_kv_truncate(kv, 0, -1), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_kv_len(kv, 0), 7);
+    assert_int_equal(sd_kv_truncate(kv, 0, 7), SD_OK); /* to the current length: a no-op */
+    assert_int_equal(sd_kv_truncate(kv, 0, 0), SD_OK);
+    assert_int_equal(sd_kv_len(kv, 0), 0);
+    assert_int_equal(sd_kv_truncate(kv, 0, 1), SD_ERR_INVALID_ARG);
     sd_kv_free(kv);
 }
 
@@ -215,23 +216,23 @@ static void test_kv_truncate_keeps_rows(void **state) {
     (void)state;
     const int L = 3, C = 9, D = 5;
     sd_kv *kv = NULL;
-    assert_int_equal(sd_kv_create(L, C, D, &kv), SD_OK);
+    assert_int_equal(sd_kv_create(L, C, D, SD_TYPE_F32, 1, &kv), SD_OK);
     for (int l = 0; l < L; l++) {
-        float *k = sd_kv_k(kv, l), *v = sd_kv_v(kv, l);
+        float *k = sd_kv_k(kv, 0, l), *v = sd_kv_v(kv, 0, l);
         assert_true(k != v);
-        if (l > 0) assert_true(sd_kv_k(kv, l) - sd_kv_k(kv, l - 1) == (ptrdiff_t)C * D);
+        if (l > 0) assert_true(sd_kv_k(kv, 0, l) - sd_kv_k(kv, 0, l - 1) == (ptrdiff_t)C * D);
         for (int i = 0; i < C * D; i++) {
             k[i] = (float)(1000 * l + i);
             v[i] = -(float)(1000 * l + i);
         }
     }
-    assert_int_equal(sd_kv_advance(kv, C), SD_OK);
-    float *k1 = sd_kv_k(kv, 1);
-    assert_int_equal(sd_kv_truncate(kv, 2), SD_OK);
-    assert_true(sd_kv_k(kv, 1) == k1); /* no reallocation, no move */
-    assert_int_equal(sd_kv_advance(kv, C - 2), SD_OK);
+    assert_int_equal(sd_kv_advance(kv, 0, C), SD_OK);
+    float *k1 = sd_kv_k(kv, 0, 1);
+    assert_int_equal(sd_kv_truncate(kv, 0, 2), SD_OK);
+    assert_true(sd_kv_k(kv, 0, 1) == k1); /* no reallocation, no move */
+    assert_int_equal(sd_kv_advance(kv, 0, C - 2), SD_OK);
     for (int l = 0; l < L; l++) {
-        const float *k = sd_kv_k(kv, l), *v = sd_kv_v(kv, l);
+        const float *k = sd_kv_k(kv, 0, l), *v = sd_kv_v(kv, 0, l);
         for (int i = 0; i < C * D; i++) {
             if (k[i] != (float)(1000 * l + i) || v[i] != -(float)(1000 * l + i))
                 fail_msg("layer %d float %d changed by truncate/advance", l, i);
@@ -243,36 +244,39 @@ static void test_kv_truncate_keeps_rows(void **state) {
 static void test_kv_bytes(void **state) {
     (void)state;
     sd_kv *kv = NULL;
-    assert_int_equal(sd_kv_create(5, 64, 32, &kv), SD_OK);
+    assert_int_equal(sd_kv_create(5, 64, 32, SD_TYPE_F32, 1, &kv), SD_OK);
     const size_t per = 2u * 5u * 32u * sizeof(float); /* K and V, every layer */
     assert_int_equal(sd_kv_bytes_per_token(kv), per);
     assert_int_equal(sd_kv_bytes_reserved(kv), per * 64);
     assert_int_equal(sd_kv_bytes_used(kv), 0);
-    assert_int_equal(sd_kv_advance(kv, 17), SD_OK);
+    assert_int_equal(sd_kv_advance(kv, 0, 17), SD_OK);
     assert_int_equal(sd_kv_bytes_used(kv), per * 17);
-    assert_int_equal(sd_kv_truncate(kv, 3), SD_OK);
+    assert_int_equal(sd_kv_truncate(kv, 0, 3), SD_OK);
     assert_int_equal(sd_kv_bytes_used(kv), per * 3);
     assert_int_equal(sd_kv_type(kv), SD_TYPE_F32);
     sd_kv_free(kv);
     /* F16 elements: half the bytes; typed row pointers only */
-    assert_int_equal(sd_kv_create_typed(5, 64, 32, SD_TYPE_F16, &kv), SD_OK);
+    assert_int_equal(sd_kv_create(5, 64, 32, SD_TYPE_F16, 1, &kv), SD_OK);
     assert_int_equal(sd_kv_type(kv), SD_TYPE_F16);
     assert_int_equal(sd_kv_bytes_per_token(kv), per / 2);
-    assert_null(sd_kv_k(kv, 1));
-    assert_ptr_equal((char *)sd_kv_k_data(kv, 1), (char *)sd_kv_k_data(kv, 0) + 64 * 32 * 2);
+    assert_null(sd_kv_k(kv, 0, 1));
+    assert_ptr_equal((char *)sd_kv_k_data(kv, 0, 1), (char *)sd_kv_k_data(kv, 0, 0) + 64 * 32 * 2);
     sd_kv_free(kv);
     kv = (sd_kv *)1;
-    assert_int_equal(sd_kv_create_typed(5, 64, 32, SD_TYPE_Q8_0, &kv), SD_ERR_UNSUPPORTED);
+    assert_int_equal(sd_kv_create(5, 64, 32, SD_TYPE_Q8_0, 1, &kv), SD_ERR_UNSUPPORTED);
     assert_null(kv);
 }
 
-/* A model's cache is shaped by its hyperparameters: n_kv_heads * head_dim per row (GQA). */
+/* A context's cache is shaped by its model's hyperparameters: n_kv_heads * head_dim per row (GQA). */
 static void test_kv_model_shape(void **state) {
     (void)state;
     sd_model *m = sdtest_tiny_model(64, 2, 8, 2, 96, 64, 7);
     const sd_hparams *hp = sd_model_hparams(m);
-    sd_kv *kv = NULL;
-    assert_int_equal(sd_model_kv_create(m, 40, &kv), SD_OK);
+    sd_context *c = NULL;
+    sd_context_params cp = sd_context_default_params();
+    cp.n_ctx = 40;
+    assert_int_equal(sd_context_create(m, &cp, &c), SD_OK);
+    sd_kv *kv = sd_context_kv(c);
     assert_int_equal(sd_kv_n_layers(kv), hp->n_layers);
     assert_int_equal(sd_kv_kv_dim(kv), hp->n_kv_heads * hp->head_dim);
     assert_int_equal(sd_kv_kv_dim(kv), 16);
@@ -281,15 +285,99 @@ static void test_kv_model_shape(void **state) {
     /* A forward that would not fit is refused and leaves the cache as it was. */
     int32_t tok[41];
     for (int i = 0; i < 41; i++) tok[i] = i % 64;
-    assert_int_equal(sd_model_forward(m, kv, tok, 30, NULL, 0), SD_OK);
-    assert_int_equal(sd_model_forward(m, kv, tok, 11, NULL, 0), SD_ERR_CONTEXT_FULL);
-    assert_int_equal(sd_kv_len(kv), 30);
-    assert_int_equal(sd_model_forward(m, kv, tok, 10, NULL, 0), SD_OK);
-    assert_int_equal(sd_kv_len(kv), 40);
-    assert_int_equal(sd_model_forward(m, kv, tok, 1, NULL, 0), SD_ERR_CONTEXT_FULL);
-    assert_int_equal(sd_kv_len(kv), 40);
-    sd_kv_free(kv);
+    assert_int_equal(sd_context_forward(c, 0, tok, 30, NULL, 0), SD_OK);
+    assert_int_equal(sd_context_forward(c, 0, tok, 11, NULL, 0), SD_ERR_CONTEXT_FULL);
+    assert_int_equal(sd_kv_len(kv, 0), 30);
+    assert_int_equal(sd_context_forward(c, 0, tok, 10, NULL, 0), SD_OK);
+    assert_int_equal(sd_kv_len(kv, 0), 40);
+    assert_int_equal(sd_context_forward(c, 0, tok, 1, NULL, 0), SD_ERR_CONTEXT_FULL);
+    assert_int_equal(sd_kv_len(kv, 0), 40);
+    sd_context_free(c);
     sd_model_free(m);
+}
+
+/* Sequences are independent: each has its own length and rows; truncating one leaves the others. */
+static void test_kv_sequences(void **state) {
+    (void)state;
+    const int L = 2, C = 6, D = 3, S = 3;
+    sd_kv *kv = NULL;
+    assert_int_equal(sd_kv_create(L, C, D, SD_TYPE_F32, S, &kv), SD_OK);
+    assert_int_equal(sd_kv_n_seq(kv), S);
+    for (int s = 0; s < S; s++)
+        for (int l = 0; l < L; l++) {
+            float *k = sd_kv_k(kv, s, l), *v = sd_kv_v(kv, s, l);
+            for (int i = 0; i < C * D; i++) {
+                k[i] = (float)(10000 * s + 100 * l + i);
+                v[i] = -k[i];
+            }
+        }
+    assert_int_equal(sd_kv_advance(kv, 0, 2), SD_OK);
+    assert_int_equal(sd_kv_advance(kv, 2, 5), SD_OK);
+    assert_int_equal(sd_kv_len(kv, 0), 2);
+    assert_int_equal(sd_kv_len(kv, 1), 0);
+    assert_int_equal(sd_kv_len(kv, 2), 5);
+    assert_int_equal(sd_kv_bytes_used(kv), sd_kv_bytes_per_token(kv) * 7);
+    assert_int_equal(sd_kv_bytes_reserved(kv), sd_kv_bytes_per_token(kv) * (size_t)(C * S));
+    assert_int_equal(sd_kv_truncate(kv, 2, 1), SD_OK);
+    assert_int_equal(sd_kv_len(kv, 0), 2);
+    assert_int_equal(sd_kv_advance(kv, 1, C + 1), SD_ERR_CONTEXT_FULL);
+    assert_non_null(strstr(sd_last_error(), "sequence 1"));
+    assert_int_equal(sd_kv_len(kv, 1), 0);
+    assert_int_equal(sd_kv_truncate(kv, S, 0), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_kv_advance(kv, -1, 1), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_kv_len(kv, S), 0);
+    for (int s = 0; s < S; s++)
+        for (int l = 0; l < L; l++) {
+            const float *k = sd_kv_k(kv, s, l);
+            for (int i = 0; i < C * D; i++)
+                if (k[i] != (float)(10000 * s + 100 * l + i)) fail_msg("seq %d layer %d float %d changed", s, l, i);
+        }
+    sd_kv_free(kv);
+    kv = (sd_kv *)1;
+    assert_int_equal(sd_kv_create(L, C, D, SD_TYPE_F32, 0, &kv), SD_ERR_INVALID_ARG);
+    assert_null(kv);
+}
+
+/* Keeping a tree pass's accepted path: the chosen rows move down behind the prefix, in order, in
+ * every layer, K and V alike; rows already in place and the other sequences stay untouched. */
+static void test_kv_keep_rows(void **state) {
+    (void)state;
+    const int L = 3, C = 12, D = 4;
+    sd_kv *kv = NULL;
+    assert_int_equal(sd_kv_create(L, C, D, SD_TYPE_F32, 2, &kv), SD_OK);
+    for (int s = 0; s < 2; s++)
+        for (int l = 0; l < L; l++)
+            for (int r = 0; r < C; r++)
+                for (int i = 0; i < D; i++) {
+                    sd_kv_k(kv, s, l)[r * D + i] = (float)(1000 * s + 100 * l + 10 * r + i);
+                    sd_kv_v(kv, s, l)[r * D + i] = -(float)(1000 * s + 100 * l + 10 * r + i);
+                }
+    assert_int_equal(sd_kv_advance(kv, 0, 10), SD_OK); /* prefix 4, tree rows 4..9 */
+    assert_int_equal(sd_kv_advance(kv, 1, 10), SD_OK);
+    const int32_t path[3] = {4, 6, 9};
+    assert_int_equal(sd_kv_keep_rows(kv, 0, 4, path, 3), SD_OK);
+    assert_int_equal(sd_kv_len(kv, 0), 7);
+    assert_int_equal(sd_kv_len(kv, 1), 10);
+    const int src[7] = {0, 1, 2, 3, 4, 6, 9};
+    for (int l = 0; l < L; l++)
+        for (int r = 0; r < 7; r++)
+            for (int i = 0; i < D; i++) {
+                assert_true(sd_kv_k(kv, 0, l)[r * D + i] == (float)(100 * l + 10 * src[r] + i));
+                assert_true(sd_kv_v(kv, 0, l)[r * D + i] == -(float)(100 * l + 10 * src[r] + i));
+                assert_true(sd_kv_k(kv, 1, l)[r * D + i] == (float)(1000 + 100 * l + 10 * r + i));
+            }
+    /* bad paths: not increasing, below base, past the length; nothing changes */
+    const int32_t bad1[2] = {8, 8}, bad2[1] = {2}, bad3[1] = {10};
+    assert_int_equal(sd_kv_keep_rows(kv, 1, 4, bad1, 2), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_kv_keep_rows(kv, 1, 4, bad2, 1), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_kv_keep_rows(kv, 1, 4, bad3, 1), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_kv_keep_rows(kv, 1, 11, bad3, 0), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_kv_len(kv, 1), 10);
+    assert_true(sd_kv_k(kv, 1, 2)[9 * D] == (float)(1000 + 200 + 90));
+    /* keeping nothing after base is a truncation */
+    assert_int_equal(sd_kv_keep_rows(kv, 1, 5, NULL, 0), SD_OK);
+    assert_int_equal(sd_kv_len(kv, 1), 5);
+    sd_kv_free(kv);
 }
 
 int main(void) {
@@ -301,6 +389,8 @@ int main(void) {
         cmocka_unit_test(test_kv_truncate_keeps_rows),
         cmocka_unit_test(test_kv_bytes),
         cmocka_unit_test(test_kv_model_shape),
+        cmocka_unit_test(test_kv_sequences),
+        cmocka_unit_test(test_kv_keep_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

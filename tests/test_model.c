@@ -14,10 +14,6 @@
 
 /* The reference is computed in float32 by PyTorch with a different summation order. */
 #define TOL_REFERENCE_LOGITS 1e-4
-/* Batches up to SD_SMALL_BATCH tokens use the decode kernels' summation order, so they must
- * be equal bit for bit (stricter than the 1e-5 the design asks for). Larger batches go through cblas_sgemm, whose blocking reorders float sums; over
- * several layers that moves logits of magnitude ~10 by a few ulps. */
-#define TOL_GEMM_VS_STEPWISE 5e-5
 
 static void check_reference_greedy(sd_model *m, const cJSON *ref) {
     const cJSON *g;
@@ -64,49 +60,10 @@ static void test_stories260k_gguf_reference(void **state) {
     cJSON_Delete(ref);
 }
 
-/* Batched passes of n tokens at position p give the same logits as n decode steps. */
-static void check_batched_equals_stepwise(sd_model *m) {
-    const int V = sd_model_hparams(m)->vocab_size;
-    const int total = 80;
-    int32_t tok[80];
-    for (int i = 0; i < total; i++) tok[i] = (int32_t)((i * 37 + 11) % V);
-    float *ref = sdtest_stepwise_logits(m, tok, total);
-    static const int starts[] = {0, 1, 7, 30};
-    static const int lens[] = {1, 2, 3, 5, 9, 16, 17, 33, 34, 48};
-    float *got = malloc((size_t)total * V * sizeof(float));
-    sd_kv *kv = NULL;
-    assert_int_equal(sd_model_kv_create(m, 0, &kv), SD_OK);
-    double worst = 0;
-    for (size_t a = 0; a < sizeof starts / sizeof *starts; a++) {
-        for (size_t b = 0; b < sizeof lens / sizeof *lens; b++) {
-            int p = starts[a], n = lens[b];
-            if (p + n > total) continue;
-            sd_kv_truncate(kv, 0);
-            if (p > 0) assert_int_equal(sd_model_forward(m, kv, tok, p, NULL, 0), SD_OK);
-            assert_int_equal(sd_model_forward(m, kv, tok + p, n, got, 1), SD_OK);
-            assert_int_equal(sd_kv_len(kv), p + n);
-            double d = sdtest_max_abs_diff(got, ref + (size_t)p * V, (size_t)n * V);
-            if (d > worst) worst = d;
-            if (n <= SD_SMALL_BATCH && d != 0) fail_msg("start %d, n %d: max diff %g, expected bitwise equal", p, n, d);
-            if (d > TOL_GEMM_VS_STEPWISE) fail_msg("start %d, n %d: max diff %g", p, n, d);
-            /* last-only logits equal the last row */
-            sd_kv_truncate(kv, p);
-            assert_int_equal(sd_model_forward(m, kv, tok + p, n, got, 0), SD_OK);
-            d = sdtest_max_abs_diff(got, ref + (size_t)(p + n - 1) * V, (size_t)V);
-            if (d > (n <= SD_SMALL_BATCH ? 0 : TOL_GEMM_VS_STEPWISE))
-                fail_msg("start %d, n %d (last only): max diff %g", p, n, d);
-        }
-    }
-    printf("  %s: batched vs stepwise worst %.3g\n", sd_model_path(m), worst);
-    sd_kv_free(kv);
-    free(got);
-    free(ref);
-}
-
 static void test_batched_stories260k(void **state) {
     (void)state;
     sd_model *m = sdtest_shared_model("models/stories260K/stories260K.bin", NULL);
-    check_batched_equals_stepwise(m);
+    sdtest_check_batched(m, 0);
     sd_model_free(m);
 }
 
@@ -119,10 +76,10 @@ static void test_batched_tiny_gqa(void **state) {
     sd_synth_params p = sdtest_synth_shape(64, 2, 4, 2, 160, 320, 256, 4);
     p.wtype = SD_TYPE_F16;
     sd_model *m4 = sdtest_synth_model(&p);
-    check_batched_equals_stepwise(m1);
-    check_batched_equals_stepwise(m2);
-    check_batched_equals_stepwise(m3);
-    check_batched_equals_stepwise(m4);
+    sdtest_check_batched(m1, 0);
+    sdtest_check_batched(m2, 0);
+    sdtest_check_batched(m3, 0);
+    sdtest_check_batched(m4, 0);
     sd_model_free(m1);
     sd_model_free(m2);
     sd_model_free(m3);
@@ -137,14 +94,16 @@ static void test_kv_f16(void **state) {
     (void)state;
     if (!sd_attention_f16_ok(16)) skip();
     sd_synth_params p = sdtest_synth_shape(64, 2, 4, 2, 160, 320, 256, 5);
-    sd_model_params mp = sd_model_default_params();
-    mp.kv_type = SD_TYPE_F16;
-    sd_model *m16 = sdtest_synth_model_with(&p, &mp), *m32 = sdtest_synth_model(&p);
-    check_batched_equals_stepwise(m16);
+    sd_model *m16 = sdtest_synth_model(&p), *m32 = sdtest_synth_model(&p);
+    sdtest_kv_type = SD_TYPE_F16;
+    sdtest_check_batched(m16, 0);
     const int V = sd_model_hparams(m16)->vocab_size, n = 40;
     int32_t tok[40];
     for (int i = 0; i < n; i++) tok[i] = (int32_t)((i * 29 + 3) % V);
-    float *a = sdtest_batched_logits(m16, tok, n), *b = sdtest_batched_logits(m32, tok, n);
+    float *a = sdtest_batched_logits(m16, tok, n);
+    sdtest_kv_type = SD_TYPE_F32;
+    float *b = sdtest_batched_logits(m32, tok, n);
+    sdtest_kv_type = SD_TYPE_F16;
     double worst = 0, scale = 0;
     for (int i = 0; i < n * V; i++) {
         worst = fmax(worst, fabs((double)a[i] - b[i]));
@@ -152,12 +111,15 @@ static void test_kv_f16(void **state) {
     }
     if (worst > TOL_KV_F16 * scale) fail_msg("f16 KV logits differ by %g (scale %g)", worst, scale);
     assert_true(worst > 0); /* the cache really is F16 */
-    sd_kv *kv = NULL;
-    assert_int_equal(sd_model_kv_create(m16, 0, &kv), SD_OK);
-    assert_int_equal(sd_kv_type(kv), SD_TYPE_F16);
-    assert_null(sd_kv_k(kv, 0));
-    sd_kv_free(kv);
+    sd_context_params cp = sd_context_default_params();
+    cp.kv_type = SD_TYPE_F16;
+    sd_context *c = NULL;
+    assert_int_equal(sd_context_create(m16, &cp, &c), SD_OK);
+    assert_int_equal(sd_kv_type(sd_context_kv(c)), SD_TYPE_F16);
+    assert_null(sd_kv_k(sd_context_kv(c), 0, 0));
+    sd_context_free(c);
     int32_t *plain = sdtest_greedy(m16, NULL, tok, 5, 48, NULL), *spec = sdtest_greedy(m16, m16, tok, 5, 48, NULL);
+    sdtest_kv_type = SD_TYPE_F32;
     assert_memory_equal(plain, spec, 48 * sizeof(int32_t));
     free(plain);
     free(spec);
@@ -165,13 +127,14 @@ static void test_kv_f16(void **state) {
     free(b);
     sd_model_free(m16);
     sd_model_free(m32);
-    /* head_dim < 16 has no f16 kernel: refused at load, with the reason */
+    /* head_dim < 16 has no f16 kernel: the context is refused, with the reason */
     sd_synth_params small = sdtest_synth_shape(32, 1, 4, 4, 64, 260, 64, 6);
-    assert_int_equal(sd_synth_write_file(&small, sdtest_tmp_path("kv8.gguf")), SD_OK);
-    sd_model *bad = NULL;
-    assert_int_equal(sd_model_load(sdtest_tmp_path("kv8.gguf"), &mp, &bad), SD_ERR_UNSUPPORTED);
+    sd_model *m8 = sdtest_synth_model(&small);
+    sd_context *bad = (sd_context *)1;
+    assert_int_equal(sd_context_create(m8, &cp, &bad), SD_ERR_UNSUPPORTED);
     assert_null(bad);
     assert_non_null(strstr(sd_last_error(), "head_dim >= 16"));
+    sd_model_free(m8);
 }
 
 /* The .bin and the .gguf of stories260K are the same weights: same logits. */

@@ -235,16 +235,24 @@ static void test_llama2c_absurd_header(void **state) {
 static void test_kv_too_large(void **state) {
     (void)state;
     sd_kv *kv = (sd_kv *)0x1;
-    assert_int_equal(sd_kv_create(4096, 1 << 20, 1 << 16, &kv), SD_ERR_NOMEM);
+    assert_int_equal(sd_kv_create(4096, 1 << 20, 1 << 16, SD_TYPE_F32, 1, &kv), SD_ERR_NOMEM);
     assert_null(kv);
     printf("  %s\n", sd_last_error());
     assert_non_null(strstr(sd_last_error(), "kv cache: 4096 layers x 1048576 positions x 65536 floats (K and V) need 2251799813685248 bytes, more than the machine's"));
     kv = (sd_kv *)0x1;
-    assert_int_equal(sd_kv_create(0x7fffffff, 0x7fffffff, 0x7fffffff, &kv), SD_ERR_NOMEM);
+    assert_int_equal(sd_kv_create(0x7fffffff, 0x7fffffff, 0x7fffffff, SD_TYPE_F32, 1, &kv), SD_ERR_NOMEM);
     assert_null(kv);
     assert_non_null(strstr(sd_last_error(), "bytes, more than the machine's"));
-    assert_int_equal(sd_kv_create(2, 16, 8, &kv), SD_OK); /* the control */
+    assert_int_equal(sd_kv_create(2, 16, 8, SD_TYPE_F32, 1, &kv), SD_OK); /* the control */
     sd_kv_free(kv);
+}
+
+static sd_context *ctx_of(sd_model *m, int n_ctx) {
+    sd_context_params cp = sd_context_default_params();
+    cp.n_ctx = n_ctx;
+    sd_context *c = NULL;
+    assert_int_equal(sd_context_create(m, &cp, &c), SD_OK);
+    return c;
 }
 
 /* Ids outside [0, n_vocab) are refused by decode (-1, nothing written) and by forward. */
@@ -262,15 +270,14 @@ static void test_vocab_ids_out_of_range(void **state) {
     assert_int_equal(buf[0], 'x');
     assert_true(sd_tokenizer_decode(t, -1, n - 1, buf, sizeof buf) >= 0);
     assert_true(sd_tokenizer_decode(t, 5, 5, buf, sizeof buf) >= 0);
-    sd_kv *kv = NULL;
-    assert_int_equal(sd_model_kv_create(m, 8, &kv), SD_OK);
+    sd_context *kv = ctx_of(m, 8);
     int32_t bad[2] = {-1, 300};
     for (int i = 0; i < 2; i++) {
-        assert_int_equal(sd_model_forward(m, kv, &bad[i], 1, NULL, 0), SD_ERR_INVALID_ARG);
+        assert_int_equal(sd_context_forward(kv, 0, &bad[i], 1, NULL, 0), SD_ERR_INVALID_ARG);
         assert_non_null(strstr(sd_last_error(), "outside vocabulary"));
-        assert_int_equal(sd_kv_len(kv), 0);
+        assert_int_equal(sd_context_seq_len(kv, 0), 0);
     }
-    sd_kv_free(kv);
+    sd_context_free(kv);
     sd_model_free(m);
 }
 
@@ -306,19 +313,18 @@ static void test_prompt_longer_than_context(void **state) {
 static void test_forward_bad_requests(void **state) {
     (void)state;
     sd_model *m = sdtest_tiny_model(32, 1, 4, 2, 64, 300, 9);
-    sd_kv *kv = NULL;
-    assert_int_equal(sd_model_kv_create(m, 8, &kv), SD_OK);
+    sd_context *kv = ctx_of(m, 8);
     int32_t tok[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-    assert_int_equal(sd_model_forward(m, kv, tok, 9, NULL, 0), SD_ERR_CONTEXT_FULL);
-    assert_int_equal(sd_kv_len(kv), 0);
+    assert_int_equal(sd_context_forward(kv, 0, tok, 9, NULL, 0), SD_ERR_CONTEXT_FULL);
+    assert_int_equal(sd_context_seq_len(kv, 0), 0);
     int32_t bad = 300;
-    assert_int_equal(sd_model_forward(m, kv, &bad, 1, NULL, 0), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_context_forward(kv, 0, &bad, 1, NULL, 0), SD_ERR_INVALID_ARG);
     assert_non_null(strstr(sd_last_error(), "outside vocabulary"));
-    assert_int_equal(sd_model_forward(m, kv, tok, 0, NULL, 0), SD_ERR_INVALID_ARG);
-    assert_int_equal(sd_model_forward(m, kv, tok, 8, NULL, 0), SD_OK);
-    assert_int_equal(sd_model_forward(m, kv, tok, 1, NULL, 0), SD_ERR_CONTEXT_FULL);
-    assert_int_equal(sd_kv_len(kv), 8);
-    sd_kv_free(kv);
+    assert_int_equal(sd_context_forward(kv, 0, tok, 0, NULL, 0), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_context_forward(kv, 0, tok, 8, NULL, 0), SD_OK);
+    assert_int_equal(sd_context_forward(kv, 0, tok, 1, NULL, 0), SD_ERR_CONTEXT_FULL);
+    assert_int_equal(sd_context_seq_len(kv, 0), 8);
+    sd_context_free(kv);
     sd_model_free(m);
 }
 
@@ -337,15 +343,14 @@ static void test_nan_weights_named(void **state) {
     sd_gguf_free(g);
     sd_model *m = NULL;
     assert_int_equal(sd_model_load_gguf_mem(buf, len, "nan.gguf", NULL, &m), SD_OK);
-    sd_kv *kv = NULL;
-    assert_int_equal(sd_model_kv_create(m, 0, &kv), SD_OK);
+    sd_context *kv = ctx_of(m, 0);
     int32_t tok[3] = {1, 5, 9};
     float logits[300];
-    assert_int_equal(sd_model_forward(m, kv, tok, 3, logits, 0), SD_ERR_NUMERIC);
+    assert_int_equal(sd_context_forward(kv, 0, tok, 3, logits, 0), SD_ERR_NUMERIC);
     printf("  %s\n", sd_last_error());
     assert_non_null(strstr(sd_last_error(), "layer 0 produced a non-finite activation"));
-    assert_int_equal(sd_kv_len(kv), 0);
-    sd_kv_free(kv);
+    assert_int_equal(sd_context_seq_len(kv, 0), 0);
+    sd_context_free(kv);
     sd_model_free(m);
     free(buf);
 }

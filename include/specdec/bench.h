@@ -5,15 +5,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "specdec/context.h"
 #include "specdec/model.h"
 
 /* Streaming-read bandwidth in bytes/s with the current thread count: reads a buffer of
  * `bytes` (much larger than the last-level cache) `reps` times and keeps the best pass. */
 double sd_bench_bandwidth(size_t bytes, int reps);
 
-/* Median seconds of one forward of n tokens appended at position pos of a cache (which is
+/* Median seconds of one forward of n tokens appended at position pos of sequence 0 of a context (which is
  * truncated back after each run), over reps runs. Negative on error (sd_last_error). */
-double sd_bench_forward(sd_model *m, sd_kv *kv, int pos, int n, int reps);
+double sd_bench_forward(sd_context *c, int pos, int n, int reps);
 
 /* Interleaved measurement rounds, so that machine drift (other tenants, frequency) hits every
  * figure alike: each of `reps` rounds reads a probe buffer of probe_bytes once (seconds in
@@ -21,13 +22,13 @@ double sd_bench_forward(sd_model *m, sd_kv *kv, int pos, int n, int reps);
  * forward passes of n = 1..n_max tokens at position pos (seconds in
  * t_fwd[r * n_max + n - 1]; n == 1 is a decode step, n > 1 a verify pass returning every
  * row). The cache is truncated back to pos after each pass. SD_OK or an error status. */
-sd_status sd_bench_rounds(sd_model *m, sd_kv *kv, int pos, int n_max, int reps, size_t probe_bytes,
+sd_status sd_bench_rounds(sd_context *c, int pos, int n_max, int reps, size_t probe_bytes,
                           double *t_probe, double *t_fwd);
 
 /* One timed forward of the n tokens tok[pos..pos+n) appended to a cache holding pos tokens
  * (n == 1: last logits, as a decode step; n > 1: every row, as verification), truncated back
  * to pos afterwards, also on failure. Seconds in *seconds. */
-sd_status sd_bench_time_forward(sd_model *m, sd_kv *kv, const int32_t *tok, int pos, int n, float *logits,
+sd_status sd_bench_time_forward(sd_context *c, const int32_t *tok, int pos, int n, float *logits,
                                 double *seconds);
 
 /* Median of n doubles (sorts them in place). */

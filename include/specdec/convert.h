@@ -47,7 +47,7 @@ typedef struct {
     void *progress_user;
 } sd_convert_params;
 
-/* Builds a writer holding m as a GGUF that llama.cpp reads: general.* and llama.* metadata,
+/* Builds a writer holding m as a GGUF that llama.cpp reads: general.* and <arch>.* metadata,
  * the tokenizer (tokenizer.ggml.*), and every tensor under llama.cpp's name, matrices in
  * p->type (sd_quant_fallback per tensor; a tensor already stored in the requested type is
  * copied unchanged), norms in F32. Models with Hugging Face rotate-half RoPE get their Q/K
@@ -56,9 +56,9 @@ typedef struct {
 sd_status sd_model_to_gguf(const sd_model *m, const sd_convert_params *p, sd_gguf_writer **out);
 
 /* An in-memory copy of src whose matrices are quantised to t (with sd_quant_fallback per
- * matrix; norms F32; hyperparameters and RoPE order unchanged), set up with p (NULL:
- * defaults). It owns its weights but borrows src's tokenizer: free it before src. This is
- * the draft of self-speculation (`specdec generate --draft-type`). */
-sd_status sd_model_quantize(const sd_model *src, sd_type t, const sd_model_params *p, sd_model **out);
+ * matrix; vectors (norms, biases) F32; architecture, hyperparameters and RoPE order unchanged).
+ * It owns its weights but borrows src's tokenizer: free it before src. This is the draft of
+ * self-speculation (`specdec generate --draft-type`). */
+sd_status sd_model_quantize(const sd_model *src, sd_type t, sd_model **out);
 
 #endif

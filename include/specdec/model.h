@@ -1,5 +1,6 @@
-/* Models: loading (GGUF, llama2.c checkpoints), hyperparameters, and the one transformer
- * forward pass that every model (draft or target) runs. */
+/* Models: loading (GGUF, llama2.c checkpoints, Hugging Face safetensors), hyperparameters and
+ * weights. A loaded model is immutable: any number of contexts (specdec/context.h), on any
+ * threads, run the one forward pass over it. */
 #ifndef SPECDEC_MODEL_H
 #define SPECDEC_MODEL_H
 
@@ -7,14 +8,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "specdec/kv.h"
 #include "specdec/status.h"
 #include "specdec/tokenizer.h"
 #include "specdec/types.h"
 
 typedef enum {
     SD_ROPE_INTERLEAVED = 0, /* pairs (2i, 2i+1): llama2.c and GGUF "llama" */
-    SD_ROPE_HALF = 1,        /* pairs (i, i + d/2): Hugging Face rotate_half */
+    SD_ROPE_HALF = 1,        /* pairs (i, i + d/2): Hugging Face rotate_half, GGUF qwen2/qwen3 */
 } sd_rope_style;
 
 typedef struct {
@@ -22,10 +22,10 @@ typedef struct {
     int n_layers;
     int n_heads;
     int n_kv_heads; /* < n_heads: grouped-query attention */
-    int head_dim;   /* dim / n_heads */
+    int head_dim;   /* dim / n_heads unless the file says otherwise (Qwen3 key_length, HF head_dim) */
     int hidden_dim; /* FFN width */
-    int vocab_size;
-    int ctx_len;    /* training context from the file */
+    int vocab_size; /* logits per token (embedding rows) */
+    int ctx_len;    /* training context from the file (capped at a sliding window) */
     int rope_dim;   /* rotated dims per head (== head_dim for llama) */
     float rope_theta;
     float norm_eps;
@@ -33,21 +33,18 @@ typedef struct {
 } sd_hparams;
 
 typedef struct {
-    const char *tokenizer_path; /* llama2.c .bin: tokenizer.bin; NULL searches beside the model */
+    const char *tokenizer_path; /* llama2.c .bin: tokenizer.bin; HF: tokenizer.json; NULL searches
+                                   beside the model */
     const char *tokenizer_fallback; /* used when none is given or found (a draft sharing the
                                        target's tokenizer.bin) */
-    int n_ctx;                  /* 0: the model's ctx_len */
-    int n_batch;                /* most tokens one forward chunk holds (arena size); 0: 256 */
-    sd_type kv_type;            /* KV cache elements of sd_model_kv_create: SD_TYPE_F32 (default)
-                                   or SD_TYPE_F16 (half the cache bytes; needs head_dim >= 16
-                                   and the AVX-512 build) */
 } sd_model_params;
 
 sd_model_params sd_model_default_params(void);
 
 typedef struct sd_model sd_model;
 
-/* Threads for every kernel (OpenMP regions and OpenBLAS); n < 1 is ignored. */
+/* Threads for every kernel (OpenMP regions and OpenBLAS), on every thread that runs a forward
+ * pass; n < 1 is ignored. */
 void sd_set_threads(int n);
 int sd_get_threads(void);
 
@@ -58,51 +55,41 @@ sd_status sd_model_resolve(const char *arg, char *buf, size_t cap);
 
 /* Loads a .gguf or llama2.c .bin checkpoint (chosen by magic, not extension), or a Hugging
  * Face checkpoint: a directory (or its config.json or a .safetensors file in it) with
- * config.json (Llama/Mistral/Qwen2ForCausalLM), model.safetensors or
+ * config.json (an architecture of sd_model_arch's families), model.safetensors or
  * model.safetensors.index.json shards (F32/F16/BF16), and tokenizer.json. */
 sd_status sd_model_load(const char *path, const sd_model_params *p, sd_model **out);
 /* Loads a GGUF image from memory (not copied: buf must outlive the model). */
 sd_status sd_model_load_gguf_mem(const void *buf, size_t len, const char *what,
                                  const sd_model_params *p, sd_model **out);
 /* Loads a llama2.c checkpoint from memory (not copied: buf must outlive the model) with its
- * tokenizer.bin from tok_buf (copied). Only n_ctx and n_batch of p are used. */
+ * tokenizer.bin from tok_buf (copied). */
 sd_status sd_model_load_llama2c_mem(const void *buf, size_t len, const char *what,
-                                    const sd_model_params *p, const void *tok_buf, size_t tok_len,
-                                    sd_model **out);
+                                    const void *tok_buf, size_t tok_len, sd_model **out);
 void sd_model_free(sd_model *m); /* NULL is fine */
 
 const sd_hparams *sd_model_hparams(const sd_model *m);
 const sd_tokenizer *sd_model_tokenizer(const sd_model *m);
 const char *sd_model_path(const sd_model *m);
 const char *sd_model_format(const sd_model *m); /* "gguf", "llama2c" or "hf" */
+const char *sd_model_arch(const sd_model *m);   /* "llama", "qwen2", "qwen3" */
 /* Path of the tokenizer.bin a llama2.c model was loaded with; NULL for GGUF. */
 const char *sd_model_tokenizer_path(const sd_model *m);
-int sd_model_n_ctx(const sd_model *m);          /* usable context (<= ctx_len unless raised) */
 size_t sd_model_weight_bytes(const sd_model *m); /* bytes of all weight tensors */
-/* Bytes of weights one decode step streams (all matrices + the classifier; the embedding
- * table contributes one row). The numerator of the bandwidth figure. */
+/* Bytes of weights one decode step streams (all matrices, vectors and the classifier; the
+ * embedding table contributes one row). The numerator of the bandwidth figure. */
 size_t sd_model_bytes_per_token(const sd_model *m);
 /* Prints architecture, hyperparameters, tensor type counts, vocab and special tokens,
  * weight bytes and KV bytes per token. */
 void sd_model_describe(const sd_model *m, FILE *f);
 
 /* The weights as tensors under llama.cpp's GGUF names, whatever format the model came from:
- * token_embd.weight; per layer blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
- * ffn_norm, ffn_gate, ffn_down, ffn_up}.weight; output_norm.weight; output.weight unless the
- * classifier is tied to the embeddings. Matrices are views of the loaded data (rows = ne[1]);
- * norms are F32 views with one row. Q/K rows are in the model's own RoPE order (see
+ * token_embd.weight, rope_freqs.weight, each layer's (blk.N.attn_norm.weight, attn_q.weight,
+ * attn_q.bias, ..., ffn_gate.weight, ffn_down.weight, ffn_up.weight), output_norm.weight and
+ * output.weight (unless the classifier is tied), each only when the model has it, in the order
+ * of the architecture table. Matrices are views of the loaded data (rows = ne[1]);
+ * vectors are F32 views with one row. Q/K rows are in the model's own RoPE order (see
  * hparams.rope_style). sd_model_tensor writes the name into name[cap]. */
 int sd_model_n_tensors(const sd_model *m);
 sd_status sd_model_tensor(const sd_model *m, int i, char *name, size_t cap, sd_tensor *view);
-
-/* A KV cache shaped for this model with room for n_ctx tokens (0: sd_model_n_ctx). */
-sd_status sd_model_kv_create(const sd_model *m, int n_ctx, sd_kv **out);
-
-/* Runs tokens[0..n) at positions kv_len .. kv_len+n-1, appending their keys and values.
- * logits: all_logits ? [n][vocab] : [vocab] for the last token only (may be NULL).
- * One decode step is n == 1 (matrix-vector); n > 1 is the batched (GEMM) pass used by
- * prefill and verification. On error the cache length is unchanged. */
-sd_status sd_model_forward(sd_model *m, sd_kv *kv, const int32_t *tokens, int n, float *logits,
-                           int all_logits);
 
 #endif

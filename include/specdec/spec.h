@@ -1,5 +1,6 @@
-/* The generation engine: plain decoding of a target model, or speculative decoding with a
- * draft model (draft k tokens, verify them in one batched target pass, accept, roll back). */
+/* The generation engine: plain decoding of a target, or speculative decoding with any drafter
+ * (draft up to k tokens, verify them in one batched target pass, accept, roll back), driven one
+ * round at a time (begin / step / end) or to the end (sd_spec_generate). */
 #ifndef SPECDEC_SPEC_H
 #define SPECDEC_SPEC_H
 
@@ -7,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "specdec/context.h"
+#include "specdec/draft.h"
 #include "specdec/model.h"
 #include "specdec/sample.h"
 #include "specdec/status.h"
@@ -15,10 +18,10 @@
 
 typedef struct sd_spec sd_spec;
 
-/* Called once per emitted token, in order; a nonzero return stops generation. */
+/* Called once per emitted token, in order; a nonzero return stops generation after it. */
 typedef int (*sd_token_cb)(int32_t token, void *user);
 
-/* Called after every verification step (tests use it to inspect both caches). */
+/* Called after every verification round (tests use it to inspect both caches). */
 typedef void (*sd_step_cb)(sd_spec *s, void *user);
 
 typedef struct {
@@ -26,7 +29,8 @@ typedef struct {
     int draft_max;          /* k: drafts per verify pass, 1..SD_MAX_DRAFT */
     sd_sampler_params sampling;
     int stop_at_eos;        /* stop after the target's EOS (default 1) */
-    int n_ctx;              /* 0: the smaller of the two models' contexts */
+    int n_ctx;              /* sd_spec_create's contexts: 0 = the smaller model's training context */
+    sd_type kv_type;        /* sd_spec_create's contexts: SD_TYPE_F32 (default) or SD_TYPE_F16 */
     volatile sig_atomic_t *stop_flag; /* polled between tokens: nonzero stops (SIGINT) */
     sd_step_cb on_step;
     void *step_user;
@@ -36,44 +40,64 @@ sd_spec_params sd_spec_default_params(void); /* n_predict 128, k 4, greedy, stop
 
 typedef struct {
     int n_prompt;
+    int n_reused;          /* prompt tokens already in the target's cache (sd_spec_begin) */
     int n_generated;       /* tokens emitted */
-    int n_verify;          /* target verification passes */
-    int n_target_steps;    /* target single-token steps (plain decoding, or k shrunk to 0) */
+    int n_verify;          /* verification rounds that carried drafts */
+    int n_target_steps;    /* rounds without drafts (plain decoding, no room, no proposal) */
     int n_drafted;         /* draft tokens proposed */
-    int n_accepted;        /* draft tokens accepted */
+    int n_accepted;        /* draft tokens accepted and emitted */
     int k;                 /* draft_max of the run */
-    int drafted_at[SD_MAX_DRAFT];  /* passes that proposed a draft at position i */
-    int accepted_at[SD_MAX_DRAFT]; /* ... and accepted it */
-    double t_prefill;      /* seconds: prompt through both models and the first token */
-    double t_draft;        /* seconds in the draft model after the prefill */
+    int drafted_at[SD_MAX_DRAFT];  /* rounds that proposed a draft at position i */
+    int accepted_at[SD_MAX_DRAFT]; /* ... and emitted it as accepted */
+    double t_prefill;      /* seconds: the prompt through the target (and the drafter) */
+    double t_first;        /* seconds from the start to the first emitted token */
+    double t_draft;        /* seconds in the drafter after the prefill */
     double t_verify;       /* seconds in target forwards after the prefill */
     double t_sample;       /* seconds turning logits into tokens (sampling, acceptance) */
-    double t_total;        /* seconds from start to the last token */
+    double t_total;        /* seconds from the start to the last token */
     size_t kv_bytes_target;
     size_t kv_bytes_draft;
-    const char *stop_reason; /* "length", "eos", "context", "interrupted", "callback" */
+    const char *stop_reason; /* "length", "eos", "context", "interrupted", "callback", NULL while running */
 } sd_spec_stats;
 
-/* Checks the pair (tokenizer compatibility) and allocates both KV caches and buffers.
- * draft may be NULL (plain decoding) or the target itself (self-drafting). */
+/* The whole pair in one call: a context for the target (and one for the draft model) sized by
+ * p->n_ctx and p->kv_type, the model drafter, and the engine, all owned by the sd_spec. Checks
+ * the pair (tokenizer compatibility). draft may be NULL (plain decoding) or the target itself
+ * (self-drafting). */
 sd_status sd_spec_create(sd_model *target, sd_model *draft, const sd_spec_params *p, sd_spec **out);
+/* The engine over sequence seq of a target context and any drafter (NULL: plain decoding), both
+ * borrowed: they must outlive the sd_spec, and nothing else may use that sequence meanwhile. */
+sd_status sd_spec_create_with(sd_context *target, int seq, sd_drafter *drafter, const sd_spec_params *p,
+                              sd_spec **out);
 void sd_spec_free(sd_spec *s); /* NULL is fine */
 
-/* Generates from prompt (ids, BOS included if wanted). Resets both caches first, so one
- * sd_spec serves many generations. stats may be NULL. Context exhaustion is not an error:
+/* Starts a generation from prompt (ids, BOS included if wanted): the target's cache keeps the
+ * longest prefix it already holds of the prompt (a follow-up turn reuses the conversation),
+ * the rest is prefilled, the drafter syncs to it. Statistics restart. */
+sd_status sd_spec_begin(sd_spec *s, const int32_t *prompt, int n_prompt);
+/* One round: draft, verify in one batched pass, accept, roll back; emits 1..k+1 tokens (0 once
+ * the generation has ended), each passed to cb (may be NULL) as it is appended to the history
+ * and written to out (may be NULL; room for draft_max + 1). Context exhaustion, n_predict, EOS,
+ * the stop flag and cb end the generation (see sd_spec_done and stats.stop_reason). */
+sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, int32_t *out, int *n_out);
+int sd_spec_done(const sd_spec *s);
+/* Statistics of the current (or last) generation; finishes the timing when it has ended. */
+void sd_spec_get_stats(const sd_spec *s, sd_spec_stats *st);
+
+/* begin, then step until done. stats may be NULL. Context exhaustion is not an error:
  * generation stops with stop_reason "context". */
-sd_status sd_spec_generate(sd_spec *s, const int32_t *prompt, int n_prompt, sd_token_cb cb,
-                           void *user, sd_spec_stats *stats);
+sd_status sd_spec_generate(sd_spec *s, const int32_t *prompt, int n_prompt, sd_token_cb cb, void *user,
+                           sd_spec_stats *stats);
 
 /* Inspection, valid inside on_step and after a generation. */
-sd_kv *sd_spec_target_kv(sd_spec *s);
-sd_kv *sd_spec_draft_kv(sd_spec *s);          /* NULL in plain mode */
+sd_context *sd_spec_target_context(sd_spec *s);
+int sd_spec_seq(const sd_spec *s);
+sd_drafter *sd_spec_drafter(sd_spec *s);              /* NULL in plain mode */
 const int32_t *sd_spec_tokens(const sd_spec *s, int *n); /* prompt + emitted tokens */
-int sd_spec_draft_consumed(const sd_spec *s); /* tokens the draft cache holds */
 
 /* Derived figures. */
 double sd_spec_acceptance(const sd_spec_stats *st); /* accepted / drafted */
 double sd_spec_tokens_per_pass(const sd_spec_stats *st);
-double sd_spec_decode_tps(const sd_spec_stats *st); /* tokens after the first / decode time */
+double sd_spec_decode_tps(const sd_spec_stats *st); /* tokens after the first / time after the first */
 
 #endif

@@ -16,6 +16,8 @@ int sd_verify_greedy(const int32_t *draft, int k, const int32_t *target_argmax, 
  * Accept draft[i] with probability min(1, p_i(d)/q_i(d)); at the first rejection draw
  * *next from normalize(max(0, p_i - q_i)); when all k are accepted draw *next from p_k.
  * residual: n floats of scratch. Returns m accepted.
+ * q == NULL: deterministic drafts (q one-hot at each draft): draft[i] is accepted with
+ * probability p_i(d), and a rejection draws from p_i with d removed and renormalised.
  * q_i(d) == 0 (a draft that sampling q_i could not produce) is accepted iff p_i(d) > 0, the
  * limit of the ratio; an id outside [0, n) is rejected. RNG use: one uniform per examined
  * draft plus one for *next, so streams stay reproducible for a given seed. */
@@ -25,6 +27,10 @@ int sd_verify_stochastic(const float *p, const float *q, const int32_t *draft, i
 /* Draws from normalize(max(0, p - q)) (written to residual). When the residual has no mass
  * (p == q up to rounding) draws from p itself, which is then the correct distribution. */
 int32_t sd_sample_residual(const float *p, const float *q, int n, sd_rng *rng, float *residual);
+
+/* The residual of a one-hot q at d: p with d removed, renormalised (p itself when that leaves no
+ * mass). */
+int32_t sd_sample_residual_onehot(const float *p, int32_t d, int n, sd_rng *rng, float *residual);
 
 /* The analytic output distribution of one speculative step at a single position:
  * P(out = x) = q(x) min(1, p(x)/q(x)) + (1 - sum_y q(y) min(1, p(y)/q(y))) * residual(x).

@@ -28,12 +28,12 @@ double sd_median(double *v, int n) {
 
 static float *probe_buffer(size_t bytes);
 
-sd_status sd_bench_time_forward(sd_model *m, sd_kv *kv, const int32_t *tok, int pos, int n, float *logits,
+sd_status sd_bench_time_forward(sd_context *c, const int32_t *tok, int pos, int n, float *logits,
                                 double *seconds) {
     const double t0 = now();
-    const sd_status st = sd_model_forward(m, kv, tok + pos, n, logits, n > 1);
+    const sd_status st = sd_context_forward(c, 0, tok + pos, n, logits, n > 1);
     *seconds = now() - t0;
-    sd_kv_truncate(kv, pos);
+    sd_context_seq_truncate(c, 0, pos);
     return st;
 }
 
@@ -63,12 +63,12 @@ static float *probe_buffer(size_t bytes) {
     return buf;
 }
 
-sd_status sd_bench_rounds(sd_model *m, sd_kv *kv, int pos, int n_max, int reps, size_t probe_bytes,
+sd_status sd_bench_rounds(sd_context *c, int pos, int n_max, int reps, size_t probe_bytes,
                           double *t_probe, double *t_fwd) {
-    const sd_hparams *hp = sd_model_hparams(m);
-    if (n_max < 1 || reps < 1 || pos < 0 || pos + n_max > sd_kv_capacity(kv))
+    const sd_hparams *hp = sd_model_hparams(sd_context_model(c));
+    if (n_max < 1 || reps < 1 || pos < 0 || pos + n_max > sd_context_n_ctx(c))
         return sd_fail(SD_ERR_INVALID_ARG, "bench: %d + %d tokens do not fit the cache of %d", pos, n_max,
-                       sd_kv_capacity(kv));
+                       sd_context_n_ctx(c));
     const size_t nf = probe_bytes / sizeof(float);
     int32_t *tok = malloc((size_t)(pos + n_max) * sizeof(int32_t));
     float *logits = malloc((size_t)n_max * hp->vocab_size * sizeof(float));
@@ -83,8 +83,8 @@ sd_status sd_bench_rounds(sd_model *m, sd_kv *kv, int pos, int n_max, int reps, 
         goto out;
     }
     for (int i = 0; i < pos + n_max; i++) tok[i] = (int32_t)((i * 7919 + 3) % hp->vocab_size);
-    sd_kv_truncate(kv, 0);
-    if (pos > 0 && (st = sd_model_forward(m, kv, tok, pos, NULL, 0)) != SD_OK) goto out;
+    sd_context_seq_truncate(c, 0, 0);
+    if (pos > 0 && (st = sd_context_forward(c, 0, tok, pos, NULL, 0)) != SD_OK) goto out;
     volatile double sink = 0;
     for (int r = 0; r < reps; r++) {
         double t0 = now();
@@ -92,10 +92,10 @@ sd_status sd_bench_rounds(sd_model *m, sd_kv *kv, int pos, int n_max, int reps, 
         t_probe[r] = now() - t0;
         /* an untimed step first: the probe evicted the caches, and a model whose weights fit
          * in them would otherwise time its decode step cold and its verify passes warm */
-        if ((st = sd_model_forward(m, kv, tok + pos, 1, logits, 0)) != SD_OK) goto out;
-        sd_kv_truncate(kv, pos);
+        if ((st = sd_context_forward(c, 0, tok + pos, 1, logits, 0)) != SD_OK) goto out;
+        sd_context_seq_truncate(c, 0, pos);
         for (int n = 1; n <= n_max; n++)
-            if ((st = sd_bench_time_forward(m, kv, tok, pos, n, logits, &t_fwd[(size_t)r * n_max + n - 1])) != SD_OK)
+            if ((st = sd_bench_time_forward(c, tok, pos, n, logits, &t_fwd[(size_t)r * n_max + n - 1])) != SD_OK)
                 goto out;
     }
     (void)sink;
@@ -106,18 +106,18 @@ out:
     return st;
 }
 
-double sd_bench_forward(sd_model *m, sd_kv *kv, int pos, int n, int reps) {
-    const sd_hparams *hp = sd_model_hparams(m);
+double sd_bench_forward(sd_context *c, int pos, int n, int reps) {
+    const sd_hparams *hp = sd_model_hparams(sd_context_model(c));
     int32_t *tok = malloc((size_t)(pos + n) * sizeof(int32_t));
     float *logits = malloc((size_t)n * hp->vocab_size * sizeof(float));
     double *t = malloc((size_t)reps * sizeof(double));
     double res = -1;
     if (!tok || !logits || !t) goto out;
     for (int i = 0; i < pos + n; i++) tok[i] = (int32_t)((i * 7919 + 3) % hp->vocab_size);
-    sd_kv_truncate(kv, 0);
-    if (pos > 0 && sd_model_forward(m, kv, tok, pos, NULL, 0) != SD_OK) goto out;
+    sd_context_seq_truncate(c, 0, 0);
+    if (pos > 0 && sd_context_forward(c, 0, tok, pos, NULL, 0) != SD_OK) goto out;
     for (int r = 0; r < reps; r++)
-        if (sd_bench_time_forward(m, kv, tok, pos, n, logits, &t[r]) != SD_OK) goto out;
+        if (sd_bench_time_forward(c, tok, pos, n, logits, &t[r]) != SD_OK) goto out;
     res = sd_median(t, reps);
 out:
     free(tok);

@@ -100,10 +100,10 @@ static sd_status default_gen(sd_spec *s, const int32_t *prompt, int n_prompt, sd
  * hits them alike: the ratios are medians of per-round ratios (timed one after another, two
  * separate medians of the same model differed by 29% on this machine). Rounds fill about
  * budget seconds per figure. t_verify[i] is reported as verify_ratio x t_target. */
-static sd_status time_costs(sd_model *target, sd_model *draft, sd_kv *kv_t, sd_kv *kv_d, int pos, const int *ks,
+static sd_status time_costs(sd_context *ct, sd_context *cd, int pos, const int *ks,
                             int nk, double budget, volatile sig_atomic_t *stop, double *t_target, double *t_draft,
                             double *draft_ratio, double *t_verify, double *verify_ratio) {
-    const sd_hparams *ht = sd_model_hparams(target), *hd = sd_model_hparams(draft);
+    const sd_hparams *ht = sd_model_hparams(sd_context_model(ct)), *hd = sd_model_hparams(sd_context_model(cd));
     int kmax = ks[nk - 1];
     int32_t *tok = malloc((size_t)(pos + kmax + 1) * sizeof(int32_t));
     /* logits of the widest pass: k+1 target rows, or one row of a draft with a larger vocabulary */
@@ -119,17 +119,17 @@ static sd_status time_costs(sd_model *target, sd_model *draft, sd_kv *kv_t, sd_k
     }
     const int vocab = ht->vocab_size < hd->vocab_size ? ht->vocab_size : hd->vocab_size;
     for (int i = 0; i < pos + kmax + 1; i++) tok[i] = (int32_t)((i * 7919 + 3) % vocab);
-    sd_kv_truncate(kv_t, 0);
-    sd_kv_truncate(kv_d, 0);
-    if (pos > 0 && ((st = sd_model_forward(target, kv_t, tok, pos, NULL, 0)) != SD_OK ||
-                    (st = sd_model_forward(draft, kv_d, tok, pos, NULL, 0)) != SD_OK))
+    sd_context_seq_truncate(ct, 0, 0);
+    sd_context_seq_truncate(cd, 0, 0);
+    if (pos > 0 && ((st = sd_context_forward(ct, 0, tok, pos, NULL, 0)) != SD_OK ||
+                    (st = sd_context_forward(cd, 0, tok, pos, NULL, 0)) != SD_OK))
         goto out;
     /* warm-up round, also the estimate of a round's length */
     double round = 0, t;
     for (int i = -2; i < nk; i++) {
-        st = i == -2 ? sd_bench_time_forward(target, kv_t, tok, pos, 1, logits, &t)
-           : i == -1 ? sd_bench_time_forward(draft, kv_d, tok, pos, 1, logits, &t)
-                     : sd_bench_time_forward(target, kv_t, tok, pos, ks[i] + 1, logits, &t);
+        st = i == -2 ? sd_bench_time_forward(ct, tok, pos, 1, logits, &t)
+           : i == -1 ? sd_bench_time_forward(cd, tok, pos, 1, logits, &t)
+                     : sd_bench_time_forward(ct, tok, pos, ks[i] + 1, logits, &t);
         if (st != SD_OK) goto out;
         round += t;
     }
@@ -137,11 +137,11 @@ static sd_status time_costs(sd_model *target, sd_model *draft, sd_kv *kv_t, sd_k
     reps = reps < 5 ? 5 : reps > max_reps ? max_reps : reps;
     double *tt = v, *td = v + max_reps, *tv = v + 2 * max_reps, *w = v + (size_t)(nk + 2) * max_reps;
     for (int r = 0; r < reps; r++) {
-        if ((st = sd_bench_time_forward(target, kv_t, tok, pos, 1, logits, &tt[r])) != SD_OK ||
-            (st = sd_bench_time_forward(draft, kv_d, tok, pos, 1, logits, &td[r])) != SD_OK)
+        if ((st = sd_bench_time_forward(ct, tok, pos, 1, logits, &tt[r])) != SD_OK ||
+            (st = sd_bench_time_forward(cd, tok, pos, 1, logits, &td[r])) != SD_OK)
             goto out;
         for (int i = 0; i < nk; i++)
-            if ((st = sd_bench_time_forward(target, kv_t, tok, pos, ks[i] + 1, logits, &tv[(size_t)i * max_reps + r])) != SD_OK)
+            if ((st = sd_bench_time_forward(ct, tok, pos, ks[i] + 1, logits, &tv[(size_t)i * max_reps + r])) != SD_OK)
                 goto out;
         if (stop && *stop) {
             st = sd_fail(SD_ERR_INTERRUPTED, "bench interrupted");
@@ -230,8 +230,8 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
     sd_bench_gen_fn gen = p->spec_generate ? p->spec_generate : default_gen;
     const int reps = cfg->repetitions, n_runs = p->n_prompts * reps;
     const int n_predict = cfg->n_predict;
-    int n_ctx = sd_model_n_ctx(p->target);
-    if (sd_model_n_ctx(p->draft) < n_ctx) n_ctx = sd_model_n_ctx(p->draft);
+    int n_ctx = sd_model_hparams(p->target)->ctx_len;
+    if (sd_model_hparams(p->draft)->ctx_len < n_ctx) n_ctx = sd_model_hparams(p->draft)->ctx_len;
     const sd_tokenizer *tok = sd_model_tokenizer(p->target);
 
     sd_status st = SD_OK;
@@ -246,7 +246,7 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
     double *v_speed = malloc((size_t)n_runs * sizeof(double)), *v_draft = malloc((size_t)n_runs * sizeof(double));
     double *v_verify = malloc((size_t)n_runs * sizeof(double));
     sd_spec *plain = NULL, *spec = NULL;
-    sd_kv *kv_t = NULL, *kv_d = NULL;
+    sd_context *ctx_t = NULL, *ctx_d = NULL;
     if (!ids || !n_ids || !cp.tok || !cs.tok || !v_tps_p || !v_tps_s || !v_ttft_p || !v_ttft_s || !v_speed || !v_draft ||
         !v_verify) {
         st = sd_fail(SD_ERR_NOMEM, "out of memory");
@@ -295,11 +295,13 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
     if (pos < 0) pos = 0;
     r->cost_pos = pos;
     const double budget = p->quick ? 0.05 : 0.3;
-    if ((st = sd_model_kv_create(p->target, n_ctx, &kv_t)) != SD_OK ||
-        (st = sd_model_kv_create(p->draft, n_ctx, &kv_d)) != SD_OK)
+    sd_context_params cp_costs = sd_context_default_params();
+    cp_costs.n_ctx = n_ctx;
+    if ((st = sd_context_create(p->target, &cp_costs, &ctx_t)) != SD_OK ||
+        (st = sd_context_create(p->draft, &cp_costs, &ctx_d)) != SD_OK)
         goto out;
     double draft_ratio = 0, t_verify[SD_MAX_DRAFT], verify_ratio[SD_MAX_DRAFT];
-    st = time_costs(p->target, p->draft, kv_t, kv_d, pos, cfg->k, cfg->n_k, budget, p->stop_flag,
+    st = time_costs(ctx_t, ctx_d, pos, cfg->k, cfg->n_k, budget, p->stop_flag,
                     &r->t_decode_target_s, &r->t_decode_draft_s, &draft_ratio, t_verify, verify_ratio);
     if (st != SD_OK) goto out;
     if (p->stop_flag && *p->stop_flag) { /* the cost timings run no generation to poll it */
@@ -423,8 +425,8 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
 out:
     sd_spec_free(spec);
     sd_spec_free(plain);
-    sd_kv_free(kv_t);
-    sd_kv_free(kv_d);
+    sd_context_free(ctx_t);
+    sd_context_free(ctx_d);
     if (ids)
         for (int i = 0; i < p->n_prompts; i++) free(ids[i]);
     free(ids);

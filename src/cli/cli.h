@@ -25,7 +25,7 @@ int cli_parse_u64(const char *flag, const char *s, uint64_t *out);
  * buffer or NULL (with an error printed listing where it looked). */
 const char *cli_resolve_model(const char *arg, char *buf, size_t cap);
 
-/* Element type of the KV caches of the models cli_load_model loads (--kv-type; F32 default). */
+/* Element type of the KV caches the commands create (--kv-type; F32 default). */
 extern sd_type cli_kv_type;
 /* Parses --kv-type's value into cli_kv_type: 0, or 2 after a usage error. */
 int cli_parse_kv_type(const char *flag, const char *v);
@@ -34,9 +34,8 @@ int cli_parse_kv_type(const char *flag, const char *v);
  * know): weights smaller than this can stay cached between decode steps. */
 double cli_cache_bytes(int threads);
 
-/* Loads a model with a tokenizer override and context; prints the error. */
-int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer_fallback, int n_ctx,
-                   sd_model **out);
+/* Loads a model with a tokenizer override; prints the error. */
+int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer_fallback, sd_model **out);
 
 /* SIGINT sets this; engines poll it between tokens. */
 extern volatile sig_atomic_t cli_interrupted;

@@ -105,9 +105,8 @@ static int n_sources;
 
 /* *m becomes its own copy quantised to type name q (from src when given, else from *m). */
 static sd_status quantize_in_place(sd_model **m, const char *q, sd_model *src) {
-    const sd_model_params mp = sd_model_default_params();
     sd_model *from = src ? src : *m, *copy = NULL;
-    sd_status st = sd_model_quantize(from, (sd_type)sd_type_from_name(q), &mp, &copy);
+    sd_status st = sd_model_quantize(from, (sd_type)sd_type_from_name(q), &copy);
     if (st != SD_OK) return st;
     if (!src) sources[n_sources++] = from;
     *m = copy;

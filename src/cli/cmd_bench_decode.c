@@ -63,17 +63,19 @@ int cmd_bench_decode(int argc, char **argv) {
     if (!model) return cli_usage_error("bench-decode: -m MODEL is required (see --help)");
     sd_set_threads(threads);
     sd_model *m = NULL;
-    int rc = cli_load_model(model, tokp, NULL, 0, &m);
+    int rc = cli_load_model(model, tokp, NULL, &m);
     if (rc) return rc;
-    sd_kv *kv = NULL;
-    int n_ctx = sd_model_n_ctx(m);
-    if (n_prefill > n_ctx) n_prefill = n_ctx;
-    if (pos + 9 > n_ctx) pos = n_ctx - 9 > 0 ? n_ctx - 9 : 0;
-    sd_status st = sd_model_kv_create(m, 0, &kv);
+    sd_context *ctx = NULL;
+    sd_context_params cp = sd_context_default_params();
+    cp.kv_type = cli_kv_type;
+    sd_status st = sd_context_create(m, &cp, &ctx);
     if (st != SD_OK) {
         sd_model_free(m);
         return cli_error_status(st);
     }
+    const int n_ctx = sd_context_n_ctx(ctx);
+    if (n_prefill > n_ctx) n_prefill = n_ctx;
+    if (pos + 9 > n_ctx) pos = n_ctx - 9 > 0 ? n_ctx - 9 : 0;
     const sd_hparams *hp = sd_model_hparams(m);
     const double bpt = (double)sd_model_bytes_per_token(m);
     printf("model:      %s (dim %d, %d layers, vocab %d)\n", sd_model_path(m), hp->dim, hp->n_layers, hp->vocab_size);
@@ -89,7 +91,7 @@ int cmd_bench_decode(int argc, char **argv) {
         rc = 1;
         goto out_free;
     }
-    double t_pp = sd_bench_forward(m, kv, 0, n_prefill, reps < 5 ? reps : 5);
+    double t_pp = sd_bench_forward(ctx, 0, n_prefill, reps < 5 ? reps : 5);
     if (t_pp < 0) {
         rc = cli_error_status(SD_ERR_INVALID_ARG);
         goto out_free;
@@ -99,7 +101,7 @@ int cmd_bench_decode(int argc, char **argv) {
            "            (interleaved so that machine drift hits every figure alike; ratios are paired per round)\n",
            reps, bw_mib, n_max);
     fflush(stdout);
-    st = sd_bench_rounds(m, kv, pos, n_max, reps, (size_t)bw_mib << 20, t_probe, t_fwd);
+    st = sd_bench_rounds(ctx, pos, n_max, reps, (size_t)bw_mib << 20, t_probe, t_fwd);
     if (st != SD_OK) {
         rc = cli_error_status(st);
         goto out_free;
@@ -137,7 +139,7 @@ out_free:
     free(t_probe);
     free(t_fwd);
     free(v);
-    sd_kv_free(kv);
+    sd_context_free(ctx);
     sd_model_free(m);
     return rc;
 }

@@ -78,7 +78,7 @@ int cmd_convert(int argc, char **argv) {
 
     double t0 = cli_now();
     sd_model *m = NULL;
-    int rc = cli_load_model(in, tokp, NULL, 0, &m);
+    int rc = cli_load_model(in, tokp, NULL, &m);
     if (rc) return rc;
     progress pr = {0};
     pr.want = (sd_type)type;

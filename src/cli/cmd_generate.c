@@ -240,24 +240,23 @@ int cmd_generate(int argc, char **argv) {
     printer pr = {0};
     cJSON *root = NULL;
 
-    if ((rc = cli_load_model(model, tokp, NULL, n_ctx, &tm))) goto done;
+    if ((rc = cli_load_model(model, tokp, NULL, &tm))) goto done;
     /* A llama2.c draft without a tokenizer beside it shares the target's. */
     if (draft && !(draft_type >= 0 && !strcmp(draft, model)) &&
-        (rc = cli_load_model(draft, dtokp, sd_model_tokenizer_path(tm), n_ctx, &dm)))
+        (rc = cli_load_model(draft, dtokp, sd_model_tokenizer_path(tm), &dm)))
         goto done;
     if (draft_type >= 0) { /* the draft (or the target itself) quantised in memory */
-        sd_model_params qp = sd_model_default_params();
-        qp.n_ctx = n_ctx;
-        qp.kv_type = cli_kv_type;
         sd_model *q = NULL;
-        sd_status qs = sd_model_quantize(dm ? dm : tm, (sd_type)draft_type, &qp, &q);
+        sd_status qs = sd_model_quantize(dm ? dm : tm, (sd_type)draft_type, &q);
         if (qs != SD_OK) { rc = cli_error_status(qs); goto done; }
         sd_model_free(dm);
         dm = q;
     }
 
     const sd_tokenizer *tok = sd_model_tokenizer(tm);
-    int cap = sd_model_n_ctx(tm) + 8;
+    int ctx = n_ctx > 0 ? n_ctx : sd_model_hparams(tm)->ctx_len;
+    if (!n_ctx && dm && sd_model_hparams(dm)->ctx_len < ctx) ctx = sd_model_hparams(dm)->ctx_len;
+    int cap = ctx + 8;
     size_t plen = strlen(prompt);
     if ((size_t)cap < plen + 8) cap = (int)plen + 8; /* every byte can become at most one token */
     ids = malloc((size_t)cap * sizeof(int32_t));
@@ -272,11 +271,9 @@ int cmd_generate(int argc, char **argv) {
     p.draft_max = k;
     p.sampling = sp;
     p.stop_at_eos = !ignore_eos;
-    p.n_ctx = 0;
+    p.n_ctx = ctx;
+    p.kv_type = cli_kv_type;
     p.stop_flag = &cli_interrupted;
-    if ((st = sd_spec_create(tm, dm, &p, &spec)) != SD_OK) { rc = cli_error_status(st); goto done; }
-    int ctx = sd_model_n_ctx(tm);
-    if (dm && sd_model_n_ctx(dm) < ctx) ctx = sd_model_n_ctx(dm);
     if (n_ids >= ctx) {
         rc = cli_usage_error("prompt of %d tokens does not fit the context of %d tokens (use a shorter prompt or a larger -c)",
                              n_ids, ctx);
@@ -287,6 +284,7 @@ int cmd_generate(int argc, char **argv) {
                              n_predict, n_ids, ctx - n_ids, ctx);
         goto done;
     }
+    if ((st = sd_spec_create(tm, dm, &p, &spec)) != SD_OK) { rc = cli_error_status(st); goto done; }
 
     if (compare) {
         /* Warm both paths (page faults on the mapped weights, thread pools) so neither

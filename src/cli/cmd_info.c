@@ -26,7 +26,7 @@ int cmd_info(int argc, char **argv) {
     }
     if (!model) return cli_usage_error("info: MODEL is required (see specdec info --help)");
     sd_model *m = NULL;
-    int rc = cli_load_model(model, tokp, NULL, 0, &m);
+    int rc = cli_load_model(model, tokp, NULL, &m);
     if (rc) return rc;
     sd_model_describe(m, stdout);
     sd_model_free(m);

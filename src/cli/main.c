@@ -113,15 +113,12 @@ int cli_parse_kv_type(const char *flag, const char *v) {
     return 0;
 }
 
-int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer_fallback, int n_ctx,
-                   sd_model **out) {
+int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer_fallback, sd_model **out) {
     char path[4096];
     if (!cli_resolve_model(arg, path, sizeof path)) return 1;
     sd_model_params mp = sd_model_default_params();
     mp.tokenizer_path = tokenizer;
     mp.tokenizer_fallback = tokenizer_fallback;
-    mp.n_ctx = n_ctx;
-    mp.kv_type = cli_kv_type;
     sd_status st = sd_model_load(path, &mp, out);
     if (st != SD_OK) return cli_error_status(st);
     return 0;

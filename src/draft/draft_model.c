@@ -1,17 +1,23 @@
-/* The model drafter: a small model decoding k tokens one at a time with its own KV cache,
- * recording the processed distribution each draft was drawn from. */
+/* The model drafter: a small model decoding k tokens one at a time in its own KV cache sequence,
+ * recording the processed distribution each draft was drawn from. It remembers the tokens its
+ * cache holds, so it syncs itself to any history by keeping the common prefix. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "specdec/draft.h"
 
 typedef struct {
-    sd_model *model;
-    sd_kv *kv;
+    sd_context *ctx;
+    int seq;
     sd_sampler_params sp;
     int n_vocab;       /* width of the distributions: the target's vocabulary */
     int model_vocab;   /* the draft model's logit count */
-    float *logits;     /* [model_vocab] */
+    int32_t *fed;      /* [n_ctx] the tokens the cache holds, in order */
+    int n_fed;
+    int synced;        /* fed[0..synced) is known to equal the history's prefix */
+    float *logits;     /* [model_vocab] after the last fed token */
+    int have_logits;   /* logits belong to fed[n_fed - 1] */
     float *row;        /* [n_vocab] logits restricted/padded to the target's vocabulary */
     float *probs;      /* [n_vocab] when q is not requested */
     void *scratch;     /* sd_sample_scratch_bytes(n_vocab) */
@@ -21,9 +27,43 @@ typedef struct {
  * never proposes them and q stays the distribution actually sampled from. */
 #define SD_MASKED_LOGIT (-1e30f)
 
-static sd_status md_prefill(sd_drafter *d, const int32_t *tokens, int n) {
-    model_drafter *md = d->impl;
-    return sd_model_forward(md->model, md->kv, tokens, n, NULL, 0);
+/* Feeds tokens[0..n) after what the cache holds; logits of the last one. */
+static sd_status feed(model_drafter *md, const int32_t *tokens, int n) {
+    sd_status st = sd_context_forward(md->ctx, md->seq, tokens, n, md->logits, 0);
+    if (st != SD_OK) return st;
+    memcpy(md->fed + md->n_fed, tokens, (size_t)n * sizeof *tokens);
+    md->n_fed += n;
+    md->have_logits = 1;
+    return SD_OK;
+}
+
+/* Keeps the longest prefix of the cache that the history shares (fed[0..c) is known to be
+ * shared; at most n_hist - 1 tokens are kept, so that the last history token is fed and gives
+ * the logits to draft from), then feeds the rest of the history. */
+static sd_status sync_from(model_drafter *md, const int32_t *hist, int n_hist, int c) {
+    if (n_hist < 1) return sd_fail(SD_ERR_INVALID_ARG, "drafter: empty history");
+    if (n_hist > sd_context_n_ctx(md->ctx))
+        return sd_fail(SD_ERR_CONTEXT_FULL, "drafter: a history of %d tokens exceeds its context of %d", n_hist,
+                       sd_context_n_ctx(md->ctx));
+    while (c < md->n_fed && c < n_hist && md->fed[c] == hist[c]) c++;
+    if (c == n_hist && md->n_fed == n_hist && md->have_logits) {
+        md->synced = c;
+        return SD_OK; /* already there, logits in hand */
+    }
+    if (c > n_hist - 1) c = n_hist - 1;
+    sd_status st = sd_context_seq_truncate(md->ctx, md->seq, c);
+    if (st != SD_OK) return st;
+    md->n_fed = c;
+    md->have_logits = 0;
+    md->synced = c;
+    if ((st = feed(md, hist + c, n_hist - c)) != SD_OK) return st;
+    md->synced = n_hist;
+    return SD_OK;
+}
+
+/* A new history: compared from its start. */
+static sd_status md_sync(sd_drafter *d, const int32_t *hist, int n_hist) {
+    return sync_from(d->impl, hist, n_hist, 0);
 }
 
 static sd_status md_pick(model_drafter *md, sd_rng *rng, float *q, int32_t *tok) {
@@ -41,40 +81,30 @@ static sd_status md_pick(model_drafter *md, sd_rng *rng, float *q, int32_t *tok)
     return SD_OK;
 }
 
-static sd_status md_draft(sd_drafter *d, const int32_t *pending, int n_pending, int k, sd_rng *rng,
-                          int32_t *out, float *q, int *n_out) {
+static sd_status md_draft(sd_drafter *d, const int32_t *hist, int n_hist, int k, sd_rng *rng, int32_t *out, float *q,
+                          int *n_out) {
     model_drafter *md = d->impl;
     *n_out = 0;
-    sd_status st;
-    if (n_pending > 0) {
-        st = sd_model_forward(md->model, md->kv, pending, n_pending, md->logits, 0);
-        if (st != SD_OK) return st;
-    }
+    /* The history extends the last one: its first `synced` tokens are the cache's. */
+    int c = md->synced < md->n_fed ? md->synced : md->n_fed;
+    sd_status st = sync_from(md, hist, n_hist, c < n_hist ? c : n_hist);
+    if (st != SD_OK) return st;
+    /* Drafts go into the cache too (all but the last); the next sync keeps those accepted. */
+    const int room = sd_context_n_ctx(md->ctx) - md->n_fed;
+    if (k > room + 1) k = room + 1;
     for (int i = 0; i < k; i++) {
-        st = md_pick(md, rng, q ? q + (size_t)i * md->n_vocab : NULL, &out[i]);
-        if (st != SD_OK) return st;
+        if ((st = md_pick(md, rng, q ? q + (size_t)i * md->n_vocab : NULL, &out[i])) != SD_OK) return st;
         *n_out = i + 1;
         if (i + 1 == k) break; /* the last draft is fed only if it is accepted */
-        st = sd_model_forward(md->model, md->kv, &out[i], 1, md->logits, 0);
-        if (st != SD_OK) return st;
+        if ((st = feed(md, &out[i], 1)) != SD_OK) return st;
     }
     return SD_OK;
-}
-
-static sd_status md_rollback(sd_drafter *d, int n) {
-    model_drafter *md = d->impl;
-    return sd_kv_truncate(md->kv, n);
-}
-
-static int md_consumed(const sd_drafter *d) { return sd_kv_len(((const model_drafter *)d->impl)->kv); }
-static int md_capacity(const sd_drafter *d) {
-    return sd_kv_capacity(((const model_drafter *)d->impl)->kv);
 }
 
 static void md_destroy(sd_drafter *d) {
     model_drafter *md = d->impl;
     if (md) {
-        sd_kv_free(md->kv);
+        free(md->fed);
         free(md->logits);
         free(md->row);
         free(md->probs);
@@ -84,13 +114,15 @@ static void md_destroy(sd_drafter *d) {
     free(d);
 }
 
-static const sd_drafter_vtbl k_model_vtbl = {md_prefill, md_draft, md_rollback, md_consumed,
-                                             md_capacity, md_destroy};
+static const sd_drafter_vtbl k_model_vtbl = {md_sync, md_draft, md_destroy};
 
-sd_status sd_drafter_model_create(sd_model *draft, int n_ctx, int n_vocab,
-                                  const sd_sampler_params *sp, sd_drafter **out) {
+sd_status sd_drafter_model_create(sd_context *ctx, int seq, int n_vocab, const sd_sampler_params *sp,
+                                  sd_drafter **out) {
     *out = NULL;
+    if (!ctx) return sd_fail(SD_ERR_INVALID_ARG, "drafter: no context");
     if (n_vocab <= 0) return sd_fail(SD_ERR_INVALID_ARG, "drafter: vocabulary of %d", n_vocab);
+    if (seq < 0 || seq >= sd_context_n_seq(ctx))
+        return sd_fail(SD_ERR_INVALID_ARG, "drafter: sequence %d not in the context's %d", seq, sd_context_n_seq(ctx));
     sd_drafter *d = calloc(1, sizeof *d);
     model_drafter *md = calloc(1, sizeof *md);
     if (!d || !md) {
@@ -100,20 +132,24 @@ sd_status sd_drafter_model_create(sd_model *draft, int n_ctx, int n_vocab,
     }
     d->vt = &k_model_vtbl;
     d->impl = md;
-    md->model = draft;
+    d->name = "model";
+    d->n_vocab = n_vocab;
+    d->has_q = 1;
+    d->capacity = sd_context_n_ctx(ctx);
+    md->ctx = ctx;
+    md->seq = seq;
     md->sp = *sp;
     md->n_vocab = n_vocab;
-    md->model_vocab = sd_model_hparams(draft)->vocab_size;
-    sd_status st = sd_model_kv_create(draft, n_ctx, &md->kv);
-    if (st != SD_OK) {
-        md_destroy(d);
-        return st;
-    }
+    md->model_vocab = sd_model_hparams(sd_context_model(ctx))->vocab_size;
+    md->n_fed = sd_context_seq_len(ctx, seq);
+    if (md->n_fed > 0) sd_context_seq_truncate(ctx, seq, 0); /* unknown tokens: start empty */
+    md->n_fed = 0;
+    md->fed = malloc((size_t)sd_context_n_ctx(ctx) * sizeof *md->fed);
     md->logits = malloc((size_t)md->model_vocab * sizeof(float));
     md->row = malloc((size_t)n_vocab * sizeof(float));
     md->probs = malloc((size_t)n_vocab * sizeof(float));
     md->scratch = malloc(sd_sample_scratch_bytes(n_vocab));
-    if (!md->logits || !md->row || !md->probs || !md->scratch) {
+    if (!md->fed || !md->logits || !md->row || !md->probs || !md->scratch) {
         md_destroy(d);
         return sd_fail(SD_ERR_NOMEM, "out of memory");
     }
@@ -125,4 +161,18 @@ void sd_drafter_free(sd_drafter *d) {
     if (d) d->vt->destroy(d);
 }
 
-sd_kv *sd_drafter_model_kv(sd_drafter *d) { return ((model_drafter *)d->impl)->kv; }
+sd_context *sd_drafter_model_context(const sd_drafter *d) {
+    return d && d->vt == &k_model_vtbl ? ((const model_drafter *)d->impl)->ctx : NULL;
+}
+
+int sd_drafter_model_seq(const sd_drafter *d) {
+    return d && d->vt == &k_model_vtbl ? ((const model_drafter *)d->impl)->seq : -1;
+}
+
+const int32_t *sd_drafter_model_tokens(const sd_drafter *d, int *n) {
+    *n = 0;
+    if (!d || d->vt != &k_model_vtbl) return NULL;
+    const model_drafter *md = d->impl;
+    *n = md->n_fed;
+    return md->fed;
+}

@@ -1,34 +1,38 @@
-/* The speculative decoding loop (and plain decoding, its k = 0 case).
- * Invariant: each model's KV cache holds exactly the tokens it has consumed, all accepted;
- * emitted tokens not yet consumed are "pending" and go in first on the next pass. */
+/* The speculative decoding loop (and plain decoding, its k = 0 case), one round at a time.
+ * Invariant between rounds: the target's sequence holds every history token but the last (the
+ * pending one), all accepted; the drafter syncs itself to the history on each call. */
 #include "specdec/spec.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "specdec/draft.h"
 #include "specdec/target.h"
 #include "specdec/verify.h"
 
 struct sd_spec {
-    sd_model *target;
-    sd_model *draft_model;
+    sd_context *tctx;   /* target context (owned by sd_spec_create's engines) */
+    int seq;
     sd_drafter *drafter;
-    sd_kv *kv;          /* target cache */
+    sd_context *dctx;   /* the model drafter's context, when owned */
+    int owns;           /* tctx, dctx and drafter belong to this engine */
+    sd_verify_round *round;
     sd_spec_params p;
     int n_vocab;        /* target logits per row */
-    int n_ctx;          /* usable context: tokens the history may hold */
+    int n_ctx;          /* tokens the history may hold */
+    int32_t eos;
     int32_t *tokens;    /* [n_ctx] prompt + emitted */
     int n_tokens;
-    int32_t *pend_d;    /* [n_ctx] tokens emitted but not yet consumed by the draft */
-    int n_pend_d;
-    float *logits;      /* [k+1][n_vocab] target rows */
     float *p_rows;      /* [k+1][n_vocab] processed target distributions */
     float *q_rows;      /* [k][n_vocab] processed draft distributions */
     float *residual;    /* [n_vocab] */
     void *scratch;      /* sampling scratch */
     int32_t *argmax;    /* [k+1] */
+    sd_rng rng;
+    sd_spec_stats st;
+    double t0;
+    int active;         /* between begin and the end of the generation */
 };
 
 static double now(void) {
@@ -44,16 +48,19 @@ sd_spec_params sd_spec_default_params(void) {
     p.draft_max = 4;
     p.sampling = sd_sampler_default_params();
     p.stop_at_eos = 1;
+    p.kv_type = SD_TYPE_F32;
     return p;
 }
 
 void sd_spec_free(sd_spec *s) {
     if (!s) return;
-    sd_drafter_free(s->drafter);
-    sd_kv_free(s->kv);
+    sd_verify_round_free(s->round);
+    if (s->owns) {
+        sd_drafter_free(s->drafter);
+        sd_context_free(s->dctx);
+        sd_context_free(s->tctx);
+    }
     free(s->tokens);
-    free(s->pend_d);
-    free(s->logits);
     free(s->p_rows);
     free(s->q_rows);
     free(s->residual);
@@ -62,264 +69,293 @@ void sd_spec_free(sd_spec *s) {
     free(s);
 }
 
+static sd_status check_params(const sd_spec_params *p, int with_draft) {
+    if (p->n_predict <= 0) return sd_fail(SD_ERR_INVALID_ARG, "tokens to generate must be > 0 (got %d)", p->n_predict);
+    if (with_draft && (p->draft_max < 1 || p->draft_max > SD_MAX_DRAFT))
+        return sd_fail(SD_ERR_INVALID_ARG, "draft length k must be in 1..%d (got %d)", SD_MAX_DRAFT, p->draft_max);
+    if (p->n_ctx < 0) return sd_fail(SD_ERR_INVALID_ARG, "context size must be >= 0 (got %d)", p->n_ctx);
+    return sd_sampler_params_check(&p->sampling);
+}
+
+sd_status sd_spec_create_with(sd_context *target, int seq, sd_drafter *drafter, const sd_spec_params *p,
+                              sd_spec **out) {
+    *out = NULL;
+    sd_status st;
+    if (!target) return sd_fail(SD_ERR_INVALID_ARG, "no target context");
+    if ((st = check_params(p, drafter != NULL)) != SD_OK) return st;
+    if (seq < 0 || seq >= sd_context_n_seq(target))
+        return sd_fail(SD_ERR_INVALID_ARG, "sequence %d not in the target context's %d", seq, sd_context_n_seq(target));
+    const sd_model *tm = sd_context_model(target);
+    const int n_vocab = sd_model_hparams(tm)->vocab_size;
+    if (drafter && drafter->n_vocab > n_vocab)
+        return sd_fail(SD_ERR_MISMATCH, "the drafter proposes ids up to %d; the target scores %d", drafter->n_vocab,
+                       n_vocab);
+    sd_spec *s = calloc(1, sizeof *s);
+    if (!s) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    s->tctx = target;
+    s->seq = seq;
+    s->drafter = drafter;
+    s->p = *p;
+    if (!drafter) s->p.draft_max = 0;
+    s->n_vocab = n_vocab;
+    s->n_ctx = sd_context_n_ctx(target);
+    if (drafter && drafter->capacity < s->n_ctx) s->n_ctx = drafter->capacity;
+    const sd_tokenizer *tok = sd_model_tokenizer(tm);
+    s->eos = tok ? sd_tokenizer_eos(tok) : -1;
+    const int k = s->p.draft_max;
+    const size_t V = (size_t)n_vocab;
+    st = sd_verify_round_create(target, &s->round);
+    s->tokens = malloc((size_t)s->n_ctx * sizeof(int32_t));
+    s->p_rows = malloc((size_t)(k + 1) * V * sizeof(float));
+    s->q_rows = malloc((size_t)(k > 0 ? k : 1) * V * sizeof(float));
+    s->residual = malloc(V * sizeof(float));
+    s->scratch = malloc(sd_sample_scratch_bytes(n_vocab));
+    s->argmax = malloc((size_t)(k + 1) * sizeof(int32_t));
+    if (st == SD_OK && (!s->tokens || !s->p_rows || !s->q_rows || !s->residual || !s->scratch || !s->argmax))
+        st = sd_fail(SD_ERR_NOMEM, "out of memory");
+    if (st != SD_OK) {
+        sd_spec_free(s);
+        return st;
+    }
+    *out = s;
+    return SD_OK;
+}
+
 sd_status sd_spec_create(sd_model *target, sd_model *draft, const sd_spec_params *p, sd_spec **out) {
     *out = NULL;
     sd_status st;
     if (!target) return sd_fail(SD_ERR_INVALID_ARG, "no target model");
-    if (p->n_predict <= 0) return sd_fail(SD_ERR_INVALID_ARG, "tokens to generate must be > 0 (got %d)", p->n_predict);
-    if (draft && (p->draft_max < 1 || p->draft_max > SD_MAX_DRAFT))
-        return sd_fail(SD_ERR_INVALID_ARG, "draft length k must be in 1..%d (got %d)", SD_MAX_DRAFT, p->draft_max);
-    if (p->n_ctx < 0) return sd_fail(SD_ERR_INVALID_ARG, "context size must be >= 0 (got %d)", p->n_ctx);
-    if ((st = sd_sampler_params_check(&p->sampling)) != SD_OK) return st;
+    if ((st = check_params(p, draft != NULL)) != SD_OK) return st;
     if (draft) {
         const sd_tokenizer *tt = sd_model_tokenizer(target), *td = sd_model_tokenizer(draft);
         if (tt && td && (st = sd_tokenizer_check_compatible(tt, td)) != SD_OK) return st;
     }
-
-    sd_spec *s = calloc(1, sizeof *s);
-    if (!s) return sd_fail(SD_ERR_NOMEM, "out of memory");
-    s->target = target;
-    s->draft_model = draft;
-    s->p = *p;
-    if (!draft) s->p.draft_max = 0;
-    s->n_vocab = sd_model_hparams(target)->vocab_size;
-    int n_ctx = sd_model_n_ctx(target);
-    if (draft && sd_model_n_ctx(draft) < n_ctx) n_ctx = sd_model_n_ctx(draft);
-    if (p->n_ctx > 0) {
-        if (p->n_ctx > n_ctx) {
-            sd_spec_free(s);
-            return sd_fail(SD_ERR_INVALID_ARG, "context %d exceeds what the model%s loaded with (%d)",
-                           p->n_ctx, draft ? "s were" : " was", n_ctx);
-        }
-        n_ctx = p->n_ctx;
+    int n_ctx = sd_model_hparams(target)->ctx_len;
+    if (draft && sd_model_hparams(draft)->ctx_len < n_ctx) n_ctx = sd_model_hparams(draft)->ctx_len;
+    if (p->n_ctx > 0) n_ctx = p->n_ctx;
+    sd_context_params cp = sd_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.kv_type = p->kv_type;
+    sd_context *tctx = NULL, *dctx = NULL;
+    sd_drafter *dr = NULL;
+    if ((st = sd_context_create(target, &cp, &tctx)) != SD_OK) return st;
+    if (draft) {
+        st = sd_context_create(draft, &cp, &dctx);
+        if (st == SD_OK)
+            st = sd_drafter_model_create(dctx, 0, sd_model_hparams(target)->vocab_size, &p->sampling, &dr);
     }
-    s->n_ctx = n_ctx;
-    const int k = s->p.draft_max;
-    const size_t V = (size_t)s->n_vocab;
-    if ((st = sd_model_kv_create(target, n_ctx, &s->kv)) != SD_OK) goto fail;
-    if (draft && (st = sd_drafter_model_create(draft, n_ctx, s->n_vocab, &s->p.sampling, &s->drafter)) != SD_OK)
-        goto fail;
-    s->tokens = malloc((size_t)n_ctx * sizeof(int32_t));
-    s->pend_d = malloc((size_t)n_ctx * sizeof(int32_t));
-    s->logits = malloc((size_t)(k + 1) * V * sizeof(float));
-    s->p_rows = malloc((size_t)(k + 1) * V * sizeof(float));
-    s->q_rows = malloc((size_t)(k > 0 ? k : 1) * V * sizeof(float));
-    s->residual = malloc(V * sizeof(float));
-    s->scratch = malloc(sd_sample_scratch_bytes(s->n_vocab));
-    s->argmax = malloc((size_t)(k + 1) * sizeof(int32_t));
-    if (!s->tokens || !s->pend_d || !s->logits || !s->p_rows || !s->q_rows || !s->residual ||
-        !s->scratch || !s->argmax) {
-        st = sd_fail(SD_ERR_NOMEM, "out of memory");
-        goto fail;
+    if (st == SD_OK) st = sd_spec_create_with(tctx, 0, dr, p, out);
+    if (st != SD_OK) {
+        sd_drafter_free(dr);
+        sd_context_free(dctx);
+        sd_context_free(tctx);
+        return st;
     }
-    *out = s;
+    (*out)->dctx = dctx;
+    (*out)->owns = 1;
     return SD_OK;
-fail:
-    sd_spec_free(s);
-    return st;
 }
 
-sd_kv *sd_spec_target_kv(sd_spec *s) { return s->kv; }
-sd_kv *sd_spec_draft_kv(sd_spec *s) { return s->drafter ? sd_drafter_model_kv(s->drafter) : NULL; }
+sd_context *sd_spec_target_context(sd_spec *s) { return s->tctx; }
+int sd_spec_seq(const sd_spec *s) { return s->seq; }
+sd_drafter *sd_spec_drafter(sd_spec *s) { return s->drafter; }
 const int32_t *sd_spec_tokens(const sd_spec *s, int *n) {
     *n = s->n_tokens;
     return s->tokens;
 }
-int sd_spec_draft_consumed(const sd_spec *s) { return s->drafter ? s->drafter->vt->consumed(s->drafter) : 0; }
+int sd_spec_done(const sd_spec *s) { return !s->active; }
 
 double sd_spec_acceptance(const sd_spec_stats *st) {
     return st->n_drafted ? (double)st->n_accepted / st->n_drafted : 0.0;
 }
 double sd_spec_tokens_per_pass(const sd_spec_stats *st) {
     int passes = st->n_verify + st->n_target_steps;
-    return passes ? (double)(st->n_generated - 1) / passes : 0.0;
+    return passes ? (double)st->n_generated / passes : 0.0;
 }
 double sd_spec_decode_tps(const sd_spec_stats *st) {
-    double t = st->t_total - st->t_prefill;
+    double t = st->t_total - st->t_first;
     return st->n_generated > 1 && t > 0 ? (st->n_generated - 1) / t : 0.0;
 }
 
+sd_status sd_spec_begin(sd_spec *s, const int32_t *prompt, int n_prompt) {
+    s->active = 0;
+    if (n_prompt <= 0) return sd_fail(SD_ERR_INVALID_ARG, "empty prompt (need at least one token, e.g. BOS)");
+    if (n_prompt >= s->n_ctx)
+        return sd_fail(SD_ERR_CONTEXT_FULL,
+                       "prompt of %d tokens does not fit the context of %d (it needs room for at least one more token)",
+                       n_prompt, s->n_ctx);
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= s->n_vocab)
+            return sd_fail(SD_ERR_INVALID_ARG, "prompt token %d at %d outside vocabulary of %d", (int)prompt[i], i,
+                           s->n_vocab);
+    sd_spec_stats *st = &s->st;
+    memset(st, 0, sizeof *st);
+    st->n_prompt = n_prompt;
+    st->k = s->p.draft_max;
+    s->t0 = now();
+    sd_rng_seed(&s->rng, s->p.sampling.seed);
+
+    /* The cache holds tokens[0..len) of the last history: keep what the prompt shares with it,
+     * short of the prompt's last token, which stays pending. */
+    int keep = sd_context_seq_len(s->tctx, s->seq);
+    if (keep > s->n_tokens) keep = s->n_tokens;
+    int c = 0;
+    while (c < keep && c < n_prompt - 1 && s->tokens[c] == prompt[c]) c++;
+    sd_status rc = sd_context_seq_truncate(s->tctx, s->seq, c);
+    if (rc != SD_OK) return rc;
+    memcpy(s->tokens, prompt, (size_t)n_prompt * sizeof(int32_t));
+    s->n_tokens = n_prompt;
+    st->n_reused = c;
+    if (n_prompt - 1 > c && (rc = sd_context_forward(s->tctx, s->seq, prompt + c, n_prompt - 1 - c, NULL, 0)) != SD_OK)
+        return rc;
+    if (s->drafter && s->drafter->vt->sync && (rc = s->drafter->vt->sync(s->drafter, prompt, n_prompt)) != SD_OK)
+        return rc;
+    st->t_prefill = now() - s->t0;
+    s->active = 1;
+    return SD_OK;
+}
+
+static void finish(sd_spec *s, const char *reason) {
+    s->active = 0;
+    s->st.stop_reason = reason;
+    s->st.t_total = now() - s->t0;
+}
+
+/* Appends one token to the history and hands it on; ends the generation on EOS, the budget,
+ * the callback or the stop flag. Returns 1 when the generation has ended. */
+static int emit(sd_spec *s, int32_t tok, sd_token_cb cb, void *user, int32_t *out, int *n_out) {
+    sd_spec_stats *st = &s->st;
+    s->tokens[s->n_tokens++] = tok;
+    if (out) out[*n_out] = tok;
+    (*n_out)++;
+    if (st->n_generated++ == 0) st->t_first = now() - s->t0;
+    if (cb && cb(tok, user)) finish(s, "callback");
+    else if (s->p.stop_at_eos && tok == s->eos) finish(s, "eos");
+    else if (st->n_generated >= s->p.n_predict) finish(s, "length");
+    else if (s->p.stop_flag && *s->p.stop_flag) finish(s, "interrupted");
+    else if (s->n_tokens >= s->n_ctx) finish(s, "context");
+    return !s->active;
+}
+
 /* One token from one row of target logits (plain sampling). */
-static sd_status pick(sd_spec *s, const float *row, sd_rng *rng, int32_t *tok) {
+static sd_status pick(sd_spec *s, const float *row, int32_t *tok) {
     if (s->p.sampling.temperature == 0) {
         *tok = sd_argmax(row, s->n_vocab);
         return SD_OK;
     }
     sd_status st = sd_sample_probs(&s->p.sampling, row, s->n_vocab, s->p_rows, s->scratch);
-    if (st == SD_OK) *tok = sd_sample_draw(s->p_rows, s->n_vocab, rng);
+    if (st == SD_OK) *tok = sd_sample_draw(s->p_rows, s->n_vocab, &s->rng);
     return st;
 }
 
-typedef struct {
-    sd_spec *s;
-    sd_token_cb cb;
-    void *user;
-    sd_spec_stats *st;
-    int done;
-} emitter;
-
-/* Appends a token to the history and hands it to the caller; sets done on EOS/callback stop. */
-static void emit(emitter *e, int32_t tok) {
-    sd_spec *s = e->s;
-    s->tokens[s->n_tokens++] = tok;
-    e->st->n_generated++;
-    if (e->cb && e->cb(tok, e->user)) {
-        e->st->stop_reason = "callback";
-        e->done = 1;
-    } else if (s->p.stop_at_eos && tok == sd_tokenizer_eos(sd_model_tokenizer(s->target))) {
-        e->st->stop_reason = "eos";
-        e->done = 1;
-    } else if (e->st->n_generated >= s->p.n_predict) {
-        e->st->stop_reason = "length";
-        e->done = 1;
-    }
-}
-
-sd_status sd_spec_generate(sd_spec *s, const int32_t *prompt, int n_prompt, sd_token_cb cb,
-                           void *user, sd_spec_stats *stats) {
-    sd_spec_stats local;
-    sd_spec_stats *st = stats ? stats : &local;
-    memset(st, 0, sizeof *st);
-    st->n_prompt = n_prompt;
-    st->k = s->p.draft_max;
-    st->stop_reason = "length";
-    if (n_prompt <= 0) return sd_fail(SD_ERR_INVALID_ARG, "empty prompt (need at least one token, e.g. BOS)");
-    if (n_prompt >= s->n_ctx)
-        return sd_fail(SD_ERR_CONTEXT_FULL, "prompt of %d tokens does not fit the context of %d (it needs room for at least one more token)",
-                       n_prompt, s->n_ctx);
-    for (int i = 0; i < n_prompt; i++)
-        if (prompt[i] < 0 || prompt[i] >= s->n_vocab)
-            return sd_fail(SD_ERR_INVALID_ARG, "prompt token %d at %d outside vocabulary of %d",
-                           (int)prompt[i], i, s->n_vocab);
-
-    const double t0 = now();
-    const size_t V = (size_t)s->n_vocab;
-    sd_rng rng;
-    sd_rng_seed(&rng, s->p.sampling.seed);
-    sd_kv_truncate(s->kv, 0);
-    memcpy(s->tokens, prompt, (size_t)n_prompt * sizeof(int32_t));
-    s->n_tokens = n_prompt;
-    s->n_pend_d = 0;
-    emitter e = {s, cb, user, st, 0};
+sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, int32_t *out, int *n_out) {
+    *n_out = 0;
+    if (!s->active) return SD_OK;
+    sd_spec_stats *st = &s->st;
     sd_status rc;
-
-    /* Prefill: the target scores the prompt and gives the first token; the draft reads it. */
-    if ((rc = sd_target_prefill(s->target, s->kv, prompt, n_prompt, s->logits)) != SD_OK) return rc;
-    if (s->drafter) { /* timed as part of t_prefill, not t_draft */
-        if ((rc = s->drafter->vt->rollback(s->drafter, 0)) != SD_OK) return rc;
-        if ((rc = s->drafter->vt->prefill(s->drafter, prompt, n_prompt)) != SD_OK) return rc;
+    if (s->p.stop_flag && *s->p.stop_flag) {
+        finish(s, "interrupted");
+        return SD_OK;
     }
-    int32_t tok;
-    if ((rc = pick(s, s->logits, &rng, &tok)) != SD_OK) return rc;
-    st->t_prefill = now() - t0;
-    emit(&e, tok);
-    if (s->drafter) s->pend_d[s->n_pend_d++] = tok;
-
-    /* The target cache holds every history token but the last (the pending one). */
-    while (!e.done) {
-        if (s->p.stop_flag && *s->p.stop_flag) {
-            st->stop_reason = "interrupted";
-            break;
-        }
-        const int n_hist = s->n_tokens;
-        const int room = s->n_ctx - n_hist; /* tokens the history can still take */
-        if (room <= 0) {
-            st->stop_reason = "context";
-            break;
-        }
-        /* Drafts that could still be emitted: context room, generation budget, draft cache. */
-        int k = s->p.draft_max;
-        int left = s->p.n_predict - st->n_generated;
-        if (k > room - 1) k = room - 1;
-        if (k > left - 1) k = left - 1;
-        if (s->drafter) {
-            int dcap = s->drafter->vt->capacity(s->drafter) - s->drafter->vt->consumed(s->drafter) -
-                       s->n_pend_d + 1;
-            if (k > dcap) k = dcap;
-        }
-        if (k < 1 || !s->drafter) {
-            /* Plain step (or too little room to speculate). */
-            double tv = now();
-            rc = sd_target_decode(s->target, s->kv, s->tokens[n_hist - 1], s->logits);
-            st->t_verify += now() - tv;
-            if (rc != SD_OK) return rc;
-            st->n_target_steps++;
-            double ts = now();
-            rc = pick(s, s->logits, &rng, &tok);
-            st->t_sample += now() - ts;
-            if (rc != SD_OK) return rc;
-            emit(&e, tok);
-            if (s->drafter) s->pend_d[s->n_pend_d++] = tok;
-            continue;
-        }
-
-        /* Draft k tokens after feeding the draft what it has not seen. */
-        const int greedy = s->p.sampling.temperature == 0;
-        int32_t batch[SD_MAX_DRAFT + 1];
-        int nd = 0;
+    const int n_hist = s->n_tokens;
+    if (sd_context_seq_len(s->tctx, s->seq) != n_hist - 1)
+        return sd_fail(SD_ERR_INVALID_ARG, "spec: the target sequence holds %d tokens, the history %d (another user of sequence %d?)",
+                       sd_context_seq_len(s->tctx, s->seq), n_hist, s->seq);
+    /* Drafts that could still be emitted: context room (the history takes at most n_ctx
+     * tokens) and the generation budget, each less the token the target adds itself. */
+    int k = s->p.draft_max;
+    const int room = s->n_ctx - n_hist, left = s->p.n_predict - st->n_generated;
+    if (k > room - 1) k = room - 1;
+    if (k > left - 1) k = left - 1;
+    const int greedy = s->p.sampling.temperature == 0;
+    int32_t batch[SD_MAX_DRAFT + 1];
+    int nd = 0;
+    int want_q = 0;
+    if (k >= 1 && s->drafter) {
+        want_q = !greedy && s->drafter->has_q;
         double td = now();
-        rc = s->drafter->vt->draft(s->drafter, s->pend_d, s->n_pend_d, k, &rng, batch + 1,
-                                   greedy ? NULL : s->q_rows, &nd);
+        rc = s->drafter->vt->draft(s->drafter, s->tokens, n_hist, k, &s->rng, batch + 1, want_q ? s->q_rows : NULL, &nd);
         st->t_draft += now() - td;
         if (rc != SD_OK) return rc;
-        /* The drafter consumed the pending tokens and its drafts but the last; a drafter may
-         * also propose nothing (nd == 0), which makes this pass a plain target step. */
-        const int draft_len_before = s->drafter->vt->consumed(s->drafter) - (nd > 0 ? nd - 1 : 0);
-        s->n_pend_d = 0;
+        if (nd < 0 || nd > k)
+            return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' proposed %d tokens; at most %d were asked for",
+                           s->drafter->name, nd, k);
+        for (int i = 0; i < nd; i++)
+            if (batch[1 + i] < 0 || batch[1 + i] >= s->n_vocab)
+                return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' proposed id %d, outside the target's vocabulary of %d",
+                               s->drafter->name, (int)batch[1 + i], s->n_vocab);
+    }
 
-        /* Verify: [pending, d1..dk] in one batched target pass. */
-        batch[0] = s->tokens[n_hist - 1];
-        const int len_t0 = sd_kv_len(s->kv);
-        double tv = now();
-        rc = sd_target_verify(s->target, s->kv, batch, nd + 1, s->logits);
-        st->t_verify += now() - tv;
-        if (rc != SD_OK) return rc;
+    /* Verify: [pending, d1..dnd] in one batched target pass. */
+    batch[0] = s->tokens[n_hist - 1];
+    int row0;
+    sd_verify_round_clear(s->round);
+    if ((rc = sd_verify_round_add_chain(s->round, s->seq, batch, nd + 1, &row0)) != SD_OK) return rc;
+    double tv = now();
+    rc = sd_verify_round_run(s->round);
+    st->t_verify += now() - tv;
+    if (rc != SD_OK) return rc;
 
-        double ts = now();
-        int m;
-        int32_t next;
-        if (greedy) {
-            for (int i = 0; i <= nd; i++) s->argmax[i] = sd_argmax(s->logits + (size_t)i * V, s->n_vocab);
-            m = sd_verify_greedy(batch + 1, nd, s->argmax, &next);
-        } else {
-            for (int i = 0; i <= nd; i++) {
-                rc = sd_sample_probs(&s->p.sampling, s->logits + (size_t)i * V, s->n_vocab,
-                                     s->p_rows + (size_t)i * V, s->scratch);
-                if (rc != SD_OK) return rc;
-            }
-            m = sd_verify_stochastic(s->p_rows, s->q_rows, batch + 1, nd, s->n_vocab, &rng,
+    double ts = now();
+    const size_t V = (size_t)s->n_vocab;
+    int m = 0;
+    int32_t next;
+    if (nd == 0) {
+        st->n_target_steps++;
+        rc = pick(s, sd_verify_round_logits(s->round, row0), &next);
+    } else if (greedy) {
+        for (int i = 0; i <= nd; i++) s->argmax[i] = sd_argmax(sd_verify_round_logits(s->round, row0 + i), s->n_vocab);
+        m = sd_verify_greedy(batch + 1, nd, s->argmax, &next);
+    } else {
+        for (int i = 0; i <= nd && rc == SD_OK; i++)
+            rc = sd_sample_probs(&s->p.sampling, sd_verify_round_logits(s->round, row0 + i), s->n_vocab,
+                                 s->p_rows + (size_t)i * V, s->scratch);
+        if (rc == SD_OK)
+            m = sd_verify_stochastic(s->p_rows, want_q ? s->q_rows : NULL, batch + 1, nd, s->n_vocab, &s->rng,
                                      s->residual, &next);
-        }
-        st->t_sample += now() - ts;
+    }
+    st->t_sample += now() - ts;
+    if (rc != SD_OK) {
+        sd_context_seq_truncate(s->tctx, s->seq, n_hist - 1);
+        return rc;
+    }
+
+    /* Emit the accepted drafts and the target's own token, stopping at the first that ends the
+     * generation; then the target keeps exactly the history but its last token. */
+    int emitted_drafts = 0;
+    for (int i = 0; i < m && s->active; i++, emitted_drafts++) emit(s, batch[1 + i], cb, user, out, n_out);
+    if (s->active) emit(s, next, cb, user, out, n_out);
+    if (nd > 0) {
         st->n_verify++;
         st->n_drafted += nd;
-        st->n_accepted += m;
+        st->n_accepted += emitted_drafts;
         for (int i = 0; i < nd; i++) {
             st->drafted_at[i]++;
-            if (i < m) st->accepted_at[i]++;
+            if (i < emitted_drafts) st->accepted_at[i]++;
         }
-
-        /* Roll back: the target keeps pending + m accepted drafts; the draft keeps what it
-         * consumed of them (it never consumed dk). */
-        sd_kv_truncate(s->kv, len_t0 + 1 + m);
-        int keep_d = draft_len_before + (nd > 0 ? (m < nd - 1 ? m : nd - 1) : 0);
-        if ((rc = s->drafter->vt->rollback(s->drafter, keep_d)) != SD_OK) return rc;
-        if (nd > 0 && m == nd) s->pend_d[s->n_pend_d++] = batch[nd];
-        s->pend_d[s->n_pend_d++] = next;
-
-        for (int i = 0; i < m && !e.done; i++) emit(&e, batch[1 + i]);
-        if (!e.done) emit(&e, next);
-        if (e.done && sd_kv_len(s->kv) > s->n_tokens - 1) {
-            /* Stopped inside the accepted run (EOS or the callback): drop the accepted tokens
-             * that were never emitted, so both caches still hold a prefix of the history. */
-            sd_kv_truncate(s->kv, s->n_tokens - 1);
-            if (s->drafter->vt->consumed(s->drafter) > s->n_tokens - 1)
-                s->drafter->vt->rollback(s->drafter, s->n_tokens - 1);
-        }
-        if (s->p.on_step) s->p.on_step(s, s->p.step_user);
     }
-    st->t_total = now() - t0;
-    st->kv_bytes_target = sd_kv_bytes_used(s->kv);
-    if (s->drafter) st->kv_bytes_draft = sd_kv_bytes_used(sd_drafter_model_kv(s->drafter));
+    if ((rc = sd_context_seq_truncate(s->tctx, s->seq, s->n_tokens - 1)) != SD_OK) return rc;
+    if (!s->active) {
+        st->kv_bytes_target = (size_t)sd_context_seq_len(s->tctx, s->seq) * sd_kv_bytes_per_token(sd_context_kv(s->tctx));
+        sd_context *dc = sd_drafter_model_context(s->drafter);
+        int n_fed = 0;
+        sd_drafter_model_tokens(s->drafter, &n_fed);
+        if (dc) st->kv_bytes_draft = (size_t)n_fed * sd_kv_bytes_per_token(sd_context_kv(dc));
+    }
+    if (s->p.on_step) s->p.on_step(s, s->p.step_user);
     return SD_OK;
+}
+
+void sd_spec_get_stats(const sd_spec *s, sd_spec_stats *st) {
+    *st = s->st;
+    if (s->active) st->t_total = now() - s->t0;
+}
+
+sd_status sd_spec_generate(sd_spec *s, const int32_t *prompt, int n_prompt, sd_token_cb cb, void *user,
+                           sd_spec_stats *stats) {
+    sd_status rc = sd_spec_begin(s, prompt, n_prompt);
+    int n = 0;
+    while (rc == SD_OK && s->active) rc = sd_spec_step(s, cb, user, NULL, &n);
+    if (stats) sd_spec_get_stats(s, stats);
+    return rc;
 }

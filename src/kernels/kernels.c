@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,29 @@ void sd_kernels_set_threads(int n) {
 }
 
 int sd_kernels_threads(void) { return g_threads > 0 ? g_threads : omp_get_max_threads(); }
+
+/* omp_set_num_threads sets the calling thread's team size only: a context run from another
+ * thread would otherwise use OpenMP's default team. */
+void sd_kernels_enter(void) {
+    if (g_threads > 0 && omp_get_max_threads() != g_threads) omp_set_num_threads(g_threads);
+}
+
+int sd_kernels_max_threads(void) {
+    int n = omp_get_max_threads();
+    if (omp_get_num_procs() > n) n = omp_get_num_procs();
+    if (g_threads > n) n = g_threads;
+    return n;
+}
+
+/* OpenBLAS built for OpenMP shares per-process buffers between calls; contexts running on
+ * several threads take turns in sgemm (prefill), which then uses every core anyway. */
+static pthread_mutex_t g_blas_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void sgemm_locked(int n, int rows, int cols, const float *X, const float *W, int ldw, float *Y, int ldy) {
+    pthread_mutex_lock(&g_blas_lock);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, cols, 1.0f, X, cols, W, ldw, 0.0f, Y, ldy);
+    pthread_mutex_unlock(&g_blas_lock);
+}
 
 size_t sd_matmul_scratch_floats(int64_t cols) { return (size_t)SD_DEQUANT_TILE_ROWS * (size_t)cols; }
 
@@ -338,9 +362,8 @@ int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratc
         return fail ? -1 : 0;
     }
     if (W->type == SD_TYPE_F32) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)rows, (int)cols, 1.0f, X,
-                    (int)cols, (const float *)W->data, (int)(W->row_bytes / sizeof(float)), 0.0f,
-                    Y, (int)rows);
+        sgemm_locked(n, (int)rows, (int)cols, X, (const float *)W->data, (int)(W->row_bytes / sizeof(float)), Y,
+                     (int)rows);
         return 0;
     }
     /* Other types: dequantise a tile of rows into scratch and multiply it, so no call
@@ -350,8 +373,7 @@ int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratc
         int64_t nr = rows - r0 < SD_DEQUANT_TILE_ROWS ? rows - r0 : SD_DEQUANT_TILE_ROWS;
 #pragma omp parallel for schedule(static) if (nr * cols >= SD_PAR_MIN_WORK)
         for (int64_t r = 0; r < nr; r++) sd_dequant_row(W, r0 + r, scratch + (size_t)r * cols);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)nr, (int)cols, 1.0f, X,
-                    (int)cols, scratch, (int)cols, 0.0f, Y + r0, (int)rows);
+        sgemm_locked(n, (int)nr, (int)cols, X, scratch, (int)cols, Y + r0, (int)rows);
     }
     return 0;
 }
@@ -698,6 +720,108 @@ static void attend_one(const float *q, const float *K, const float *V, float *ou
         for (int i = 0; i < head_dim; i++) out[i] += a * v[i];
     }
 #endif
+}
+
+/* ---- tree attention: a query attends to the cache prefix and to its own path of batch rows */
+
+/* Row of attended position t: the prefix [0, pos0) in place, then the path's rows. */
+static inline int path_row(int t, int pos0, const int32_t *path) { return t < pos0 ? t : pos0 + path[t - pos0]; }
+
+/* attend_one for a query whose positions are rows path_row(0..n_ctx): every operation and its
+ * order are attend_one's (scores per position, softmax over the same vector, values summed in
+ * position order), so a path gives the bits of the chain that holds it contiguously. */
+static void attend_one_path(const float *q, const float *K, const float *V, float *out, int pos0, const int32_t *path,
+                            int n_ctx, int kv_dim, int head_dim, int kvh, float *att) {
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    const float *Kh = K + (size_t)kvh * head_dim;
+    const float *Vh = V + (size_t)kvh * head_dim;
+#if SD_HAVE_AVX512
+    if (head_dim < 16) {
+        for (int t0 = 0; t0 < n_ctx; t0 += 16) {
+            const __mmask16 m = tail_mask(n_ctx - t0);
+            /* offsets from the block's first row keep the 32-bit gather indices small */
+            const int r0 = path_row(t0, pos0, path);
+            int32_t off[16];
+            for (int i = 0; i < 16; i++) off[i] = t0 + i < n_ctx ? (path_row(t0 + i, pos0, path) - r0) * kv_dim : 0;
+            const __m512i idx = _mm512_loadu_si512(off);
+            const float *base = Kh + (size_t)r0 * kv_dim;
+            __m512 acc = _mm512_setzero_ps();
+            for (int d = 0; d < head_dim; d++)
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(q[d]),
+                                      _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, base + d, 4), acc);
+            _mm512_mask_storeu_ps(att + t0, m, _mm512_mul_ps(acc, _mm512_set1_ps(scale)));
+        }
+        sd_softmax(att, n_ctx);
+        const __mmask16 m = tail_mask(head_dim);
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        int t = 0;
+        for (; t + 2 <= n_ctx; t += 2) {
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(att[t]),
+                                 _mm512_maskz_loadu_ps(m, Vh + (size_t)path_row(t, pos0, path) * kv_dim), a0);
+            a1 = _mm512_fmadd_ps(_mm512_set1_ps(att[t + 1]),
+                                 _mm512_maskz_loadu_ps(m, Vh + (size_t)path_row(t + 1, pos0, path) * kv_dim), a1);
+        }
+        if (t < n_ctx)
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(att[t]),
+                                 _mm512_maskz_loadu_ps(m, Vh + (size_t)path_row(t, pos0, path) * kv_dim), a0);
+        _mm512_mask_storeu_ps(out, m, _mm512_add_ps(a0, a1));
+        return;
+    }
+    /* score_block's arithmetic on 16 row pointers (its 64/128-wide forms are this with full masks) */
+    for (int t0 = 0; t0 < n_ctx; t0 += 16) {
+        const int cnt = n_ctx - t0 < 16 ? n_ctx - t0 : 16;
+        const float *k[16];
+        for (int i = 0; i < 16; i++) k[i] = Kh + (size_t)path_row(t0 + (i < cnt ? i : cnt - 1), pos0, path) * kv_dim;
+        __m512 p[16];
+        const __mmask16 m0 = tail_mask(head_dim);
+        const __m512 q0 = _mm512_maskz_loadu_ps(m0, q);
+        for (int i = 0; i < 16; i++) p[i] = _mm512_mul_ps(q0, _mm512_maskz_loadu_ps(m0, k[i]));
+        for (int c = 16; c < head_dim; c += 16) {
+            const __mmask16 m = tail_mask(head_dim - c);
+            const __m512 qc = _mm512_maskz_loadu_ps(m, q + c);
+            for (int i = 0; i < 16; i++) p[i] = _mm512_fmadd_ps(qc, _mm512_maskz_loadu_ps(m, k[i] + c), p[i]);
+        }
+        _mm512_mask_storeu_ps(att + t0, tail_mask(cnt), _mm512_mul_ps(transpose_sum16(p), _mm512_set1_ps(scale)));
+    }
+    sd_softmax(att, n_ctx);
+    memset(out, 0, (size_t)head_dim * sizeof(float));
+    for (int c = 0; c < head_dim; c += 64) {
+        const int span = head_dim - c < 64 ? head_dim - c : 64;
+        value_block(out + c, att, Vh + c, kv_dim, pos0, span, 0); /* the prefix in place */
+        for (int t = pos0; t < n_ctx; t++)
+            value_block(out + c, att + t, Vh + c + (size_t)path_row(t, pos0, path) * kv_dim, kv_dim, 1, span, 0);
+    }
+#else
+    for (int t = 0; t < n_ctx; t++) att[t] = dot_f32(q, Kh + (size_t)path_row(t, pos0, path) * kv_dim, head_dim) * scale;
+    sd_softmax(att, n_ctx);
+    memset(out, 0, (size_t)head_dim * sizeof(float));
+    for (int t = 0; t < n_ctx; t++) {
+        const float *v = Vh + (size_t)path_row(t, pos0, path) * kv_dim;
+        const float a = att[t];
+        for (int i = 0; i < head_dim; i++) out[i] += a * v[i];
+    }
+#endif
+}
+
+void sd_attention_tree(const float *q, const float *K, const float *V, float *out, int n, int pos0,
+                       const int32_t *path, const int32_t *path_off, int n_heads, int n_kv_heads, int head_dim,
+                       float *att_scratch, int att_slots) {
+    const int q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
+    const int items = n * n_heads, ctx_max = pos0 + n;
+    const double work = (double)items * ctx_max * head_dim;
+    int nt = sd_kernels_threads() < att_slots ? sd_kernels_threads() : att_slots;
+    if (nt > items) nt = items;
+#pragma omp parallel num_threads(nt) if (work >= SD_ATT_PAR_MIN_WORK && nt >= 2)
+    {
+        const int id = omp_get_thread_num(), tn = omp_get_num_threads();
+        float *att = att_scratch + (size_t)id * ctx_max;
+        for (int it = id; it < items; it += tn) {
+            const int t = it / n_heads, h = it % n_heads;
+            const int32_t *pt = path + path_off[t];
+            attend_one_path(q + (size_t)t * q_dim + (size_t)h * head_dim, K, V, out + (size_t)t * q_dim + (size_t)h * head_dim,
+                            pos0, pt, pos0 + (path_off[t + 1] - path_off[t]), kv_dim, head_dim, h / group, att);
+        }
+    }
 }
 
 #if SD_HAVE_AVX512

@@ -12,6 +12,10 @@
 /* Threads used by OpenMP regions and OpenBLAS. n < 1 keeps the current setting. */
 void sd_kernels_set_threads(int n);
 int sd_kernels_threads(void);
+/* Called by each thread before it runs kernels: applies the thread count to that thread. */
+void sd_kernels_enter(void);
+/* The most threads a kernel may run (scratch sizing). */
+int sd_kernels_max_threads(void);
 
 /* Batches up to this many tokens use the streaming multi-vector kernel: each weight vector
  * is loaded once for up to 8 tokens, so verifying k+1 tokens costs about one decode step,
@@ -101,6 +105,14 @@ int sd_attention_f16(const float *q, const uint16_t *K, const uint16_t *V, float
 
 /* y[i] = x[i] rounded to fp16 (nearest even). */
 void sd_f32_to_f16_row(const float *x, uint16_t *y, size_t n);
+
+/* Attention of a tree batch: query token j (keys and values at rows pos0..pos0+n-1) attends to
+ * positions [0, pos0) and to the rows pos0 + path[path_off[j] .. path_off[j+1]) (its ancestors and
+ * itself, root first) as if they followed the prefix contiguously. Equal bit for bit to
+ * sd_attention over a cache holding that path as a chain. att_scratch: att_slots x (pos0+n). */
+void sd_attention_tree(const float *q, const float *K, const float *V, float *out, int n, int pos0,
+                       const int32_t *path, const int32_t *path_off, int n_heads, int n_kv_heads, int head_dim,
+                       float *att_scratch, int att_slots);
 
 void sd_attention_ref(const float *q, const float *K, const float *V, float *out, int n, int pos0,
                       int n_heads, int n_kv_heads, int head_dim);

@@ -21,24 +21,28 @@ static int is_quantised(sd_type t) { return t != SD_TYPE_F32 && t != SD_TYPE_F16
 
 static sd_status add_metadata(const sd_model *m, sd_type t, sd_gguf_writer *w) {
     const sd_hparams *hp = &m->hp;
+    const char *arch = m->arch->name;
     char name[256];
     model_name(m->path, name, sizeof name);
+    char k[12][96];
+    static const char *const suffix[12] = {"vocab_size", "context_length", "embedding_length", "block_count",
+                                           "feed_forward_length", "attention.head_count", "attention.head_count_kv",
+                                           "rope.dimension_count", "attention.key_length", "attention.value_length",
+                                           "rope.freq_base", "attention.layer_norm_rms_epsilon"};
+    for (int i = 0; i < 12; i++) snprintf(k[i], sizeof k[i], "%s.%s", arch, suffix[i]);
+    const uint32_t u[10] = {(uint32_t)hp->vocab_size, (uint32_t)hp->ctx_len, (uint32_t)hp->dim, (uint32_t)hp->n_layers,
+                            (uint32_t)hp->hidden_dim, (uint32_t)hp->n_heads, (uint32_t)hp->n_kv_heads,
+                            (uint32_t)hp->rope_dim, (uint32_t)hp->head_dim, (uint32_t)hp->head_dim};
+    /* key/value_length only where the head size is not the embedding split across the heads */
+    const int n_u = hp->head_dim * hp->n_heads == hp->dim ? 8 : 10;
     sd_status st;
-    if ((st = sd_gguf_set_str(w, "general.architecture", "llama")) ||
-        (st = sd_gguf_set_str(w, "general.name", name)) ||
+    if ((st = sd_gguf_set_str(w, "general.architecture", arch)) || (st = sd_gguf_set_str(w, "general.name", name)) ||
         (st = sd_gguf_set_u32(w, "general.file_type", sd_quant_file_type(t))) ||
-        (is_quantised(t) && (st = sd_gguf_set_u32(w, "general.quantization_version", 2))) ||
-        (st = sd_gguf_set_u32(w, "llama.vocab_size", (uint32_t)hp->vocab_size)) ||
-        (st = sd_gguf_set_u32(w, "llama.context_length", (uint32_t)hp->ctx_len)) ||
-        (st = sd_gguf_set_u32(w, "llama.embedding_length", (uint32_t)hp->dim)) ||
-        (st = sd_gguf_set_u32(w, "llama.block_count", (uint32_t)hp->n_layers)) ||
-        (st = sd_gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)hp->hidden_dim)) ||
-        (st = sd_gguf_set_u32(w, "llama.attention.head_count", (uint32_t)hp->n_heads)) ||
-        (st = sd_gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)hp->n_kv_heads)) ||
-        (st = sd_gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)hp->rope_dim)) ||
-        (st = sd_gguf_set_f32(w, "llama.rope.freq_base", hp->rope_theta)) ||
-        (st = sd_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", hp->norm_eps)))
+        (is_quantised(t) && (st = sd_gguf_set_u32(w, "general.quantization_version", 2))))
         return st;
+    for (int i = 0; i < n_u; i++)
+        if ((st = sd_gguf_set_u32(w, k[i], u[i])) != SD_OK) return st;
+    if ((st = sd_gguf_set_f32(w, k[10], hp->rope_theta)) || (st = sd_gguf_set_f32(w, k[11], hp->norm_eps))) return st;
     if (!m->tok) return sd_fail(SD_ERR_INVALID_ARG, "%s: the model has no tokenizer to write", m->path);
     return sd_tokenizer_write_gguf(m->tok, w);
 }
@@ -118,23 +122,41 @@ sd_status sd_model_to_gguf(const sd_model *m, const sd_convert_params *p, sd_ggu
     if (!w) return sd_fail(SD_ERR_NOMEM, "convert: no memory for the writer");
     sd_status st = add_metadata(m, p->type, w);
     const int n = sd_model_n_tensors(m);
+    /* HF's rotate-half q/k become the family's GGUF pairing (llama: interleaved) by reordering the
+     * dims of each head, as llama.cpp's converter does; so do everything indexed by them. */
+    const int permute = hp->rope_style != m->arch->gguf_rope;
+    if (permute && hp->rope_style != SD_ROPE_HALF)
+        st = sd_fail(SD_ERR_UNSUPPORTED, "%s: interleaved RoPE cannot be written as a rotate-half family", m->path);
     char name[96];
     for (int i = 0; i < n && st == SD_OK; i++) {
         sd_tensor v;
+        sd_weight wid;
+        int layer;
         if ((st = sd_model_tensor(m, i, name, sizeof name, &v)) != SD_OK) break;
-        const int norm = v.rows == 1 && strstr(name, "norm") != NULL;
-        const sd_type type = norm ? SD_TYPE_F32 : sd_quant_fallback(p->type, v.cols);
-        if (p->progress) p->progress(i, n, name, type, p->progress_user);
-        if (norm) { /* norms are F32 views (converted at load when stored otherwise) */
+        sd_model_weight_at(m, i, &wid, &layer);
+        int heads = 0;
+        if (permute) {
+            if (wid == SD_W_ATTN_Q || wid == SD_W_ATTN_Q_B) heads = hp->n_heads;
+            else if (wid == SD_W_ATTN_K || wid == SD_W_ATTN_K_B) heads = hp->n_kv_heads;
+            else if (wid == SD_W_ATTN_Q_NORM || wid == SD_W_ATTN_K_NORM) heads = 1;
+        }
+        if (sd_weight_is_vector(wid)) { /* F32 views (converted at load when stored otherwise) */
+            const sd_type type = SD_TYPE_F32;
+            if (p->progress) p->progress(i, n, name, type, p->progress_user);
+            float *buf = malloc((size_t)v.cols * sizeof(float));
+            if (!buf) {
+                st = sd_fail(SD_ERR_NOMEM, "convert: out of memory");
+                break;
+            }
+            const float *src = v.data;
+            for (int64_t c = 0; c < v.cols; c++) buf[c] = src[src_row(c, heads, hp->head_dim, hp->rope_dim)];
             const uint64_t ne[1] = {(uint64_t)v.cols};
-            st = sd_gguf_add_tensor(w, name, SD_TYPE_F32, 1, ne, v.data, (size_t)v.cols * sizeof(float));
+            st = sd_gguf_add_tensor(w, name, SD_TYPE_F32, 1, ne, buf, (size_t)v.cols * sizeof(float));
+            free(buf);
             continue;
         }
-        int heads = 0;
-        if (hp->rope_style == SD_ROPE_HALF) {
-            if (strstr(name, ".attn_q.")) heads = hp->n_heads;
-            else if (strstr(name, ".attn_k.")) heads = hp->n_kv_heads;
-        }
+        const sd_type type = sd_quant_fallback(p->type, v.cols);
+        if (p->progress) p->progress(i, n, name, type, p->progress_user);
         st = convert_matrix(m, name, &v, type, heads, w);
     }
     if (st != SD_OK) {
@@ -148,7 +170,7 @@ sd_status sd_model_to_gguf(const sd_model *m, const sd_convert_params *p, sd_ggu
 /* The copy is built directly (no GGUF round trip): every matrix requantised into one owned
  * buffer, norms copied, hyperparameters (RoPE style included) as they are, and the source's
  * tokenizer borrowed, so any model specdec loads can be quantised, whatever its vocabulary. */
-sd_status sd_model_quantize(const sd_model *src, sd_type t, const sd_model_params *p, sd_model **out) {
+sd_status sd_model_quantize(const sd_model *src, sd_type t, sd_model **out) {
     if (!out) return sd_fail(SD_ERR_INVALID_ARG, "quantize: NULL output");
     *out = NULL;
     if (!src) return sd_fail(SD_ERR_INVALID_ARG, "quantize: NULL model");
@@ -156,75 +178,66 @@ sd_status sd_model_quantize(const sd_model *src, sd_type t, const sd_model_param
     if (!ti || !sd_quant_can_write(t))
         return sd_fail(SD_ERR_UNSUPPORTED, "quantize: cannot write tensors of type %s (f32, f16, bf16, q8_0, q4_0, q5_0, q4_K, q6_K)",
                        ti ? ti->name : "unknown");
-    sd_model_params dp = sd_model_default_params();
-    if (!p) p = &dp;
-    const int n = sd_model_n_tensors(src), nl = src->hp.n_layers, dim = src->hp.dim;
-    const int tied = src->output.data == src->tok_embd.data;
+    const int n = sd_model_n_tensors(src), nl = src->hp.n_layers;
     sd_model *m = calloc(1, sizeof *m);
     char path[512];
     snprintf(path, sizeof path, "%s (%s, in memory)", src->path, ti->name);
-    if (!m || !(m->path = strdup(path)) || !(m->layers = calloc((size_t)nl, sizeof *m->layers)) ||
-        !(m->owned = malloc(((size_t)nl * 2 + 1) * dim * sizeof(float)))) {
+    if (!m || !(m->path = strdup(path)) || !(m->layers = calloc((size_t)nl, sizeof *m->layers))) {
         sd_model_free(m);
         return sd_fail(SD_ERR_NOMEM, "quantize: out of memory");
     }
     m->hp = src->hp;
+    m->arch = src->arch;
     m->format = src->format;
     m->tok = src->tok;
     m->tok_borrowed = 1;
+    m->tied = src->tied;
     /* the tokenizer file too, so a llama2.c draft of another file can still fall back to it */
     if (src->tok_path && !(m->tok_path = strdup(src->tok_path))) {
         sd_model_free(m);
         return sd_fail(SD_ERR_NOMEM, "quantize: out of memory");
     }
-    /* Pass 1: sizes of the matrices in their stored types, one buffer for all of them. */
+    /* Pass 1: bytes of every weight in its stored type (vectors as F32), one buffer for all. */
     size_t total = 0;
     char name[96];
     sd_tensor v;
+    sd_weight wid;
+    int layer;
     sd_status st = SD_OK;
     for (int i = 0; i < n && st == SD_OK; i++) {
         if ((st = sd_model_tensor(src, i, name, sizeof name, &v)) != SD_OK) break;
-        if (strstr(name, "norm")) continue;
-        const size_t b = stored_bytes(&v, sd_quant_fallback(t, v.cols));
+        sd_model_weight_at(src, i, &wid, &layer);
+        const size_t b = sd_weight_is_vector(wid) ? (size_t)v.cols * sizeof(float)
+                                                  : stored_bytes(&v, sd_quant_fallback(t, v.cols));
         total += (b + 63) & ~(size_t)63;
     }
     uint8_t *buf = st == SD_OK ? aligned_alloc(64, total ? total : 64) : NULL;
     if (st == SD_OK && !buf) st = sd_fail(SD_ERR_NOMEM, "quantize: no memory for %zu bytes of weights", total);
     m->owned_image = buf;
-    /* Pass 2: fill. */
+    /* Pass 2: fill; every weight the source has (biases and norms included) is carried over. */
     size_t off = 0;
-    float *norms = m->owned;
     for (int i = 0; i < n && st == SD_OK; i++) {
         if ((st = sd_model_tensor(src, i, name, sizeof name, &v)) != SD_OK) break;
-        const int l = i >= 1 && i <= 9 * nl ? (i - 1) / 9 : -1, k = l >= 0 ? (i - 1) % 9 : -1;
-        if (strstr(name, "norm")) {
-            memcpy(norms, v.data, (size_t)dim * sizeof(float));
-            const float **dst = k == 0 ? &m->layers[l].attn_norm : k == 5 ? &m->layers[l].ffn_norm : &m->output_norm;
-            *dst = norms;
-            norms += dim;
-            m->n_tensors++;
-            m->type_counts[SD_TYPE_F32]++;
-            m->weight_bytes += (size_t)dim * sizeof(float);
+        sd_model_weight_at(src, i, &wid, &layer);
+        sd_tensor *dst = sd_model_w_mut(m, layer, wid);
+        if (sd_weight_is_vector(wid)) {
+            memcpy(buf + off, v.data, (size_t)v.cols * sizeof(float));
+            *dst = v;
+            dst->data = buf + off;
+            dst->packed = NULL;
+            off += ((size_t)v.cols * sizeof(float) + 63) & ~(size_t)63;
+            sd_model_count(m, (size_t)v.cols * sizeof(float), SD_TYPE_F32);
             continue;
         }
         const sd_type type = sd_quant_fallback(t, v.cols);
         sd_tensor q = {type, v.rows, v.cols, sd_type_row_bytes(type, v.cols), buf + off, NULL};
         if ((st = quantize_view(src, name, &v, type, 0, buf + off)) != SD_OK) break;
         off += (stored_bytes(&v, type) + 63) & ~(size_t)63;
-        sd_tensor *slots[9] = {NULL};
-        if (l >= 0) {
-            sd_layer *L = &m->layers[l];
-            sd_tensor *ls[9] = {NULL, &L->wq, &L->wk, &L->wv, &L->wo, NULL, &L->w1, &L->w2, &L->w3};
-            memcpy(slots, ls, sizeof slots);
-        }
-        sd_tensor *dst = l >= 0 ? slots[k] : i == 0 ? &m->tok_embd : &m->output;
         *dst = q;
-        m->n_tensors++;
-        m->type_counts[type]++;
-        m->weight_bytes += stored_bytes(&v, type);
+        sd_model_count(m, stored_bytes(&v, type), type);
     }
-    if (st == SD_OK && tied) m->output = m->tok_embd;
-    if (st == SD_OK) st = sd_model_finish(m, p);
+    if (st == SD_OK && m->tied) m->g[SD_W_OUTPUT] = m->g[SD_W_TOKEN_EMBD];
+    if (st == SD_OK) st = sd_model_finish(m);
     if (st != SD_OK) {
         sd_model_free(m);
         return st;

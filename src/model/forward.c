@@ -1,161 +1,331 @@
-/* The Llama forward pass over n tokens, shared by every model: prefill, verification and
- * single-token decode differ only in n (the kernels pick matvec or GEMM). */
+/* The forward pass over a batch, shared by every model and every use: prefill, decode,
+ * verification of a chain or a tree of drafts, several sequences at once. They differ only in
+ * which tokens go in (the kernels pick matvec, small-batch or GEMM paths by the token count)
+ * and in which positions each token attends to. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
 #include "model/model_internal.h"
 
+/* A batch as the pass reads it: the public sd_batch, or a single-sequence chain given as a
+ * token array (sd_context_forward), whose other fields are implied. */
+typedef struct {
+    int n;
+    const int32_t *token;
+    const int32_t *pos;    /* NULL: chain positions after the sequence's cache */
+    const int32_t *seq;    /* NULL: every token in seq0 */
+    const int32_t *parent; /* NULL: a chain */
+    const int8_t *logits;  /* NULL: logits_mode */
+    int seq0;
+    int logits_mode; /* without flags: 0 none, 1 the last token, 2 every token */
+} bview;
+
+static int bv_seq(const bview *b, int i) { return b->seq ? b->seq[i] : b->seq0; }
+static int bv_want(const bview *b, int i) {
+    if (b->logits) return b->logits[i] != 0;
+    return b->logits_mode == 2 || (b->logits_mode == 1 && i == b->n - 1);
+}
+
+/* One sequence's run of tokens: batch [start, start+count), cache rows base.. */
+typedef struct {
+    int seq, start, count, base;
+    int tree;            /* not a chain: attention follows path */
+    int32_t *path;       /* tree: each token's ancestors and itself, root first, as ranks */
+    int32_t *path_off;   /* [count + 1] */
+} group;
+
+typedef struct {
+    group *g;
+    int n, cap;
+    int32_t *pos;  /* [n] resolved positions */
+    int32_t *pool; /* tree paths */
+} plan;
+
+static void plan_free(plan *p) {
+    for (int i = 0; i < p->n; i++) free(p->g[i].path_off);
+    free(p->g);
+    free(p->pos);
+    free(p->pool);
+}
+
+/* Adds the Qwen2-style bias b[d] to each of n rows of y; a no-op without one. Row by row in the
+ * same order for any n, so batched and stepwise passes stay equal. */
+static void add_bias(float *y, const sd_tensor *b, int n, int d) {
+    if (!b->data) return;
+    const float *v = b->data;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < d; i++) y[(size_t)t * d + i] += v[i];
+}
+
 static void add_inplace(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-/* Checking the residual stream after every layer (sd_first_nonfinite, kernels) costs about
- * n*dim compares per layer, noise next to the matrices, and turns NaN logits into an error
- * that names where they started. */
-
-/* Adds bias b[d] to each of n rows of y (Qwen2's q/k/v biases); a no-op without one. Row by
- * row in the same order for any n, so batched and stepwise passes stay equal. */
-static void add_bias(float *y, const float *b, int n, int d) {
-    if (!b) return;
-    for (int t = 0; t < n; t++) add_inplace(y + (size_t)t * d, b, (size_t)d);
-}
-
 /* Matrices that read the same input (Q/K/V; gate/up) run in one parallel region. */
-static sd_status mm_group(sd_model *m, const sd_tensor *const *W, float *const *Y, int count,
-                          const float *X, int n) {
-    if (sd_matmul_group(W, Y, count, X, n, m->arena.tile) != 0) {
+static sd_status mm_group(sd_context *c, const sd_tensor *const *W, float *const *Y, int count, const float *X, int n) {
+    if (sd_matmul_group(W, Y, count, X, n, c->arena.tile) != 0) {
         const sd_type_traits *ti = sd_type_info(W[0]->type);
-        return sd_fail(SD_ERR_UNSUPPORTED, "%s: no kernel for %s weights", m->path, ti ? ti->name : "?");
+        return sd_fail(SD_ERR_UNSUPPORTED, "%s: no kernel for %s weights", c->m->path, ti ? ti->name : "?");
     }
     return SD_OK;
 }
 
-static sd_status mm(sd_model *m, const sd_tensor *W, const float *X, int n, float *Y) {
-    if (sd_matmul(W, X, n, Y, m->arena.tile) != 0) {
+static sd_status mm(sd_context *c, const sd_tensor *W, const float *X, int n, float *Y) {
+    if (sd_matmul(W, X, n, Y, c->arena.tile) != 0) {
         const sd_type_traits *ti = sd_type_info(W->type);
-        return sd_fail(SD_ERR_UNSUPPORTED, "%s: no kernel for %s weights", m->path, ti ? ti->name : "?");
+        return sd_fail(SD_ERR_UNSUPPORTED, "%s: no kernel for %s weights", c->m->path, ti ? ti->name : "?");
     }
     return SD_OK;
 }
 
-/* One chunk of nc <= n_batch tokens at positions pos..pos+nc-1; K/V rows are written into
- * the cache in place (the cache length is advanced by the caller). */
-static sd_status forward_chunk(sd_model *m, sd_kv *kv, const int32_t *tok, int nc, int pos,
-                               float *logits, int all_logits) {
+/* Tokens [off, off+nc) of the batch, whose groups are gs[0..ng) (starts relative to off); keys
+ * and values go to their sequences' rows in place (the caller advances the lengths). logits:
+ * rows of the chunk's wanted tokens. Checking the residual stream after every layer costs
+ * about n*dim compares per layer, noise next to the matrices, and turns NaN logits into an
+ * error that names where they started. */
+static sd_status forward_chunk(sd_context *c, const bview *b, const int32_t *pos, int off, int nc, const group *gs,
+                               int ng, float *logits) {
+    const sd_model *m = c->m;
     const sd_hparams *hp = &m->hp;
-    const sd_arena *a = &m->arena;
-    const int dim = hp->dim, hid = hp->hidden_dim;
-    const int q_dim = hp->n_heads * hp->head_dim, kv_dim = hp->n_kv_heads * hp->head_dim;
+    const sd_arena *a = &c->arena;
+    const int dim = hp->dim, hid = hp->hidden_dim, hd = hp->head_dim;
+    const int q_dim = hp->n_heads * hd, kv_dim = hp->n_kv_heads * hd;
     const int half = hp->rope_style == SD_ROPE_HALF;
-    const int kv_f16 = sd_kv_type(kv) == SD_TYPE_F16;
-    if (kv_f16 && !a->knew)
-        return sd_fail(SD_ERR_INVALID_ARG, "%s: an f16 KV cache needs the model loaded with kv_type f16", m->path);
+    const int kv_f16 = c->p.kv_type == SD_TYPE_F16;
+    const int32_t *tok = b->token + off;
     sd_status st;
 
     for (int t = 0; t < nc; t++)
-        if (sd_dequant_row(&m->tok_embd, tok[t], a->x + (size_t)t * dim) != 0)
+        if (sd_dequant_row(&m->g[SD_W_TOKEN_EMBD], tok[t], a->x + (size_t)t * dim) != 0)
             return sd_fail(SD_ERR_UNSUPPORTED, "%s: cannot read token embeddings", m->path);
-
-    for (int t = 0; t < nc; t++) sd_rope_angles(pos + t, m->inv_freq, hp->rope_dim, a->rope + (size_t)t * hp->rope_dim);
+    for (int t = 0; t < nc; t++) sd_rope_angles(pos[off + t], m->inv_freq, hp->rope_dim, a->rope + (size_t)t * hp->rope_dim);
 
     for (int l = 0; l < hp->n_layers; l++) {
         const sd_layer *L = &m->layers[l];
-        /* An F32 cache takes the new rows in place; an F16 one after RoPE, rounded. */
-        void *kc = sd_kv_k_data(kv, l), *vc = sd_kv_v_data(kv, l);
-        float *knew = kv_f16 ? a->knew : (float *)kc + (size_t)pos * kv_dim;
-        float *vnew = kv_f16 ? a->vnew : (float *)vc + (size_t)pos * kv_dim;
-
-        sd_rmsnorm(a->xb, a->x, L->attn_norm, nc, dim, hp->norm_eps);
+#define LW(id) (&L->w[(id) - SD_W_LAYER0])
+        sd_rmsnorm(a->xb, a->x, LW(SD_W_ATTN_NORM)->data, nc, dim, hp->norm_eps);
         {
-            const sd_tensor *w[3] = {&L->wq, &L->wk, &L->wv};
-            float *y[3] = {a->q, knew, vnew};
-            if ((st = mm_group(m, w, y, 3, a->xb, nc)) != SD_OK) return st;
+            const sd_tensor *w[3] = {LW(SD_W_ATTN_Q), LW(SD_W_ATTN_K), LW(SD_W_ATTN_V)};
+            float *y[3] = {a->q, a->knew, a->vnew};
+            if ((st = mm_group(c, w, y, 3, a->xb, nc)) != SD_OK) return st;
         }
-        add_bias(a->q, L->bq, nc, q_dim);
-        add_bias(knew, L->bk, nc, kv_dim);
-        add_bias(vnew, L->bv, nc, kv_dim);
+        add_bias(a->q, LW(SD_W_ATTN_Q_B), nc, q_dim);
+        add_bias(a->knew, LW(SD_W_ATTN_K_B), nc, kv_dim);
+        add_bias(a->vnew, LW(SD_W_ATTN_V_B), nc, kv_dim);
+        if (LW(SD_W_ATTN_Q_NORM)->data) { /* Qwen3: each head normalised before RoPE */
+            sd_rmsnorm(a->q, a->q, LW(SD_W_ATTN_Q_NORM)->data, nc * hp->n_heads, hd, hp->norm_eps);
+            sd_rmsnorm(a->knew, a->knew, LW(SD_W_ATTN_K_NORM)->data, nc * hp->n_kv_heads, hd, hp->norm_eps);
+        }
         for (int t = 0; t < nc; t++) {
             const float *cs = a->rope + (size_t)t * hp->rope_dim;
-            sd_rope(a->q + (size_t)t * q_dim, hp->n_heads, hp->head_dim, hp->rope_dim, cs, half);
-            sd_rope(knew + (size_t)t * kv_dim, hp->n_kv_heads, hp->head_dim, hp->rope_dim, cs, half);
+            sd_rope(a->q + (size_t)t * q_dim, hp->n_heads, hd, hp->rope_dim, cs, half);
+            sd_rope(a->knew + (size_t)t * kv_dim, hp->n_kv_heads, hd, hp->rope_dim, cs, half);
         }
-        if (kv_f16) {
-            sd_f32_to_f16_row(knew, (uint16_t *)kc + (size_t)pos * kv_dim, (size_t)nc * kv_dim);
-            sd_f32_to_f16_row(vnew, (uint16_t *)vc + (size_t)pos * kv_dim, (size_t)nc * kv_dim);
-            if (sd_attention_f16(a->q, kc, vc, a->att_out, nc, pos, hp->n_heads, hp->n_kv_heads, hp->head_dim, a->att,
-                                 a->att_threads, a->conv, a->conv_slots) != 0)
-                return sd_fail(SD_ERR_UNSUPPORTED, "%s: no f16 attention kernel for head_dim %d", m->path, hp->head_dim);
-        } else {
-            sd_attention(a->q, kc, vc, a->att_out, nc, pos, hp->n_heads, hp->n_kv_heads, hp->head_dim, a->att,
-                         a->att_threads);
+        for (int gi = 0; gi < ng; gi++) {
+            const group *g = &gs[gi];
+            void *kc = sd_kv_k_data(c->kv, g->seq, l), *vc = sd_kv_v_data(c->kv, g->seq, l);
+            const size_t r0 = (size_t)g->base * kv_dim, s0 = (size_t)g->start * kv_dim, cnt = (size_t)g->count * kv_dim;
+            if (kv_f16) {
+                sd_f32_to_f16_row(a->knew + s0, (uint16_t *)kc + r0, cnt);
+                sd_f32_to_f16_row(a->vnew + s0, (uint16_t *)vc + r0, cnt);
+            } else {
+                memcpy((float *)kc + r0, a->knew + s0, cnt * sizeof(float));
+                memcpy((float *)vc + r0, a->vnew + s0, cnt * sizeof(float));
+            }
+            const float *q = a->q + (size_t)g->start * q_dim;
+            float *out = a->att_out + (size_t)g->start * q_dim;
+            if (g->tree) {
+                sd_attention_tree(q, kc, vc, out, g->count, g->base, g->path, g->path_off, hp->n_heads,
+                                  hp->n_kv_heads, hd, a->att, a->att_threads);
+            } else if (kv_f16) {
+                if (sd_attention_f16(q, kc, vc, out, g->count, g->base, hp->n_heads, hp->n_kv_heads, hd, a->att,
+                                     a->att_threads, a->conv, a->conv_slots) != 0)
+                    return sd_fail(SD_ERR_UNSUPPORTED, "%s: no f16 attention kernel for head_dim %d", m->path, hd);
+            } else {
+                sd_attention(q, kc, vc, out, g->count, g->base, hp->n_heads, hp->n_kv_heads, hd, a->att,
+                             a->att_threads);
+            }
         }
-        if ((st = mm(m, &L->wo, a->att_out, nc, a->xb)) != SD_OK) return st;
+        if ((st = mm(c, LW(SD_W_ATTN_OUT), a->att_out, nc, a->xb)) != SD_OK) return st;
         add_inplace(a->x, a->xb, (size_t)nc * dim);
 
-        sd_rmsnorm(a->xb, a->x, L->ffn_norm, nc, dim, hp->norm_eps);
+        sd_rmsnorm(a->xb, a->x, LW(SD_W_FFN_NORM)->data, nc, dim, hp->norm_eps);
         {
-            const sd_tensor *w[2] = {&L->w1, &L->w3};
+            const sd_tensor *w[2] = {LW(SD_W_FFN_GATE), LW(SD_W_FFN_UP)};
             float *y[2] = {a->hb, a->hb2};
-            if ((st = mm_group(m, w, y, 2, a->xb, nc)) != SD_OK) return st;
+            if ((st = mm_group(c, w, y, 2, a->xb, nc)) != SD_OK) return st;
         }
         sd_swiglu(a->hb, a->hb2, nc * hid);
-        if ((st = mm(m, &L->w2, a->hb, nc, a->xb)) != SD_OK) return st;
+        if ((st = mm(c, LW(SD_W_FFN_DOWN), a->hb, nc, a->xb)) != SD_OK) return st;
+#undef LW
         add_inplace(a->x, a->xb, (size_t)nc * dim);
         long bad = sd_first_nonfinite(a->x, (size_t)nc * dim);
         if (bad >= 0)
             return sd_fail(SD_ERR_NUMERIC,
                            "%s: layer %d produced a non-finite activation (%g) at position %d: the weights or the "
                            "inputs hold NaN/Inf, or the activations overflowed%s",
-                           m->path, l, (double)a->x[bad], pos + (int)(bad / dim),
+                           m->path, l, (double)a->x[bad], pos[off + (int)(bad / dim)],
                            kv_f16 ? " (an f16 KV cache holds at most 65504: try --kv-type f32)" : "");
     }
 
     if (!logits) return SD_OK;
-    const int n_out = all_logits ? nc : 1;
-    sd_rmsnorm(a->xb, a->x + (size_t)(nc - n_out) * dim, m->output_norm, n_out, dim, hp->norm_eps);
-    if ((st = mm(m, &m->output, a->xb, n_out, logits)) != SD_OK) return st;
+    int n_out = 0;
+    int32_t first_pos = 0;
+    for (int t = 0; t < nc; t++) {
+        if (!bv_want(b, off + t)) continue;
+        if (!n_out) first_pos = pos[off + t];
+        sd_rmsnorm(a->xb + (size_t)n_out * dim, a->x + (size_t)t * dim, m->g[SD_W_OUTPUT_NORM].data, 1, dim,
+                   hp->norm_eps);
+        n_out++;
+    }
+    if (!n_out) return SD_OK;
+    if ((st = mm(c, &m->g[SD_W_OUTPUT], a->xb, n_out, logits)) != SD_OK) return st;
     /* A finite residual stream can still give NaN/Inf logits (output norm or classifier
      * weights holding them, or overflow); samplers must never see those. */
     long bad = sd_first_nonfinite(logits, (size_t)n_out * hp->vocab_size);
     if (bad >= 0)
         return sd_fail(SD_ERR_NUMERIC,
-                       "%s: the output layer produced a non-finite logit (%g) for token %ld at position %d: the "
-                       "output norm or classifier weights hold NaN/Inf, or the logits overflowed",
-                       m->path, (double)logits[bad], bad % hp->vocab_size, pos + nc - n_out + (int)(bad / hp->vocab_size));
+                       "%s: the output layer produced a non-finite logit (%g) for token %ld of output row %ld (the first "
+                       "at position %d): the output norm or classifier weights hold NaN/Inf, or the logits overflowed",
+                       m->path, (double)logits[bad], bad % hp->vocab_size, bad / hp->vocab_size, (int)first_pos);
     return SD_OK;
 }
 
-sd_status sd_model_forward(sd_model *m, sd_kv *kv, const int32_t *tokens, int n, float *logits,
-                           int all_logits) {
-    const sd_hparams *hp = &m->hp;
+/* Checks the whole batch and groups it by sequence; positions resolved into p->pos. */
+static sd_status plan_batch(const sd_context *c, const bview *b, plan *p) {
+    const sd_model *m = c->m;
+    const int n = b->n, n_seq = c->p.n_seq;
+    memset(p, 0, sizeof *p);
     if (n <= 0) return sd_fail(SD_ERR_INVALID_ARG, "forward: %d tokens", n);
-    if (sd_kv_n_layers(kv) != hp->n_layers || sd_kv_kv_dim(kv) != hp->n_kv_heads * hp->head_dim)
-        return sd_fail(SD_ERR_INVALID_ARG, "forward: KV cache shape does not match %s", m->path);
-    if (sd_kv_capacity(kv) > m->n_ctx) /* the attention scratch is sized for n_ctx */
-        return sd_fail(SD_ERR_INVALID_ARG, "forward: KV cache of %d positions exceeds the context of %d %s was loaded with",
-                       sd_kv_capacity(kv), m->n_ctx, m->path);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= hp->vocab_size)
-            return sd_fail(SD_ERR_INVALID_ARG, "forward: token id %d at %d outside vocabulary of %d",
-                           (int)tokens[i], i, hp->vocab_size);
-    const int len0 = sd_kv_len(kv);
-    if (n > sd_kv_capacity(kv) - len0)
-        return sd_fail(SD_ERR_CONTEXT_FULL, "context full: %d tokens at position %d exceed the context of %d",
-                       n, len0, sd_kv_capacity(kv));
-    const int nb = m->arena.n_batch;
-    for (int off = 0; off < n; off += nb) {
-        int nc = n - off < nb ? n - off : nb;
-        int last_chunk = off + nc == n;
-        float *lg = NULL;
-        if (logits && all_logits) lg = logits + (size_t)off * hp->vocab_size;
-        else if (logits && last_chunk) lg = logits;
-        sd_status st = forward_chunk(m, kv, tokens + off, nc, len0 + off, lg, all_logits);
-        if (st == SD_OK) st = sd_kv_advance(kv, nc);
-        if (st != SD_OK) {
-            sd_kv_truncate(kv, len0);
-            return st;
+    p->pos = malloc((size_t)n * sizeof *p->pos);
+    p->g = malloc(sizeof *p->g * 4);
+    p->cap = 4;
+    if (!p->pos || !p->g) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        if (b->token[i] < 0 || b->token[i] >= m->hp.vocab_size)
+            return sd_fail(SD_ERR_INVALID_ARG, "forward: token id %d at %d outside vocabulary of %d", (int)b->token[i], i,
+                           m->hp.vocab_size);
+        const int s = bv_seq(b, i);
+        if (s < 0 || s >= n_seq)
+            return sd_fail(SD_ERR_INVALID_ARG, "forward: batch token %d names sequence %d; the context has %d", i, s, n_seq);
+        if (i == 0 || s != bv_seq(b, i - 1)) {
+            for (int k = 0; k < p->n; k++)
+                if (p->g[k].seq == s)
+                    return sd_fail(SD_ERR_INVALID_ARG,
+                                   "forward: sequence %d appears in two separate runs of the batch (at %d and %d): "
+                                   "each sequence's tokens must be contiguous", s, p->g[k].start, i);
+            if (p->n == p->cap) {
+                group *ng = realloc(p->g, sizeof *ng * (size_t)(p->cap *= 2));
+                if (!ng) return sd_fail(SD_ERR_NOMEM, "out of memory");
+                p->g = ng;
+            }
+            group g = {s, i, 0, sd_kv_len(c->kv, s), 0, NULL, NULL};
+            p->g[p->n++] = g;
         }
+        group *g = &p->g[p->n - 1];
+        const int par = b->parent ? b->parent[i] : (i > g->start ? i - 1 : -1);
+        int want_pos;
+        if (par < 0) {
+            want_pos = g->base;
+        } else {
+            if (par < g->start || par >= i)
+                return sd_fail(SD_ERR_INVALID_ARG, "forward: batch token %d has parent %d, not an earlier token of its sequence %d",
+                               i, par, s);
+            want_pos = p->pos[par] + 1;
+        }
+        if (par != (i > g->start ? i - 1 : -1)) g->tree = 1;
+        if (b->pos && b->pos[i] != want_pos)
+            return sd_fail(SD_ERR_INVALID_ARG, "forward: batch token %d of sequence %d is at position %d, expected %d (%s)", i,
+                           s, (int)b->pos[i], want_pos, par < 0 ? "the sequence's cached length" : "its parent's + 1");
+        p->pos[i] = want_pos;
+        g->count++;
+    }
+    size_t pool = 0;
+    for (int k = 0; k < p->n; k++) {
+        group *g = &p->g[k];
+        if (g->count > c->p.n_ctx - g->base)
+            return sd_fail(SD_ERR_CONTEXT_FULL, "context full: %d tokens at position %d exceed the context of %d%s", g->count,
+                           g->base, c->p.n_ctx, n_seq > 1 ? " (per sequence)" : "");
+        if (g->tree) pool += (size_t)g->count * (size_t)(g->count + 1) / 2;
+    }
+    if (!pool) return SD_OK;
+    if (n > c->p.n_batch)
+        return sd_fail(SD_ERR_INVALID_ARG, "forward: a batch holding a tree must fit in one pass of %d tokens (it has %d)",
+                       c->p.n_batch, n);
+    if (c->p.kv_type != SD_TYPE_F32)
+        return sd_fail(SD_ERR_UNSUPPORTED, "forward: tree batches need an f32 KV cache");
+    if (!(p->pool = malloc(pool * sizeof *p->pool))) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    int32_t *cur = p->pool;
+    for (int k = 0; k < p->n; k++) {
+        group *g = &p->g[k];
+        if (!g->tree) continue;
+        if (!(g->path_off = malloc((size_t)(g->count + 1) * sizeof *g->path_off)))
+            return sd_fail(SD_ERR_NOMEM, "out of memory");
+        g->path = cur;
+        for (int j = 0; j < g->count; j++) { /* the parent's path, then the token itself */
+            const int i = g->start + j, par = b->parent[i];
+            g->path_off[j] = (int32_t)(cur - g->path);
+            if (par >= 0) {
+                const int pj = par - g->start;
+                const int32_t len = g->path_off[pj + 1] - g->path_off[pj];
+                memcpy(cur, g->path + g->path_off[pj], (size_t)len * sizeof *cur);
+                cur += len;
+            }
+            *cur++ = j;
+        }
+        g->path_off[g->count] = (int32_t)(cur - g->path);
     }
     return SD_OK;
+}
+
+static sd_status decode_view(sd_context *c, const bview *b, float *logits) {
+    plan p;
+    sd_status st = plan_batch(c, b, &p);
+    if (st != SD_OK) {
+        plan_free(&p);
+        return st;
+    }
+    sd_kernels_enter();
+    const size_t V = (size_t)c->m->hp.vocab_size;
+    const int nb = c->arena.n_batch;
+    group chunk_groups[64], *cg = chunk_groups;
+    if (p.n > 64 && !(cg = malloc(sizeof *cg * (size_t)p.n))) st = sd_fail(SD_ERR_NOMEM, "out of memory");
+    size_t out_rows = 0;
+    for (int off = 0; off < b->n && st == SD_OK; off += nb) {
+        const int nc = b->n - off < nb ? b->n - off : nb;
+        /* The groups' parts inside [off, off+nc), each after what its sequence holds now. */
+        int ng = 0;
+        for (int k = 0; k < p.n; k++) {
+            const group *g = &p.g[k];
+            const int s = g->start > off ? g->start : off, e = g->start + g->count < off + nc ? g->start + g->count : off + nc;
+            if (s >= e) continue;
+            group part = *g;
+            part.start = s - off;
+            part.count = e - s;
+            part.base = sd_kv_len(c->kv, g->seq);
+            cg[ng++] = part;
+        }
+        st = forward_chunk(c, b, p.pos, off, nc, cg, ng, logits ? logits + out_rows * V : NULL);
+        for (int k = 0; k < ng && st == SD_OK; k++) st = sd_kv_advance(c->kv, cg[k].seq, cg[k].count);
+        for (int t = 0; t < nc; t++) out_rows += bv_want(b, off + t);
+    }
+    if (st != SD_OK) /* no sequence changes: rows past each length are scratch */
+        for (int k = 0; k < p.n; k++) sd_kv_truncate(c->kv, p.g[k].seq, p.g[k].base);
+    if (cg != chunk_groups) free(cg);
+    plan_free(&p);
+    return st;
+}
+
+sd_status sd_context_decode(sd_context *c, const sd_batch *b, float *logits) {
+    if (!c || !b) return sd_fail(SD_ERR_INVALID_ARG, "decode: NULL argument");
+    bview v = {b->n, b->token, b->pos, b->seq, b->parent, b->logits, 0, 0};
+    return decode_view(c, &v, logits);
+}
+
+sd_status sd_context_forward(sd_context *c, int seq, const int32_t *tokens, int n, float *logits, int all_logits) {
+    if (!c || (!tokens && n > 0)) return sd_fail(SD_ERR_INVALID_ARG, "forward: NULL argument");
+    bview v = {n, tokens, NULL, NULL, NULL, NULL, seq, logits ? (all_logits ? 2 : 1) : 0};
+    return decode_view(c, &v, logits);
 }

@@ -1,5 +1,7 @@
-/* GGUF "llama" models: hyperparameters from metadata, tensor views into the mapped file,
- * each shape checked against the hyperparameters, tokenizer from metadata. */
+/* GGUF models of the architecture table's families: hyperparameters from "<arch>.*" metadata,
+ * tensor views into the mapped file (each shape checked against the hyperparameters, every
+ * tensor accounted for), tokenizer from metadata. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,28 +61,6 @@ static sd_status view(sd_model *m, const char *name, int64_t cols, int64_t rows,
     return SD_OK;
 }
 
-/* Norm vectors are used as F32; other storage types are converted once into m->owned. */
-static sd_status norm_vec(sd_model *m, const char *name, int dim, float **owned_cur,
-                          const float **out) {
-    sd_tensor t = {0};
-    sd_status st = view(m, name, dim, 0, 1, &t, NULL);
-    if (st != SD_OK) return st;
-    if (t.type == SD_TYPE_F32) {
-        *out = (const float *)t.data;
-        return SD_OK;
-    }
-    float *dst = *owned_cur;
-    if (t.type == SD_TYPE_F16) {
-        const uint16_t *h = t.data;
-        for (int i = 0; i < dim; i++) dst[i] = sd_fp16_to_fp32(h[i]);
-    } else {
-        return sd_fail(SD_ERR_UNSUPPORTED, "%s: norm tensor %s must be f32 or f16", m->path, name);
-    }
-    *owned_cur += dim;
-    *out = dst;
-    return SD_OK;
-}
-
 static sd_status get_u32_opt(const sd_gguf *g, const char *key, uint32_t def, uint32_t *out) {
     if (!sd_gguf_find_kv(g, key)) {
         *out = def;
@@ -100,43 +80,129 @@ static sd_status get_f32_opt(const sd_gguf *g, const char *key, float def, float
 /* Caps every dimension so products of a few of them cannot overflow 64 bits. */
 #define SD_MAX_DIM (1u << 24)
 
+typedef struct {
+    const sd_gguf *g;
+    unsigned char *used; /* [n_tensors] bound by the table */
+} gguf_src;
+
+/* sd_weight_lookup over the parsed file: views of matrices, vectors as F32. */
+static sd_status gguf_lookup(sd_model *m, void *src, const char *name, int64_t rows, int64_t cols, sd_tensor *out,
+                             int *found) {
+    gguf_src *s = src;
+    const sd_gguf_tensor *t = sd_gguf_find_tensor(s->g, name);
+    *found = t != NULL;
+    if (!t) return SD_OK;
+    s->used[t - sd_gguf_tensor_at(s->g, 0)] = 1;
+    sd_status st = view(m, name, cols, rows, 1, out, NULL);
+    if (st != SD_OK || rows) return st;
+    out->rows = 1;
+    if (out->type == SD_TYPE_F32) return SD_OK;
+    if (out->type != SD_TYPE_F16)
+        return sd_fail(SD_ERR_UNSUPPORTED, "%s: vector tensor %s must be f32 or f16", m->path, name);
+    float *dst = sd_model_own(m, (size_t)cols * sizeof(float));
+    if (!dst) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    const uint16_t *h = out->data;
+    for (int64_t i = 0; i < cols; i++) dst[i] = sd_fp16_to_fp32(h[i]);
+    out->type = SD_TYPE_F32;
+    out->row_bytes = (size_t)cols * sizeof(float);
+    out->data = dst;
+    return SD_OK;
+}
+
+/* Metadata that would change the computation in ways specdec does not implement. */
+static sd_status check_refused_keys(const sd_model *m, const sd_gguf *g, const char *arch) {
+    char key[128];
+    for (const sd_arch_refused_key *r = sd_arch_refused_keys; r->suffix; r++) {
+        snprintf(key, sizeof key, "%s.%s", arch, r->suffix);
+        const sd_gguf_kv *kv = sd_gguf_find_kv(g, key);
+        if (!kv) continue;
+        int neutral = 0;
+        switch (r->neutral) {
+        case SD_NEUTRAL_NEVER: break;
+        case SD_NEUTRAL_NONE: neutral = kv->type == SD_GGUF_STRING && sd_str_eq(kv->v.str, "none"); break;
+        case SD_NEUTRAL_ZERO:
+            neutral = (kv->type == SD_GGUF_FLOAT32 || kv->type == SD_GGUF_FLOAT64) ? kv->v.f64 == 0
+                      : kv->type == SD_GGUF_STRING || kv->type == SD_GGUF_ARRAY ? 0
+                      : kv->v.u64 == 0;
+            break;
+        case SD_NEUTRAL_ONE:
+            neutral = (kv->type == SD_GGUF_FLOAT32 || kv->type == SD_GGUF_FLOAT64) && (kv->v.f64 == 1 || kv->v.f64 == 0);
+            break;
+        }
+        if (neutral) continue;
+        char val[64] = "?";
+        if (kv->type == SD_GGUF_STRING)
+            snprintf(val, sizeof val, "'%.*s'", (int)(kv->v.str.len > 40 ? 40 : kv->v.str.len), kv->v.str.ptr);
+        else if (kv->type == SD_GGUF_FLOAT32 || kv->type == SD_GGUF_FLOAT64)
+            snprintf(val, sizeof val, "%g", kv->v.f64);
+        else if (kv->type != SD_GGUF_ARRAY)
+            snprintf(val, sizeof val, "%llu", (unsigned long long)kv->v.u64);
+        return sd_fail(SD_ERR_UNSUPPORTED, "%s: %s = %s (%s) is not implemented by specdec", m->path, key, val, r->what);
+    }
+    return SD_OK;
+}
+
 sd_status sd_model_load_gguf(sd_model *m, const void *buf, size_t len, const sd_model_params *p) {
     sd_status st = sd_gguf_parse(buf, len, m->path, &m->gguf);
     if (st != SD_OK) return st;
     const sd_gguf *g = m->gguf;
 
-    sd_str arch;
-    if (sd_gguf_get_str(g, "general.architecture", &arch) != SD_OK)
+    sd_str arch_s;
+    if (sd_gguf_get_str(g, "general.architecture", &arch_s) != SD_OK)
         return sd_fail(SD_ERR_FORMAT, "%s: missing general.architecture", m->path);
-    if (!sd_str_eq(arch, "llama")) {
-        int n = arch.len > 64 ? 64 : (int)arch.len;
-        return sd_fail(SD_ERR_UNSUPPORTED, "%s: unknown architecture '%.*s' (specdec runs 'llama')",
-                       m->path, n, arch.ptr);
+    m->arch = sd_arch_by_name(arch_s.ptr, (size_t)arch_s.len);
+    if (!m->arch) {
+        int n = arch_s.len > 64 ? 64 : (int)arch_s.len;
+        return sd_fail(SD_ERR_UNSUPPORTED, "%s: unknown architecture '%.*s' (specdec runs %s)", m->path, n, arch_s.ptr,
+                       sd_arch_list());
     }
-    uint32_t dim, nl, nh, nkv, hid, ctx, rdim;
+    const char *arch = m->arch->name;
+    if ((st = check_refused_keys(m, g, arch)) != SD_OK) return st;
+    char k_dim[96], k_nl[96], k_hid[96], k_nh[96], k_nkv[96], k_ctx[96], k_theta[96], k_eps[96], k_rdim[96], k_klen[96],
+        k_vlen[96], k_sw[96];
+#define KEY(buf, suffix) snprintf(buf, sizeof buf, "%s." suffix, arch)
+    KEY(k_dim, "embedding_length");
+    KEY(k_nl, "block_count");
+    KEY(k_hid, "feed_forward_length");
+    KEY(k_nh, "attention.head_count");
+    KEY(k_nkv, "attention.head_count_kv");
+    KEY(k_ctx, "context_length");
+    KEY(k_theta, "rope.freq_base");
+    KEY(k_eps, "attention.layer_norm_rms_epsilon");
+    KEY(k_rdim, "rope.dimension_count");
+    KEY(k_klen, "attention.key_length");
+    KEY(k_vlen, "attention.value_length");
+    KEY(k_sw, "attention.sliding_window");
+#undef KEY
+    uint32_t dim, nl, nh, nkv, hid, ctx, rdim, klen, vlen, sw;
     float theta, eps;
-    if ((st = sd_gguf_get_u32(g, "llama.embedding_length", &dim)) != SD_OK ||
-        (st = sd_gguf_get_u32(g, "llama.block_count", &nl)) != SD_OK ||
-        (st = sd_gguf_get_u32(g, "llama.feed_forward_length", &hid)) != SD_OK ||
-        (st = sd_gguf_get_u32(g, "llama.attention.head_count", &nh)) != SD_OK ||
-        (st = get_u32_opt(g, "llama.attention.head_count_kv", nh, &nkv)) != SD_OK ||
-        (st = get_u32_opt(g, "llama.context_length", 2048, &ctx)) != SD_OK ||
-        (st = get_f32_opt(g, "llama.rope.freq_base", 10000.0f, &theta)) != SD_OK ||
-        (st = get_f32_opt(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f, &eps)) != SD_OK)
+    if ((st = sd_gguf_get_u32(g, k_dim, &dim)) != SD_OK || (st = sd_gguf_get_u32(g, k_nl, &nl)) != SD_OK ||
+        (st = sd_gguf_get_u32(g, k_hid, &hid)) != SD_OK || (st = sd_gguf_get_u32(g, k_nh, &nh)) != SD_OK ||
+        (st = get_u32_opt(g, k_nkv, nh, &nkv)) != SD_OK || (st = get_u32_opt(g, k_ctx, 2048, &ctx)) != SD_OK ||
+        (st = get_f32_opt(g, k_theta, 10000.0f, &theta)) != SD_OK || (st = get_f32_opt(g, k_eps, 1e-5f, &eps)) != SD_OK ||
+        (st = get_u32_opt(g, k_sw, 0, &sw)) != SD_OK)
         return st;
-    if (dim == 0 || dim > SD_MAX_DIM || nl == 0 || nl > 4096 || nh == 0 || nh > dim || nkv == 0 ||
+    if (dim == 0 || dim > SD_MAX_DIM || nl == 0 || nl > 4096 || nh == 0 || nh > SD_MAX_DIM || nkv == 0 ||
         hid == 0 || hid > SD_MAX_DIM || ctx == 0 || ctx > SD_MAX_DIM)
         return sd_fail(SD_ERR_FORMAT,
                        "%s: implausible hyperparameters embedding_length=%u block_count=%u head_count=%u "
                        "head_count_kv=%u feed_forward_length=%u context_length=%u",
                        m->path, dim, nl, nh, nkv, hid, ctx);
-    if (dim % nh != 0)
-        return sd_fail(SD_ERR_FORMAT, "%s: llama.attention.head_count=%u does not divide llama.embedding_length=%u",
-                       m->path, nh, dim);
     if (nh % nkv != 0)
-        return sd_fail(SD_ERR_FORMAT, "%s: llama.attention.head_count_kv=%u does not divide head_count=%u",
-                       m->path, nkv, nh);
-    if ((st = get_u32_opt(g, "llama.rope.dimension_count", dim / nh, &rdim)) != SD_OK) return st;
+        return sd_fail(SD_ERR_FORMAT, "%s: %s=%u does not divide head_count=%u", m->path, k_nkv, nkv, nh);
+    /* The head size is the embedding split across the heads unless key_length says otherwise
+     * (Qwen3: 128 with embedding 1024 and 16 heads). */
+    const int klen_given = sd_gguf_find_kv(g, k_klen) != NULL;
+    if (!klen_given && dim % nh != 0)
+        return sd_fail(SD_ERR_FORMAT, "%s: %s=%u does not divide %s=%u", m->path, k_nh, nh, k_dim, dim);
+    if ((st = get_u32_opt(g, k_klen, klen_given ? 0 : dim / nh, &klen)) != SD_OK) return st;
+    if (klen == 0 || klen > 65536 || (uint64_t)klen * nh > SD_MAX_DIM)
+        return sd_fail(SD_ERR_FORMAT, "%s: %s=%u is not a plausible head size for %u heads", m->path, k_klen, klen, nh);
+    if ((st = get_u32_opt(g, k_vlen, klen, &vlen)) != SD_OK) return st;
+    if (vlen != klen)
+        return sd_fail(SD_ERR_UNSUPPORTED, "%s: %s=%u differs from key_length=%u (value heads of another size are not implemented)",
+                       m->path, k_vlen, vlen, klen);
+    if ((st = get_u32_opt(g, k_rdim, klen, &rdim)) != SD_OK) return st;
 
     const sd_gguf_tensor *emb = sd_gguf_find_tensor(g, "token_embd.weight");
     if (!emb) return sd_fail(SD_ERR_FORMAT, "%s: missing tensor token_embd.weight", m->path);
@@ -149,56 +215,30 @@ sd_status sd_model_load_gguf(sd_model *m, const void *buf, size_t len, const sd_
     hp->n_layers = (int)nl;
     hp->n_heads = (int)nh;
     hp->n_kv_heads = (int)nkv;
-    hp->head_dim = (int)(dim / nh);
+    hp->head_dim = (int)klen;
     hp->hidden_dim = (int)hid;
     hp->vocab_size = (int)emb->ne[1];
-    hp->ctx_len = (int)ctx;
+    /* A sliding window equals full attention while the context fits in it: cap the context. */
+    hp->ctx_len = sw > 0 && sw < ctx ? (int)sw : (int)ctx;
     hp->rope_dim = (int)rdim;
     hp->rope_theta = theta;
     hp->norm_eps = eps;
-    hp->rope_style = SD_ROPE_INTERLEAVED;
-    const int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim;
-    const int64_t kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
+    hp->rope_style = m->arch->gguf_rope;
+    if (hp->rope_dim <= 0 || hp->rope_dim > hp->head_dim || hp->rope_dim % 2 != 0)
+        return sd_fail(SD_ERR_FORMAT, "%s: RoPE dimension %d must be even and in 2..head_dim=%d", m->path, hp->rope_dim,
+                       hp->head_dim);
 
-    /* Every norm vector ([dim], f32 or f16, required) is stored in the file, so a real file
-     * holds at least half the bytes of their f32 copies; checking that first keeps a hostile
-     * header (4096 layers of 2^24) from allocating gigabytes before any tensor is looked at. */
-    const uint64_t owned_bytes = ((uint64_t)nl * 2 + 1) * dim * sizeof(float);
-    if (owned_bytes / 2 > len)
-        return sd_fail(SD_ERR_FORMAT,
-                       "%s: block_count=%u and embedding_length=%u imply %llu bytes of norm weights, more "
-                       "than the file's %zu bytes",
-                       m->path, nl, dim, (unsigned long long)(owned_bytes / 2), len);
-    m->layers = calloc((size_t)nl, sizeof *m->layers);
-    m->owned = malloc((size_t)owned_bytes);
-    if (!m->layers || !m->owned) return sd_fail(SD_ERR_NOMEM, "out of memory");
-    float *owned_cur = m->owned;
-
-    if ((st = view(m, "token_embd.weight", dim, hp->vocab_size, 1, &m->tok_embd, NULL)) != SD_OK) return st;
-    int has_out = 0;
-    if ((st = view(m, "output.weight", dim, hp->vocab_size, 0, &m->output, &has_out)) != SD_OK) return st;
-    if (!has_out) m->output = m->tok_embd; /* tied classifier */
-    if ((st = norm_vec(m, "output_norm.weight", (int)dim, &owned_cur, &m->output_norm)) != SD_OK) return st;
-
-    char name[96];
-    for (uint32_t l = 0; l < nl; l++) {
-        sd_layer *L = &m->layers[l];
-#define W(suffix, cols, rows, dst)                                                   \
-    snprintf(name, sizeof name, "blk.%u." suffix ".weight", l);                      \
-    if ((st = view(m, name, cols, rows, 1, dst, NULL)) != SD_OK) return st;
-        W("attn_q", dim, q_dim, &L->wq)
-        W("attn_k", dim, kv_dim, &L->wk)
-        W("attn_v", dim, kv_dim, &L->wv)
-        W("attn_output", q_dim, dim, &L->wo)
-        W("ffn_gate", dim, hid, &L->w1)
-        W("ffn_down", hid, dim, &L->w2)
-        W("ffn_up", dim, hid, &L->w3)
-#undef W
-        snprintf(name, sizeof name, "blk.%u.attn_norm.weight", l);
-        if ((st = norm_vec(m, name, (int)dim, &owned_cur, &L->attn_norm)) != SD_OK) return st;
-        snprintf(name, sizeof name, "blk.%u.ffn_norm.weight", l);
-        if ((st = norm_vec(m, name, (int)dim, &owned_cur, &L->ffn_norm)) != SD_OK) return st;
+    gguf_src src = {g, calloc((size_t)sd_gguf_n_tensors(g) + 1, 1)};
+    if (!src.used) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    st = sd_model_bind_weights(m, gguf_lookup, &src, 0);
+    for (int64_t i = 0; st == SD_OK && i < sd_gguf_n_tensors(g); i++) {
+        if (src.used[i]) continue;
+        const sd_gguf_tensor *t = sd_gguf_tensor_at(g, i);
+        st = sd_fail(SD_ERR_UNSUPPORTED, "%s: tensor %.*s is not part of a '%s' model as specdec computes it (unknown tensor)",
+                     m->path, (int)(t->name.len > 96 ? 96 : t->name.len), t->name.ptr, arch);
     }
+    free(src.used);
+    if (st != SD_OK) return st;
 
     /* Tensors may legally point at the same bytes, but no real file does: with aliasing, a
      * small file could describe a model whose forward pass streams gigabytes. */

@@ -33,6 +33,7 @@ typedef struct {
     const uint8_t *data;
     size_t nbytes;
     const char *file;
+    int used; /* bound to a weight of the architecture table */
 } st_tensor;
 
 typedef struct {
@@ -164,7 +165,7 @@ static sd_status add_shard(struct sd_hf_files *f, const char *path) {
             return sd_fail(SD_ERR_FORMAT, "%s: tensor %s: shape is not an array of at most 8 sizes", path, name);
         if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
             return sd_fail(SD_ERR_FORMAT, "%s: tensor %s: data_offsets is not [begin, end]", path, name);
-        st_tensor t = {name, k_dtypes[k].dtype, k_dtypes[k].name, 0, {0}, NULL, 0, sh->path};
+        st_tensor t = {name, k_dtypes[k].dtype, k_dtypes[k].name, 0, {0}, NULL, 0, sh->path, 0};
         uint64_t numel = 1;
         const cJSON *d;
         cJSON_ArrayForEach(d, shape) {
@@ -201,7 +202,7 @@ static int by_name(const void *a, const void *b) {
     return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
 }
 
-static const st_tensor *find_tensor(const struct sd_hf_files *f, const char *name) {
+static st_tensor *find_tensor(const struct sd_hf_files *f, const char *name) {
     st_tensor key;
     memset(&key, 0, sizeof key);
     key.name = name;
@@ -275,12 +276,6 @@ static sd_status cfg_float(const cJSON *cfg, const char *path, const char *key, 
 
 /* ---- tensors -------------------------------------------------------------------------------- */
 
-static void count(sd_model *m, const sd_tensor *t) {
-    m->n_tensors++;
-    m->type_counts[t->type]++;
-    m->weight_bytes += t->row_bytes * (size_t)t->rows;
-}
-
 static uint32_t bf16_bits(const uint8_t *p) { return (uint32_t)(p[0] | p[1] << 8) << 16; }
 
 /* Converts n elements to F32 (for a vector, or a matrix whose type has no kernel). */
@@ -298,11 +293,11 @@ static void to_f32(const st_tensor *t, float *dst, size_t n) {
     }
 }
 
-static sd_status lookup(sd_model *m, struct sd_hf_files *f, const char *name, int required,
-                        const st_tensor **out) {
-    *out = find_tensor(f, name);
-    if (!*out && required) return sd_fail(SD_ERR_FORMAT, "%s: missing tensor %s", m->path, name);
-    if (*out && (*out)->dtype == ST_OTHER)
+static sd_status lookup(sd_model *m, struct sd_hf_files *f, const char *name, const st_tensor **out) {
+    st_tensor *t = find_tensor(f, name);
+    *out = t;
+    if (t) t->used = 1;
+    if (t && t->dtype == ST_OTHER)
         return sd_fail(SD_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s (specdec computes with F32, F16, BF16)",
                        (*out)->file, name, (*out)->dtype_name);
     return SD_OK;
@@ -310,12 +305,8 @@ static sd_status lookup(sd_model *m, struct sd_hf_files *f, const char *name, in
 
 /* A [rows][cols] weight: the mapped bytes when a kernel takes them as they are (F32, F16,
  * BF16 where supported, suitably aligned), else an F32 copy. */
-static sd_status matrix(sd_model *m, struct sd_hf_files *f, const char *name, int64_t rows, int64_t cols,
-                        int required, sd_tensor *out, int *found) {
-    const st_tensor *t;
-    sd_status st = lookup(m, f, name, required, &t);
-    if (found) *found = t != NULL;
-    if (st != SD_OK || !t) return st;
+static sd_status matrix(sd_model *m, struct sd_hf_files *f, const st_tensor *t, const char *name, int64_t rows,
+                        int64_t cols, sd_tensor *out) {
     if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols) {
         char got[96] = "[";
         for (int i = 0; i < t->ndim; i++)
@@ -345,33 +336,53 @@ static sd_status matrix(sd_model *m, struct sd_hf_files *f, const char *name, in
     out->cols = cols;
     out->row_bytes = sd_type_row_bytes(type, cols);
     out->data = data;
-    count(m, out);
+    sd_model_count(m, out->row_bytes * (size_t)rows, type);
     return SD_OK;
 }
 
 /* A [n] vector (norm weight, bias) as F32: in place when it is F32 and aligned. */
-static sd_status vector(sd_model *m, struct sd_hf_files *f, const char *name, int64_t n, int required,
-                        const float **out) {
-    const st_tensor *t;
-    *out = NULL;
-    sd_status st = lookup(m, f, name, required, &t);
-    if (st != SD_OK || !t) return st;
+static sd_status vector(sd_model *m, struct sd_hf_files *f, const st_tensor *t, const char *name, int64_t n,
+                        sd_tensor *out) {
     if (t->ndim != 1 || t->shape[0] != n)
         return sd_fail(SD_ERR_FORMAT,
                        "%s: tensor %s has %d dimensions, the first %lld, expected [%lld] from config.json", t->file,
                        name, t->ndim, (long long)(t->ndim ? t->shape[0] : 0), (long long)n);
-    if (t->dtype == ST_F32 && (uintptr_t)t->data % 4 == 0) {
-        *out = (const float *)t->data;
-    } else {
+    const float *data = (const float *)t->data;
+    if (t->dtype != ST_F32 || (uintptr_t)t->data % 4 != 0) {
         float *dst = own(f, (size_t)n * sizeof(float));
         if (!dst) return sd_fail(SD_ERR_NOMEM, "%s: out of memory converting %s", m->path, name);
         to_f32(t, dst, (size_t)n);
-        *out = dst;
+        data = dst;
     }
-    m->n_tensors++;
-    m->type_counts[t->dtype == ST_F32 ? SD_TYPE_F32 : t->dtype == ST_F16 ? SD_TYPE_F16 : SD_TYPE_BF16]++;
-    m->weight_bytes += t->nbytes;
+    const sd_tensor v = {SD_TYPE_F32, 1, n, (size_t)n * sizeof(float), data, NULL};
+    *out = v;
+    sd_model_count(m, t->nbytes, t->dtype == ST_F32 ? SD_TYPE_F32 : t->dtype == ST_F16 ? SD_TYPE_F16 : SD_TYPE_BF16);
     return SD_OK;
+}
+
+typedef struct {
+    struct sd_hf_files *f;
+    int tied; /* tie_word_embeddings */
+} hf_src;
+
+/* sd_weight_lookup over the checkpoint. A tied classifier may be stored as lm_head.weight only
+ * (it then serves as the embeddings) or as both (the same matrix). */
+static sd_status hf_lookup(sd_model *m, void *src, const char *name, int64_t rows, int64_t cols, sd_tensor *out,
+                           int *found) {
+    hf_src *s = src;
+    const st_tensor *t;
+    sd_status st = lookup(m, s->f, name, &t);
+    if (st != SD_OK) return st;
+    const int embd = strcmp(name, sd_weight_table[SD_W_TOKEN_EMBD].hf) == 0;
+    const int head = strcmp(name, sd_weight_table[SD_W_OUTPUT].hf) == 0;
+    if (head && s->tied) t = NULL; /* the embeddings classify */
+    if (embd && !t && s->tied) {
+        if ((st = lookup(m, s->f, sd_weight_table[SD_W_OUTPUT].hf, &t)) != SD_OK) return st;
+        name = sd_weight_table[SD_W_OUTPUT].hf;
+    }
+    *found = t != NULL;
+    if (!t) return SD_OK;
+    return rows ? matrix(m, s->f, t, name, rows, cols, out) : vector(m, s->f, t, name, cols, out);
 }
 
 /* ---- the checkpoint ---------------------------------------------------------------------- */
@@ -451,11 +462,10 @@ static sd_status parse_config(sd_model *m, const char *path, const cJSON *cfg, h
     const cJSON *a0 = cJSON_GetArrayItem(archs, 0);
     if (!cJSON_IsString(a0)) return sd_fail(SD_ERR_FORMAT, "%s: missing key \"architectures\"", path);
     const char *arch = a0->valuestring;
-    int qwen2 = strcmp(arch, "Qwen2ForCausalLM") == 0, mistral = strcmp(arch, "MistralForCausalLM") == 0;
-    if (!qwen2 && !mistral && strcmp(arch, "LlamaForCausalLM") != 0)
-        return sd_fail(SD_ERR_UNSUPPORTED,
-                       "%s: architecture '%.64s' is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)",
-                       path, arch);
+    if (!(m->arch = sd_arch_by_hf(arch)))
+        return sd_fail(SD_ERR_UNSUPPORTED, "%s: architecture '%.64s' is not supported (%s)", path, arch,
+                       sd_arch_hf_list());
+    const int llama = m->arch == sd_arch_llama(), mistral = strcmp(arch, "MistralForCausalLM") == 0;
     int64_t dim, nl, nh, nkv, hid, vocab, ctx, head_dim, sw = 0;
     double eps = 0, theta = 0;
     sd_status st;
@@ -466,7 +476,7 @@ static sd_status parse_config(sd_model *m, const char *path, const cJSON *cfg, h
         (st = cfg_int(cfg, path, "num_key_value_heads", nh, 1, nh, &nkv)) != SD_OK ||
         (st = cfg_int(cfg, path, "intermediate_size", -1, 1, HF_MAX_DIM, &hid)) != SD_OK ||
         (st = cfg_int(cfg, path, "vocab_size", -1, 1, HF_MAX_DIM, &vocab)) != SD_OK ||
-        (st = cfg_int(cfg, path, "max_position_embeddings", qwen2 ? 32768 : mistral ? 131072 : 2048, 1, HF_MAX_DIM,
+        (st = cfg_int(cfg, path, "max_position_embeddings", mistral ? 131072 : m->arch->hf_ctx_default, 1, HF_MAX_DIM,
                       &ctx)) != SD_OK ||
         (st = cfg_float(cfg, path, "rms_norm_eps", 1e-6, &eps)) != SD_OK ||
         (st = cfg_float(cfg, path, "rope_theta", 10000.0, &theta)) != SD_OK ||
@@ -505,12 +515,12 @@ static sd_status parse_config(sd_model *m, const char *path, const cJSON *cfg, h
                        cJSON_IsString(act) ? act->valuestring : "?");
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "mlp_bias")))
         return sd_fail(SD_ERR_UNSUPPORTED, "%s: mlp_bias is not supported", path);
-    if (!qwen2 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "attention_bias")))
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "attention_bias")))
         return sd_fail(SD_ERR_UNSUPPORTED, "%s: attention_bias (an o_proj bias) is not supported", path);
     /* Sliding-window attention equals full attention while the context fits in the window,
      * so the usable context is capped there instead of masking. */
     const cJSON *swv = cJSON_GetObjectItemCaseSensitive(cfg, "sliding_window");
-    int windowed = mistral || (qwen2 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "use_sliding_window")));
+    int windowed = mistral || (!llama && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "use_sliding_window")));
     if (windowed && swv && !cJSON_IsNull(swv)) {
         if ((st = cfg_int(cfg, path, "sliding_window", -1, 1, HF_MAX_DIM, &sw)) != SD_OK) return st;
         if (sw < ctx) ctx = sw;
@@ -567,48 +577,20 @@ sd_status sd_model_load_hf(sd_model *m, const char *path, const sd_model_params 
     struct sd_hf_files *f = m->hf;
     if ((st = open_weights(m, f, dir)) != SD_OK) return st;
 
-    const sd_hparams *hp = &m->hp;
-    const int64_t dim = hp->dim, hid = hp->hidden_dim, V = hp->vocab_size;
-    const int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
-    int has_embd = 0, has_head = 0;
-    if ((st = matrix(m, f, "model.embed_tokens.weight", V, dim, 0, &m->tok_embd, &has_embd)) != SD_OK) return st;
-    if (!has_embd && !x.tied) return sd_fail(SD_ERR_FORMAT, "%s: missing tensor model.embed_tokens.weight", m->path);
-    if (has_embd && x.tied) {
-        m->output = m->tok_embd; /* tied: lm_head.weight, if stored, is the same matrix */
-    } else {
-        if ((st = matrix(m, f, "lm_head.weight", V, dim, 0, &m->output, &has_head)) != SD_OK) return st;
-        if (!has_head)
-            return sd_fail(SD_ERR_FORMAT, "%s: missing tensor lm_head.weight (and tie_word_embeddings is false)",
-                           m->path);
-        if (!has_embd) m->tok_embd = m->output; /* tied checkpoints may store only lm_head */
+    /* Older checkpoints store the RoPE frequencies they compute from rope_theta: not weights. */
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const char *n = f->tensors[i].name;
+        const size_t len = strlen(n), sl = strlen(".rotary_emb.inv_freq");
+        if (len > sl && strcmp(n + len - sl, ".rotary_emb.inv_freq") == 0) f->tensors[i].used = 1;
     }
-    if ((st = vector(m, f, "model.norm.weight", dim, 1, &m->output_norm)) != SD_OK) return st;
-
-    if (!(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) return sd_fail(SD_ERR_NOMEM, "out of memory");
-    char name[128];
-    for (int l = 0; l < hp->n_layers; l++) {
-        sd_layer *L = &m->layers[l];
-#define W(suffix, rows, cols, dst)                                                        \
-    snprintf(name, sizeof name, "model.layers.%d." suffix ".weight", l);                  \
-    if ((st = matrix(m, f, name, rows, cols, 1, dst, NULL)) != SD_OK) return st;
-        W("self_attn.q_proj", q_dim, dim, &L->wq)
-        W("self_attn.k_proj", kv_dim, dim, &L->wk)
-        W("self_attn.v_proj", kv_dim, dim, &L->wv)
-        W("self_attn.o_proj", dim, q_dim, &L->wo)
-        W("mlp.gate_proj", hid, dim, &L->w1)
-        W("mlp.down_proj", dim, hid, &L->w2)
-        W("mlp.up_proj", hid, dim, &L->w3)
-#undef W
-#define V(suffix, n, req, dst)                                                            \
-    snprintf(name, sizeof name, "model.layers.%d." suffix, l);                            \
-    if ((st = vector(m, f, name, n, req, dst)) != SD_OK) return st;
-        V("input_layernorm.weight", dim, 1, &L->attn_norm)
-        V("post_attention_layernorm.weight", dim, 1, &L->ffn_norm)
-        V("self_attn.q_proj.bias", q_dim, 0, &L->bq) /* Qwen2 */
-        V("self_attn.k_proj.bias", kv_dim, 0, &L->bk)
-        V("self_attn.v_proj.bias", kv_dim, 0, &L->bv)
-#undef V
-    }
+    hf_src src = {f, x.tied};
+    if ((st = sd_model_bind_weights(m, hf_lookup, &src, 1)) != SD_OK) return st;
+    if (m->tied && !x.tied)
+        return sd_fail(SD_ERR_FORMAT, "%s: missing tensor lm_head.weight (and tie_word_embeddings is false)", m->path);
+    for (size_t i = 0; i < f->n_tensors; i++)
+        if (!f->tensors[i].used)
+            return sd_fail(SD_ERR_UNSUPPORTED, "%s: tensor %.96s is not part of a '%s' model as specdec computes it (unknown tensor)",
+                           f->tensors[i].file, f->tensors[i].name, m->arch->name);
 
     /* data_offsets may overlap in a hostile file, letting a few MB describe a model whose
      * every token streams gigabytes; real weights fit in their files (twice over when a 16-bit

@@ -98,33 +98,26 @@ static sd_status load_weights(sd_model *m, const void *buf, size_t len) {
     hp->norm_eps = 1e-5f;
     hp->rope_style = SD_ROPE_INTERLEAVED;
 
+    m->arch = sd_arch_llama();
     m->layers = calloc((size_t)nl, sizeof *m->layers);
     if (!m->layers) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    /* The checkpoint stores each weight for all layers in turn, in this order. */
+    static const sd_weight k_order[9] = {SD_W_ATTN_NORM, SD_W_ATTN_Q,    SD_W_ATTN_K,     SD_W_ATTN_V,   SD_W_ATTN_OUT,
+                                         SD_W_FFN_NORM,  SD_W_FFN_GATE, SD_W_FFN_DOWN, SD_W_FFN_UP};
     const float *w = (const float *)((const uint8_t *)buf + 28);
-    m->tok_embd = mat(w, vocab, dim);
+    m->g[SD_W_TOKEN_EMBD] = mat(w, vocab, dim);
     w += n_emb;
-    for (int l = 0; l < nl; l++) m->layers[l].attn_norm = w + (size_t)l * dim;
-    w += (size_t)nl * dim;
-    for (int l = 0; l < nl; l++) m->layers[l].wq = mat(w + (size_t)l * dim * dim, dim, dim);
-    w += (size_t)nl * dim * dim;
-    for (int l = 0; l < nl; l++) m->layers[l].wk = mat(w + (size_t)l * dim * kv_dim, kv_dim, dim);
-    w += (size_t)nl * dim * kv_dim;
-    for (int l = 0; l < nl; l++) m->layers[l].wv = mat(w + (size_t)l * dim * kv_dim, kv_dim, dim);
-    w += (size_t)nl * dim * kv_dim;
-    for (int l = 0; l < nl; l++) m->layers[l].wo = mat(w + (size_t)l * dim * dim, dim, dim);
-    w += (size_t)nl * dim * dim;
-    for (int l = 0; l < nl; l++) m->layers[l].ffn_norm = w + (size_t)l * dim;
-    w += (size_t)nl * dim;
-    for (int l = 0; l < nl; l++) m->layers[l].w1 = mat(w + (size_t)l * dim * hidden, hidden, dim);
-    w += (size_t)nl * dim * hidden;
-    for (int l = 0; l < nl; l++) m->layers[l].w2 = mat(w + (size_t)l * dim * hidden, dim, hidden);
-    w += (size_t)nl * dim * hidden;
-    for (int l = 0; l < nl; l++) m->layers[l].w3 = mat(w + (size_t)l * dim * hidden, hidden, dim);
-    w += (size_t)nl * dim * hidden;
-    m->output_norm = w;
+    for (int k = 0; k < 9; k++) {
+        const sd_weight_info *wi = &sd_weight_table[k_order[k]];
+        const int64_t rows = wi->rows == SD_D_NONE ? 1 : sd_dim_value(hp, wi->rows), cols = sd_dim_value(hp, wi->cols);
+        for (int l = 0; l < nl; l++) m->layers[l].w[k_order[k] - SD_W_LAYER0] = mat(w + (size_t)l * rows * cols, rows, cols);
+        w += (size_t)nl * rows * cols;
+    }
+    m->g[SD_W_OUTPUT_NORM] = mat(w, 1, dim);
     w += dim;
     w += (size_t)seq * hd; /* skip the precomputed RoPE tables: we compute them */
-    m->output = shared ? m->tok_embd : mat(w, vocab, dim);
+    m->tied = shared;
+    m->g[SD_W_OUTPUT] = shared ? m->g[SD_W_TOKEN_EMBD] : mat(w, vocab, dim);
     m->n_tensors = 2 + 9 * nl + (shared ? 0 : 1);
     m->type_counts[SD_TYPE_F32] = m->n_tensors;
     m->weight_bytes = (size_t)(need - (int64_t)seq * hd) * 4;

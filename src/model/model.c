@@ -1,26 +1,21 @@
-/* Model loading: maps the file, picks the format by its magic, validates hyperparameters
- * against the tensors, and sizes the activation arena once. */
+/* Model loading: maps the file, picks the format by its magic, binds the weights through the
+ * architecture table, validates hyperparameters against them, and packs the matrices once. */
 #include "model/model_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/fp16.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 
 sd_model_params sd_model_default_params(void) {
     sd_model_params p = {0};
-    p.tokenizer_path = NULL;
-    p.n_ctx = 0;
-    p.n_batch = 256;
     return p;
 }
 
@@ -40,10 +35,10 @@ static sd_model *model_new(const char *path) {
 
 void sd_model_free(sd_model *m) {
     if (!m) return;
-    free(m->arena.base);
     if (!m->tok_borrowed) sd_tokenizer_free(m->tok);
     free(m->tok_path);
     free(m->layers);
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->inv_freq);
     sd_gguf_free(m->gguf);
@@ -53,6 +48,57 @@ void sd_model_free(sd_model *m) {
     free(m->packed_image);
     free(m->path);
     free(m);
+}
+
+void *sd_model_own(sd_model *m, size_t bytes) {
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? 2 * m->cap_owned : 64;
+        void **p = realloc(m->owned, (size_t)cap * sizeof *p);
+        if (!p) return NULL;
+        m->owned = p;
+        m->cap_owned = cap;
+    }
+    void *b = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (b) m->owned[m->n_owned++] = b;
+    return b;
+}
+
+void sd_model_count(sd_model *m, size_t stored_bytes, sd_type stored_type) {
+    m->n_tensors++;
+    m->type_counts[stored_type]++;
+    m->weight_bytes += stored_bytes;
+}
+
+sd_status sd_model_bind_weights(sd_model *m, sd_weight_lookup lookup, void *src, int hf) {
+    const sd_arch *a = m->arch;
+    const sd_hparams *hp = &m->hp;
+    if (!(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    char name[160];
+    /* model-level weights, then layer by layer: the first missing one is the one reported */
+    for (int l = -1; l < hp->n_layers; l++) {
+        for (int w = l < 0 ? 0 : SD_W_LAYER0; w < (l < 0 ? SD_W_LAYER0 : SD_W_COUNT); w++) {
+            const sd_weight_info *wi = &sd_weight_table[w];
+            if (sd_weight_name((sd_weight)w, l, hf, name, sizeof name) != 0) continue; /* no name in this format */
+            const int64_t rows = wi->rows == SD_D_NONE ? 0 : sd_dim_value(hp, wi->rows);
+            const int64_t cols = sd_dim_value(hp, wi->cols);
+            sd_tensor t = {0};
+            int found = 0;
+            sd_status st = lookup(m, src, name, rows, cols, &t, &found);
+            if (st != SD_OK) return st;
+            if (found && a->need[w] == SD_NEED_NO)
+                return sd_fail(SD_ERR_UNSUPPORTED, "%s: tensor %s (%s) is not part of a '%s' model as specdec computes it",
+                               m->path, name, wi->what, a->name);
+            if (!found && a->need[w] == SD_NEED_YES)
+                return sd_fail(SD_ERR_FORMAT, "%s: missing tensor %s (%s, required for '%s')", m->path, name, wi->what,
+                               a->name);
+            if (found) *sd_model_w_mut(m, l < 0 ? 0 : l, (sd_weight)w) = t;
+        }
+    }
+    if (!m->g[SD_W_OUTPUT].data) { /* tied classifier */
+        m->g[SD_W_OUTPUT] = m->g[SD_W_TOKEN_EMBD];
+        m->tied = 1;
+    }
+    return SD_OK;
 }
 
 static sd_status map_file(const char *path, void **map, size_t *len) {
@@ -85,15 +131,15 @@ static sd_status map_file(const char *path, void **map, size_t *len) {
  * released like the others' and the embedding lookups fault back the few rows they read.
  * Failing to allocate only costs speed: the kernels then pack 16 rows at a time on the fly. */
 static sd_status pack_weights(sd_model *m) {
-    sd_tensor **list = malloc(((size_t)m->hp.n_layers * 7 + 1) * sizeof *list);
+    const int nl = m->hp.n_layers, per = SD_LW_COUNT;
+    sd_tensor **list = malloc(((size_t)nl * per + 1) * sizeof *list);
     if (!list) return SD_OK;
     int n = 0;
-    for (int l = 0; l < m->hp.n_layers; l++) {
-        sd_layer *L = &m->layers[l];
-        sd_tensor *ls[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
-        for (int i = 0; i < 7; i++) list[n++] = ls[i];
-    }
-    list[n++] = &m->output;
+    for (int l = 0; l < nl; l++)
+        for (int w = SD_W_LAYER0; w < SD_W_COUNT; w++)
+            if (!sd_weight_is_vector((sd_weight)w) && m->layers[l].w[w - SD_W_LAYER0].data)
+                list[n++] = &m->layers[l].w[w - SD_W_LAYER0];
+    list[n++] = &m->g[SD_W_OUTPUT];
     size_t total = 0;
     for (int i = 0; i < n; i++)
         if (sd_quant_can_pack(list[i]->type))
@@ -118,7 +164,8 @@ static sd_status pack_weights(sd_model *m) {
     return SD_OK;
 }
 
-sd_status sd_model_finish(sd_model *m, const sd_model_params *p) {
+
+sd_status sd_model_finish(sd_model *m) {
     sd_hparams *hp = &m->hp;
     const char *f = m->path;
     if (hp->dim <= 0 || hp->n_layers <= 0 || hp->n_heads <= 0 || hp->n_kv_heads <= 0 ||
@@ -127,16 +174,11 @@ sd_status sd_model_finish(sd_model *m, const sd_model_params *p) {
                        "%s: bad hyperparameters dim=%d layers=%d heads=%d kv_heads=%d hidden=%d vocab=%d",
                        f, hp->dim, hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->hidden_dim,
                        hp->vocab_size);
-    /* head_dim is dim / n_heads, except where an HF config.json sets it (Mistral Nemo) */
-    const int free_head_dim = m->format && strcmp(m->format, "hf") == 0;
-    if (!free_head_dim && hp->dim % hp->n_heads != 0)
-        return sd_fail(SD_ERR_FORMAT, "%s: n_heads=%d does not divide dim=%d", f, hp->n_heads, hp->dim);
     if (hp->n_heads % hp->n_kv_heads != 0)
         return sd_fail(SD_ERR_FORMAT, "%s: n_kv_heads=%d does not divide n_heads=%d", f,
                        hp->n_kv_heads, hp->n_heads);
-    if (hp->head_dim <= 0 || (!free_head_dim && hp->head_dim != hp->dim / hp->n_heads))
-        return sd_fail(SD_ERR_FORMAT, "%s: head_dim=%d but dim/n_heads=%d", f, hp->head_dim,
-                       hp->dim / hp->n_heads);
+    if (hp->head_dim <= 0)
+        return sd_fail(SD_ERR_FORMAT, "%s: head_dim=%d", f, hp->head_dim);
     if (hp->rope_dim <= 0 || hp->rope_dim > hp->head_dim || hp->rope_dim % 2 != 0)
         return sd_fail(SD_ERR_FORMAT, "%s: RoPE dimension %d must be even and in 2..head_dim=%d", f,
                        hp->rope_dim, hp->head_dim);
@@ -150,63 +192,16 @@ sd_status sd_model_finish(sd_model *m, const sd_model_params *p) {
         return sd_fail(SD_ERR_FORMAT, "%s: tokenizer has %d tokens but the model only %d logits", f,
                        sd_tokenizer_n_vocab(m->tok), hp->vocab_size);
 
-    m->n_ctx = p && p->n_ctx > 0 ? p->n_ctx : hp->ctx_len;
-    if (p && p->n_ctx < 0) return sd_fail(SD_ERR_INVALID_ARG, "context size %d must be >= 0", p->n_ctx);
-
     m->inv_freq = malloc((size_t)(hp->rope_dim / 2) * sizeof(float));
     if (!m->inv_freq) return sd_fail(SD_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < hp->rope_dim / 2; i++)
+    const float *factors = (const float *)m->g[SD_W_ROPE_FREQS].data; /* Llama 3: divisors per pair */
+    for (int i = 0; i < hp->rope_dim / 2; i++) {
+        if (factors && !(factors[i] > 0 && isfinite(factors[i])))
+            return sd_fail(SD_ERR_FORMAT, "%s: rope_freqs.weight[%d] = %g is not a positive finite factor", f, i,
+                           (double)factors[i]);
         m->inv_freq[i] = (float)(1.0 / pow((double)hp->rope_theta, (double)(2 * i) / hp->rope_dim));
-
-    /* Arena: one allocation sized for n_batch tokens, carved into the buffers below. */
-    int nb = p && p->n_batch > 0 ? p->n_batch : 256;
-    if (nb > m->n_ctx) nb = m->n_ctx;
-    const size_t q_dim = (size_t)hp->n_heads * hp->head_dim;
-    int slots = omp_get_max_threads();
-    if (omp_get_num_procs() > slots) slots = omp_get_num_procs();
-    const int conv_slots = slots;
-    const size_t kv_dim = (size_t)hp->n_kv_heads * hp->head_dim;
-    m->kv_type = p ? p->kv_type : SD_TYPE_F32;
-    if (m->kv_type != SD_TYPE_F32 && m->kv_type != SD_TYPE_F16)
-        return sd_fail(SD_ERR_INVALID_ARG, "%s: KV cache type %d: f32 or f16", f, (int)m->kv_type);
-    if (m->kv_type == SD_TYPE_F16 && !sd_attention_f16_ok(hp->head_dim))
-        return sd_fail(SD_ERR_UNSUPPORTED, "%s: an f16 KV cache needs head_dim >= 16 and the AVX-512 build (head_dim %d)",
-                       f, hp->head_dim);
-    /* Attention rows for every head of up to SD_ATT_TOKENS tokens (a verify pass then reads the
-     * cache once), fewer tokens when that would exceed 64 MiB (long contexts, many heads), and
-     * at least one row per head (the position-major path). */
-    {
-        const size_t row = (size_t)m->n_ctx * sizeof(float), cap = (size_t)64 << 20;
-        size_t tokens = nb < SD_ATT_TOKENS ? (size_t)nb : SD_ATT_TOKENS;
-        while (tokens > 1 && (size_t)hp->n_heads * tokens * row > cap) tokens--;
-        if ((size_t)hp->n_heads * tokens > (size_t)slots) slots = (int)((size_t)hp->n_heads * tokens);
+        if (factors) m->inv_freq[i] = (float)((double)m->inv_freq[i] / factors[i]);
     }
-    size_t max_cols = (size_t)(hp->hidden_dim > hp->dim ? hp->hidden_dim : hp->dim);
-    if (q_dim > max_cols) max_cols = q_dim;
-    const int f16 = m->kv_type == SD_TYPE_F16;
-    size_t sizes[12] = {
-        (size_t)nb * hp->dim, (size_t)nb * hp->dim, (size_t)nb * q_dim, (size_t)nb * q_dim,
-        (size_t)nb * hp->hidden_dim, (size_t)nb * hp->hidden_dim, (size_t)slots * m->n_ctx,
-        sd_matmul_scratch_floats((int64_t)max_cols), f16 ? (size_t)nb * kv_dim : 0, f16 ? (size_t)nb * kv_dim : 0,
-        f16 ? (size_t)conv_slots * 16 * kv_dim : 0, (size_t)nb * hp->rope_dim};
-    size_t total = 0;
-    for (int i = 0; i < 12; i++) total += (sizes[i] + 15) & ~(size_t)15; /* 64-byte aligned parts */
-    float *base = aligned_alloc(64, total * sizeof(float));
-    if (!base)
-        return sd_fail(SD_ERR_NOMEM, "%s: cannot allocate %zu bytes of activations", f,
-                       total * sizeof(float));
-    float **parts[12] = {&m->arena.x,    &m->arena.xb,   &m->arena.q,    &m->arena.att_out,
-                         &m->arena.hb,   &m->arena.hb2,  &m->arena.att,  &m->arena.tile,
-                         &m->arena.knew, &m->arena.vnew, &m->arena.conv, &m->arena.rope};
-    float *cur = base;
-    for (int i = 0; i < 12; i++) {
-        *parts[i] = sizes[i] ? cur : NULL;
-        cur += (sizes[i] + 15) & ~(size_t)15;
-    }
-    m->arena.conv_slots = conv_slots;
-    m->arena.base = base;
-    m->arena.n_batch = nb;
-    m->arena.att_threads = slots;
     return pack_weights(m);
 }
 
@@ -220,7 +215,7 @@ static sd_status load_common(sd_model *m, const void *buf, size_t len, const sd_
         st = sd_model_load_llama2c(m, buf, len, p);
     }
     if (st != SD_OK) return st;
-    return sd_model_finish(m, p);
+    return sd_model_finish(m);
 }
 
 /* A Hugging Face checkpoint is a directory: given as one, or by its config.json or a
@@ -246,7 +241,7 @@ sd_status sd_model_load(const char *path, const sd_model_params *p, sd_model **o
     if (is_hf_path(path)) {
         m->format = "hf";
         st = sd_model_load_hf(m, path, p);
-        if (st == SD_OK) st = sd_model_finish(m, p);
+        if (st == SD_OK) st = sd_model_finish(m);
     } else {
         st = map_file(path, &m->map, &m->map_len);
         if (st == SD_OK) st = load_common(m, m->map, m->map_len, p);
@@ -272,7 +267,7 @@ sd_status sd_model_load_gguf_mem(const void *buf, size_t len, const char *what,
     } else {
         m->format = "gguf";
         st = sd_model_load_gguf(m, buf, len, p);
-        if (st == SD_OK) st = sd_model_finish(m, p);
+        if (st == SD_OK) st = sd_model_finish(m);
     }
     if (st != SD_OK) {
         sd_model_free(m);
@@ -282,18 +277,15 @@ sd_status sd_model_load_gguf_mem(const void *buf, size_t len, const char *what,
     return SD_OK;
 }
 
-sd_status sd_model_load_llama2c_mem(const void *buf, size_t len, const char *what,
-                                    const sd_model_params *p, const void *tok_buf, size_t tok_len,
-                                    sd_model **out) {
+sd_status sd_model_load_llama2c_mem(const void *buf, size_t len, const char *what, const void *tok_buf,
+                                    size_t tok_len, sd_model **out) {
     *out = NULL;
-    sd_model_params dp = sd_model_default_params();
-    if (!p) p = &dp;
     if (!buf && len) return sd_fail(SD_ERR_INVALID_ARG, "llama2.c image: NULL buffer");
     sd_model *m = model_new(what);
     if (!m) return sd_fail(SD_ERR_NOMEM, "out of memory");
     m->format = "llama2c";
     sd_status st = sd_model_load_llama2c_buf(m, buf, len, tok_buf, tok_len);
-    if (st == SD_OK) st = sd_model_finish(m, p);
+    if (st == SD_OK) st = sd_model_finish(m);
     if (st != SD_OK) {
         sd_model_free(m);
         return st;
@@ -306,85 +298,84 @@ const sd_hparams *sd_model_hparams(const sd_model *m) { return &m->hp; }
 const sd_tokenizer *sd_model_tokenizer(const sd_model *m) { return m->tok; }
 const char *sd_model_path(const sd_model *m) { return m->path; }
 const char *sd_model_format(const sd_model *m) { return m->format; }
+const char *sd_model_arch(const sd_model *m) { return m->arch ? m->arch->name : "llama"; }
 const char *sd_model_tokenizer_path(const sd_model *m) { return m->tok_path; }
-int sd_model_n_ctx(const sd_model *m) { return m->n_ctx; }
 size_t sd_model_weight_bytes(const sd_model *m) { return m->weight_bytes; }
 
-static size_t tensor_bytes(const sd_tensor *t) { return t->row_bytes * (size_t)t->rows; }
+static size_t tensor_bytes(const sd_tensor *t) { return t->data ? t->row_bytes * (size_t)t->rows : 0; }
 
 size_t sd_model_bytes_per_token(const sd_model *m) {
     size_t b = 0;
-    for (int l = 0; l < m->hp.n_layers; l++) {
-        const sd_layer *L = &m->layers[l];
-        b += tensor_bytes(&L->wq) + tensor_bytes(&L->wk) + tensor_bytes(&L->wv) +
-             tensor_bytes(&L->wo) + tensor_bytes(&L->w1) + tensor_bytes(&L->w2) +
-             tensor_bytes(&L->w3) + 2 * (size_t)m->hp.dim * sizeof(float);
-    }
-    b += tensor_bytes(&m->output) + m->tok_embd.row_bytes + (size_t)m->hp.dim * sizeof(float);
-    return b;
+    for (int l = 0; l < m->hp.n_layers; l++)
+        for (int w = 0; w < SD_LW_COUNT; w++) b += tensor_bytes(&m->layers[l].w[w]);
+    b += tensor_bytes(&m->g[SD_W_OUTPUT]) + tensor_bytes(&m->g[SD_W_OUTPUT_NORM]) + tensor_bytes(&m->g[SD_W_ROPE_FREQS]);
+    return b + m->g[SD_W_TOKEN_EMBD].row_bytes;
+}
+
+int sd_model_weight_at(const sd_model *m, int i, sd_weight *w, int *layer) {
+    static const sd_weight head[2] = {SD_W_TOKEN_EMBD, SD_W_ROPE_FREQS}, tail[2] = {SD_W_OUTPUT_NORM, SD_W_OUTPUT};
+    int k = 0;
+    for (int j = 0; j < 2; j++)
+        if (m->g[head[j]].data && k++ == i) {
+            *w = head[j];
+            *layer = 0;
+            return 0;
+        }
+    for (int l = 0; l < m->hp.n_layers; l++)
+        for (int lw = 0; lw < SD_LW_COUNT; lw++)
+            if (m->layers[l].w[lw].data && k++ == i) {
+                *w = (sd_weight)(SD_W_LAYER0 + lw);
+                *layer = l;
+                return 0;
+            }
+    for (int j = 0; j < 2; j++)
+        if (m->g[tail[j]].data && !(tail[j] == SD_W_OUTPUT && m->tied) && k++ == i) {
+            *w = tail[j];
+            *layer = 0;
+            return 0;
+        }
+    return -1;
 }
 
 int sd_model_n_tensors(const sd_model *m) {
-    const int tied = m->output.data == m->tok_embd.data;
-    return 2 + 9 * m->hp.n_layers + (tied ? 0 : 1);
+    int n = 0;
+    for (int g = 0; g < SD_W_LAYER0; g++) n += m->g[g].data && !(g == SD_W_OUTPUT && m->tied);
+    for (int l = 0; l < m->hp.n_layers; l++)
+        for (int lw = 0; lw < SD_LW_COUNT; lw++) n += m->layers[l].w[lw].data != NULL;
+    return n;
 }
 
 sd_status sd_model_tensor(const sd_model *m, int i, char *name, size_t cap, sd_tensor *view) {
-    static const char *const k_layer[9] = {"attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
-                                           "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up"};
-    const int n = sd_model_n_tensors(m), nl9 = 9 * m->hp.n_layers;
-    if (i < 0 || i >= n) return sd_fail(SD_ERR_INVALID_ARG, "%s: tensor index %d not in [0, %d)", m->path, i, n);
-    const sd_tensor norm = {SD_TYPE_F32, 1, m->hp.dim, (size_t)m->hp.dim * sizeof(float), NULL, NULL};
-    int len;
-    if (i == 0) {
-        len = snprintf(name, cap, "token_embd.weight");
-        *view = m->tok_embd;
-    } else if (i <= nl9) {
-        const int l = (i - 1) / 9, k = (i - 1) % 9;
-        const sd_layer *L = &m->layers[l];
-        len = snprintf(name, cap, "blk.%d.%s.weight", l, k_layer[k]);
-        const sd_tensor *mats[9] = {NULL, &L->wq, &L->wk, &L->wv, &L->wo, NULL, &L->w1, &L->w2, &L->w3};
-        if (mats[k]) {
-            *view = *mats[k];
-        } else {
-            *view = norm;
-            view->data = k == 0 ? L->attn_norm : L->ffn_norm;
-        }
-    } else if (i == nl9 + 1) {
-        len = snprintf(name, cap, "output_norm.weight");
-        *view = norm;
-        view->data = m->output_norm;
-    } else {
-        len = snprintf(name, cap, "output.weight");
-        *view = m->output;
-    }
-    if (len < 0 || (size_t)len >= cap)
+    sd_weight w;
+    int l;
+    if (sd_model_weight_at(m, i, &w, &l) != 0)
+        return sd_fail(SD_ERR_INVALID_ARG, "%s: tensor index %d not in [0, %d)", m->path, i, sd_model_n_tensors(m));
+    if (sd_weight_name(w, l, 0, name, cap) != 0)
         return sd_fail(SD_ERR_INVALID_ARG, "%s: tensor name buffer of %zu bytes is too small", m->path, cap);
+    *view = *sd_model_w(m, l, w);
     return SD_OK;
-}
-
-sd_status sd_model_kv_create(const sd_model *m, int n_ctx, sd_kv **out) {
-    if (n_ctx <= 0) n_ctx = m->n_ctx;
-    return sd_kv_create_typed(m->hp.n_layers, n_ctx, m->hp.n_kv_heads * m->hp.head_dim, m->kv_type, out);
 }
 
 void sd_model_describe(const sd_model *m, FILE *f) {
     const sd_hparams *hp = &m->hp;
     fprintf(f, "file:           %s\n", m->path);
     fprintf(f, "format:         %s\n", m->format);
-    fprintf(f, "architecture:   llama\n");
+    fprintf(f, "architecture:   %s\n", sd_model_arch(m));
     fprintf(f, "dim:            %d\n", hp->dim);
     fprintf(f, "layers:         %d\n", hp->n_layers);
     fprintf(f, "heads:          %d (kv heads %d, head dim %d%s)\n", hp->n_heads, hp->n_kv_heads,
             hp->head_dim, hp->n_kv_heads < hp->n_heads ? ", grouped-query" : "");
     fprintf(f, "ffn hidden:     %d\n", hp->hidden_dim);
     fprintf(f, "vocab:          %d\n", hp->vocab_size);
-    fprintf(f, "context:        %d (training), %d (this run)\n", hp->ctx_len, m->n_ctx);
-    fprintf(f, "rope:           %s, dims %d, base %g\n",
+    fprintf(f, "context:        %d (training)\n", hp->ctx_len);
+    fprintf(f, "rope:           %s, dims %d, base %g%s\n",
             hp->rope_style == SD_ROPE_HALF ? "rotate-half" : "interleaved pairs", hp->rope_dim,
-            (double)hp->rope_theta);
+            (double)hp->rope_theta, m->g[SD_W_ROPE_FREQS].data ? ", frequency factors (rope_freqs)" : "");
     fprintf(f, "rmsnorm eps:    %g\n", (double)hp->norm_eps);
-    fprintf(f, "classifier:     %s\n", m->output.data == m->tok_embd.data ? "tied to token embeddings" : "separate");
+    const sd_layer *L0 = &m->layers[0];
+    fprintf(f, "attention:      %s%s\n", L0->w[SD_W_ATTN_Q_B - SD_W_LAYER0].data ? "q/k/v biases" : "no biases",
+            L0->w[SD_W_ATTN_Q_NORM - SD_W_LAYER0].data ? ", per-head q/k RMSNorm" : "");
+    fprintf(f, "classifier:     %s\n", m->tied ? "tied to token embeddings" : "separate");
     fprintf(f, "tensors:        %d (", m->n_tensors);
     int first = 1;
     for (int t = 0; t < SD_TYPE_COUNT; t++) {
@@ -397,8 +388,8 @@ void sd_model_describe(const sd_model *m, FILE *f) {
     fprintf(f, "weights:        %zu bytes (%.2f MiB); %zu bytes read per decoded token\n",
             m->weight_bytes, m->weight_bytes / 1048576.0, sd_model_bytes_per_token(m));
     size_t kvpt = 2 * (size_t)hp->n_layers * hp->n_kv_heads * hp->head_dim * sizeof(float);
-    fprintf(f, "kv cache:       %zu bytes per token (f32), %zu bytes for %d tokens\n", kvpt,
-            kvpt * (size_t)m->n_ctx, m->n_ctx);
+    fprintf(f, "kv cache:       %zu bytes per token (f32), %zu bytes for the training context of %d\n", kvpt,
+            kvpt * (size_t)hp->ctx_len, hp->ctx_len);
     if (m->tok) {
         const sd_tokenizer *t = m->tok;
         fprintf(f, "tokenizer:      %s, %d tokens, bos %d, eos %d, add_bos %d\n",

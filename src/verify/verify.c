@@ -30,14 +30,37 @@ int32_t sd_sample_residual(const float *p, const float *q, int n, sd_rng *rng, f
     return sd_sample_draw(residual, n, rng);
 }
 
+int32_t sd_sample_residual_onehot(const float *p, int32_t d, int n, sd_rng *rng, float *residual) {
+    /* max(0, p - onehot(d)) is p with d removed: every other token keeps its mass. */
+    memcpy(residual, p, (size_t)n * sizeof *residual);
+    if (d >= 0 && d < n) residual[d] = 0.0f;
+    double mass = 0;
+    for (int i = 0; i < n; i++) mass += residual[i];
+    if (!(mass > 0)) { /* p is one-hot at d: rejection had probability zero */
+        memcpy(residual, p, (size_t)n * sizeof *residual);
+        return sd_sample_draw(residual, n, rng);
+    }
+    const float inv = (float)(1.0 / mass);
+    for (int i = 0; i < n; i++) residual[i] *= inv;
+    return sd_sample_draw(residual, n, rng);
+}
+
 /* One uniform is consumed per examined draft and one for *next, so a run's RNG use depends
  * only on where the first rejection happens. */
 int sd_verify_stochastic(const float *p, const float *q, const int32_t *draft, int k, int n,
                          sd_rng *rng, float *residual, int32_t *next) {
     for (int i = 0; i < k; i++) {
         const float *pi = p + (size_t)i * (size_t)n;
-        const float *qi = q + (size_t)i * (size_t)n;
         const int32_t d = draft[i];
+        if (!q) { /* a deterministic draft: q is one-hot at d, so accept with probability p(d) */
+            const float pd = (d >= 0 && d < n) ? pi[d] : 0.0f;
+            if (!(sd_rng_uniform(rng) < pd)) {
+                *next = sd_sample_residual_onehot(pi, d, n, rng, residual);
+                return i;
+            }
+            continue;
+        }
+        const float *qi = q + (size_t)i * (size_t)n;
         /* An out-of-range id is a caller bug; treating it as a token the target gives no mass
          * rejects it without reading out of bounds. */
         const float pd = (d >= 0 && d < n) ? pi[d] : 0.0f;

@@ -124,6 +124,8 @@ if [ -f "$SHARED/models/stories260K/stories260K.bin" ] && [ -f "$SHARED/models/s
   # Same vocabulary size (512), different pieces: the pair check must refuse it.
   "$BIN" mkmodel "$TMP/other512.gguf" --dim 32 --layers 1 --heads 4 --hidden 64 --vocab 512 --ctx 64 2>/dev/null
   check "incompatible pair"    1 "differ at id [0-9]+" -- "$BIN" generate -m stories260K -md "$TMP/other512.gguf"
+elif [ "${SPECDEC_REQUIRE_SHARED:-0}" = 1 ]; then
+  echo "FAIL real pair checks: needs $SHARED/models/stories260K and stories-draft (SPECDEC_REQUIRE_SHARED=1)"; fail=$((fail+1))
 else
   echo "SKIP real pair checks: needs $SHARED/models/stories260K and stories-draft"; skip=$((skip+1))
 fi

@@ -29,12 +29,24 @@ const char *sdtest_shared(const char *rel) {
     return NULL;
 }
 
+int sdtest_require_shared(void) {
+    const char *v = getenv("SPECDEC_REQUIRE_SHARED");
+    return v && strcmp(v, "1") == 0;
+}
+
+void sdtest_missing_shared(const char *what) {
+    if (sdtest_require_shared())
+        fail_msg("needs shared test data %s (not found under $SPECDEC_SHARED or ../shared, and SPECDEC_REQUIRE_SHARED=1)",
+                 what);
+    printf("SKIP: needs shared test data %s (not found under $SPECDEC_SHARED or ../shared)\n", what);
+    fflush(stdout);
+    skip();
+}
+
 char *sdtest_shared_or_skip(const char *rel) {
     const char *p = sdtest_shared(rel);
     if (!p) {
-        printf("SKIP: needs shared test data %s (not found under $SPECDEC_SHARED or ../shared)\n", rel);
-        fflush(stdout);
-        skip();
+        sdtest_missing_shared(rel);
         return NULL;
     }
     return strdup(p);

@@ -14,9 +14,14 @@
  * absent. The returned string is static storage overwritten by the next call. */
 const char *sdtest_shared(const char *rel);
 
-/* Same, but prints "SKIP: <what> needs <rel> (not found; set SPECDEC_SHARED)" and calls
- * cmocka's skip() when the file is missing. Returns a strdup'd path the caller frees. */
+/* Same, but when the file is missing: fails the test if SPECDEC_REQUIRE_SHARED=1 (CI: real-model
+ * tests must not pass as skips), else prints "SKIP: needs shared test data <rel> ..." and calls
+ * cmocka's skip(). Returns a strdup'd path the caller frees. */
 char *sdtest_shared_or_skip(const char *rel);
+/* 1 when SPECDEC_REQUIRE_SHARED=1. */
+int sdtest_require_shared(void);
+/* The missing-data exit of a test that found no shared file itself: fail or skip as above. */
+void sdtest_missing_shared(const char *what);
 
 /* Path of a file in the project's source tree (configs, tests data); static storage. */
 const char *sdtest_source_path(const char *rel);

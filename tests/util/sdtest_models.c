@@ -4,11 +4,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "kernels/kernels.h"
+
 #include "sdtest.h"
 
-sd_model *sdtest_synth_model(const sd_synth_params *p) { return sdtest_synth_model_with(p, NULL); }
+sd_type sdtest_kv_type = SD_TYPE_F32;
 
-sd_model *sdtest_synth_model_with(const sd_synth_params *p, const sd_model_params *mp) {
+static sd_context *new_context(sd_model *m) {
+    sd_context_params cp = sd_context_default_params();
+    cp.kv_type = sdtest_kv_type;
+    sd_context *c = NULL;
+    if (sd_context_create(m, &cp, &c) != SD_OK) fail_msg("context: %s", sd_last_error());
+    return c;
+}
+
+sd_model *sdtest_synth_model(const sd_synth_params *p) {
     static int counter;
     char name[64];
     snprintf(name, sizeof name, "tiny%d.gguf", counter++);
@@ -16,7 +26,7 @@ sd_model *sdtest_synth_model_with(const sd_synth_params *p, const sd_model_param
     sd_status st = sd_synth_write_file(p, path);
     if (st != SD_OK) fail_msg("synth: %s", sd_last_error());
     sd_model *m = NULL;
-    st = sd_model_load(path, mp, &m);
+    st = sd_model_load(path, NULL, &m);
     if (st != SD_OK) fail_msg("load %s: %s", path, sd_last_error());
     remove(path); /* the mapping stays valid */
     return m;
@@ -58,23 +68,22 @@ sd_model *sdtest_shared_model(const char *rel, const char *tokenizer_rel) {
 float *sdtest_stepwise_logits(sd_model *m, const int32_t *tokens, int n) {
     const int V = sd_model_hparams(m)->vocab_size;
     float *out = malloc((size_t)n * V * sizeof(float));
-    sd_kv *kv = NULL;
-    if (!out || sd_model_kv_create(m, 0, &kv) != SD_OK) fail_msg("alloc");
+    if (!out) fail_msg("alloc");
+    sd_context *c = new_context(m);
     for (int i = 0; i < n; i++)
-        if (sd_model_forward(m, kv, tokens + i, 1, out + (size_t)i * V, 0) != SD_OK)
+        if (sd_context_forward(c, 0, tokens + i, 1, out + (size_t)i * V, 0) != SD_OK)
             fail_msg("forward: %s", sd_last_error());
-    sd_kv_free(kv);
+    sd_context_free(c);
     return out;
 }
 
 float *sdtest_batched_logits(sd_model *m, const int32_t *tokens, int n) {
     const int V = sd_model_hparams(m)->vocab_size;
     float *out = malloc((size_t)n * V * sizeof(float));
-    sd_kv *kv = NULL;
     assert_non_null(out);
-    assert_int_equal(sd_model_kv_create(m, 0, &kv), SD_OK);
-    assert_int_equal(sd_model_forward(m, kv, tokens, n, out, 1), SD_OK);
-    sd_kv_free(kv);
+    sd_context *c = new_context(m);
+    assert_int_equal(sd_context_forward(c, 0, tokens, n, out, 1), SD_OK);
+    sd_context_free(c);
     return out;
 }
 
@@ -94,6 +103,7 @@ int32_t *sdtest_greedy(sd_model *m, sd_model *draft, const int32_t *prompt, int 
     sd_spec_params p = sd_spec_default_params();
     p.n_predict = n;
     p.stop_at_eos = 0;
+    p.kv_type = sdtest_kv_type;
     sd_spec *s = NULL;
     assert_int_equal(sd_spec_create(m, draft, &p, &s), SD_OK);
     collect c = {calloc((size_t)n + 1, sizeof(int32_t)), 0};
@@ -102,4 +112,45 @@ int32_t *sdtest_greedy(sd_model *m, sd_model *draft, const int32_t *prompt, int 
     assert_int_equal(c.n, n);
     sd_spec_free(s);
     return c.out;
+}
+
+void sdtest_check_batched(sd_model *m, int exact_all) {
+    const int V = sd_model_hparams(m)->vocab_size;
+    const int total = 80;
+    int32_t tok[80];
+    for (int i = 0; i < total; i++) tok[i] = (int32_t)((i * 37 + 11) % V);
+    float *ref = sdtest_stepwise_logits(m, tok, total);
+    static const int starts[] = {0, 1, 7, 30};
+    static const int lens[] = {1, 2, 3, 5, 9, 16, 17, 33, 34, 48};
+    float *got = malloc((size_t)total * V * sizeof(float));
+    assert_non_null(got);
+    sd_context *c = new_context(m);
+    double worst = 0;
+    for (size_t a = 0; a < sizeof starts / sizeof *starts; a++) {
+        for (size_t b = 0; b < sizeof lens / sizeof *lens; b++) {
+            const int p = starts[a], n = lens[b];
+            const int exact = n <= SD_SMALL_BATCH || exact_all;
+            if (p + n > total) continue;
+            sd_context_seq_truncate(c, 0, 0);
+            if (p > 0) assert_int_equal(sd_context_forward(c, 0, tok, p, NULL, 0), SD_OK);
+            assert_int_equal(sd_context_forward(c, 0, tok + p, n, got, 1), SD_OK);
+            assert_int_equal(sd_context_seq_len(c, 0), p + n);
+            double d = sdtest_max_abs_diff(got, ref + (size_t)p * V, (size_t)n * V);
+            if (d > worst) worst = d;
+            if (exact && d != 0)
+                fail_msg("%s: start %d, n %d: max diff %g, expected bitwise equal", sd_model_path(m), p, n, d);
+            if (d > SDTEST_TOL_GEMM_VS_STEPWISE) fail_msg("%s: start %d, n %d: max diff %g", sd_model_path(m), p, n, d);
+            /* last-only logits equal the last row */
+            sd_context_seq_truncate(c, 0, p);
+            assert_int_equal(sd_context_forward(c, 0, tok + p, n, got, 0), SD_OK);
+            d = sdtest_max_abs_diff(got, ref + (size_t)(p + n - 1) * V, (size_t)V);
+            if (d > (exact ? 0 : SDTEST_TOL_GEMM_VS_STEPWISE))
+                fail_msg("%s: start %d, n %d (last only): max diff %g", sd_model_path(m), p, n, d);
+        }
+    }
+    printf("  %s: batched vs stepwise worst %.3g (%s)\n", sd_model_path(m), worst,
+           exact_all ? "bit for bit at every batch size" : "bit for bit up to SD_SMALL_BATCH");
+    sd_context_free(c);
+    free(got);
+    free(ref);
 }

@@ -1,0 +1,401 @@
+/* Contexts and batches: one model shared by contexts on several threads, a batch of several
+ * sequences equal to each sequence run alone, a tree batch equal to each of its root-to-leaf
+ * paths run as a chain (bit for bit, as the kernels guarantee for passes of up to
+ * SD_SMALL_BATCH tokens), and every malformed batch refused with its reason and no change. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "sdtest.h"
+#include "sdtest_models.h"
+#include "specdec/context.h"
+#include "specdec/spec.h"
+#include "specdec/target.h"
+
+static sd_context *new_ctx(const sd_model *m, int n_ctx, int n_seq) {
+    sd_context_params cp = sd_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_seq = n_seq;
+    sd_context *c = NULL;
+    if (sd_context_create(m, &cp, &c) != SD_OK) fail_msg("context: %s", sd_last_error());
+    return c;
+}
+
+/* The model under test: a GQA shape with head_dim 16 (the AVX-512 attention paths) and one with
+ * head_dim 8 (the short-head path), both F32; and a Q8_0 copy (integer kernels). */
+static sd_model *model_of(int which) {
+    sd_synth_params p = which == 1 ? sdtest_synth_shape(32, 2, 4, 2, 64, 300, 128, 12)
+                                   : sdtest_synth_shape(64, 2, 4, 2, 96, 300, 128, 11);
+    if (which == 2) p.wtype = SD_TYPE_Q8_0;
+    return sdtest_synth_model(&p);
+}
+
+/* ---------------------------------------------------------------- several sequences */
+
+/* S sequences with different prompt lengths, then one pass holding m tokens of each: every row
+ * equals the same tokens run alone in a context of one sequence, bit for bit. */
+static void check_multi_seq(const sd_model *m) {
+    enum { S = 4, M = 5 };
+    const int V = sd_model_hparams(m)->vocab_size;
+    int32_t tok[S][40];
+    const int pre[S] = {3, 17, 1, 9};
+    for (int s = 0; s < S; s++)
+        for (int i = 0; i < 40; i++) tok[s][i] = (int32_t)((i * 31 + s * 97 + 5) % V);
+    sd_context *multi = new_ctx(m, 64, S), *alone = new_ctx(m, 64, 1);
+    for (int s = 0; s < S; s++) assert_int_equal(sd_context_forward(multi, s, tok[s], pre[s], NULL, 0), SD_OK);
+    sd_batch b;
+    assert_int_equal(sd_batch_init(&b, S * M), SD_OK);
+    for (int s = 0; s < S; s++)
+        for (int i = 0; i < M; i++) assert_int_equal(sd_batch_add(&b, tok[s][pre[s] + i], pre[s] + i, s, 1), SD_OK);
+    assert_int_equal(sd_batch_n_logits(&b), S * M);
+    float *got = malloc((size_t)S * M * V * sizeof(float)), *want = malloc((size_t)M * V * sizeof(float));
+    assert_int_equal(sd_context_decode(multi, &b, got), SD_OK);
+    for (int s = 0; s < S; s++) {
+        assert_int_equal(sd_context_seq_len(multi, s), pre[s] + M);
+        assert_int_equal(sd_context_seq_truncate(alone, 0, 0), SD_OK);
+        assert_int_equal(sd_context_forward(alone, 0, tok[s], pre[s], NULL, 0), SD_OK);
+        assert_int_equal(sd_context_forward(alone, 0, tok[s] + pre[s], M, want, 1), SD_OK);
+        if (memcmp(got + (size_t)s * M * V, want, (size_t)M * V * sizeof(float)) != 0)
+            fail_msg("%s: sequence %d in a batch of %d differs from alone by %g", sd_model_path(m), s, S,
+                     sdtest_max_abs_diff(got + (size_t)s * M * V, want, (size_t)M * V));
+        /* and the caches hold the same rows */
+        sd_kv *ka = sd_context_kv(alone), *km = sd_context_kv(multi);
+        const size_t bytes = (size_t)sd_kv_kv_dim(ka) * (size_t)(pre[s] + M) * sizeof(float);
+        for (int l = 0; l < sd_kv_n_layers(ka); l++)
+            assert_memory_equal(sd_kv_k(km, s, l), sd_kv_k(ka, 0, l), bytes);
+    }
+    /* only some logits asked for: the rows that were, in batch order */
+    for (int i = 0; i < b.n; i++) b.logits[i] = i % 3 == 0;
+    const int n_out = sd_batch_n_logits(&b);
+    for (int s = 0; s < S; s++) sd_context_seq_truncate(multi, s, pre[s]);
+    float *some = malloc((size_t)n_out * V * sizeof(float));
+    assert_int_equal(sd_context_decode(multi, &b, some), SD_OK);
+    for (int i = 0, r = 0; i < b.n; i++)
+        if (b.logits[i]) assert_memory_equal(some + (size_t)r++ * V, got + (size_t)i * V, (size_t)V * sizeof(float));
+    free(some);
+    printf("  %s: %d sequences x %d tokens in one pass == each alone, bit for bit\n", sd_model_path(m), S, M);
+    free(got);
+    free(want);
+    sd_batch_free(&b);
+    sd_context_free(multi);
+    sd_context_free(alone);
+}
+
+static void test_multi_sequence_batch(void **state) {
+    (void)state;
+    for (int w = 0; w < 3; w++) {
+        sd_model *m = model_of(w);
+        check_multi_seq(m);
+        sd_model_free(m);
+    }
+}
+
+/* ---------------------------------------------------------------- trees */
+
+/* A tree after a cached prefix:
+ *   0 (root) -> 1 -> 3 -> 6
+ *            -> 1 -> 4
+ *            -> 2 -> 5 -> 7 -> 8
+ * Each node's logits and, once kept, each path's cache rows equal the path run as a chain. */
+static void check_tree(const sd_model *m) {
+    enum { N = 9, PRE = 11 };
+    const int V = sd_model_hparams(m)->vocab_size;
+    const int32_t parent[N] = {-1, 0, 0, 1, 1, 2, 3, 5, 7};
+    int32_t tok[N], prefix[PRE];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 53 + 7) % V);
+    for (int i = 0; i < PRE; i++) prefix[i] = (int32_t)((i * 19 + 2) % V);
+    sd_context *t = new_ctx(m, 64, 1), *chain = new_ctx(m, 64, 1);
+    assert_int_equal(sd_context_forward(t, 0, prefix, PRE, NULL, 0), SD_OK);
+    sd_verify_round *r = NULL;
+    assert_int_equal(sd_verify_round_create(t, &r), SD_OK);
+    int row0 = -1;
+    assert_int_equal(sd_verify_round_add_tree(r, 0, tok, parent, N, &row0), SD_OK);
+    assert_int_equal(sd_verify_round_run(r), SD_OK);
+    assert_int_equal(sd_context_seq_len(t, 0), PRE + N);
+    float *want = malloc((size_t)N * V * sizeof(float));
+    for (int leaf = 0; leaf < N; leaf++) {
+        int32_t path[N], ptok[N];
+        int d = 0;
+        for (int j = leaf; j >= 0; j = parent[j]) d++;
+        for (int j = leaf, k = d - 1; j >= 0; j = parent[j], k--) path[k] = j;
+        for (int k = 0; k < d; k++) ptok[k] = tok[path[k]];
+        assert_int_equal(sd_context_seq_truncate(chain, 0, 0), SD_OK);
+        assert_int_equal(sd_context_forward(chain, 0, prefix, PRE, NULL, 0), SD_OK);
+        assert_int_equal(sd_context_forward(chain, 0, ptok, d, want, 1), SD_OK);
+        for (int k = 0; k < d; k++)
+            if (memcmp(sd_verify_round_logits(r, row0 + path[k]), want + (size_t)k * V, (size_t)V * sizeof(float)) != 0)
+                fail_msg("%s: tree node %d differs from its path as a chain by %g", sd_model_path(m), path[k],
+                         sdtest_max_abs_diff(sd_verify_round_logits(r, row0 + path[k]), want + (size_t)k * V, (size_t)V));
+    }
+    /* keeping the path 0-2-5-7 leaves exactly the chain's cache, and decoding on from it equals the
+     * chain decoding on */
+    const int32_t keep[4] = {0, 2, 5, 7};
+    assert_int_equal(sd_target_keep_path(t, 0, PRE, keep, 4), SD_OK);
+    assert_int_equal(sd_context_seq_len(t, 0), PRE + 4);
+    const int32_t ktok[4] = {tok[0], tok[2], tok[5], tok[7]};
+    assert_int_equal(sd_context_seq_truncate(chain, 0, PRE), SD_OK);
+    assert_int_equal(sd_context_forward(chain, 0, ktok, 4, NULL, 0), SD_OK);
+    sd_kv *kt = sd_context_kv(t), *kc = sd_context_kv(chain);
+    const size_t bytes = (size_t)sd_kv_kv_dim(kt) * (PRE + 4) * sizeof(float);
+    for (int l = 0; l < sd_kv_n_layers(kt); l++) {
+        assert_memory_equal(sd_kv_k(kt, 0, l), sd_kv_k(kc, 0, l), bytes);
+        assert_memory_equal(sd_kv_v(kt, 0, l), sd_kv_v(kc, 0, l), bytes);
+    }
+    float *a = malloc((size_t)V * sizeof(float)), *b = malloc((size_t)V * sizeof(float));
+    assert_int_equal(sd_context_forward(t, 0, &tok[8], 1, a, 0), SD_OK);
+    assert_int_equal(sd_context_forward(chain, 0, &tok[8], 1, b, 0), SD_OK);
+    assert_memory_equal(a, b, (size_t)V * sizeof(float));
+    /* a tree that is a single chain is the chain */
+    const int32_t line[4] = {-1, 0, 1, 2};
+    assert_int_equal(sd_context_seq_truncate(t, 0, PRE), SD_OK);
+    sd_verify_round_clear(r);
+    assert_int_equal(sd_verify_round_add_tree(r, 0, ktok, line, 4, &row0), SD_OK);
+    assert_int_equal(sd_verify_round_run(r), SD_OK);
+    assert_int_equal(sd_context_seq_truncate(chain, 0, PRE), SD_OK);
+    assert_int_equal(sd_context_forward(chain, 0, ktok, 4, want, 1), SD_OK);
+    assert_memory_equal(sd_verify_round_logits(r, row0), want, (size_t)4 * V * sizeof(float));
+    printf("  %s: a %d-node tree == its paths as chains, bit for bit\n", sd_model_path(m), N);
+    free(a);
+    free(b);
+    free(want);
+    sd_verify_round_free(r);
+    sd_context_free(t);
+    sd_context_free(chain);
+}
+
+static void test_tree_batch(void **state) {
+    (void)state;
+    for (int w = 0; w < 3; w++) {
+        sd_model *m = model_of(w);
+        check_tree(m);
+        sd_model_free(m);
+    }
+}
+
+/* ---------------------------------------------------------------- threads */
+
+typedef struct {
+    const sd_model *m;
+    const int32_t *prompt;
+    int n_prompt;
+    int32_t out[48];
+    sd_status st;
+} gen_job;
+
+static void *gen_thread(void *arg) {
+    gen_job *j = arg;
+    sd_context *c = NULL;
+    sd_spec *s = NULL;
+    sd_spec_params p = sd_spec_default_params();
+    p.n_predict = 48;
+    p.stop_at_eos = 0;
+    p.sampling.temperature = 0.9f; /* sampled: the RNG stream is per engine */
+    p.sampling.seed = 5;
+    j->st = sd_context_create(j->m, NULL, &c);
+    if (j->st == SD_OK) j->st = sd_spec_create_with(c, 0, NULL, &p, &s);
+    int32_t *out = j->out;
+    int n = 0;
+    if (j->st == SD_OK) j->st = sd_spec_begin(s, j->prompt, j->n_prompt);
+    while (j->st == SD_OK && !sd_spec_done(s)) {
+        int k = 0;
+        j->st = sd_spec_step(s, NULL, NULL, out + n, &k);
+        n += k;
+    }
+    sd_spec_free(s);
+    sd_context_free(c);
+    return NULL;
+}
+
+/* Two threads, each with its own context on ONE loaded model, generate different prompts at the
+ * same time and get exactly the tokens each gets alone. */
+static void test_threads_share_a_model(void **state) {
+    (void)state;
+    sd_synth_params p = sdtest_synth_shape(256, 2, 8, 4, 512, 400, 128, 21); /* big enough to go parallel */
+    sd_model *m = sdtest_synth_model(&p);
+    const int32_t pa[5] = {1, 300, 301, 4, 9}, pb[8] = {1, 7, 7, 7, 350, 12, 13, 14};
+    gen_job alone[2] = {{m, pa, 5, {0}, SD_OK}, {m, pb, 8, {0}, SD_OK}};
+    gen_thread(&alone[0]);
+    gen_thread(&alone[1]);
+    assert_int_equal(alone[0].st, SD_OK);
+    assert_int_equal(alone[1].st, SD_OK);
+    assert_memory_not_equal(alone[0].out, alone[1].out, sizeof alone[0].out);
+    for (int round = 0; round < 3; round++) {
+        gen_job both[2] = {{m, pa, 5, {0}, SD_OK}, {m, pb, 8, {0}, SD_OK}};
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&th[i], NULL, gen_thread, &both[i]), 0);
+        for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(both[i].st, SD_OK);
+            assert_memory_equal(both[i].out, alone[i].out, sizeof both[i].out);
+        }
+    }
+    sd_model_free(m);
+}
+
+/* ---------------------------------------------------------------- bad batches */
+
+static void expect_bad(sd_context *c, const sd_batch *b, sd_status want, const char *needle) {
+    int len[3];
+    for (int s = 0; s < sd_context_n_seq(c); s++) len[s] = sd_context_seq_len(c, s);
+    float *lg = malloc((size_t)b->n * sd_model_hparams(sd_context_model(c))->vocab_size * sizeof(float) + 4);
+    sd_status st = sd_context_decode(c, b, lg);
+    free(lg);
+    printf("  -> %s\n", sd_last_error());
+    assert_int_equal(st, want);
+    if (!strstr(sd_last_error(), needle)) fail_msg("message lacks \"%s\": %s", needle, sd_last_error());
+    for (int s = 0; s < sd_context_n_seq(c); s++) assert_int_equal(sd_context_seq_len(c, s), len[s]);
+}
+
+static void test_bad_batches(void **state) {
+    (void)state;
+    sd_model *m = model_of(0);
+    sd_context *c = new_ctx(m, 16, 3);
+    const int32_t pre[4] = {1, 2, 3, 4};
+    assert_int_equal(sd_context_forward(c, 1, pre, 4, NULL, 0), SD_OK);
+    sd_batch b;
+    assert_int_equal(sd_batch_init(&b, 40), SD_OK);
+#define RESET() sd_batch_clear(&b)
+    RESET();
+    expect_bad(c, &b, SD_ERR_INVALID_ARG, "forward: 0 tokens");
+    sd_batch_add(&b, 300, 0, 0, 1);
+    expect_bad(c, &b, SD_ERR_INVALID_ARG, "token id 300 at 0 outside vocabulary of 300");
+    RESET();
+    sd_batch_add(&b, 5, 0, 3, 1);
+    expect_bad(c, &b, SD_ERR_INVALID_ARG, "batch token 0 names sequence 3; the context has 3");
+    RESET();
+    sd_batch_add(&b, 5, 0, 0, 1);
+    sd_batch_add(&b, 5, 4, 1, 1);
+    sd_batch_add(&b, 5, 1, 0, 1);
+    expect_bad(c, &b, SD_ERR_INVALID_ARG, "sequence 0 appears in two separate runs of the batch (at 0 and 2)");
+    RESET();
+    sd_batch_add(&b, 5, 3, 1, 1);
+    expect_bad(c, &b, SD_ERR_INVALID_ARG, "batch token 0 of sequence 1 is at position 3, expected 4 (the sequence's cached length)");
+    RESET();
+    sd_batch_add(&b, 5, 4, 1, 1);
+    sd_batch_add(&b, 6, 6, 1, 1);
+    expect_bad(c, &b, SD_ERR_INVALID_ARG, "batch token 1 of sequence 1 is at position 6, expected 5 (its parent's + 1)");
+    RESET();
+    sd_batch_add(&b, 5, 0, 2, 1);
+    sd_batch_add_child(&b, 6, 1, 2, 1, 1);
+    expect_bad(c, &b, SD_ERR_INVALID_ARG, "batch token 1 has parent 1, not an earlier token of its sequence 2");
+    RESET();
+    sd_batch_add(&b, 5, 0, 0, 1);
+    sd_batch_add_child(&b, 6, 5, 1, 0, 1);
+    expect_bad(c, &b, SD_ERR_INVALID_ARG, "batch token 1 has parent 0, not an earlier token of its sequence 1");
+    RESET();
+    for (int i = 0; i < 13; i++) sd_batch_add(&b, 5, 4 + i, 1, 0);
+    expect_bad(c, &b, SD_ERR_CONTEXT_FULL, "context full: 13 tokens at position 4 exceed the context of 16 (per sequence)");
+    /* a tree must fit one pass; trees need an f32 cache */
+    sd_context_params cp = sd_context_default_params();
+    cp.n_ctx = 16;
+    cp.n_batch = 4;
+    sd_context *small = NULL;
+    assert_int_equal(sd_context_create(m, &cp, &small), SD_OK);
+    RESET();
+    sd_batch_add(&b, 5, 0, 0, 1);
+    for (int i = 1; i < 5; i++) sd_batch_add_child(&b, 6, 1, 0, 0, 1);
+    expect_bad(small, &b, SD_ERR_INVALID_ARG, "a batch holding a tree must fit in one pass of 4 tokens (it has 5)");
+    RESET();
+    for (int i = 0; i < 10; i++) sd_batch_add(&b, 5 + i, i, 0, 1); /* a chain is run in chunks */
+    float *lg = malloc((size_t)10 * 300 * sizeof(float));
+    assert_int_equal(sd_context_decode(small, &b, lg), SD_OK);
+    assert_int_equal(sd_context_seq_len(small, 0), 10);
+    free(lg);
+    sd_context_free(small);
+    if (sd_attention_f16_ok(16)) {
+        cp = sd_context_default_params();
+        cp.kv_type = SD_TYPE_F16;
+        assert_int_equal(sd_context_create(m, &cp, &small), SD_OK);
+        RESET();
+        sd_batch_add(&b, 5, 0, 0, 1);
+        sd_batch_add_child(&b, 6, 1, 0, 0, 1);
+        sd_batch_add_child(&b, 7, 1, 0, 0, 1);
+        expect_bad(small, &b, SD_ERR_UNSUPPORTED, "tree batches need an f32 KV cache");
+        sd_context_free(small);
+    }
+    /* a full batch refuses more */
+    sd_batch full;
+    assert_int_equal(sd_batch_init(&full, 1), SD_OK);
+    assert_int_equal(sd_batch_add(&full, 1, 0, 0, 1), SD_OK);
+    assert_int_equal(sd_batch_add(&full, 1, 1, 0, 1), SD_ERR_INVALID_ARG);
+    assert_non_null(strstr(sd_last_error(), "batch: full at 1 tokens"));
+    sd_batch_free(&full);
+    assert_int_equal(sd_batch_init(&full, 0), SD_ERR_INVALID_ARG);
+#undef RESET
+    sd_batch_free(&b);
+    sd_context_free(c);
+    /* context parameters */
+    sd_context *bad = (sd_context *)1;
+    cp = sd_context_default_params();
+    cp.n_seq = -1;
+    assert_int_equal(sd_context_create(m, &cp, &bad), SD_ERR_INVALID_ARG);
+    assert_null(bad);
+    cp = sd_context_default_params();
+    cp.kv_type = SD_TYPE_Q8_0;
+    assert_int_equal(sd_context_create(m, &cp, &bad), SD_ERR_INVALID_ARG);
+    sd_context_free(NULL);
+    sd_model_free(m);
+}
+
+/* ---------------------------------------------------------------- the step API */
+
+/* A follow-up prompt that extends the last history reuses the target's cached tokens; the
+ * output equals a fresh engine's. */
+static void test_begin_reuses_prefix(void **state) {
+    (void)state;
+    sd_model *m = model_of(0);
+    sd_spec_params p = sd_spec_default_params();
+    p.n_predict = 20;
+    p.stop_at_eos = 0;
+    p.draft_max = 3;
+    sd_spec *s = NULL, *fresh = NULL;
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_OK);
+    const int32_t prompt[4] = {1, 290, 291, 292};
+    sd_spec_stats st;
+    assert_int_equal(sd_spec_generate(s, prompt, 4, NULL, NULL, &st), SD_OK);
+    assert_int_equal(st.n_reused, 0);
+    int n = 0;
+    const int32_t *h = sd_spec_tokens(s, &n);
+    int32_t turn2[40];
+    memcpy(turn2, h, (size_t)n * sizeof *turn2);
+    turn2[n] = 7;
+    turn2[n + 1] = 8;
+    const int n2 = n + 2;
+    int32_t a[20], b[20];
+    int na = 0, nb = 0, k;
+    assert_int_equal(sd_spec_begin(s, turn2, n2), SD_OK);
+    sd_spec_get_stats(s, &st);
+    assert_int_equal(st.n_reused, n - 1); /* all it held: the history but its pending token */
+    while (!sd_spec_done(s)) {
+        assert_int_equal(sd_spec_step(s, NULL, NULL, a + na, &k), SD_OK);
+        na += k;
+    }
+    assert_int_equal(sd_spec_create(m, m, &p, &fresh), SD_OK);
+    assert_int_equal(sd_spec_begin(fresh, turn2, n2), SD_OK);
+    while (!sd_spec_done(fresh)) {
+        assert_int_equal(sd_spec_step(fresh, NULL, NULL, b + nb, &k), SD_OK);
+        nb += k;
+    }
+    assert_int_equal(na, 20);
+    assert_int_equal(nb, 20);
+    assert_memory_equal(a, b, sizeof a);
+    /* a step after the end emits nothing */
+    assert_int_equal(sd_spec_step(s, NULL, NULL, a, &k), SD_OK);
+    assert_int_equal(k, 0);
+    sd_spec_free(fresh);
+    sd_spec_free(s);
+    sd_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_multi_sequence_batch),
+        cmocka_unit_test(test_tree_batch),
+        cmocka_unit_test(test_threads_share_a_model),
+        cmocka_unit_test(test_bad_batches),
+        cmocka_unit_test(test_begin_reuses_prefix),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
