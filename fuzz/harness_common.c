@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/io.h"
 #include "harness.h"
 #include "specdec/model.h"
 #include "specdec/status.h"
@@ -84,21 +85,9 @@ const char *sd_fuzz_shared(const char *rel) {
 }
 
 uint8_t *sd_fuzz_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    uint8_t *buf = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-        buf = malloc(n ? (size_t)n : 1);
-        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-            free(buf);
-            buf = NULL;
-        }
-    }
-    fclose(f);
-    if (buf) *len = (size_t)n;
-    return buf;
+    char *b = NULL;
+    if (sd_file_read(path, 0, &b, len) != SD_OK) return NULL;
+    return (uint8_t *)b;
 }
 
 uint32_t sd_fuzz_u32(const uint8_t *data, size_t size) {

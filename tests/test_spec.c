@@ -708,6 +708,334 @@ static void test_sampling_exact(void **state) {
     sd_model_free(e.target);
 }
 
+/* ---------------------------------------------------------------- 4. bonus tokens and
+ * deterministic drafts
+ *
+ * The bonus token (drawn when every draft is accepted) must come from the target's row after
+ * the last draft. Self-drafting at temperature 1 accepts every draft (q equals p bit for bit), so
+ * with n_predict = k + 1 the first round emits k drafts and the bonus: the pair (t_k, t_k+1) is
+ * compared with its exact distribution, and with the distribution a stale row (the bonus drawn
+ * after t_k-1 instead) would give, which the counts must reject. */
+
+/* P(t_k = a, t_k+1 = b) exactly, and the stale variant P'(a, b) = sum P(prefix) p(a|prefix)
+ * p(b|prefix), over all prefixes t_1..t_k-1, by depth-first search in one context. */
+static void bonus_joints(sd_context *c, const sd_sampler_params *sp, const int32_t *prompt, int n_prompt, int k,
+                         double *joint, double *stale) {
+    const int V = EX_V;
+    void *scratch = malloc(sd_sample_scratch_bytes(V));
+    float logits[EX_V];
+    memset(joint, 0, sizeof(double) * V * V);
+    memset(stale, 0, sizeof(double) * V * V);
+    /* stack of (prefix probability, distribution after the prefix) per depth */
+    double pref[SD_MAX_DRAFT + 1];
+    float probs[SD_MAX_DRAFT + 2][EX_V];
+    int32_t cur[SD_MAX_DRAFT + 1];
+    sd_context_seq_truncate(c, 0, 0);
+    assert_int_equal(sd_context_forward(c, 0, prompt, n_prompt, logits, 0), SD_OK);
+    assert_int_equal(sd_sample_probs(sp, logits, V, probs[0], scratch), SD_OK);
+    pref[0] = 1.0;
+    int depth = 0; /* tokens in cur */
+    cur[0] = -1;
+    for (;;) {
+        if (depth == k - 1) { /* prefix complete: t_k = a, then t_k+1 = b */
+            for (int32_t a = 0; a < V; a++) {
+                const double pa = pref[depth] * probs[depth][a];
+                if (pa == 0) continue;
+                assert_int_equal(sd_context_forward(c, 0, &a, 1, logits, 0), SD_OK);
+                assert_int_equal(sd_sample_probs(sp, logits, V, probs[depth + 1], scratch), SD_OK);
+                for (int b = 0; b < V; b++) {
+                    joint[a * V + b] += pa * probs[depth + 1][b];
+                    stale[a * V + b] += pa * probs[depth][b];
+                }
+                assert_int_equal(sd_context_seq_truncate(c, 0, n_prompt + depth), SD_OK);
+            }
+            if (depth == 0) break;
+            depth--; /* back up and advance */
+            assert_int_equal(sd_context_seq_truncate(c, 0, n_prompt + depth), SD_OK);
+        }
+        /* next token at this depth */
+        int32_t t = cur[depth] + 1;
+        while (t < V && probs[depth][t] == 0) t++;
+        if (t == V) {
+            if (depth == 0) break;
+            depth--;
+            assert_int_equal(sd_context_seq_truncate(c, 0, n_prompt + depth), SD_OK);
+            continue;
+        }
+        cur[depth] = t;
+        assert_int_equal(sd_context_forward(c, 0, &t, 1, logits, 0), SD_OK);
+        pref[depth + 1] = pref[depth] * probs[depth][t];
+        assert_int_equal(sd_sample_probs(sp, logits, V, probs[depth + 1], scratch), SD_OK);
+        depth++;
+        cur[depth] = -1;
+    }
+    free(scratch);
+}
+
+static double chi2_ratio(const long *counts, const double *prob, int cells, long n) {
+    int df = 0;
+    const double x = chi2_pooled(counts, prob, cells, n, &df);
+    assert_true(df >= 20);
+    return x / chi2_crit_001(df);
+}
+
+static void test_bonus_token_exact(void **state) {
+    (void)state;
+    sd_synth_params tp = sdtest_synth_shape(16, 1, 2, 1, 32, EX_V, 32, 63);
+    sd_model *m = sdtest_synth_model(&tp);
+    const int threads = sd_get_threads();
+    sd_set_threads(1);
+    const int32_t prompt[2] = {1, 7};
+    sd_sampler_params sp = sd_sampler_default_params();
+    sp.temperature = 1.0f;
+    double *joint = malloc(sizeof(double) * EX_V * EX_V), *stale = malloc(sizeof(double) * EX_V * EX_V);
+    long *counts = malloc(sizeof(long) * EX_V * EX_V);
+    sd_context *c = NULL;
+    assert_int_equal(sd_context_create(m, NULL, &c), SD_OK);
+    static const int ks[] = {1, 4};
+    for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
+        const int k = ks[i];
+        bonus_joints(c, &sp, prompt, 2, k, joint, stale);
+        memset(counts, 0, sizeof(long) * EX_V * EX_V);
+        long bonus = 0;
+        for (int g = 0; g < EX_N; g++) {
+            sd_spec_params p = greedy_params(k + 1, k);
+            p.sampling = sp;
+            p.sampling.seed = 9000000 + (uint64_t)g;
+            p.n_ctx = 16;
+            collect out;
+            sd_spec_stats st;
+            generate(m, m, &p, prompt, 2, &out, &st);
+            assert_int_equal(out.n, k + 1);
+            assert_int_equal(st.n_accepted, k); /* q == p: every draft is accepted ... */
+            assert_int_equal(st.n_verify, 1);   /* ... in one round, whose last token is the bonus */
+            bonus++;
+            counts[out.out[k - 1] * EX_V + out.out[k]]++;
+        }
+        const double r = chi2_ratio(counts, joint, EX_V * EX_V, EX_N);
+        const double r_stale = chi2_ratio(counts, stale, EX_V * EX_V, EX_N);
+        printf("  k=%d: %ld bonus tokens; chi2/crit %.2f against the exact (t_k, bonus) joint, %.2f against a stale row's\n",
+               k, bonus, r, r_stale);
+        assert_true(r < 1.0);
+        assert_true(r_stale > 1.0);
+    }
+    sd_set_threads(threads);
+    sd_context_free(c);
+    free(joint);
+    free(stale);
+    free(counts);
+    sd_model_free(m);
+}
+
+/* A deterministic drafter (no distributions: q is one-hot): the target's own greedy continuation,
+ * run from scratch in a context of its own (the likeliest tokens: both acceptance and rejection
+ * happen often); broken, it proposes more than asked or ids outside the
+ * vocabulary. */
+typedef struct {
+    int mode; /* 0 well-behaved, 1 one too many, 2 an id past the vocabulary */
+    int calls;
+    sd_context *c;
+} fixed_drafter;
+
+static sd_status fixed_draft(sd_drafter *d, const int32_t *hist, int n_hist, int k, sd_rng *rng, int32_t *out,
+                             float *q, int *n_out) {
+    (void)rng;
+    (void)q;
+    fixed_drafter *f = d->impl;
+    f->calls++;
+    float lg[EX_V];
+    sd_context_seq_truncate(f->c, 0, 0);
+    sd_status st = sd_context_forward(f->c, 0, hist, n_hist, lg, 0);
+    for (int i = 0; i < k && st == SD_OK; i++) {
+        out[i] = sd_argmax(lg, EX_V);
+        if (i + 1 < k) st = sd_context_forward(f->c, 0, &out[i], 1, lg, 0);
+    }
+    if (st != SD_OK) return st;
+    *n_out = k;
+    if (f->mode == 1) *n_out = k + 1;
+    if (f->mode == 2) out[0] = d->n_vocab + 3;
+    return SD_OK;
+}
+static void fixed_destroy(sd_drafter *d) { (void)d; }
+static const sd_drafter_vtbl k_fixed_vtbl = {NULL, fixed_draft, fixed_destroy};
+
+/* Speculative sampling with one-hot q: accept d with probability p(d), else draw from p with d
+ * removed. The joint of the first three tokens matches the target's exactly; a loop that draws
+ * the correction from p itself (d not removed) is rejected by the same statistic. */
+static void test_deterministic_drafter_exact(void **state) {
+    (void)state;
+    sd_synth_params tp = sdtest_synth_shape(16, 1, 2, 1, 32, EX_V, 32, 61);
+    exact_setup e;
+    memset(&e, 0, sizeof e);
+    e.target = sdtest_synth_model(&tp);
+    e.prompt[0] = 1;
+    e.prompt[1] = 5;
+    e.n_prompt = 2;
+    e.sp = sd_sampler_default_params();
+    e.sp.temperature = 1.0f;
+    e.joint = malloc(EX_CELLS * sizeof(double));
+    long *counts = calloc(EX_CELLS, sizeof(long)), *broken = calloc(EX_CELLS, sizeof(long));
+    const int threads = sd_get_threads();
+    sd_set_threads(1);
+    exact_joint(&e);
+    sd_model *dm = e.target; /* drafting the target's own greedy choice */
+    sd_context_params cp = sd_context_default_params();
+    cp.n_ctx = 16;
+    sd_context *c = NULL, *dc = NULL;
+    assert_int_equal(sd_context_create(e.target, &cp, &c), SD_OK);
+    assert_int_equal(sd_context_create(dm, &cp, &dc), SD_OK);
+    fixed_drafter f = {0, 0, dc};
+    sd_drafter d = {&k_fixed_vtbl, &f, "fixed", EX_V, 0, INT32_MAX};
+    long drafted = 0, accepted = 0;
+    float p[EX_V];
+    void *scratch = malloc(sd_sample_scratch_bytes(EX_V));
+    for (int g = 0; g < EX_N; g++) {
+        sd_spec_params sp = greedy_params(3, 2);
+        sp.sampling = e.sp;
+        sp.sampling.seed = 7000000 + (uint64_t)g;
+        sd_spec *s = NULL;
+        assert_int_equal(sd_spec_create_with(c, 0, &d, &sp, &s), SD_OK);
+        collect out;
+        memset(&out, 0, sizeof out);
+        sd_spec_stats st;
+        assert_int_equal(sd_spec_generate(s, e.prompt, 2, collect_cb, &out, &st), SD_OK);
+        assert_int_equal(out.n, 3);
+        counts[(out.out[0] * EX_V + out.out[1]) * EX_V + out.out[2]]++;
+        drafted += st.n_drafted;
+        accepted += st.n_accepted;
+        sd_spec_free(s);
+        /* the broken loop: first position only, correction drawn from p with the draft left in */
+        sd_rng rng;
+        sd_rng_seed(&rng, 8000000 + (uint64_t)g);
+        float lg[EX_V];
+        int32_t hist[5] = {e.prompt[0], e.prompt[1]};
+        sd_context_seq_truncate(c, 0, 0);
+        assert_int_equal(sd_context_forward(c, 0, hist, 2, lg, 0), SD_OK);
+        for (int t = 0; t < 3; t++) {
+            assert_int_equal(sd_sample_probs(&e.sp, lg, EX_V, p, scratch), SD_OK);
+            int32_t dft = 0;
+            int nd = 0;
+            assert_int_equal(fixed_draft(&d, hist, 2 + t, 1, &rng, &dft, NULL, &nd), SD_OK);
+            hist[2 + t] = sd_rng_uniform(&rng) < p[dft] ? dft : sd_sample_draw(p, EX_V, &rng);
+            if (t < 2) assert_int_equal(sd_context_forward(c, 0, &hist[2 + t], 1, lg, 0), SD_OK);
+        }
+        broken[(hist[2] * EX_V + hist[3]) * EX_V + hist[4]]++;
+    }
+    const double acc = (double)accepted / (double)drafted;
+    const double r = chi2_report("deterministic drafter (one-hot q)", counts, e.joint, EX_N);
+    const double rb = chi2_report("control: correction keeps the draft", broken, e.joint, EX_N);
+    printf("  %-36s acceptance %.3f\n", "", acc);
+    assert_true(acc > 0.1 && acc < 0.9);
+    assert_true(r < 1.0);
+    assert_true(rb > 1.0);
+    assert_true(f.calls > 0);
+
+    /* contract violations are errors naming the drafter */
+    sd_spec_params sp = greedy_params(8, 4);
+    sd_spec *s = NULL;
+    static const char *const want[2] = {"drafter 'fixed' proposed 5 tokens; at most 4 were asked for",
+                                        "drafter 'fixed' proposed id 19, outside the target's vocabulary of 16"};
+    for (int mode = 1; mode <= 2; mode++) {
+        f.mode = mode;
+        assert_int_equal(sd_spec_create_with(c, 0, &d, &sp, &s), SD_OK);
+        assert_int_equal(sd_spec_generate(s, e.prompt, 2, NULL, NULL, NULL), SD_ERR_INVALID_ARG);
+        printf("  -> %s\n", sd_last_error());
+        assert_non_null(strstr(sd_last_error(), want[mode - 1]));
+        sd_spec_free(s);
+    }
+    /* a drafter that could propose ids the target cannot score is refused up front */
+    d.n_vocab = EX_V + 1;
+    assert_int_equal(sd_spec_create_with(c, 0, &d, &sp, &s), SD_ERR_MISMATCH);
+    assert_null(s);
+    sd_set_threads(threads);
+    free(scratch);
+    sd_context_free(c);
+    sd_context_free(dc);
+    free(counts);
+    free(broken);
+    free(e.joint);
+    sd_model_free(e.target);
+}
+
+/* ---------------------------------------------------------------- end of sequence */
+
+/* The tiny model's weights with `eos` as its end-of-sequence id. */
+static sd_model *model_with_eos(const sd_synth_params *p, int32_t eos) {
+    sd_gguf_writer *w = NULL;
+    assert_int_equal(sd_synth_build(p, &w), SD_OK);
+    assert_int_equal(sd_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos), SD_OK);
+    static int counter;
+    char name[64];
+    snprintf(name, sizeof name, "eos%d.gguf", counter++);
+    const char *path = sdtest_tmp_path(name);
+    assert_int_equal(sd_gguf_write_file(w, path), SD_OK);
+    sd_gguf_writer_free(w);
+    sd_model *m = NULL;
+    if (sd_model_load(path, NULL, &m) != SD_OK) fail_msg("load %s: %s", path, sd_last_error());
+    remove(path);
+    return m;
+}
+
+/* Generation stops right after the target's EOS, in plain decoding, inside a pass's accepted
+ * drafts (self-drafting: every draft is accepted) and as a pass's correction or bonus (another
+ * draft); every run emits the same tokens and counts only the drafts it emitted. */
+static void test_stop_at_eos(void **state) {
+    (void)state;
+    sd_synth_params tp = sdtest_synth_shape(64, 2, 8, 2, 96, 320, 256, 111);
+    sd_synth_params dp = sdtest_synth_shape(32, 1, 4, 2, 64, 320, 256, 112);
+    sd_model *m0 = sdtest_synth_model(&tp);
+    const int32_t prompt[3] = {1, 40, 41};
+    sd_spec_params pp = greedy_params(60, 0);
+    collect ref;
+    sd_spec_stats st;
+    generate(m0, NULL, &pp, prompt, 3, &ref, &st);
+    /* positions 4 and 13: inside the first 9-token pass of k = 8, and in a later one */
+    static const int at[] = {4, 13};
+    for (size_t a = 0; a < sizeof at / sizeof *at; a++) {
+        int j = at[a];
+        while (j < 60) { /* the first position holding a token not seen before it */
+            int seen = 0;
+            for (int i = 0; i < j; i++) seen |= ref.out[i] == ref.out[j];
+            if (!seen) break;
+            j++;
+        }
+        assert_true(j < 60);
+        const int32_t eos = ref.out[j];
+        sd_model *t = model_with_eos(&tp, eos), *d = model_with_eos(&dp, eos);
+        for (int run = 0; run < 3; run++) {
+            sd_spec_params p = greedy_params(60, run == 0 ? 0 : 8);
+            p.stop_at_eos = 1;
+            collect out;
+            sd_spec *s = NULL;
+            assert_int_equal(sd_spec_create(t, run == 0 ? NULL : run == 1 ? t : d, &p, &s), SD_OK);
+            memset(&out, 0, sizeof out);
+            assert_int_equal(sd_spec_generate(s, prompt, 3, collect_cb, &out, &st), SD_OK);
+            assert_string_equal(st.stop_reason, "eos");
+            assert_int_equal(out.n, j + 1);
+            assert_memory_equal(out.out, ref.out, (size_t)(j + 1) * sizeof(int32_t));
+            assert_int_equal(out.out[j], eos);
+            int n = 0;
+            sd_spec_tokens(s, &n);
+            assert_int_equal(sd_context_seq_len(sd_spec_target_context(s), 0), n - 1);
+            if (run == 1) {
+                /* self-drafting, k = 8: rounds of 8 accepted drafts and a bonus; the last round is cut
+                 * after the EOS, and the drafts after it are counted as drafted, not accepted */
+                const int inside = (j + 1) % 9 != 0;
+                assert_int_equal(st.n_verify, (j + 1 + 8) / 9);
+                assert_int_equal(st.n_accepted + st.n_verify - inside, j + 1);
+                assert_int_equal(st.n_drafted, 8 * st.n_verify);
+            }
+            check_stats(&st, run == 0 ? 0 : 8, j + 1);
+            sd_spec_free(s);
+        }
+        printf("  EOS %d at generated position %d: plain, self-draft (inside accepted drafts) and another draft stop there\n",
+               (int)eos, j);
+        sd_model_free(t);
+        sd_model_free(d);
+    }
+    sd_model_free(m0);
+}
+
 /* ---------------------------------------------------------------- 5. incompatible pairs */
 
 /* The first id whose piece text differs between two tokenizers (-1 if none). */
@@ -921,6 +1249,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_rollback_invariants),
         cmocka_unit_test(test_stop_mid_pass),
         cmocka_unit_test(test_sampling_exact),
+        cmocka_unit_test(test_bonus_token_exact),
+        cmocka_unit_test(test_deterministic_drafter_exact),
+        cmocka_unit_test(test_stop_at_eos),
         cmocka_unit_test(test_incompatible_llama2_vocab),
         cmocka_unit_test(test_incompatible_synth_vocab),
         cmocka_unit_test(test_spec_create_args),

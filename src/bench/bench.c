@@ -5,15 +5,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/io.h"
 #include "kernels/kernels.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -30,9 +24,9 @@ static float *probe_buffer(size_t bytes);
 
 sd_status sd_bench_time_forward(sd_context *c, const int32_t *tok, int pos, int n, float *logits,
                                 double *seconds) {
-    const double t0 = now();
+    const double t0 = sd_now();
     const sd_status st = sd_context_forward(c, 0, tok + pos, n, logits, n > 1);
-    *seconds = now() - t0;
+    *seconds = sd_now() - t0;
     sd_context_seq_truncate(c, 0, pos);
     return st;
 }
@@ -44,9 +38,9 @@ double sd_bench_bandwidth(size_t bytes, int reps) {
     volatile double sink = 0;
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t = now();
+        double t = sd_now();
         sink += sd_stream_read(buf, n);
-        t = now() - t;
+        t = sd_now() - t;
         if (t < best) best = t;
     }
     (void)sink;
@@ -87,9 +81,9 @@ sd_status sd_bench_rounds(sd_context *c, int pos, int n_max, int reps, size_t pr
     if (pos > 0 && (st = sd_context_forward(c, 0, tok, pos, NULL, 0)) != SD_OK) goto out;
     volatile double sink = 0;
     for (int r = 0; r < reps; r++) {
-        double t0 = now();
+        double t0 = sd_now();
         sink += sd_stream_read(buf, nf);
-        t_probe[r] = now() - t0;
+        t_probe[r] = sd_now() - t0;
         /* an untimed step first: the probe evicted the caches, and a model whose weights fit
          * in them would otherwise time its decode step cold and its verify passes warm */
         if ((st = sd_context_forward(c, 0, tok + pos, 1, logits, 0)) != SD_OK) goto out;

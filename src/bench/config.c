@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/io.h"
 #include "specdec/convert.h"
 #include "specdec/types.h"
 
@@ -609,36 +610,22 @@ out:
     return st;
 }
 
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 14, n = 0, r;
-    char *b = malloc(cap);
-    while (b && (r = fread(b + n, 1, cap - n - 1, f)) > 0) {
-        n += r;
-        if (n + 1 == cap) {
-            char *t = realloc(b, cap *= 2);
-            if (!t) free(b);
-            b = t;
-        }
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!b || err) {
-        free(b);
-        return NULL;
-    }
-    b[n] = 0;
-    *len = n;
-    return b;
+/* A text file of the bench (config, prompts), the failure named as "PATH: cannot read the WHAT". */
+static sd_status read_text(const char *path, const char *what, char **text, size_t *len) {
+    sd_status st = sd_file_read(path, (size_t)256 << 20, text, len);
+    if (st == SD_OK) return SD_OK;
+    char why[512];
+    snprintf(why, sizeof why, "%s", sd_last_error());
+    return sd_fail(st, "%s: cannot read the %s (%s)", path, what, why);
 }
 
 sd_status sd_bench_config_load(const char *path, sd_bench_config *out) {
     memset(out, 0, sizeof *out);
     size_t len = 0;
-    char *text = read_all(path, &len);
-    if (!text) return sd_fail(SD_ERR_IO, "%s: cannot read the config: %s", path, strerror(errno));
-    sd_status st = sd_bench_config_parse(text, len, path, out);
+    char *text = NULL;
+    sd_status st = read_text(path, "config", &text, &len);
+    if (st != SD_OK) return st;
+    st = sd_bench_config_parse(text, len, path, out);
     free(text);
     return st;
 }
@@ -688,8 +675,9 @@ sd_status sd_bench_read_prompts(const char *path, int count, int first_sent, cha
     *out = NULL;
     *n_out = 0;
     size_t len = 0;
-    char *text = read_all(path, &len);
-    if (!text) return sd_fail(SD_ERR_IO, "%s: cannot read the prompt file: %s", path, strerror(errno));
+    char *text = NULL;
+    sd_status rs = read_text(path, "prompt file", &text, &len);
+    if (rs != SD_OK) return rs;
     char **v = calloc((size_t)(count > 0 ? count : 1), sizeof(char *));
     int n = 0;
     sd_status st = v ? SD_OK : sd_fail(SD_ERR_NOMEM, "out of memory");

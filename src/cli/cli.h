@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/io.h"
 #include "specdec/model.h"
 #include "specdec/status.h"
 
@@ -41,7 +42,6 @@ int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer
 extern volatile sig_atomic_t cli_interrupted;
 void cli_install_sigint(void);
 
-double cli_now(void);
 
 int cmd_generate(int argc, char **argv);
 int cmd_info(int argc, char **argv);

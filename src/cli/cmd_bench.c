@@ -91,10 +91,10 @@ static int model_path(const char *which, const sd_bench_model_spec *m, char *buf
                 m->synth.wtype == SD_TYPE_F16 ? "f16" : "f32", (unsigned long long)m->synth.seed, sd_bench_cache_dir());
     }
     int created = 0;
-    double t = cli_now();
+    double t = sd_now();
     sd_status st = sd_bench_model_path(m, buf, cap, &created);
     if (st != SD_OK) return cli_error_status(st);
-    if (created) fprintf(stderr, "%s: wrote %s in %.1f s\n", which, buf, cli_now() - t);
+    if (created) fprintf(stderr, "%s: wrote %s in %.1f s\n", which, buf, sd_now() - t);
     return 0;
 }
 

@@ -76,7 +76,7 @@ int cmd_convert(int argc, char **argv) {
     }
     if (!in || !out) return cli_usage_error("convert: IN and OUT.gguf are required (see specdec convert --help)");
 
-    double t0 = cli_now();
+    double t0 = sd_now();
     sd_model *m = NULL;
     int rc = cli_load_model(in, tokp, NULL, &m);
     if (rc) return rc;
@@ -100,7 +100,7 @@ int cmd_convert(int argc, char **argv) {
         fprintf(stderr, "%s%d %s", first ? "" : ", ", pr.type_counts[t], sd_type_info((uint32_t)t)->name);
         first = 0;
     }
-    fprintf(stderr, ") in %.1f s\n", cli_now() - t0);
+    fprintf(stderr, ") in %.1f s\n", sd_now() - t0);
     sd_model_free(m);
     return 0;
 }

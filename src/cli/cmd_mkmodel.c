@@ -62,10 +62,10 @@ int cmd_mkmodel(int argc, char **argv) {
         if (ip == &p.n_heads && p.n_kv_heads > p.n_heads) p.n_kv_heads = p.n_heads;
     }
     if (!out) return cli_usage_error("mkmodel: OUT.gguf is required (see specdec mkmodel --help)");
-    double t = cli_now();
+    double t = sd_now();
     sd_status st = sd_synth_write_file(&p, out);
     if (st != SD_OK) return cli_error_status(st);
     fprintf(stderr, "wrote %s (dim %d, %d layers, %d heads, %d kv heads, hidden %d, vocab %d) in %.1f s\n",
-            out, p.dim, p.n_layers, p.n_heads, p.n_kv_heads, p.hidden_dim, p.vocab_size, cli_now() - t);
+            out, p.dim, p.n_layers, p.n_heads, p.n_kv_heads, p.hidden_dim, p.vocab_size, sd_now() - t);
     return 0;
 }

@@ -27,12 +27,6 @@ void cli_install_sigint(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
-double cli_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int cli_error_status(sd_status st) {
     const char *msg = sd_last_error();
     fprintf(stderr, "error: %s\n", msg && msg[0] ? msg : sd_status_str(st));

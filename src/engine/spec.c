@@ -6,8 +6,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/io.h"
 #include "specdec/target.h"
 #include "specdec/verify.h"
 
@@ -34,12 +34,6 @@ struct sd_spec {
     double t0;
     int active;         /* between begin and the end of the generation */
 };
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 sd_spec_params sd_spec_default_params(void) {
     sd_spec_params p;
@@ -192,7 +186,7 @@ sd_status sd_spec_begin(sd_spec *s, const int32_t *prompt, int n_prompt) {
     memset(st, 0, sizeof *st);
     st->n_prompt = n_prompt;
     st->k = s->p.draft_max;
-    s->t0 = now();
+    s->t0 = sd_now();
     sd_rng_seed(&s->rng, s->p.sampling.seed);
 
     /* The cache holds tokens[0..len) of the last history: keep what the prompt shares with it,
@@ -210,7 +204,7 @@ sd_status sd_spec_begin(sd_spec *s, const int32_t *prompt, int n_prompt) {
         return rc;
     if (s->drafter && s->drafter->vt->sync && (rc = s->drafter->vt->sync(s->drafter, prompt, n_prompt)) != SD_OK)
         return rc;
-    st->t_prefill = now() - s->t0;
+    st->t_prefill = sd_now() - s->t0;
     s->active = 1;
     return SD_OK;
 }
@@ -218,7 +212,7 @@ sd_status sd_spec_begin(sd_spec *s, const int32_t *prompt, int n_prompt) {
 static void finish(sd_spec *s, const char *reason) {
     s->active = 0;
     s->st.stop_reason = reason;
-    s->st.t_total = now() - s->t0;
+    s->st.t_total = sd_now() - s->t0;
 }
 
 /* Appends one token to the history and hands it on; ends the generation on EOS, the budget,
@@ -228,7 +222,7 @@ static int emit(sd_spec *s, int32_t tok, sd_token_cb cb, void *user, int32_t *ou
     s->tokens[s->n_tokens++] = tok;
     if (out) out[*n_out] = tok;
     (*n_out)++;
-    if (st->n_generated++ == 0) st->t_first = now() - s->t0;
+    if (st->n_generated++ == 0) st->t_first = sd_now() - s->t0;
     if (cb && cb(tok, user)) finish(s, "callback");
     else if (s->p.stop_at_eos && tok == s->eos) finish(s, "eos");
     else if (st->n_generated >= s->p.n_predict) finish(s, "length");
@@ -273,9 +267,9 @@ sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, int32_t *out, int
     int want_q = 0;
     if (k >= 1 && s->drafter) {
         want_q = !greedy && s->drafter->has_q;
-        double td = now();
+        double td = sd_now();
         rc = s->drafter->vt->draft(s->drafter, s->tokens, n_hist, k, &s->rng, batch + 1, want_q ? s->q_rows : NULL, &nd);
-        st->t_draft += now() - td;
+        st->t_draft += sd_now() - td;
         if (rc != SD_OK) return rc;
         if (nd < 0 || nd > k)
             return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' proposed %d tokens; at most %d were asked for",
@@ -291,12 +285,12 @@ sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, int32_t *out, int
     int row0;
     sd_verify_round_clear(s->round);
     if ((rc = sd_verify_round_add_chain(s->round, s->seq, batch, nd + 1, &row0)) != SD_OK) return rc;
-    double tv = now();
+    double tv = sd_now();
     rc = sd_verify_round_run(s->round);
-    st->t_verify += now() - tv;
+    st->t_verify += sd_now() - tv;
     if (rc != SD_OK) return rc;
 
-    double ts = now();
+    double ts = sd_now();
     const size_t V = (size_t)s->n_vocab;
     int m = 0;
     int32_t next;
@@ -314,7 +308,7 @@ sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, int32_t *out, int
             m = sd_verify_stochastic(s->p_rows, want_q ? s->q_rows : NULL, batch + 1, nd, s->n_vocab, &s->rng,
                                      s->residual, &next);
     }
-    st->t_sample += now() - ts;
+    st->t_sample += sd_now() - ts;
     if (rc != SD_OK) {
         sd_context_seq_truncate(s->tctx, s->seq, n_hist - 1);
         return rc;
@@ -348,7 +342,7 @@ sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, int32_t *out, int
 
 void sd_spec_get_stats(const sd_spec *s, sd_spec_stats *st) {
     *st = s->st;
-    if (s->active) st->t_total = now() - s->t0;
+    if (s->active) st->t_total = sd_now() - s->t0;
 }
 
 sd_status sd_spec_generate(sd_spec *s, const int32_t *prompt, int n_prompt, sd_token_cb cb, void *user,

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/fp16.h"
+#include "core/io.h"
 #include "model/model_internal.h"
 
 /* Caps each dimension so that products of a few of them stay far from overflow. */
@@ -57,7 +58,7 @@ struct sd_hf_files {
 void sd_hf_files_free(struct sd_hf_files *f) {
     if (!f) return;
     for (int i = 0; i < f->n_shards; i++) {
-        if (f->shards[i].map) munmap(f->shards[i].map, f->shards[i].len);
+        sd_file_unmap(f->shards[i].map, f->shards[i].len);
         cJSON_Delete(f->shards[i].header);
         free(f->shards[i].path);
     }
@@ -100,27 +101,6 @@ static int64_t json_u53(const cJSON *v) {
     return (int64_t)d;
 }
 
-static sd_status map_file(const char *path, void **map, size_t *len) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return sd_fail(SD_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return sd_fail(SD_ERR_IO, "%s: not a regular file", path);
-    }
-    *len = (size_t)st.st_size;
-    *map = NULL;
-    if (st.st_size == 0) {
-        close(fd);
-        return SD_OK;
-    }
-    void *p = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) return sd_fail(SD_ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
-    *map = p;
-    return SD_OK;
-}
-
 /* Maps one safetensors file, checks its header and every tensor's extent, and adds the
  * tensors to the index. */
 static sd_status add_shard(struct sd_hf_files *f, const char *path) {
@@ -128,7 +108,7 @@ static sd_status add_shard(struct sd_hf_files *f, const char *path) {
     memset(sh, 0, sizeof *sh);
     if (!(sh->path = strdup(path))) return sd_fail(SD_ERR_NOMEM, "out of memory");
     f->n_shards++;
-    sd_status st = map_file(path, &sh->map, &sh->len);
+    sd_status st = sd_file_map(path, &sh->map, &sh->len);
     if (st != SD_OK) return st;
     if (sh->len < 8)
         return sd_fail(SD_ERR_FORMAT, "%s: %zu bytes is too small for a safetensors file (8-byte header length)",
@@ -223,19 +203,11 @@ static sd_status path_join(char *out, size_t cap, const char *dir, const char *n
 
 static sd_status read_json(const char *path, cJSON **out) {
     *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return sd_fail(SD_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    long n = -1;
-    if (fseek(fp, 0, SEEK_END) == 0) n = ftell(fp);
-    char *buf = NULL;
-    sd_status st = SD_OK;
-    if (n < 0 || fseek(fp, 0, SEEK_SET) != 0) st = sd_fail(SD_ERR_IO, "%s: cannot determine the size", path);
-    else if ((size_t)n > HF_MAX_JSON) st = sd_fail(SD_ERR_FORMAT, "%s: %ld bytes is too large", path, n);
-    else if (!(buf = malloc((size_t)n + 1))) st = sd_fail(SD_ERR_NOMEM, "out of memory");
-    else if (fread(buf, 1, (size_t)n, fp) != (size_t)n) st = sd_fail(SD_ERR_IO, "%s: read failed", path);
-    fclose(fp);
-    if (st == SD_OK && !(*out = cJSON_ParseWithLength(buf, (size_t)n)))
-        st = sd_fail(SD_ERR_FORMAT, "%s: not valid JSON", path);
+    char *buf;
+    size_t n;
+    sd_status st = sd_file_read(path, HF_MAX_JSON, &buf, &n);
+    if (st != SD_OK) return st;
+    if (!(*out = cJSON_ParseWithLength(buf, n))) st = sd_fail(SD_ERR_FORMAT, "%s: not valid JSON", path);
     free(buf);
     return st;
 }

@@ -2,8 +2,6 @@
  * architecture table, validates hyperparameters against them, and packs the matrices once. */
 #include "model/model_internal.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/io.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 
@@ -43,7 +42,7 @@ void sd_model_free(sd_model *m) {
     free(m->inv_freq);
     sd_gguf_free(m->gguf);
     sd_hf_files_free(m->hf);
-    if (m->map) munmap(m->map, m->map_len);
+    sd_file_unmap(m->map, m->map_len);
     free(m->owned_image);
     free(m->packed_image);
     free(m->path);
@@ -102,24 +101,10 @@ sd_status sd_model_bind_weights(sd_model *m, sd_weight_lookup lookup, void *src,
 }
 
 static sd_status map_file(const char *path, void **map, size_t *len) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return sd_fail(SD_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return sd_fail(SD_ERR_IO, "%s: not a regular file", path);
-    }
-    if (st.st_size < 8) {
-        close(fd);
-        return sd_fail(SD_ERR_FORMAT, "%s: file of %lld bytes is too small to be a model", path,
-                       (long long)st.st_size);
-    }
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) return sd_fail(SD_ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
-    *map = p;
-    *len = (size_t)st.st_size;
-    return SD_OK;
+    sd_status st = sd_file_map(path, map, len);
+    if (st == SD_OK && *len < 8)
+        return sd_fail(SD_ERR_FORMAT, "%s: file of %zu bytes is too small to be a model", path, *len);
+    return st;
 }
 
 /* Regroups the matrices of types with a kernel layout (Q4_0, Q8_0, Q4_K, Q6_K) into one owned buffer and

@@ -8,6 +8,8 @@
 #include <math.h>
 #include <sys/stat.h>
 
+#include "core/io.h"
+
 #ifndef SDTEST_SOURCE_DIR
 #define SDTEST_SOURCE_DIR "."
 #endif
@@ -70,18 +72,10 @@ const char *sdtest_tmp_path(const char *name) {
 }
 
 void *sdtest_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *b = malloc(n > 0 ? (size_t)n : 1);
-    if (b && n > 0 && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b && len) *len = (size_t)n;
+    char *b = NULL;
+    size_t n = 0;
+    if (sd_file_read(path, 0, &b, &n) != SD_OK) return NULL;
+    if (len) *len = n;
     return b;
 }
 
