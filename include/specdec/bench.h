@@ -31,6 +31,13 @@ sd_status sd_bench_rounds(sd_context *c, int pos, int n_max, int reps, size_t pr
 sd_status sd_bench_time_forward(sd_context *c, const int32_t *tok, int pos, int n, float *logits,
                                 double *seconds);
 
+/* Interleaved rounds of one decode step (sequence 0, seconds in t_dec[r]) and, for each S of
+ * seqs[0..n_s), one pass of S sequences x m tokens (t_batch[r * n_s + i]), every sequence holding
+ * pos tokens before it: the cost of serving several sequences' verify passes at once. c needs
+ * n_seq >= the largest S and room for pos + m tokens; sequences are truncated back to pos. */
+sd_status sd_bench_batch_rounds(sd_context *c, int pos, const int *seqs, int n_s, int m, int reps, double *t_dec,
+                                double *t_batch);
+
 /* Median of n doubles (sorts them in place). */
 double sd_median(double *v, int n);
 

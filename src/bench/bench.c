@@ -119,3 +119,41 @@ out:
     free(t);
     return res;
 }
+
+sd_status sd_bench_batch_rounds(sd_context *c, int pos, const int *seqs, int n_s, int m, int reps, double *t_dec,
+                                double *t_batch) {
+    const sd_hparams *hp = sd_model_hparams(sd_context_model(c));
+    int s_max = 1;
+    for (int i = 0; i < n_s; i++) s_max = seqs[i] > s_max ? seqs[i] : s_max;
+    if (s_max > sd_context_n_seq(c) || pos + m > sd_context_n_ctx(c) || m < 1 || reps < 1)
+        return sd_fail(SD_ERR_INVALID_ARG, "bench: %d sequences x %d + %d tokens do not fit the context (%d x %d)",
+                       s_max, pos, m, sd_context_n_seq(c), sd_context_n_ctx(c));
+    int32_t *tok = malloc((size_t)(pos + m) * sizeof(int32_t));
+    float *logits = malloc((size_t)s_max * m * hp->vocab_size * sizeof(float));
+    sd_batch b = {0};
+    sd_status st = tok && logits ? sd_batch_init(&b, s_max * m) : sd_fail(SD_ERR_NOMEM, "bench: out of memory");
+    for (int i = 0; st == SD_OK && i < pos + m; i++) tok[i] = (int32_t)((i * 7919 + 3) % hp->vocab_size);
+    for (int s = 0; st == SD_OK && s < s_max; s++) {
+        sd_context_seq_truncate(c, s, 0);
+        if (pos > 0) st = sd_context_forward(c, s, tok, pos, NULL, 0);
+    }
+    for (int r = 0; st == SD_OK && r < reps; r++) {
+        double t0 = sd_now();
+        st = sd_context_forward(c, 0, tok + pos, 1, logits, 0);
+        t_dec[r] = sd_now() - t0;
+        sd_context_seq_truncate(c, 0, pos);
+        for (int i = 0; st == SD_OK && i < n_s; i++) {
+            sd_batch_clear(&b);
+            for (int s = 0; s < seqs[i]; s++)
+                for (int j = 0; j < m; j++) sd_batch_add(&b, tok[pos + j], pos + j, s, 1);
+            t0 = sd_now();
+            st = sd_context_decode(c, &b, logits);
+            t_batch[(size_t)r * n_s + i] = sd_now() - t0;
+            for (int s = 0; s < seqs[i]; s++) sd_context_seq_truncate(c, s, pos);
+        }
+    }
+    sd_batch_free(&b);
+    free(tok);
+    free(logits);
+    return st;
+}

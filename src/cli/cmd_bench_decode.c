@@ -16,7 +16,9 @@ static void help(FILE *f) {
             "  - prefill tokens/s (one batched pass of --prefill tokens),\n"
             "  - decode tokens/s (one token per pass at position --pos), and the fraction of the\n"
             "    bandwidth limit it reaches: tokens/s x weight bytes read per token / bandwidth,\n"
-            "  - the cost of a verify pass of k+1 tokens relative to one decode step, k = 1..8.\n"
+            "  - the cost of a verify pass of k+1 tokens relative to one decode step, k = 1..8,\n"
+            "  - the cost of one pass of S sequences x 5 tokens (S verify passes at once, as a server\n"
+            "    batches its slots), S = 1, 2, 4, 8, relative to one decode step (--no-batch skips it).\n"
             "The probe, the decode step and the verify passes run in --reps interleaved rounds;\n"
             "each figure is the median over the rounds (ratios paired within a round), with\n"
             "quartiles to show the spread. Prefill is the median of 5 passes.\n\n"
@@ -29,7 +31,8 @@ static void help(FILE *f) {
             "  --reps N             measurement rounds (default 20)\n"
             "  --bw-mib N           bandwidth probe buffer in MiB (default 1024)\n"
             "  --kv-type T          KV cache elements: f32 (default) or f16 (half the attention reads;\n"
-            "                       needs head_dim >= 16)\n");
+            "                       needs head_dim >= 16)\n"
+            "  --no-batch           skip the several-sequence passes\n");
 }
 
 /* First quartile, median and third quartile of n values (sorted in place). */
@@ -42,11 +45,16 @@ static void quartiles(double *v, int n, double q[3]) {
 int cmd_bench_decode(int argc, char **argv) {
     const char *model = NULL, *tokp = NULL;
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), n_prefill = 128, pos = 64, reps = 20, bw_mib = 1024;
+    int batch = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             help(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--no-batch")) {
+            batch = 0;
+            continue;
         }
         if (!v) return cli_usage_error("bench-decode: unknown option or missing value '%s'", a);
         i++;
@@ -134,6 +142,35 @@ int cmd_bench_decode(int argc, char **argv) {
         quartiles(v, reps, q);
         printf("  k=%d: T_verify(%d) = %.3f ms = %.2f x T_decode (quartiles %.2f-%.2f)\n", k, k + 1, t * 1e3, q[1],
                q[0], q[2]);
+    }
+    if (batch) {
+        /* its own context: 8 sequences of pos + 5 positions, not 8 full-length caches */
+        enum { M = 5, N_S = 4 };
+        static const int seqs[N_S] = {1, 2, 4, 8};
+        sd_context *bc = NULL;
+        sd_context_params bp = sd_context_default_params();
+        bp.kv_type = cli_kv_type;
+        bp.n_seq = 8;
+        bp.n_ctx = pos + M;
+        double *tb = malloc((size_t)reps * N_S * sizeof(double));
+        if (!tb || (st = sd_context_create(m, &bp, &bc)) != SD_OK ||
+            (st = sd_bench_batch_rounds(bc, pos, seqs, N_S, M, reps, t_probe, tb)) != SD_OK) {
+            rc = tb ? cli_error_status(st) : cli_usage_error("out of memory");
+            free(tb);
+            sd_context_free(bc);
+            goto out_free;
+        }
+        printf("batch:      S sequences x %d tokens in one pass (S verify passes at once), cost relative to one\n"
+               "            decode step, %d interleaved rounds (median of per-round ratios)\n", M, reps);
+        for (int i = 0; i < N_S; i++) {
+            for (int r = 0; r < reps; r++) v[r] = tb[(size_t)r * N_S + i] / t_probe[r];
+            double q[3];
+            quartiles(v, reps, q);
+            printf("  S=%d: %2d tokens = %.2f x T_decode (quartiles %.2f-%.2f), %.2f x per sequence\n", seqs[i],
+                   seqs[i] * M, q[1], q[0], q[2], q[1] / seqs[i]);
+        }
+        free(tb);
+        sd_context_free(bc);
     }
 out_free:
     free(t_probe);
