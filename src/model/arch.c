@@ -40,11 +40,12 @@ const sd_weight_info sd_weight_table[SD_W_COUNT] = {
     [SD_W_FFN_GATE] = SD_NEED_YES, [SD_W_FFN_UP] = SD_NEED_YES, [SD_W_FFN_DOWN] = SD_NEED_YES
 
 static const sd_arch k_archs[] = {
-    /* llama.cpp's converter permutes Llama's q/k rows into interleaved pairs; Llama may carry
-     * q/k/v biases (attention_bias checkpoints). */
+    /* llama.cpp's converter permutes Llama's q/k rows into interleaved pairs; Llama 3.1/3.2 carry
+     * RoPE frequency factors; Llama may carry q/k/v biases (attention_bias checkpoints). */
     {"llama",
      {"LlamaForCausalLM", "MistralForCausalLM", NULL},
-     {SD_LLAMA_BLOCK, [SD_W_ATTN_Q_B] = SD_NEED_OPT, [SD_W_ATTN_K_B] = SD_NEED_OPT, [SD_W_ATTN_V_B] = SD_NEED_OPT},
+     {SD_LLAMA_BLOCK, [SD_W_ROPE_FREQS] = SD_NEED_OPT, [SD_W_ATTN_Q_B] = SD_NEED_OPT, [SD_W_ATTN_K_B] = SD_NEED_OPT,
+      [SD_W_ATTN_V_B] = SD_NEED_OPT},
      SD_ROPE_INTERLEAVED,
      2048},
     {"qwen2",
