@@ -585,8 +585,12 @@ static void test_bad_checkpoints(void **state) {
     s.bad_rows = 31;
     expect_load_fail("shape", &s, SD_ERR_FORMAT, "has shape [31, 32], expected [32, 32] from config.json");
     s = tiny_spec();
+    s.extra_cfg = "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}";
+    expect_load_fail("rope-scaling", &s, SD_ERR_UNSUPPORTED, "rope_scaling type 'yarn' is not supported (default, linear, llama3)");
     s.extra_cfg = "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}";
-    expect_load_fail("rope-scaling", &s, SD_ERR_UNSUPPORTED, "rope_scaling type 'llama3'");
+    expect_load_fail("rope-llama3-partial", &s, SD_ERR_FORMAT, "rope_scaling.low_freq_factor is missing, expected a positive number");
+    s.extra_cfg = "\"rope_scaling\": {\"type\": \"linear\", \"factor\": -2}";
+    expect_load_fail("rope-linear-negative", &s, SD_ERR_FORMAT, "rope_scaling.factor is not a positive number");
     s = tiny_spec();
     s.kv_heads = 3;
     expect_load_fail("kv-heads", &s, SD_ERR_FORMAT, "num_key_value_heads=3 does not divide");

@@ -61,4 +61,18 @@ sd_status sd_model_to_gguf(const sd_model *m, const sd_convert_params *p, sd_ggu
  * self-speculation (`specdec generate --draft-type`). */
 sd_status sd_model_quantize(const sd_model *src, sd_type t, sd_model **out);
 
+/* Hugging Face output (tests compare the HF loader with the GGUF one on the same weights). */
+typedef struct {
+    const char *tokenizer_json;     /* copied beside the weights (required) */
+    double llama3_factor;           /* rope_scaling of a model with rope_freqs: the llama3 */
+    double llama3_low_freq_factor;  /* parameters its factors came from (HF stores those, not */
+    double llama3_high_freq_factor; /* the factors) */
+    double llama3_original_ctx;
+} sd_hf_write_params;
+
+/* Writes dir/config.json (the family's class, hyperparameters, rope_scaling), dir/model.safetensors
+ * (every weight as F32 under transformers' names, q/k rows in rotate-half order) and a copy of
+ * p->tokenizer_json. */
+sd_status sd_model_write_hf(const sd_model *m, const char *dir, const sd_hf_write_params *p);
+
 #endif

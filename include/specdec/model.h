@@ -28,6 +28,7 @@ typedef struct {
     int ctx_len;    /* training context from the file (capped at a sliding window) */
     int rope_dim;   /* rotated dims per head (== head_dim for llama) */
     float rope_theta;
+    float rope_scale; /* linear RoPE scaling: positions are divided by it (1: none) */
     float norm_eps;
     sd_rope_style rope_style;
 } sd_hparams;

@@ -103,8 +103,6 @@ int sd_weight_name(sd_weight w, int layer, int hf, char *buf, size_t cap) {
 }
 
 const sd_arch_refused_key sd_arch_refused_keys[] = {
-    {"rope.scaling.type", "RoPE scaling", SD_NEUTRAL_NONE},
-    {"rope.scaling.factor", "RoPE scaling factor", SD_NEUTRAL_ONE},
     {"rope.scaling.attn_factor", "RoPE attention factor", SD_NEUTRAL_ONE},
     {"expert_count", "mixture of experts", SD_NEUTRAL_ZERO},
     {"attention.clamp_kqv", "clamped q/k/v", SD_NEUTRAL_ZERO},

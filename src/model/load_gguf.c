@@ -1,6 +1,7 @@
 /* GGUF models of the architecture table's families: hyperparameters from "<arch>.*" metadata,
  * tensor views into the mapped file (each shape checked against the hyperparameters, every
  * tensor accounted for), tokenizer from metadata. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +143,32 @@ static sd_status check_refused_keys(const sd_model *m, const sd_gguf *g, const c
     return SD_OK;
 }
 
+/* <arch>.rope.scaling.type: none, or linear with <arch>.rope.scaling.factor (a factor without a
+ * type is linear too, as llama.cpp reads it); any other type is refused by name. */
+static sd_status rope_scaling(sd_model *m, const sd_gguf *g, const char *arch) {
+    char k_type[96], k_factor[96];
+    snprintf(k_type, sizeof k_type, "%s.rope.scaling.type", arch);
+    snprintf(k_factor, sizeof k_factor, "%s.rope.scaling.factor", arch);
+    int linear = 1;
+    if (sd_gguf_find_kv(g, k_type)) {
+        sd_str t;
+        sd_status st = sd_gguf_get_str(g, k_type, &t);
+        if (st != SD_OK) return st;
+        if (sd_str_eq(t, "none")) linear = 0;
+        else if (!sd_str_eq(t, "linear"))
+            return sd_fail(SD_ERR_UNSUPPORTED, "%s: %s = '%.*s' is not implemented by specdec (supported: none, linear)",
+                           m->path, k_type, (int)(t.len > 40 ? 40 : t.len), t.ptr);
+    }
+    float factor = 1;
+    sd_status st = get_f32_opt(g, k_factor, 1.0f, &factor);
+    if (st != SD_OK) return st;
+    if (factor == 0) factor = 1; /* llama.cpp: 0 means unset */
+    if (!(factor > 0) || !isfinite(factor))
+        return sd_fail(SD_ERR_FORMAT, "%s: %s = %g is not a positive factor", m->path, k_factor, (double)factor);
+    m->hp.rope_scale = linear ? factor : 1;
+    return SD_OK;
+}
+
 sd_status sd_model_load_gguf(sd_model *m, const void *buf, size_t len, const sd_model_params *p) {
     sd_status st = sd_gguf_parse(buf, len, m->path, &m->gguf);
     if (st != SD_OK) return st;
@@ -227,6 +254,7 @@ sd_status sd_model_load_gguf(sd_model *m, const void *buf, size_t len, const sd_
     if (hp->rope_dim <= 0 || hp->rope_dim > hp->head_dim || hp->rope_dim % 2 != 0)
         return sd_fail(SD_ERR_FORMAT, "%s: RoPE dimension %d must be even and in 2..head_dim=%d", m->path, hp->rope_dim,
                        hp->head_dim);
+    if ((st = rope_scaling(m, g, arch)) != SD_OK) return st;
 
     gguf_src src = {g, calloc((size_t)sd_gguf_n_tensors(g) + 1, 1)};
     if (!src.used) return sd_fail(SD_ERR_NOMEM, "out of memory");

@@ -428,6 +428,67 @@ typedef struct {
     int tied;
 } hf_extra;
 
+/* A positive number of the rope_scaling object (absent: def, or an error when def <= 0). */
+static sd_status rs_num(const char *path, const cJSON *rs, const char *key, double def, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(rs, key);
+    if (!v && def > 0) {
+        *out = def;
+        return SD_OK;
+    }
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble))
+        return sd_fail(SD_ERR_FORMAT, "%s: rope_scaling.%s is %s, expected a positive number", path, key,
+                       v ? "not a positive number" : "missing");
+    *out = v->valuedouble;
+    return SD_OK;
+}
+
+/* rope_scaling: default (or null) is plain RoPE; linear divides positions by factor; llama3
+ * divides the low frequencies by factor and blends the middle band (transformers'
+ * _compute_llama3_parameters), which becomes per-pair factors: the rope_freqs weight llama.cpp's
+ * converter writes. Any other type is refused by name. */
+static sd_status rope_scaling(sd_model *m, const char *path, const cJSON *rs) {
+    if (!rs || cJSON_IsNull(rs)) return SD_OK;
+    if (!cJSON_IsObject(rs)) return sd_fail(SD_ERR_FORMAT, "%s: rope_scaling is not an object", path);
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!ty) ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
+    const char *name = cJSON_IsString(ty) ? ty->valuestring : "?";
+    sd_hparams *hp = &m->hp;
+    double factor = 1, low = 0, high = 0, orig = 0;
+    sd_status st;
+    if (strcmp(name, "default") == 0) return SD_OK;
+    if (strcmp(name, "linear") == 0) {
+        if ((st = rs_num(path, rs, "factor", 0, &factor)) != SD_OK) return st;
+        hp->rope_scale = (float)factor;
+        return SD_OK;
+    }
+    if (strcmp(name, "llama3") != 0)
+        return sd_fail(SD_ERR_UNSUPPORTED, "%s: rope_scaling type '%.32s' is not supported (default, linear, llama3)", path,
+                       name);
+    if ((st = rs_num(path, rs, "factor", 0, &factor)) != SD_OK || (st = rs_num(path, rs, "low_freq_factor", 0, &low)) ||
+        (st = rs_num(path, rs, "high_freq_factor", 0, &high)) ||
+        (st = rs_num(path, rs, "original_max_position_embeddings", 0, &orig)))
+        return st;
+    if (!(high > low))
+        return sd_fail(SD_ERR_FORMAT, "%s: rope_scaling.high_freq_factor %g must exceed low_freq_factor %g", path, high, low);
+    const int n = hp->rope_dim / 2;
+    float *f = sd_model_own(m, (size_t)n * sizeof(float));
+    if (!f) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    const double low_wavelen = orig / low, high_wavelen = orig / high;
+    for (int i = 0; i < n; i++) {
+        const double inv = 1.0 / pow((double)hp->rope_theta, (double)(2 * i) / hp->rope_dim);
+        const double wavelen = 2 * 3.14159265358979323846 / inv;
+        if (wavelen < high_wavelen) f[i] = 1.0f;
+        else if (wavelen > low_wavelen) f[i] = (float)factor;
+        else {
+            const double smooth = (orig / wavelen - low) / (high - low);
+            f[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
+        }
+    }
+    const sd_tensor t = {SD_TYPE_F32, 1, n, (size_t)n * sizeof(float), f, NULL};
+    m->g[SD_W_ROPE_FREQS] = t;
+    return SD_OK;
+}
+
 static sd_status parse_config(sd_model *m, const char *path, const cJSON *cfg, hf_extra *x) {
     sd_hparams *hp = &m->hp;
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(cfg, "architectures");
@@ -472,15 +533,6 @@ static sd_status parse_config(sd_model *m, const char *path, const cJSON *cfg, h
     if (head_dim % 2 != 0) return sd_fail(SD_ERR_FORMAT, "%s: head_dim %lld is odd", path, (long long)head_dim);
     if (nh * head_dim > HF_MAX_DIM) return sd_fail(SD_ERR_FORMAT, "%s: attention width too large", path);
 
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling");
-    if (rs && !cJSON_IsNull(rs)) {
-        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
-        if (!ty) ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
-        const char *name = cJSON_IsString(ty) ? ty->valuestring : "?";
-        if (strcmp(name, "default") != 0)
-            return sd_fail(SD_ERR_UNSUPPORTED, "%s: rope_scaling type '%.32s' is not supported (plain RoPE only)", path,
-                           name);
-    }
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(cfg, "hidden_act");
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
         return sd_fail(SD_ERR_UNSUPPORTED, "%s: hidden_act '%.32s' is not supported (silu only)", path,
@@ -512,7 +564,8 @@ static sd_status parse_config(sd_model *m, const char *path, const cJSON *cfg, h
     hp->rope_theta = (float)theta;
     hp->norm_eps = (float)eps;
     hp->rope_style = SD_ROPE_HALF; /* HF's rotate_half: pairs (i, i + d/2), no permutation */
-    return SD_OK;
+    hp->rope_scale = 1;
+    return rope_scaling(m, path, cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling"));
 }
 
 /* Directory of an HF model from the path given: the directory itself, or the directory of a

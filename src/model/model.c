@@ -169,6 +169,9 @@ sd_status sd_model_finish(sd_model *m) {
                        hp->rope_dim, hp->head_dim);
     if (!(hp->rope_theta > 0) || !isfinite(hp->rope_theta))
         return sd_fail(SD_ERR_FORMAT, "%s: bad RoPE base %g", f, (double)hp->rope_theta);
+    if (hp->rope_scale == 0) hp->rope_scale = 1; /* loaders that know no scaling leave it unset */
+    if (!(hp->rope_scale > 0) || !isfinite(hp->rope_scale))
+        return sd_fail(SD_ERR_FORMAT, "%s: bad RoPE scaling factor %g", f, (double)hp->rope_scale);
     if (!(hp->norm_eps > 0) || !isfinite(hp->norm_eps))
         return sd_fail(SD_ERR_FORMAT, "%s: bad RMSNorm epsilon %g", f, (double)hp->norm_eps);
     if (hp->ctx_len <= 0)
@@ -184,8 +187,9 @@ sd_status sd_model_finish(sd_model *m) {
         if (factors && !(factors[i] > 0 && isfinite(factors[i])))
             return sd_fail(SD_ERR_FORMAT, "%s: rope_freqs.weight[%d] = %g is not a positive finite factor", f, i,
                            (double)factors[i]);
-        m->inv_freq[i] = (float)(1.0 / pow((double)hp->rope_theta, (double)(2 * i) / hp->rope_dim));
-        if (factors) m->inv_freq[i] = (float)((double)m->inv_freq[i] / factors[i]);
+        double w = 1.0 / pow((double)hp->rope_theta, (double)(2 * i) / hp->rope_dim) / hp->rope_scale;
+        if (factors) w /= factors[i];
+        m->inv_freq[i] = (float)w;
     }
     return pack_weights(m);
 }
@@ -353,9 +357,10 @@ void sd_model_describe(const sd_model *m, FILE *f) {
     fprintf(f, "ffn hidden:     %d\n", hp->hidden_dim);
     fprintf(f, "vocab:          %d\n", hp->vocab_size);
     fprintf(f, "context:        %d (training)\n", hp->ctx_len);
-    fprintf(f, "rope:           %s, dims %d, base %g%s\n",
-            hp->rope_style == SD_ROPE_HALF ? "rotate-half" : "interleaved pairs", hp->rope_dim,
-            (double)hp->rope_theta, m->g[SD_W_ROPE_FREQS].data ? ", frequency factors (rope_freqs)" : "");
+    fprintf(f, "rope:           %s, dims %d, base %g%s", hp->rope_style == SD_ROPE_HALF ? "rotate-half" : "interleaved pairs",
+            hp->rope_dim, (double)hp->rope_theta, m->g[SD_W_ROPE_FREQS].data ? ", frequency factors (rope_freqs)" : "");
+    if (hp->rope_scale != 1) fprintf(f, ", linear scaling x%g", (double)hp->rope_scale);
+    fputc('\n', f);
     fprintf(f, "rmsnorm eps:    %g\n", (double)hp->norm_eps);
     const sd_layer *L0 = &m->layers[0];
     fprintf(f, "attention:      %s%s\n", L0->w[SD_W_ATTN_Q_B - SD_W_LAYER0].data ? "q/k/v biases" : "no biases",
