@@ -19,9 +19,6 @@
 /* A draft of random weights agrees with a trained target about as often as chance (1/512 per
  * token, plus the odd frequent token): anything above this means the draft is not random. */
 #define MAX_RANDOM_DRAFT_ACCEPTANCE 0.10
-/* Chi-square cells need an expected count of at least this to be used on their own; rarer
- * cells are pooled (the usual rule for Pearson's approximation). */
-#define CHI2_MIN_EXPECTED 5.0
 
 /* Tokens per generation in the greedy and rollback tests. The sanitizer build (unoptimised,
  * instrumented) is ~10x slower, so it checks shorter generations. */
@@ -473,55 +470,6 @@ static void test_stop_mid_pass(void **state) {
 #define EX_N_UNVERIFIED 3000 /* far off: a quarter of the samples is plenty */
 #endif
 
-/* Upper 0.001 quantile of chi-square by Wilson-Hilferty: (X/df)^(1/3) is nearly normal with
- * mean 1 - h and variance h, h = 2/(9 df); within 1% for df >= 3 and slightly high
- * (conservative). Seeds are fixed, so a correct engine passes deterministically: p = 0.001
- * bounds the chance that the fixed seeds happened to be unlucky, while the controls show that
- * genuine errors exceed the critical value (wrong q ~2x, unverified drafts ~9x). */
-static double chi2_crit_001(int df) {
-    const double z = 3.090232306167813;
-    const double h = 2.0 / (9.0 * df);
-    const double c = 1.0 - h + z * sqrt(h);
-    return df * c * c * c;
-}
-
-/* Pearson statistic of counts against probabilities; cells with expectation below
- * CHI2_MIN_EXPECTED are pooled into one (itself folded into the smallest kept cell if still
- * too small). A hit in a cell of probability 0 is an outright failure (returns +inf). */
-static double chi2_pooled(const long *obs, const double *prob, int n, long total, int *df) {
-    double x = 0, pool_e = 0, pool_o = 0, min_e = INFINITY, min_o = 0;
-    int cells = 0, min_i = -1;
-    for (int i = 0; i < n; i++) {
-        if (prob[i] <= 0) {
-            if (obs[i] != 0) return INFINITY;
-            continue;
-        }
-        double e = prob[i] * (double)total;
-        if (e < CHI2_MIN_EXPECTED) {
-            pool_e += e;
-            pool_o += (double)obs[i];
-            continue;
-        }
-        x += ((double)obs[i] - e) * ((double)obs[i] - e) / e;
-        cells++;
-        if (e < min_e) {
-            min_e = e;
-            min_o = (double)obs[i];
-            min_i = i;
-        }
-    }
-    if (pool_e >= CHI2_MIN_EXPECTED) {
-        x += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
-        cells++;
-    } else if (pool_e > 0 && min_i >= 0) { /* merge the pool into the smallest kept cell */
-        x -= (min_o - min_e) * (min_o - min_e) / min_e;
-        double e = min_e + pool_e, o = min_o + pool_o;
-        x += (o - e) * (o - e) / e;
-    }
-    *df = cells - 1;
-    return x;
-}
-
 typedef struct {
     sd_model *target, *draft;
     int32_t prompt[2];
@@ -639,8 +587,8 @@ static void counts_hand(const exact_setup *e, hand_mode mode, uint64_t base, int
 
 static double chi2_report(const char *what, const long *counts, const double *joint, int n) {
     int df = 0;
-    double x = chi2_pooled(counts, joint, EX_CELLS, n, &df);
-    double crit = chi2_crit_001(df);
+    double x = sdtest_chi2_pooled(counts, joint, EX_CELLS, n, &df);
+    double crit = sdtest_chi2_crit_001(df);
     printf("  %-36s n %5d  chi2 %8.1f  df %4d  crit(p=0.001) %6.1f  ratio %.2f\n", what, n, x, df, crit, x / crit);
     assert_true(df >= 20); /* enough cells for a meaningful test */
     return x / crit;
@@ -774,9 +722,9 @@ static void bonus_joints(sd_context *c, const sd_sampler_params *sp, const int32
 
 static double chi2_ratio(const long *counts, const double *prob, int cells, long n) {
     int df = 0;
-    const double x = chi2_pooled(counts, prob, cells, n, &df);
+    const double x = sdtest_chi2_pooled(counts, prob, cells, n, &df);
     assert_true(df >= 20);
-    return x / chi2_crit_001(df);
+    return x / sdtest_chi2_crit_001(df);
 }
 
 static void test_bonus_token_exact(void **state) {

@@ -35,4 +35,14 @@ void *sdtest_read_file(const char *path, size_t *len);
 /* Largest |a[i] - b[i]|. */
 double sdtest_max_abs_diff(const float *a, const float *b, size_t n);
 
+/* Chi-square cells need an expected count of at least this to be used on their own; rarer
+ * cells are pooled (the usual rule for Pearson's approximation). */
+#define SDTEST_CHI2_MIN_EXPECTED 5.0
+
+/* Upper 0.001 quantile of chi-square with df degrees of freedom (Wilson-Hilferty). */
+double sdtest_chi2_crit_001(int df);
+/* Pearson statistic of counts obs[0..n) against probabilities prob (total draws); rare cells
+ * pooled; +inf when a cell of probability 0 was hit. *df receives the degrees of freedom. */
+double sdtest_chi2_pooled(const long *obs, const double *prob, int n, long total, int *df);
+
 #endif
