@@ -164,6 +164,7 @@ static int collect(int32_t t, void *u) {
 static void generate(sd_model *t, sd_model *d, int k, const sd_sampler_params *sp, const int32_t *prompt, int np,
                      int n, gen_out *g, sd_spec_stats *st) {
     sd_spec_params p = sd_spec_default_params();
+    p.draft_mode = SD_DRAFT_FIXED; /* every round drafts: the speculative path is what is tested */
     p.n_predict = n;
     p.draft_max = k > 0 ? k : 4;
     p.stop_at_eos = 0;

@@ -350,6 +350,7 @@ static void test_begin_reuses_prefix(void **state) {
     p.n_predict = 20;
     p.stop_at_eos = 0;
     p.draft_max = 3;
+    p.draft_mode = SD_DRAFT_FIXED;
     sd_spec *s = NULL, *fresh = NULL;
     assert_int_equal(sd_spec_create(m, m, &p, &s), SD_OK);
     const int32_t prompt[4] = {1, 290, 291, 292};

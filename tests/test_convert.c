@@ -51,6 +51,7 @@ static int collect_cb(int32_t t, void *u) {
 /* Greedy tokens after prompt ids, with an optional draft. */
 static int32_t *greedy(sd_model *m, sd_model *draft, const int32_t *prompt, int np, int n, sd_spec_stats *st) {
     sd_spec_params p = sd_spec_default_params();
+    p.draft_mode = SD_DRAFT_FIXED; /* every round drafts: the speculative path is what is tested */
     p.n_predict = n;
     p.stop_at_eos = 0;
     sd_spec *s = NULL;

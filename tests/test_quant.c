@@ -792,6 +792,7 @@ static char *greedy_text(sd_model *m, const char *prompt, int n_predict) {
     int n_ids = 0;
     assert_int_equal(sd_tokenizer_encode(tok, prompt, strlen(prompt), sd_tokenizer_add_bos(tok), ids, 64, &n_ids), SD_OK);
     sd_spec_params p = sd_spec_default_params();
+    p.draft_mode = SD_DRAFT_FIXED; /* every round drafts: the speculative path is what is tested */
     p.n_predict = n_predict;
     p.stop_at_eos = 0;
     sd_spec *s = NULL;

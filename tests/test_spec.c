@@ -48,10 +48,12 @@ static int collect_cb(int32_t t, void *u) {
     return c->stop_after > 0 && c->n >= c->stop_after;
 }
 
+/* Fixed k: the tests below count drafts per round. */
 static sd_spec_params greedy_params(int n_predict, int k) {
     sd_spec_params p = sd_spec_default_params();
     p.n_predict = n_predict;
     p.draft_max = k;
+    p.draft_mode = SD_DRAFT_FIXED;
     p.stop_at_eos = 0;
     return p;
 }
@@ -785,23 +787,23 @@ typedef struct {
     sd_context *c;
 } fixed_drafter;
 
-static sd_status fixed_draft(sd_drafter *d, const int32_t *hist, int n_hist, int k, sd_rng *rng, int32_t *out,
-                             float *q, int *n_out) {
-    (void)rng;
-    (void)q;
+static sd_status fixed_draft(sd_drafter *d, sd_draft_req *r) {
     fixed_drafter *f = d->impl;
     f->calls++;
     float lg[EX_V];
     sd_context_seq_truncate(f->c, 0, 0);
-    sd_status st = sd_context_forward(f->c, 0, hist, n_hist, lg, 0);
-    for (int i = 0; i < k && st == SD_OK; i++) {
-        out[i] = sd_argmax(lg, EX_V);
-        if (i + 1 < k) st = sd_context_forward(f->c, 0, &out[i], 1, lg, 0);
+    sd_status st = sd_context_forward(f->c, 0, r->hist, r->n_hist, lg, 0);
+    for (int i = 0; i < r->k && st == SD_OK; i++) {
+        r->out[i] = sd_argmax(lg, EX_V);
+        if (r->conf) r->conf[i] = 1;
+        if (i + 1 < r->k) st = sd_context_forward(f->c, 0, &r->out[i], 1, lg, 0);
     }
     if (st != SD_OK) return st;
-    *n_out = k;
-    if (f->mode == 1) *n_out = k + 1;
-    if (f->mode == 2) out[0] = d->n_vocab + 3;
+    r->n_out = r->k;
+    r->q_filled = 0;
+    r->source = 0;
+    if (f->mode == 1) r->n_out = r->k + 1;
+    if (f->mode == 2) r->out[0] = d->n_vocab + 3;
     return SD_OK;
 }
 static void fixed_destroy(sd_drafter *d) { (void)d; }
@@ -833,7 +835,7 @@ static void test_deterministic_drafter_exact(void **state) {
     assert_int_equal(sd_context_create(e.target, &cp, &c), SD_OK);
     assert_int_equal(sd_context_create(dm, &cp, &dc), SD_OK);
     fixed_drafter f = {0, 0, dc};
-    sd_drafter d = {&k_fixed_vtbl, &f, "fixed", EX_V, 0, INT32_MAX};
+    sd_drafter d = {&k_fixed_vtbl, &f, "fixed", {"greedy target"}, 1, EX_V, INT32_MAX};
     long drafted = 0, accepted = 0;
     float p[EX_V];
     void *scratch = malloc(sd_sample_scratch_bytes(EX_V));
@@ -862,8 +864,8 @@ static void test_deterministic_drafter_exact(void **state) {
         for (int t = 0; t < 3; t++) {
             assert_int_equal(sd_sample_probs(&e.sp, lg, EX_V, p, scratch), SD_OK);
             int32_t dft = 0;
-            int nd = 0;
-            assert_int_equal(fixed_draft(&d, hist, 2 + t, 1, &rng, &dft, NULL, &nd), SD_OK);
+            sd_draft_req rq = {hist, 2 + t, 1, &rng, NULL, NULL, &dft, NULL, 0, 0, 0};
+            assert_int_equal(fixed_draft(&d, &rq), SD_OK);
             hist[2 + t] = sd_rng_uniform(&rng) < p[dft] ? dft : sd_sample_draw(p, EX_V, &rng);
             if (t < 2) assert_int_equal(sd_context_forward(c, 0, &hist[2 + t], 1, lg, 0), SD_OK);
         }

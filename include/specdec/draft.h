@@ -2,7 +2,8 @@
  * generation's history (prompt + emitted tokens), with the distribution each was drawn from or
  * none (a deterministic proposal, which verification treats as one-hot). It keeps whatever state
  * it needs (the model drafter: a KV cache) and syncs it to the history it is given, so the
- * engine never rolls a drafter back. */
+ * engine never rolls a drafter back. A draft policy decides, proposal by proposal, how far a
+ * round goes. */
 #ifndef SPECDEC_DRAFT_H
 #define SPECDEC_DRAFT_H
 
@@ -14,25 +15,49 @@
 
 typedef struct sd_drafter sd_drafter;
 
+/* After each proposal: go on, keep this one and stop, or drop this one and stop. */
+typedef enum { SD_DRAFT_MORE = 0, SD_DRAFT_STOP = 1, SD_DRAFT_DROP = 2 } sd_draft_verdict;
+
+typedef struct sd_draft_policy sd_draft_policy;
+struct sd_draft_policy {
+    /* Called with proposal i (0-based) and its confidence: the drafter's probability of it (its
+     * top-1 probability when greedy). Return the verdict. */
+    sd_draft_verdict (*judge)(sd_draft_policy *p, int source, int i, float conf);
+};
+
+/* One round's request and its answer. */
+typedef struct {
+    const int32_t *hist; /* in: the history, hist[0..n_hist) */
+    int n_hist;
+    int k;               /* in: most proposals (>= 1) */
+    sd_rng *rng;         /* in */
+    float *q;            /* in: [k][n_vocab] room for distributions, or NULL when none are needed */
+    sd_draft_policy *policy; /* in: may be NULL (k proposals when the drafter has them) */
+    int32_t *out;        /* out: [k] proposals */
+    float *conf;         /* out: [k] each proposal's confidence (as given to the policy) */
+    int n_out;           /* out: proposals made, 0..k */
+    int q_filled;        /* out: 1 when q holds the distributions the proposals were drawn from */
+    int source;          /* out: which of the drafter's sources proposed (sd_drafter.sources) */
+} sd_draft_req;
+
 typedef struct {
     /* Brings the drafter's state to hist[0..n_hist) (the prompt, at the start of a generation),
-     * reusing what it already holds. Optional (NULL): draft() syncs anyway. */
+     * reusing what it already holds. Optional (NULL): draft() syncs anyway. A history that
+     * does not extend the last one must come through sync first. */
     sd_status (*sync)(sd_drafter *d, const int32_t *hist, int n_hist);
-    /* Proposes up to k tokens (k >= 1) continuing hist[0..n_hist). out: k ids; q (NULL when the
-     * caller does not need distributions): [k][n_vocab], row i the processed distribution draft
-     * i was drawn from, filled only when the drafter has distributions (d->has_q). *n_out may
-     * be < k, or 0 (no proposal: the pass is a plain target step). */
-    sd_status (*draft)(sd_drafter *d, const int32_t *hist, int n_hist, int k, sd_rng *rng, int32_t *out, float *q,
-                       int *n_out);
+    sd_status (*draft)(sd_drafter *d, sd_draft_req *r);
     void (*destroy)(sd_drafter *d);
 } sd_drafter_vtbl;
+
+#define SD_DRAFT_MAX_SOURCES 4
 
 struct sd_drafter {
     const sd_drafter_vtbl *vt;
     void *impl;
-    const char *name;  /* "model", ... */
+    const char *name;  /* "model", "ngram", "ngram+model", ... */
+    const char *sources[SD_DRAFT_MAX_SOURCES]; /* names of what can propose, by req.source */
+    int n_sources;
     int n_vocab;       /* ids it may propose: [0, n_vocab) */
-    int has_q;         /* 1: drafts are sampled and q is filled; 0: deterministic (q one-hot) */
     int capacity;      /* most history + drafts its state holds (INT32_MAX: unbounded) */
 };
 

@@ -24,9 +24,20 @@ typedef int (*sd_token_cb)(int32_t token, void *user);
 /* Called after every verification round (tests use it to inspect both caches). */
 typedef void (*sd_step_cb)(sd_spec *s, void *user);
 
+/* How many drafts a round makes (at most draft_max). */
+typedef enum {
+    SD_DRAFT_ADAPTIVE = 0, /* stop where one more draft no longer pays for its draft step and verify
+                              cost (measured) given its expected acceptance (learned, by the
+                              drafter's confidence); none when not even one pays */
+    SD_DRAFT_FIXED = 1,    /* always draft_max (less near the context or budget end) */
+    SD_DRAFT_PMIN = 2,     /* llama.cpp's p_min: stop before a draft the drafter gives less than p_min */
+} sd_draft_mode;
+
 typedef struct {
     int n_predict;          /* tokens to generate at most (> 0) */
-    int draft_max;          /* k: drafts per verify pass, 1..SD_MAX_DRAFT */
+    int draft_max;          /* k: drafts per verify pass at most, 1..SD_MAX_DRAFT */
+    sd_draft_mode draft_mode;
+    float p_min;            /* SD_DRAFT_PMIN's threshold, in [0, 1] */
     sd_sampler_params sampling;
     int stop_at_eos;        /* stop after the target's EOS (default 1) */
     int n_ctx;              /* sd_spec_create's contexts: 0 = the smaller model's training context */
@@ -36,7 +47,7 @@ typedef struct {
     void *step_user;
 } sd_spec_params;
 
-sd_spec_params sd_spec_default_params(void); /* n_predict 128, k 4, greedy, stop at EOS */
+sd_spec_params sd_spec_default_params(void); /* n_predict 128, k 4 adaptive, greedy, stop at EOS */
 
 typedef struct {
     int n_prompt;
@@ -49,6 +60,10 @@ typedef struct {
     int k;                 /* draft_max of the run */
     int drafted_at[SD_MAX_DRAFT];  /* rounds that proposed a draft at position i */
     int accepted_at[SD_MAX_DRAFT]; /* ... and emitted it as accepted */
+    int n_sources;                 /* the drafter's sources (model, ngram, ...) */
+    const char *sources[SD_DRAFT_MAX_SOURCES];
+    int drafted_by[SD_DRAFT_MAX_SOURCES]; /* drafts each source proposed */
+    int accepted_by[SD_DRAFT_MAX_SOURCES]; /* ... and got accepted and emitted */
     double t_prefill;      /* seconds: the prompt through the target (and the drafter) */
     double t_first;        /* seconds from the start to the first emitted token */
     double t_draft;        /* seconds in the drafter after the prefill */
@@ -98,6 +113,8 @@ const int32_t *sd_spec_tokens(const sd_spec *s, int *n); /* prompt + emitted tok
 /* Derived figures. */
 double sd_spec_acceptance(const sd_spec_stats *st); /* accepted / drafted */
 double sd_spec_tokens_per_pass(const sd_spec_stats *st);
+double sd_spec_mean_accepted(const sd_spec_stats *st); /* 1 + accepted / verify rounds (vLLM's mean
+                                                          acceptance length) */
 double sd_spec_decode_tps(const sd_spec_stats *st); /* tokens after the first / time after the first */
 
 #endif

@@ -281,6 +281,7 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
     mean_prompt /= p->n_prompts;
 
     sd_spec_params sp = sd_spec_default_params();
+    sp.draft_mode = SD_DRAFT_FIXED; /* the sweep is over fixed draft lengths */
     sp.n_predict = n_predict;
     sp.sampling = cfg->sampling;
     sp.stop_at_eos = !cfg->ignore_eos;

@@ -30,7 +30,14 @@ static void help(FILE *f) {
             "  -p,  --prompt TEXT       prompt (default \"Once upon a time\")\n"
             "  -f,  --file PATH         read the prompt from a file\n"
             "  -n,  --n-predict N       tokens to generate (default 128)\n"
-            "  -k,  --draft-max K       draft tokens per verify pass, 1..%d (default 4)\n"
+            "  -k,  --draft-max K       most draft tokens per verify pass, 1..%d (default 4)\n"
+            "       --draft-fixed       always draft K tokens per pass; by default the draft length adapts:\n"
+            "                           each pass stops where one more draft no longer pays for its draft\n"
+            "                           step and verify cost (measured) given its expected acceptance\n"
+            "                           (learned by the draft's confidence), and drafts nothing when not\n"
+            "                           even one pays\n"
+            "       --draft-p-min P     instead, llama.cpp's rule: stop before a draft the draft model gives\n"
+            "                           less than P, in [0, 1]\n"
             "       --temp T            temperature; 0 = greedy (default 0)\n"
             "       --top-k K           keep the K most likely tokens; 0 = off (default 0)\n"
             "       --top-p P           nucleus sampling mass in (0, 1]; 1 = off (default 1)\n"
@@ -144,7 +151,8 @@ int cmd_generate(int argc, char **argv) {
     const char *prompt_file = NULL, *stats_path = NULL;
     int n_predict = 128, k = 4, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), n_ctx = 0;
     int compare = 0, stream = 1, ignore_eos = 0;
-    int n_set = 0, draft_type = -1;
+    int n_set = 0, draft_type = -1, draft_mode = SD_DRAFT_ADAPTIVE;
+    float p_min = 0.75f;
     sd_sampler_params sp = sd_sampler_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -175,6 +183,12 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(a, "-k") || !strcmp(a, "--draft-max")) {
             NEEDV();
             if (cli_parse_int(a, v, 1, SD_MAX_DRAFT, &k)) return 2;
+        } else if (!strcmp(a, "--draft-fixed")) {
+            draft_mode = SD_DRAFT_FIXED;
+        } else if (!strcmp(a, "--draft-p-min")) {
+            NEEDV();
+            if (cli_parse_float(a, v, 0, 1, &p_min)) return 2;
+            draft_mode = SD_DRAFT_PMIN;
         } else if (!strcmp(a, "--temp")) {
             NEEDV();
             if (cli_parse_float(a, v, 0, 1e6, &sp.temperature)) return 2;
@@ -269,6 +283,8 @@ int cmd_generate(int argc, char **argv) {
     sd_spec_params p = sd_spec_default_params();
     p.n_predict = n_predict;
     p.draft_max = k;
+    p.draft_mode = (sd_draft_mode)draft_mode;
+    p.p_min = p_min;
     p.sampling = sp;
     p.stop_at_eos = !ignore_eos;
     p.n_ctx = ctx;

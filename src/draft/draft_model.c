@@ -1,6 +1,7 @@
 /* The model drafter: a small model decoding k tokens one at a time in its own KV cache sequence,
  * recording the processed distribution each draft was drawn from. It remembers the tokens its
  * cache holds, so it syncs itself to any history by keeping the common prefix. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,37 +67,56 @@ static sd_status md_sync(sd_drafter *d, const int32_t *hist, int n_hist) {
     return sync_from(d->impl, hist, n_hist, 0);
 }
 
-static sd_status md_pick(model_drafter *md, sd_rng *rng, float *q, int32_t *tok) {
+/* The next proposal from the logits in hand: sampled from (and recorded in) q, or the argmax;
+ * *conf its probability (the processed distribution's, or the raw softmax's when greedy and a
+ * confidence is wanted). */
+static sd_status md_pick(model_drafter *md, sd_rng *rng, float *q, int want_conf, int32_t *tok, float *conf) {
     int nv = md->n_vocab, common = md->model_vocab < nv ? md->model_vocab : nv;
     memcpy(md->row, md->logits, (size_t)common * sizeof(float));
     for (int i = common; i < nv; i++) md->row[i] = SD_MASKED_LOGIT;
+    *conf = 1.0f;
     if (md->sp.temperature == 0 && !q) {
         *tok = sd_argmax(md->row, nv);
+        if (want_conf) { /* the top-1 probability: exp(0) over the sum of exp(x - max) */
+            const float mx = md->row[*tok];
+            double sum = 0;
+            for (int i = 0; i < nv; i++) sum += exp((double)(md->row[i] - mx));
+            *conf = (float)(1.0 / sum);
+        }
         return SD_OK;
     }
     float *probs = q ? q : md->probs;
     sd_status st = sd_sample_probs(&md->sp, md->row, nv, probs, md->scratch);
     if (st != SD_OK) return st;
     *tok = md->sp.temperature == 0 ? sd_argmax(probs, nv) : sd_sample_draw(probs, nv, rng);
+    *conf = probs[*tok];
     return SD_OK;
 }
 
-static sd_status md_draft(sd_drafter *d, const int32_t *hist, int n_hist, int k, sd_rng *rng, int32_t *out, float *q,
-                          int *n_out) {
+static sd_status md_draft(sd_drafter *d, sd_draft_req *r) {
     model_drafter *md = d->impl;
-    *n_out = 0;
+    r->n_out = 0;
+    r->source = 0;
+    r->q_filled = r->q != NULL;
     /* The history extends the last one: its first `synced` tokens are the cache's. */
     int c = md->synced < md->n_fed ? md->synced : md->n_fed;
-    sd_status st = sync_from(md, hist, n_hist, c < n_hist ? c : n_hist);
+    sd_status st = sync_from(md, r->hist, r->n_hist, c < r->n_hist ? c : r->n_hist);
     if (st != SD_OK) return st;
     /* Drafts go into the cache too (all but the last); the next sync keeps those accepted. */
+    int k = r->k;
     const int room = sd_context_n_ctx(md->ctx) - md->n_fed;
     if (k > room + 1) k = room + 1;
     for (int i = 0; i < k; i++) {
-        if ((st = md_pick(md, rng, q ? q + (size_t)i * md->n_vocab : NULL, &out[i])) != SD_OK) return st;
-        *n_out = i + 1;
-        if (i + 1 == k) break; /* the last draft is fed only if it is accepted */
-        if ((st = feed(md, &out[i], 1)) != SD_OK) return st;
+        float conf;
+        if ((st = md_pick(md, r->rng, r->q ? r->q + (size_t)i * md->n_vocab : NULL, r->policy != NULL, &r->out[i], &conf)) !=
+            SD_OK)
+            return st;
+        if (r->conf) r->conf[i] = conf;
+        const sd_draft_verdict v = r->policy ? r->policy->judge(r->policy, 0, i, conf) : SD_DRAFT_MORE;
+        if (v == SD_DRAFT_DROP) break;
+        r->n_out = i + 1;
+        if (v == SD_DRAFT_STOP || i + 1 == k) break; /* the last draft is fed only if it is accepted */
+        if ((st = feed(md, &r->out[i], 1)) != SD_OK) return st;
     }
     return SD_OK;
 }
@@ -133,8 +153,9 @@ sd_status sd_drafter_model_create(sd_context *ctx, int seq, int n_vocab, const s
     d->vt = &k_model_vtbl;
     d->impl = md;
     d->name = "model";
+    d->sources[0] = "model";
+    d->n_sources = 1;
     d->n_vocab = n_vocab;
-    d->has_q = 1;
     d->capacity = sd_context_n_ctx(ctx);
     md->ctx = ctx;
     md->seq = seq;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/io.h"
+#include "draft/policy.h"
 #include "specdec/target.h"
 #include "specdec/verify.h"
 
@@ -29,6 +30,10 @@ struct sd_spec {
     float *residual;    /* [n_vocab] */
     void *scratch;      /* sampling scratch */
     int32_t *argmax;    /* [k+1] */
+    float conf[SD_MAX_DRAFT];
+    sd_adaptive adaptive;
+    sd_pmin_policy pmin;
+    int costs_known;    /* the adaptive controller has the target's pass costs */
     sd_rng rng;
     sd_spec_stats st;
     double t0;
@@ -40,6 +45,8 @@ sd_spec_params sd_spec_default_params(void) {
     memset(&p, 0, sizeof p);
     p.n_predict = 128;
     p.draft_max = 4;
+    p.draft_mode = SD_DRAFT_ADAPTIVE;
+    p.p_min = 0.75f;
     p.sampling = sd_sampler_default_params();
     p.stop_at_eos = 1;
     p.kv_type = SD_TYPE_F32;
@@ -68,6 +75,10 @@ static sd_status check_params(const sd_spec_params *p, int with_draft) {
     if (with_draft && (p->draft_max < 1 || p->draft_max > SD_MAX_DRAFT))
         return sd_fail(SD_ERR_INVALID_ARG, "draft length k must be in 1..%d (got %d)", SD_MAX_DRAFT, p->draft_max);
     if (p->n_ctx < 0) return sd_fail(SD_ERR_INVALID_ARG, "context size must be >= 0 (got %d)", p->n_ctx);
+    if (p->draft_mode != SD_DRAFT_ADAPTIVE && p->draft_mode != SD_DRAFT_FIXED && p->draft_mode != SD_DRAFT_PMIN)
+        return sd_fail(SD_ERR_INVALID_ARG, "draft mode %d (adaptive, fixed or p_min)", (int)p->draft_mode);
+    if (!(p->p_min >= 0 && p->p_min <= 1))
+        return sd_fail(SD_ERR_INVALID_ARG, "draft p_min must be in [0, 1] (got %g)", (double)p->p_min);
     return sd_sampler_params_check(&p->sampling);
 }
 
@@ -96,6 +107,8 @@ sd_status sd_spec_create_with(sd_context *target, int seq, sd_drafter *drafter, 
     if (drafter && drafter->capacity < s->n_ctx) s->n_ctx = drafter->capacity;
     const sd_tokenizer *tok = sd_model_tokenizer(tm);
     s->eos = tok ? sd_tokenizer_eos(tok) : -1;
+    sd_adaptive_init(&s->adaptive);
+    sd_pmin_policy_init(&s->pmin, s->p.p_min);
     const int k = s->p.draft_max;
     const size_t V = (size_t)n_vocab;
     st = sd_verify_round_create(target, &s->round);
@@ -166,9 +179,37 @@ double sd_spec_tokens_per_pass(const sd_spec_stats *st) {
     int passes = st->n_verify + st->n_target_steps;
     return passes ? (double)st->n_generated / passes : 0.0;
 }
+double sd_spec_mean_accepted(const sd_spec_stats *st) {
+    return st->n_verify ? 1.0 + (double)st->n_accepted / st->n_verify : 0.0;
+}
 double sd_spec_decode_tps(const sd_spec_stats *st) {
     double t = st->t_total - st->t_first;
     return st->n_generated > 1 && t > 0 ? (st->n_generated - 1) / t : 0.0;
+}
+
+/* The adaptive controller's start: a target pass of 1 and of draft_max + 1 tokens after the
+ * cached prompt, twice each, alternating (then rolled back); the pass sizes in between are
+ * interpolated until rounds measure them. */
+static sd_status measure_costs(sd_spec *s) {
+    int32_t toks[SD_MAX_DRAFT + 1];
+    const int len = sd_context_seq_len(s->tctx, s->seq), n_max = s->p.draft_max + 1;
+    if (len + n_max > s->n_ctx) return SD_OK; /* no room: the first rounds measure instead */
+    for (int i = 0; i < n_max; i++) toks[i] = s->tokens[s->n_tokens - 1];
+    for (int rep = 0; rep < 2; rep++)
+        for (int n = 1; n <= n_max; n += n_max - 1) {
+            int row;
+            sd_verify_round_clear(s->round);
+            sd_status st = sd_verify_round_add_chain(s->round, s->seq, toks, n, &row);
+            const double t0 = sd_now();
+            if (st == SD_OK) st = sd_verify_round_run(s->round);
+            const double t = sd_now() - t0;
+            sd_context_seq_truncate(s->tctx, s->seq, len);
+            if (st != SD_OK) return st;
+            if (rep > 0) sd_adaptive_time_pass(&s->adaptive, n, t); /* the first of each warms the caches */
+            if (n_max == 1) break;
+        }
+    s->costs_known = 1;
+    return SD_OK;
 }
 
 sd_status sd_spec_begin(sd_spec *s, const int32_t *prompt, int n_prompt) {
@@ -204,7 +245,11 @@ sd_status sd_spec_begin(sd_spec *s, const int32_t *prompt, int n_prompt) {
         return rc;
     if (s->drafter && s->drafter->vt->sync && (rc = s->drafter->vt->sync(s->drafter, prompt, n_prompt)) != SD_OK)
         return rc;
+    if (s->drafter && s->p.draft_mode == SD_DRAFT_ADAPTIVE && !s->costs_known && (rc = measure_costs(s)) != SD_OK)
+        return rc;
     st->t_prefill = sd_now() - s->t0;
+    st->n_sources = s->drafter ? s->drafter->n_sources : 0;
+    for (int i = 0; i < st->n_sources; i++) st->sources[i] = s->drafter->sources[i];
     s->active = 1;
     return SD_OK;
 }
@@ -263,22 +308,39 @@ sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, int32_t *out, int
     if (k > left - 1) k = left - 1;
     const int greedy = s->p.sampling.temperature == 0;
     int32_t batch[SD_MAX_DRAFT + 1];
-    int nd = 0;
-    int want_q = 0;
+    sd_draft_req req;
+    memset(&req, 0, sizeof req);
+    if (s->drafter && k >= 1 && s->p.draft_mode == SD_DRAFT_ADAPTIVE) k = sd_adaptive_begin_round(&s->adaptive, k);
     if (k >= 1 && s->drafter) {
-        want_q = !greedy && s->drafter->has_q;
+        req.hist = s->tokens;
+        req.n_hist = n_hist;
+        req.k = k;
+        req.rng = &s->rng;
+        req.q = greedy ? NULL : s->q_rows;
+        req.policy = s->p.draft_mode == SD_DRAFT_ADAPTIVE ? &s->adaptive.base
+                     : s->p.draft_mode == SD_DRAFT_PMIN   ? &s->pmin.base
+                                                          : NULL;
+        req.out = batch + 1;
+        req.conf = s->conf;
         double td = sd_now();
-        rc = s->drafter->vt->draft(s->drafter, s->tokens, n_hist, k, &s->rng, batch + 1, want_q ? s->q_rows : NULL, &nd);
-        st->t_draft += sd_now() - td;
+        rc = s->drafter->vt->draft(s->drafter, &req);
+        td = sd_now() - td;
+        st->t_draft += td;
         if (rc != SD_OK) return rc;
-        if (nd < 0 || nd > k)
+        if (req.n_out < 0 || req.n_out > k)
             return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' proposed %d tokens; at most %d were asked for",
-                           s->drafter->name, nd, k);
-        for (int i = 0; i < nd; i++)
+                           s->drafter->name, req.n_out, k);
+        if (req.source < 0 || req.source >= s->drafter->n_sources)
+            return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' named source %d of its %d", s->drafter->name, req.source,
+                           s->drafter->n_sources);
+        for (int i = 0; i < req.n_out; i++)
             if (batch[1 + i] < 0 || batch[1 + i] >= s->n_vocab)
                 return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' proposed id %d, outside the target's vocabulary of %d",
                                s->drafter->name, (int)batch[1 + i], s->n_vocab);
+        sd_adaptive_time_draft(&s->adaptive, req.n_out > 0 ? req.n_out : 1, td);
     }
+    const int nd = req.n_out;
+    const float *q = req.q_filled ? s->q_rows : NULL; /* none: deterministic drafts, q one-hot */
 
     /* Verify: [pending, d1..dnd] in one batched target pass. */
     batch[0] = s->tokens[n_hist - 1];
@@ -287,8 +349,10 @@ sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, int32_t *out, int
     if ((rc = sd_verify_round_add_chain(s->round, s->seq, batch, nd + 1, &row0)) != SD_OK) return rc;
     double tv = sd_now();
     rc = sd_verify_round_run(s->round);
-    st->t_verify += sd_now() - tv;
+    tv = sd_now() - tv;
+    st->t_verify += tv;
     if (rc != SD_OK) return rc;
+    sd_adaptive_time_pass(&s->adaptive, nd + 1, tv);
 
     double ts = sd_now();
     const size_t V = (size_t)s->n_vocab;
@@ -305,8 +369,7 @@ sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, int32_t *out, int
             rc = sd_sample_probs(&s->p.sampling, sd_verify_round_logits(s->round, row0 + i), s->n_vocab,
                                  s->p_rows + (size_t)i * V, s->scratch);
         if (rc == SD_OK)
-            m = sd_verify_stochastic(s->p_rows, want_q ? s->q_rows : NULL, batch + 1, nd, s->n_vocab, &s->rng,
-                                     s->residual, &next);
+            m = sd_verify_stochastic(s->p_rows, q, batch + 1, nd, s->n_vocab, &s->rng, s->residual, &next);
     }
     st->t_sample += sd_now() - ts;
     if (rc != SD_OK) {
@@ -323,10 +386,13 @@ sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, int32_t *out, int
         st->n_verify++;
         st->n_drafted += nd;
         st->n_accepted += emitted_drafts;
+        st->drafted_by[req.source] += nd;
+        st->accepted_by[req.source] += emitted_drafts;
         for (int i = 0; i < nd; i++) {
             st->drafted_at[i]++;
             if (i < emitted_drafts) st->accepted_at[i]++;
         }
+        sd_adaptive_record(&s->adaptive, req.source, s->conf, nd, m);
     }
     if ((rc = sd_context_seq_truncate(s->tctx, s->seq, s->n_tokens - 1)) != SD_OK) return rc;
     if (!s->active) {

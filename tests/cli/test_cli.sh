@@ -46,7 +46,8 @@ check "info tiny"             0 "grouped-query"      -- "$BIN" info "$TMP/tiny.g
 check "generate tiny"         0 "decode:"            -- "$BIN" generate -m "$TMP/tiny.gguf" -n 8
 check "prompt too long"       2 "does not fit the context of 32" -- "$BIN" generate -m "$TMP/tiny.gguf" -p "$(printf 'a b c d e f g h i j k l m n o p q r s t u v w x y z %.0s' 1 2)"
 check "n too large"           2 "cannot generate 100 tokens" -- "$BIN" generate -m "$TMP/tiny.gguf" -n 100
-check "spec tiny self-draft"  0 "acceptance rate: +100.0%" -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 12 --ignore-eos
+check "spec tiny self-draft"  0 "acceptance rate: +100.0%" -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 12 --ignore-eos --draft-fixed
+check "p-min out of range"    2 "--draft-p-min expects a number in \[0, 1\], got '1.5'" -- "$BIN" generate -m x --draft-p-min 1.5
 check "stats json"            0 ""                   -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 8 --stats-json "$TMP/s.json"
 grep -q '"acceptance_rate"' "$TMP/s.json" && { echo "ok   stats json content"; pass=$((pass+1)); } || { echo "FAIL stats json content"; fail=$((fail+1)); }
 
@@ -61,7 +62,7 @@ check "info q4_0"             0 "q4_0"               -- "$BIN" info "$TMP/q4.ggu
 "$BIN" mkmodel "$TMP/odd.gguf" --dim 32 --layers 1 --heads 4 --kv-heads 2 --hidden 80 --vocab 300 --ctx 32 2>/dev/null
 check "convert to q8_0"       0 "blk.0.ffn_down.weight stays f16: its rows do not divide into q8_0 blocks of 32" -- "$BIN" convert "$TMP/odd.gguf" "$TMP/tiny-q8.gguf" --type q8_0
 check "converted generates"   0 "decode:"            -- "$BIN" generate -m "$TMP/tiny-q8.gguf" -n 8
-check "quantised self-draft"  0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/tiny.gguf" --draft-type q8_0 -n 12 --compare --ignore-eos
+check "quantised self-draft"  0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/tiny.gguf" --draft-type q8_0 -n 12 --compare --ignore-eos --draft-fixed
 check "kv-type bad"           2 "--kv-type must be f32 or f16, got 'f8'" -- "$BIN" generate -m x --kv-type f8
 check "f16 cache, head_dim 8" 1 "f16 KV cache needs head_dim >= 16" -- "$BIN" generate -m "$TMP/odd.gguf" --kv-type f16 -n 4
 # portable builds (no AVX-512 kernels) refuse f16 caches: the self-draft check is for native ones

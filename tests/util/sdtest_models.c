@@ -101,6 +101,7 @@ static int collect_cb(int32_t t, void *u) {
 int32_t *sdtest_greedy(sd_model *m, sd_model *draft, const int32_t *prompt, int n_prompt, int n,
                        sd_spec_stats *st) {
     sd_spec_params p = sd_spec_default_params();
+    p.draft_mode = SD_DRAFT_FIXED; /* every round drafts: the speculative path is what is tested */
     p.n_predict = n;
     p.stop_at_eos = 0;
     p.kv_type = sdtest_kv_type;
