@@ -9,6 +9,7 @@
 #include "sdtest.h"
 #include "sdtest_models.h"
 #include "specdec/spec.h"
+#include "specdec/tokenizer.h"
 
 /* Pass costs of a memory-bound target (a pass of n tokens costs 1 + 0.05 (n - 1) decode steps)
  * or of a cache-resident one (n steps), and a draft step of `draft`. */
@@ -127,11 +128,129 @@ static void test_policies_lossless(void **state) {
     sd_model_free(t);
 }
 
+/* ---- the n-gram drafter ---------------------------------------------------------------------- */
+
+/* Brute force: the continuation of the most recent earlier match of the longest n-gram. */
+static int naive_ngram(const int32_t *h, int n_hist, int n_min, int n_max, int k, int32_t *out) {
+    const int last = n_hist - 1;
+    for (int n = n_max; n >= n_min; n--) {
+        if (n > n_hist) continue;
+        for (int p = last - 1; p >= n - 1; p--) {
+            if (memcmp(h + p - n + 1, h + last - n + 1, (size_t)n * sizeof *h) != 0) continue;
+            int m = 0;
+            while (m < k && p + 1 + m <= last) out[m] = h[p + 1 + m], m++;
+            return m;
+        }
+    }
+    return 0;
+}
+
+/* The hash index agrees with a brute-force search at every step of growing histories (small
+ * vocabularies: many matches of every length), and after a history that is not an extension. */
+static void test_ngram_matches_brute_force(void **state) {
+    (void)state;
+    sd_drafter *d = NULL;
+    assert_int_equal(sd_drafter_ngram_create(1, 4, 64, &d), SD_OK);
+    assert_string_equal(d->sources[0], "ngram");
+    uint64_t x = 88172645463325252ull;
+    int32_t h[600], got[8], want[8];
+    float conf[8];
+    int checked = 0, with_match = 0;
+    for (int trial = 0; trial < 6; trial++) {
+        const int vocab = trial < 3 ? 3 + trial : 20;
+        for (int i = 0; i < 600; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            h[i] = (int32_t)(x % (uint64_t)vocab);
+        }
+        for (int n = 1; n <= 600; n += 1 + n / 50) {
+            sd_draft_req r = {h, n, 8, NULL, NULL, NULL, got, conf, 0, 0, 0};
+            assert_int_equal(d->vt->draft(d, &r), SD_OK);
+            const int m = naive_ngram(h, n, 1, 4, 8, want);
+            if (r.n_out != m || memcmp(got, want, (size_t)m * sizeof *got) != 0)
+                fail_msg("trial %d, history %d: %d proposals, brute force %d", trial, n, r.n_out, m);
+            assert_int_equal(r.q_filled, 0);
+            checked++;
+            with_match += m > 0;
+        }
+    }
+    printf("  %d histories checked against brute force (%d with a match)\n", checked, with_match);
+    /* nothing to match: no proposal */
+    const int32_t uniq[5] = {1, 2, 3, 4, 5};
+    sd_draft_req r = {uniq, 5, 4, NULL, NULL, NULL, got, conf, 0, 0, 0};
+    assert_int_equal(d->vt->draft(d, &r), SD_OK);
+    assert_int_equal(r.n_out, 0);
+    /* the longest match wins and gives its confidence; a policy cuts the proposals */
+    const int32_t rep[9] = {7, 8, 9, 10, 11, 12, 7, 8, 9};
+    sd_draft_req r2 = {rep, 9, 8, NULL, NULL, NULL, got, conf, 0, 0, 0};
+    assert_int_equal(d->vt->draft(d, &r2), SD_OK);
+    assert_int_equal(r2.n_out, 6); /* 10 11 12 7 8 9: up to the history's end */
+    assert_int_equal(got[0], 10);
+    assert_true(conf[0] == 3.0f / 5.0f);
+    sd_pmin_policy pm;
+    sd_pmin_policy_init(&pm, 0.7f);
+    r2.policy = &pm.base;
+    assert_int_equal(d->vt->draft(d, &r2), SD_OK);
+    assert_int_equal(r2.n_out, 0); /* a 3-gram match is 0.6 < 0.7 */
+    sd_drafter_free(d);
+    sd_drafter *bad = NULL;
+    assert_int_equal(sd_drafter_ngram_create(3, 2, 64, &bad), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_drafter_ngram_create(0, 2, 64, &bad), SD_ERR_INVALID_ARG);
+    assert_null(bad);
+}
+
+/* N-gram drafting alone and before a model: greedy output identical to plain decoding; on text
+ * that repeats, the n-gram proposals are accepted; the stats split drafts by source. */
+static void test_ngram_engine(void **state) {
+    (void)state;
+    sd_model *t = sdtest_shared_model("models/stories260K/stories260K.bin", "models/stories260K/tok512.bin");
+    sd_model *dm = sdtest_shared_model("models/stories-draft/stories-draft.bin", "models/stories260K/tok512.bin");
+    const char *text = "Once upon a time, there was a little dog named Max. Max liked to play. "
+                       "Once upon a time, there was a little dog named Max. Max liked";
+    int32_t prompt[128];
+    int np = 0;
+    assert_int_equal(sd_tokenizer_encode(sd_model_tokenizer(t), text, strlen(text), 1, prompt, 128, &np), SD_OK);
+    int32_t *plain = sdtest_greedy(t, NULL, prompt, np, 60, NULL);
+    for (int with_model = 0; with_model < 2; with_model++) {
+        sd_spec_params p = sd_spec_default_params();
+        p.n_predict = 60;
+        p.stop_at_eos = 0;
+        p.draft_max = 6;
+        p.draft_mode = SD_DRAFT_FIXED;
+        p.ngram = 1;
+        sd_spec *s = NULL;
+        assert_int_equal(sd_spec_create(t, with_model ? dm : NULL, &p, &s), SD_OK);
+        sd_spec_stats st;
+        assert_int_equal(sd_spec_generate(s, prompt, np, NULL, NULL, &st), SD_OK);
+        int n = 0;
+        const int32_t *h = sd_spec_tokens(s, &n);
+        assert_memory_equal(h + np, plain, 60 * sizeof(int32_t));
+        assert_int_equal(st.n_sources, 1 + with_model);
+        assert_string_equal(st.sources[0], "ngram");
+        int sum_d = 0, sum_a = 0;
+        for (int i = 0; i < st.n_sources; i++) {
+            sum_d += st.drafted_by[i];
+            sum_a += st.accepted_by[i];
+            printf("  %s: %s proposed %d, %d accepted\n", with_model ? "ngram+model" : "ngram", st.sources[i],
+                   st.drafted_by[i], st.accepted_by[i]);
+        }
+        assert_int_equal(sum_d, st.n_drafted);
+        assert_int_equal(sum_a, st.n_accepted);
+        assert_true(st.accepted_by[0] > 10); /* the repeated sentence is found and copied */
+        if (with_model) assert_true(st.drafted_by[1] > 0);
+        sd_spec_free(s);
+    }
+    free(plain);
+    sd_model_free(dm);
+    sd_model_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adaptive_decisions),
         cmocka_unit_test(test_pmin_policy),
         cmocka_unit_test(test_policies_lossless),
+        cmocka_unit_test(test_ngram_matches_brute_force),
+        cmocka_unit_test(test_ngram_engine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

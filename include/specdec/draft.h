@@ -69,9 +69,18 @@ sd_status sd_drafter_model_create(sd_context *ctx, int seq, int n_vocab, const s
                                   sd_drafter **out);
 void sd_drafter_free(sd_drafter *d); /* NULL is fine */
 
+/* Prompt lookup: proposes the continuation of the most recent earlier occurrence of the history's
+ * last n tokens, n from n_max down to n_min (1 <= n_min <= n_max <= 64); no model, deterministic
+ * proposals (q one-hot), confidence n / (n_max + 1). */
+sd_status sd_drafter_ngram_create(int n_min, int n_max, int n_vocab, sd_drafter **out);
+/* The n-gram drafter's proposal when it has one, else the model drafter's (sources "ngram" and
+ * "model"). Takes ownership of both. */
+sd_status sd_drafter_combo_create(sd_drafter *ngram, sd_drafter *model, sd_drafter **out);
+sd_drafter *sd_drafter_combo_model(sd_drafter *d); /* the model drafter inside, or NULL */
+
 /* The model drafter's context and sequence, and the tokens that sequence holds, in order (its
- * accepted history, then any drafts it fed that the next call will drop when rejected); NULL
- * for another kind of drafter. Inspection. */
+ * accepted history, then any drafts it fed that the next call will drop when rejected), of d or
+ * of the model drafter inside a combined one; NULL for another kind of drafter. Inspection. */
 sd_context *sd_drafter_model_context(const sd_drafter *d);
 int sd_drafter_model_seq(const sd_drafter *d);
 const int32_t *sd_drafter_model_tokens(const sd_drafter *d, int *n);

@@ -38,6 +38,9 @@ typedef struct {
     int draft_max;          /* k: drafts per verify pass at most, 1..SD_MAX_DRAFT */
     sd_draft_mode draft_mode;
     float p_min;            /* SD_DRAFT_PMIN's threshold, in [0, 1] */
+    int ngram;              /* sd_spec_create: prompt-lookup drafting, alone without a draft model,
+                               else tried before it */
+    int ngram_min, ngram_max; /* n-gram sizes it matches, 1 <= min <= max <= 64 (default 1, 4) */
     sd_sampler_params sampling;
     int stop_at_eos;        /* stop after the target's EOS (default 1) */
     int n_ctx;              /* sd_spec_create's contexts: 0 = the smaller model's training context */
@@ -75,10 +78,10 @@ typedef struct {
     const char *stop_reason; /* "length", "eos", "context", "interrupted", "callback", NULL while running */
 } sd_spec_stats;
 
-/* The whole pair in one call: a context for the target (and one for the draft model) sized by
- * p->n_ctx and p->kv_type, the model drafter, and the engine, all owned by the sd_spec. Checks
- * the pair (tokenizer compatibility). draft may be NULL (plain decoding) or the target itself
- * (self-drafting). */
+/* The whole setup in one call: a context for the target (and one for the draft model) sized by
+ * p->n_ctx and p->kv_type, the drafter (the model's, the n-gram one with p->ngram, or both), and
+ * the engine, all owned by the sd_spec. Checks the pair (tokenizer compatibility). draft may be
+ * NULL (plain decoding, or n-gram drafting alone) or the target itself (self-drafting). */
 sd_status sd_spec_create(sd_model *target, sd_model *draft, const sd_spec_params *p, sd_spec **out);
 /* The engine over sequence seq of a target context and any drafter (NULL: plain decoding), both
  * borrowed: they must outlive the sd_spec, and nothing else may use that sequence meanwhile. */

@@ -20,7 +20,12 @@ static void help(FILE *f) {
             "\n"
             "models (a path, or a name looked up in $SPECDEC_MODEL_PATH, ./models, ../shared/models):\n"
             "  -m,  --model PATH        target model (.gguf or llama2.c .bin)\n"
-            "  -md, --draft PATH        draft model; without it, plain decoding\n"
+            "  -md, --model-draft PATH  draft model; without it (and without --draft ngram), plain decoding\n"
+            "       --draft ngram       prompt lookup: propose the continuation of the latest earlier match\n"
+            "                           of the text's last n tokens (no model needed); with -md, tried\n"
+            "                           first and the draft model used when it finds no match\n"
+            "       --ngram-min N       shortest n-gram matched, 1..64 (default 1)\n"
+            "       --ngram-max N       longest n-gram matched, tried first, 1..64 (default 4)\n"
             "  -z,  --tokenizer PATH    tokenizer.bin for a llama2.c target (default: beside it)\n"
             "  -zd, --draft-tokenizer PATH  tokenizer for a llama2.c draft (default: beside it, else the target's)\n"
             "       --draft-type T      quantise the draft at load, in memory (q4_0, q8_0, q4_k, ...); with\n"
@@ -103,10 +108,25 @@ static cJSON *stats_json(const sd_spec_stats *s) {
     cJSON_AddNumberToObject(o, "accepted", s->n_accepted);
     cJSON_AddNumberToObject(o, "acceptance_rate", sd_spec_acceptance(s));
     cJSON_AddNumberToObject(o, "tokens_per_pass", sd_spec_tokens_per_pass(s));
+    cJSON_AddNumberToObject(o, "mean_accepted_length", sd_spec_mean_accepted(s));
     cJSON *pos = cJSON_AddArrayToObject(o, "acceptance_by_position");
     for (int i = 0; i < s->k && i < SD_MAX_DRAFT; i++)
         cJSON_AddItemToArray(pos, cJSON_CreateNumber(s->drafted_at[i] ? (double)s->accepted_at[i] / s->drafted_at[i] : 0));
-    cJSON_AddNumberToObject(o, "time_to_first_token_s", s->t_prefill);
+    /* the counters vLLM and llama.cpp report, under their names */
+    cJSON_AddNumberToObject(o, "num_drafts", s->n_verify);
+    cJSON_AddNumberToObject(o, "num_draft_tokens", s->n_drafted);
+    cJSON_AddNumberToObject(o, "num_accepted_tokens", s->n_accepted);
+    cJSON *per = cJSON_AddArrayToObject(o, "num_accepted_tokens_per_pos");
+    for (int i = 0; i < s->k && i < SD_MAX_DRAFT; i++) cJSON_AddItemToArray(per, cJSON_CreateNumber(s->accepted_at[i]));
+    cJSON *src = cJSON_AddArrayToObject(o, "sources");
+    for (int i = 0; i < s->n_sources; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", s->sources[i]);
+        cJSON_AddNumberToObject(e, "drafted", s->drafted_by[i]);
+        cJSON_AddNumberToObject(e, "accepted", s->accepted_by[i]);
+        cJSON_AddItemToArray(src, e);
+    }
+    cJSON_AddNumberToObject(o, "time_to_first_token_s", s->t_first);
     cJSON_AddNumberToObject(o, "prefill_tokens_per_s", s->t_prefill > 0 ? s->n_prompt / s->t_prefill : 0);
     cJSON_AddNumberToObject(o, "decode_tokens_per_s", sd_spec_decode_tps(s));
     cJSON_AddNumberToObject(o, "time_draft_s", s->t_draft);
@@ -118,21 +138,26 @@ static cJSON *stats_json(const sd_spec_stats *s) {
     return o;
 }
 
-static void print_stats(const sd_spec_stats *s, int spec) {
+static void print_stats(const sd_spec_stats *s, int spec, const char *mode) {
     double decode_t = s->t_total - s->t_prefill;
     fprintf(stderr, "\n--- %s ---\n", spec ? "speculative decoding" : "plain decoding");
     fprintf(stderr, "prompt tokens:       %d\n", s->n_prompt);
     fprintf(stderr, "generated tokens:    %d (stopped: %s)\n", s->n_generated, s->stop_reason);
-    fprintf(stderr, "time to first token: %.2f ms (prefill %.1f tokens/s)\n", s->t_prefill * 1e3,
+    fprintf(stderr, "time to first token: %.2f ms (prefill %.1f tokens/s)\n", s->t_first * 1e3,
             s->t_prefill > 0 ? s->n_prompt / s->t_prefill : 0.0);
     fprintf(stderr, "decode:              %.1f tokens/s (%d tokens in %.2f ms)\n", sd_spec_decode_tps(s),
             s->n_generated > 0 ? s->n_generated - 1 : 0, decode_t * 1e3);
     if (spec) {
-        fprintf(stderr, "draft length k:      %d\n", s->k);
+        fprintf(stderr, "draft length k:      %d at most (%s)\n", s->k, mode);
         fprintf(stderr, "verify passes:       %d (+%d single target steps)\n", s->n_verify, s->n_target_steps);
         fprintf(stderr, "acceptance rate:     %.1f%% (%d of %d drafted)\n", 100 * sd_spec_acceptance(s),
                 s->n_accepted, s->n_drafted);
+        fprintf(stderr, "mean accepted len:   %.2f (1 + accepted per verify pass)\n", sd_spec_mean_accepted(s));
         fprintf(stderr, "tokens per pass:     %.2f\n", sd_spec_tokens_per_pass(s));
+        if (s->n_sources > 1)
+            for (int i = 0; i < s->n_sources; i++)
+                fprintf(stderr, "drafts by %-10s %d proposed, %d accepted\n", s->sources[i], s->drafted_by[i],
+                        s->accepted_by[i]);
         fprintf(stderr, "acceptance by pos:  ");
         for (int i = 0; i < s->k && i < SD_MAX_DRAFT; i++)
             fprintf(stderr, " %d:%.0f%%", i + 1, s->drafted_at[i] ? 100.0 * s->accepted_at[i] / s->drafted_at[i] : 0.0);
@@ -151,7 +176,7 @@ int cmd_generate(int argc, char **argv) {
     const char *prompt_file = NULL, *stats_path = NULL;
     int n_predict = 128, k = 4, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), n_ctx = 0;
     int compare = 0, stream = 1, ignore_eos = 0;
-    int n_set = 0, draft_type = -1, draft_mode = SD_DRAFT_ADAPTIVE;
+    int n_set = 0, draft_type = -1, draft_mode = SD_DRAFT_ADAPTIVE, ngram = 0, ngram_min = 1, ngram_max = 4;
     float p_min = 0.75f;
     sd_sampler_params sp = sd_sampler_default_params();
     for (int i = 1; i < argc; i++) {
@@ -166,7 +191,19 @@ int cmd_generate(int argc, char **argv) {
             help(stdout);
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEEDV(); model = v; }
-        else if (!strcmp(a, "-md") || !strcmp(a, "--draft")) { NEEDV(); draft = v; }
+        else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) { NEEDV(); draft = v; }
+        else if (!strcmp(a, "--draft")) {
+            NEEDV();
+            if (strcmp(v, "ngram") != 0)
+                return cli_usage_error("--draft must be ngram (a draft model is given with -md), got '%s'", v);
+            ngram = 1;
+        } else if (!strcmp(a, "--ngram-min")) {
+            NEEDV();
+            if (cli_parse_int(a, v, 1, 64, &ngram_min)) return 2;
+        } else if (!strcmp(a, "--ngram-max")) {
+            NEEDV();
+            if (cli_parse_int(a, v, 1, 64, &ngram_max)) return 2;
+        }
         else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) { NEEDV(); tokp = v; }
         else if (!strcmp(a, "-zd") || !strcmp(a, "--draft-tokenizer")) { NEEDV(); dtokp = v; }
         else if (!strcmp(a, "--draft-type")) {
@@ -221,7 +258,9 @@ int cmd_generate(int argc, char **argv) {
     if (!model) return cli_usage_error("generate: -m MODEL is required (see specdec generate --help)");
     if (prompt && prompt_file) return cli_usage_error("generate: give -p or -f, not both");
     if (draft_type >= 0 && !draft) draft = model; /* --draft-type alone: self-speculation */
-    if (compare && !draft) return cli_usage_error("generate: --compare needs a draft model (-md)");
+    if (compare && !draft && !ngram) return cli_usage_error("generate: --compare needs a drafter (-md or --draft ngram)");
+    if (ngram_min > ngram_max)
+        return cli_usage_error("generate: --ngram-min %d exceeds --ngram-max %d", ngram_min, ngram_max);
 
     char *file_text = NULL;
     if (prompt_file) {
@@ -284,6 +323,9 @@ int cmd_generate(int argc, char **argv) {
     p.n_predict = n_predict;
     p.draft_max = k;
     p.draft_mode = (sd_draft_mode)draft_mode;
+    p.ngram = ngram;
+    p.ngram_min = ngram_min;
+    p.ngram_max = ngram_max;
     p.p_min = p_min;
     p.sampling = sp;
     p.stop_at_eos = !ignore_eos;
@@ -323,25 +365,27 @@ int cmd_generate(int argc, char **argv) {
     fputc('\n', stdout);
     fflush(stdout);
     if (st != SD_OK) { rc = cli_error_status(st); goto done; }
-    print_stats(&stats, dm != NULL);
+    const char *mode = draft_mode == SD_DRAFT_FIXED ? "fixed" : draft_mode == SD_DRAFT_PMIN ? "p_min" : "adaptive";
+    print_stats(&stats, dm != NULL || ngram, mode);
     if (!strcmp(stats.stop_reason, "context"))
         fprintf(stderr, "note: generation stopped because the context of %d tokens is full\n", ctx);
     root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "target", sd_model_path(tm));
     if (dm) cJSON_AddStringToObject(root, "draft", sd_model_path(dm));
-    cJSON_AddItemToObject(root, dm ? "speculative" : "plain", stats_json(&stats));
+    cJSON_AddItemToObject(root, dm || ngram ? "speculative" : "plain", stats_json(&stats));
 
     if (compare && !cli_interrupted) {
         sd_spec_stats ps;
         printer pp = {tok, ids[n_ids - 1], 0, NULL, 0, 0};
         p.draft_max = 0;
+        p.ngram = 0;
         if ((st = sd_spec_create(tm, NULL, &p, &plain)) != SD_OK ||
             (st = sd_spec_generate(plain, ids, n_ids, on_token, &pp, &ps)) != SD_OK) {
             free(pp.text);
             rc = cli_error_status(st);
             goto done;
         }
-        print_stats(&ps, 0);
+        print_stats(&ps, 0, mode);
         double ts = sd_spec_decode_tps(&stats), tp = sd_spec_decode_tps(&ps);
         int same = pp.text && pr.text ? !strcmp(pp.text, pr.text) : pp.text == pr.text;
         fprintf(stderr, "\n--- comparison ---\n");

@@ -182,16 +182,25 @@ void sd_drafter_free(sd_drafter *d) {
     if (d) d->vt->destroy(d);
 }
 
+/* d itself, or the model drafter inside a combined one; NULL otherwise. */
+static const model_drafter *model_of(const sd_drafter *d) {
+    if (d && d->vt != &k_model_vtbl) d = sd_drafter_combo_model((sd_drafter *)d);
+    return d && d->vt == &k_model_vtbl ? d->impl : NULL;
+}
+
 sd_context *sd_drafter_model_context(const sd_drafter *d) {
-    return d && d->vt == &k_model_vtbl ? ((const model_drafter *)d->impl)->ctx : NULL;
+    const model_drafter *md = model_of(d);
+    return md ? md->ctx : NULL;
 }
 
 int sd_drafter_model_seq(const sd_drafter *d) {
-    return d && d->vt == &k_model_vtbl ? ((const model_drafter *)d->impl)->seq : -1;
+    const model_drafter *md = model_of(d);
+    return md ? md->seq : -1;
 }
 
 const int32_t *sd_drafter_model_tokens(const sd_drafter *d, int *n) {
     *n = 0;
+    d = d && d->vt != &k_model_vtbl ? sd_drafter_combo_model((sd_drafter *)d) : d;
     if (!d || d->vt != &k_model_vtbl) return NULL;
     const model_drafter *md = d->impl;
     *n = md->n_fed;

@@ -47,6 +47,8 @@ sd_spec_params sd_spec_default_params(void) {
     p.draft_max = 4;
     p.draft_mode = SD_DRAFT_ADAPTIVE;
     p.p_min = 0.75f;
+    p.ngram_min = 1;
+    p.ngram_max = 4;
     p.sampling = sd_sampler_default_params();
     p.stop_at_eos = 1;
     p.kv_type = SD_TYPE_F32;
@@ -132,7 +134,7 @@ sd_status sd_spec_create(sd_model *target, sd_model *draft, const sd_spec_params
     *out = NULL;
     sd_status st;
     if (!target) return sd_fail(SD_ERR_INVALID_ARG, "no target model");
-    if ((st = check_params(p, draft != NULL)) != SD_OK) return st;
+    if ((st = check_params(p, draft != NULL || p->ngram)) != SD_OK) return st;
     if (draft) {
         const sd_tokenizer *tt = sd_model_tokenizer(target), *td = sd_model_tokenizer(draft);
         if (tt && td && (st = sd_tokenizer_check_compatible(tt, td)) != SD_OK) return st;
@@ -146,10 +148,22 @@ sd_status sd_spec_create(sd_model *target, sd_model *draft, const sd_spec_params
     sd_context *tctx = NULL, *dctx = NULL;
     sd_drafter *dr = NULL;
     if ((st = sd_context_create(target, &cp, &tctx)) != SD_OK) return st;
+    const int V = sd_model_hparams(target)->vocab_size;
     if (draft) {
         st = sd_context_create(draft, &cp, &dctx);
-        if (st == SD_OK)
-            st = sd_drafter_model_create(dctx, 0, sd_model_hparams(target)->vocab_size, &p->sampling, &dr);
+        if (st == SD_OK) st = sd_drafter_model_create(dctx, 0, V, &p->sampling, &dr);
+    }
+    if (st == SD_OK && p->ngram) {
+        sd_drafter *ng = NULL;
+        st = sd_drafter_ngram_create(p->ngram_min, p->ngram_max, V, &ng);
+        if (st == SD_OK && dr) {
+            sd_drafter *both = NULL;
+            st = sd_drafter_combo_create(ng, dr, &both);
+            if (st == SD_OK) dr = both;
+            else sd_drafter_free(ng);
+        } else if (st == SD_OK) {
+            dr = ng;
+        }
     }
     if (st == SD_OK) st = sd_spec_create_with(tctx, 0, dr, p, out);
     if (st != SD_OK) {

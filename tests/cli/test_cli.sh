@@ -47,6 +47,9 @@ check "generate tiny"         0 "decode:"            -- "$BIN" generate -m "$TMP
 check "prompt too long"       2 "does not fit the context of 32" -- "$BIN" generate -m "$TMP/tiny.gguf" -p "$(printf 'a b c d e f g h i j k l m n o p q r s t u v w x y z %.0s' 1 2)"
 check "n too large"           2 "cannot generate 100 tokens" -- "$BIN" generate -m "$TMP/tiny.gguf" -n 100
 check "spec tiny self-draft"  0 "acceptance rate: +100.0%" -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 12 --ignore-eos --draft-fixed
+check "draft kind bad"        2 "--draft must be ngram \(a draft model is given with -md\), got 'lookup'" -- "$BIN" generate -m x --draft lookup
+check "ngram sizes"           2 "--ngram-min 5 exceeds --ngram-max 4" -- "$BIN" generate -m x --draft ngram --ngram-min 5
+check "ngram alone"           0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/tiny.gguf" --draft ngram -n 12 --compare --ignore-eos --draft-fixed
 check "p-min out of range"    2 "--draft-p-min expects a number in \[0, 1\], got '1.5'" -- "$BIN" generate -m x --draft-p-min 1.5
 check "stats json"            0 ""                   -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 8 --stats-json "$TMP/s.json"
 grep -q '"acceptance_rate"' "$TMP/s.json" && { echo "ok   stats json content"; pass=$((pass+1)); } || { echo "FAIL stats json content"; fail=$((fail+1)); }
