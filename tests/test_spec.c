@@ -511,10 +511,11 @@ static void exact_joint(exact_setup *e) {
 
 /* The engine: one sd_spec per generation, because the seed is fixed at creation
  * (seed = base + i varies it across generations). */
-static void counts_engine(const exact_setup *e, int k, uint64_t base, int n, long *counts, double *acc) {
+static void counts_engine_tree(const exact_setup *e, int k, int tree, uint64_t base, int n, long *counts, double *acc) {
     long drafted = 0, accepted = 0;
     for (int i = 0; i < n; i++) {
         sd_spec_params p = greedy_params(k + 2, k); /* the first round drafts all k */
+        p.tree_budget = tree;
         p.sampling = e->sp;
         p.sampling.seed = base + (uint64_t)i;
         p.n_ctx = 16;
@@ -527,6 +528,10 @@ static void counts_engine(const exact_setup *e, int k, uint64_t base, int n, lon
         accepted += st.n_accepted;
     }
     *acc = (double)accepted / (double)drafted;
+}
+
+static void counts_engine(const exact_setup *e, int k, uint64_t base, int n, long *counts, double *acc) {
+    counts_engine_tree(e, k, 0, base, n, counts, acc);
 }
 
 typedef enum { HAND_CORRECT, HAND_WRONG_Q, HAND_NO_VERIFY } hand_mode;
@@ -636,6 +641,17 @@ static void test_sampling_exact(void **state) {
         assert_true(acc > 0.1 && acc < 0.9); /* both acceptance and rejection are exercised */
         assert_true(r < 1.0);
     }
+
+    /* Trees (multi-candidate speculative sampling): 6 nodes, 3 levels, at T = 1 */
+    e.sp = sd_sampler_default_params();
+    e.sp.temperature = 1.0f;
+    exact_joint(&e);
+    memset(counts, 0, EX_CELLS * sizeof(long));
+    double tacc = 0;
+    counts_engine_tree(&e, 3, 6, 3000000, EX_N, counts, &tacc);
+    const double rt = chi2_report("engine, tree of 6, depth 3, T=1.0", counts, e.joint, EX_N);
+    printf("  %-36s acceptance %.3f\n", "", tacc);
+    assert_true(rt < 1.0);
 
     /* Controls at T = 1, k = 2, with the engine's sample count. */
     e.sp = sd_sampler_default_params();
@@ -807,7 +823,7 @@ static sd_status fixed_draft(sd_drafter *d, sd_draft_req *r) {
     return SD_OK;
 }
 static void fixed_destroy(sd_drafter *d) { (void)d; }
-static const sd_drafter_vtbl k_fixed_vtbl = {NULL, fixed_draft, fixed_destroy};
+static const sd_drafter_vtbl k_fixed_vtbl = {NULL, fixed_draft, fixed_destroy, NULL};
 
 /* Speculative sampling with one-hot q: accept d with probability p(d), else draw from p with d
  * removed. The joint of the first three tokens matches the target's exactly; a loop that draws
@@ -984,6 +1000,41 @@ static void test_stop_at_eos(void **state) {
         sd_model_free(d);
     }
     sd_model_free(m0);
+}
+
+/* Trees of drafts: greedy output identical to plain decoding for several budgets; on the real
+ * pair a tree earns more tokens per verify pass than a chain of the same depth. */
+static void test_tree_greedy_lossless(void **state) {
+    (void)state;
+    require_shared(REAL_TARGET, REAL_DRAFT, REAL_TOKENIZER);
+    sd_model *t = sdtest_shared_model(REAL_TARGET, REAL_TOKENIZER);
+    sd_model *d = sdtest_shared_model(REAL_DRAFT, REAL_TOKENIZER);
+    int32_t prompt[64];
+    const int n = encode(t, "Once upon a time", prompt, 64);
+    collect plain;
+    sd_spec_stats st;
+    sd_spec_params pp = greedy_params(N_GEN, 0);
+    generate(t, NULL, &pp, prompt, n, &plain, &st);
+    double chain_tpp = 0;
+    static const int budgets[] = {0, 4, 8, 16};
+    for (size_t b = 0; b < sizeof budgets / sizeof *budgets; b++) {
+        sd_spec_params p = greedy_params(N_GEN, 4);
+        p.tree_budget = budgets[b];
+        collect out;
+        generate(t, d, &p, prompt, n, &out, &st);
+        assert_int_equal(out.n, N_GEN);
+        assert_memory_equal(out.out, plain.out, N_GEN * sizeof(int32_t));
+        if (!budgets[b]) check_stats(&st, 4, N_GEN); /* per-position counts sum to drafts in chains only */
+        assert_int_equal(st.n_generated, st.n_target_steps + st.n_verify + st.n_accepted);
+        assert_true(st.drafted_at[4] == 0 && st.accepted_at[0] <= st.drafted_at[0]);
+        const double tpp = sd_spec_mean_accepted(&st);
+        printf("  depth 4, %s %2d: %d rounds, %.2f tokens per verify pass, %d drafts proposed\n",
+               budgets[b] ? "tree of" : "chain,", budgets[b] ? budgets[b] : 4, st.n_verify, tpp, st.n_drafted);
+        if (!budgets[b]) chain_tpp = tpp;
+        else if (budgets[b] >= 8) assert_true(tpp > chain_tpp);
+    }
+    sd_model_free(d);
+    sd_model_free(t);
 }
 
 /* ---------------------------------------------------------------- 5. incompatible pairs */
@@ -1202,6 +1253,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_bonus_token_exact),
         cmocka_unit_test(test_deterministic_drafter_exact),
         cmocka_unit_test(test_stop_at_eos),
+        cmocka_unit_test(test_tree_greedy_lossless),
         cmocka_unit_test(test_incompatible_llama2_vocab),
         cmocka_unit_test(test_incompatible_synth_vocab),
         cmocka_unit_test(test_spec_create_args),

@@ -3,6 +3,7 @@
 #include "sdtest.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -398,8 +399,103 @@ static void test_stochastic_edges(void **state) {
     assert_int_equal(sd_verify_stochastic(hot, q, &d, 1, NT, &r, residual, &next), 0);
 }
 
+/* ---- Trees ------------------------------------------------------------------------------------ */
+
+/* A tree that is one chain gives the chain rules' results, RNG draw for RNG draw. */
+static void test_tree_chain_equals_chain(void **state) {
+    (void)state;
+    const int32_t par[K3 + 1] = {-1, 0, 1, 2};
+    float residual[NT];
+    for (int trial = 0; trial < 5000; trial++) {
+        sd_rng r1, r2, rd;
+        sd_rng_seed(&rd, 1000 + (uint64_t)trial);
+        int32_t tok[K3 + 1] = {3};
+        for (int i = 0; i < K3; i++) tok[1 + i] = sd_sample_draw(QQ[i], NT, &rd);
+        sd_rng_seed(&r1, 50 + (uint64_t)trial);
+        sd_rng_seed(&r2, 50 + (uint64_t)trial);
+        int32_t n1, n2, path[K3 + 1];
+        const int m1 = sd_verify_stochastic(&PP[0][0], &QQ[0][0], tok + 1, K3, NT, &r1, residual, &n1);
+        const int m2 = sd_verify_tree_stochastic(tok, par, K3 + 1, &PP[0][0], &QQ[0][0], NT, &r2, residual, path, &n2);
+        assert_int_equal(m1, m2);
+        assert_int_equal(n1, n2);
+        for (int i = 0; i <= m2; i++) assert_int_equal(path[i], i);
+        /* greedy too */
+        int32_t am[K3 + 1] = {tok[1], tok[2], (int32_t)(trial % NT), 5};
+        const int g1 = sd_verify_greedy(tok + 1, K3, am, &n1);
+        const int g2 = sd_verify_tree_greedy(tok, par, K3 + 1, am, path, &n2);
+        assert_int_equal(g1, g2);
+        assert_int_equal(n1, n2);
+    }
+}
+
+/* Greedy: the child holding the target's argmax is followed, wherever it sits among siblings. */
+static void test_tree_greedy(void **state) {
+    (void)state;
+    /* root -> {1: a, 2: b, 3: c}; 2 -> {4: d, 5: e}; 5 -> {6: f} */
+    const int32_t tok[7] = {0, 10, 11, 12, 13, 14, 15}, par[7] = {-1, 0, 0, 0, 2, 2, 5};
+    int32_t path[7], next;
+    const int32_t am[7] = {11, 0, 14, 0, 0, 15, 9}; /* root wants 11 (node 2), 2 wants 14 (node 5), 5 wants 15 */
+    assert_int_equal(sd_verify_tree_greedy(tok, par, 7, am, path, &next), 3);
+    assert_int_equal(path[1], 2);
+    assert_int_equal(path[2], 5);
+    assert_int_equal(path[3], 6);
+    assert_int_equal(next, 9); /* the bonus after the leaf */
+    const int32_t am2[7] = {99, 0, 0, 0, 0, 0, 0};
+    assert_int_equal(sd_verify_tree_greedy(tok, par, 7, am2, path, &next), 0);
+    assert_int_equal(next, 99);
+}
+
+/* One level of c candidates drawn i.i.d. from q (SpecInfer): the first emitted token follows p.
+ * A verifier that forgets the residual update between siblings must be rejected. */
+static int32_t tree_first_token(int c, sd_rng *r, int broken) {
+    int32_t tok[5] = {0}, par[5] = {-1, 0, 0, 0, 0}, path[5], next;
+    float residual[NT];
+    for (int i = 1; i <= c; i++) tok[i] = sd_sample_draw(Q1, NT, r);
+    if (!broken) {
+        /* rows: p and q at the root; the children are leaves */
+        float p[5][NT], q[5][NT];
+        for (int i = 0; i <= c; i++) {
+            memcpy(p[i], P2[1], sizeof p[i]);
+            memcpy(q[i], Q1, sizeof q[i]);
+        }
+        memcpy(p[0], P2[0], sizeof p[0]);
+        const int m = sd_verify_tree_stochastic(tok, par, c + 1, &p[0][0], &q[0][0], NT, r, residual, path, &next);
+        return m ? tok[path[1]] : next;
+    }
+    for (int i = 1; i <= c; i++) /* every sibling against p itself */
+        if (sd_rng_uniform(r) * Q1[tok[i]] < P2[0][tok[i]]) return tok[i];
+    double mass = 0;
+    for (int i = 0; i < NT; i++) mass += (residual[i] = P2[0][i] > Q1[i] ? P2[0][i] - Q1[i] : 0);
+    for (int i = 0; i < NT; i++) residual[i] /= (float)mass;
+    return sd_sample_draw(residual, NT, r);
+}
+
+static void test_tree_multi_candidate_exact(void **state) {
+    (void)state;
+    double p0[NT];
+    to_double(P2[0], p0, NT);
+    for (int c = 2; c <= 4; c++) {
+        for (int broken = 0; broken < 2; broken++) {
+            sd_rng r;
+            sd_rng_seed(&r, 900 + (uint64_t)c);
+            long counts[NT] = {0};
+            const long trials = 200000;
+            for (long t = 0; t < trials; t++) counts[tree_first_token(c, &r, broken)]++;
+            int df;
+            const double x = chi2_stat(counts, p0, NT, trials, &df);
+            printf("  %d candidates%s: chi2 %.1f (critical %.1f)\n", c, broken ? ", no residual update" : "", x,
+                   chi2_crit_001(df));
+            if (broken) assert_true(x > chi2_crit_001(df));
+            else assert_true(x < chi2_crit_001(df));
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tree_chain_equals_chain),
+        cmocka_unit_test(test_tree_greedy),
+        cmocka_unit_test(test_tree_multi_candidate_exact),
         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_output_distribution_is_p),
         cmocka_unit_test(test_residual_contents),

@@ -40,6 +40,26 @@ typedef struct {
     int source;          /* out: which of the drafter's sources proposed (sd_drafter.sources) */
 } sd_draft_req;
 
+/* A tree of proposals (see sd_verify_tree_*): node 0 is the root, the history's last token;
+ * node i > 0 holds tok[i] with parent par[i] < i. */
+typedef struct {
+    const int32_t *hist; /* in: the history */
+    int n_hist;
+    sd_rng *rng;         /* in */
+    int budget;          /* in: most proposals (nodes besides the root) */
+    int depth;           /* in: most levels */
+    int branch;          /* in: most children of a node */
+    int width;           /* in: most nodes expanded per level */
+    int sample;          /* in: 1 draws each node's children i.i.d. from its distribution (the number
+                            fixed before drawing, none dropped: multi-candidate sampling stays
+                            exact); 0 takes its likeliest tokens */
+    int32_t *tok;        /* out: [budget + 1] */
+    int32_t *par;        /* out: [budget + 1] */
+    float *q;            /* out with sample: [budget + 1][n_vocab], row u the distribution node u's
+                            children were drawn from */
+    int n;               /* out: nodes, root included */
+} sd_draft_tree_req;
+
 typedef struct {
     /* Brings the drafter's state to hist[0..n_hist) (the prompt, at the start of a generation),
      * reusing what it already holds. Optional (NULL): draft() syncs anyway. A history that
@@ -47,6 +67,8 @@ typedef struct {
     sd_status (*sync)(sd_drafter *d, const int32_t *hist, int n_hist);
     sd_status (*draft)(sd_drafter *d, sd_draft_req *r);
     void (*destroy)(sd_drafter *d);
+    /* Proposes a tree; NULL when the drafter has no trees. */
+    sd_status (*draft_tree)(sd_drafter *d, sd_draft_tree_req *r);
 } sd_drafter_vtbl;
 
 #define SD_DRAFT_MAX_SOURCES 4

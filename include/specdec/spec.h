@@ -41,6 +41,10 @@ typedef struct {
     int ngram;              /* sd_spec_create: prompt-lookup drafting, alone without a draft model,
                                else tried before it */
     int ngram_min, ngram_max; /* n-gram sizes it matches, 1 <= min <= max <= 64 (default 1, 4) */
+    int tree_budget;        /* > 0: a tree of at most this many drafts per pass (<= SD_MAX_DRAFT), at
+                               most draft_max deep, from a drafter that has trees; 0: chains */
+    int tree_branch;        /* most children of a tree node (default 3) */
+    int tree_width;         /* most nodes expanded per tree level (default 4) */
     sd_sampler_params sampling;
     int stop_at_eos;        /* stop after the target's EOS (default 1) */
     int n_ctx;              /* sd_spec_create's contexts: 0 = the smaller model's training context */

@@ -28,6 +28,24 @@ int sd_verify_stochastic(const float *p, const float *q, const int32_t *draft, i
  * (p == q up to rounding) draws from p itself, which is then the correct distribution. */
 int32_t sd_sample_residual(const float *p, const float *q, int n, sd_rng *rng, float *residual);
 
+/* Trees of drafts. Node 0 is the root (the last accepted token); node i > 0 holds token tok[i]
+ * and has parent par[i] < i; a node's children are tried in node order. The target's row i
+ * scores the token after node i's path. The accepted path is written to path[0..n_path) (node
+ * indices, root first); returns the number of accepted drafts (n_path - 1) and sets *next. */
+
+/* Greedy: from the root, follow the child holding the target's argmax while there is one. */
+int sd_verify_tree_greedy(const int32_t *tok, const int32_t *par, int n, const int32_t *target_argmax,
+                          int32_t *path, int32_t *next);
+
+/* Multi-candidate speculative sampling (SpecInfer; Miao et al. 2024): at each node the children
+ * (drawn i.i.d. from q_u, the draft's distribution at that node, row u of q) are tried in turn:
+ * child c is accepted with probability min(1, p_res(c) / q_u(c)), after a rejection p_res =
+ * normalize(max(0, p_res - q_u)); p_res starts as the target's row p_u; when every child is
+ * rejected *next is drawn from p_res, and at a leaf from p_u. p, q: [n][v]; residual: v floats.
+ * The output has the target's distribution exactly. */
+int sd_verify_tree_stochastic(const int32_t *tok, const int32_t *par, int n, const float *p, const float *q, int v,
+                              sd_rng *rng, float *residual, int32_t *path, int32_t *next);
+
 /* The residual of a one-hot q at d: p with d removed, renormalised (p itself when that leaves no
  * mass). */
 int32_t sd_sample_residual_onehot(const float *p, int32_t d, int n, sd_rng *rng, float *residual);

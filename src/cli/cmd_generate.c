@@ -24,6 +24,9 @@ static void help(FILE *f) {
             "       --draft ngram       prompt lookup: propose the continuation of the latest earlier match\n"
             "                           of the text's last n tokens (no model needed); with -md, tried\n"
             "                           first and the draft model used when it finds no match\n"
+            "       --draft-tree N      the draft model proposes a tree of at most N drafts (1..%d), at most K\n"
+            "                           deep, branching where it is unsure; the target verifies every node\n"
+            "                           in one pass and keeps the longest accepted path\n"
             "       --ngram-min N       shortest n-gram matched, 1..64 (default 1)\n"
             "       --ngram-max N       longest n-gram matched, tried first, 1..64 (default 4)\n"
             "  -z,  --tokenizer PATH    tokenizer.bin for a llama2.c target (default: beside it)\n"
@@ -61,7 +64,7 @@ static void help(FILE *f) {
             "\n"
             "Statistics go to stderr, text to stdout. Exit status 0 on success, 1 on a runtime\n"
             "error, 2 on a usage error, 130 when interrupted (Ctrl-C stops at the next token).\n",
-            SD_MAX_DRAFT);
+            SD_MAX_DRAFT, SD_MAX_DRAFT);
 }
 
 typedef struct {
@@ -176,7 +179,7 @@ int cmd_generate(int argc, char **argv) {
     const char *prompt_file = NULL, *stats_path = NULL;
     int n_predict = 128, k = 4, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), n_ctx = 0;
     int compare = 0, stream = 1, ignore_eos = 0;
-    int n_set = 0, draft_type = -1, draft_mode = SD_DRAFT_ADAPTIVE, ngram = 0, ngram_min = 1, ngram_max = 4;
+    int n_set = 0, draft_type = -1, draft_mode = SD_DRAFT_ADAPTIVE, ngram = 0, ngram_min = 1, ngram_max = 4, tree = 0;
     float p_min = 0.75f;
     sd_sampler_params sp = sd_sampler_default_params();
     for (int i = 1; i < argc; i++) {
@@ -197,6 +200,9 @@ int cmd_generate(int argc, char **argv) {
             if (strcmp(v, "ngram") != 0)
                 return cli_usage_error("--draft must be ngram (a draft model is given with -md), got '%s'", v);
             ngram = 1;
+        } else if (!strcmp(a, "--draft-tree")) {
+            NEEDV();
+            if (cli_parse_int(a, v, 1, SD_MAX_DRAFT, &tree)) return 2;
         } else if (!strcmp(a, "--ngram-min")) {
             NEEDV();
             if (cli_parse_int(a, v, 1, 64, &ngram_min)) return 2;
@@ -259,6 +265,8 @@ int cmd_generate(int argc, char **argv) {
     if (prompt && prompt_file) return cli_usage_error("generate: give -p or -f, not both");
     if (draft_type >= 0 && !draft) draft = model; /* --draft-type alone: self-speculation */
     if (compare && !draft && !ngram) return cli_usage_error("generate: --compare needs a drafter (-md or --draft ngram)");
+    if (tree && !draft) return cli_usage_error("generate: --draft-tree needs a draft model (-md)");
+    if (tree && ngram) return cli_usage_error("generate: --draft-tree and --draft ngram do not combine");
     if (ngram_min > ngram_max)
         return cli_usage_error("generate: --ngram-min %d exceeds --ngram-max %d", ngram_min, ngram_max);
 
@@ -326,6 +334,7 @@ int cmd_generate(int argc, char **argv) {
     p.ngram = ngram;
     p.ngram_min = ngram_min;
     p.ngram_max = ngram_max;
+    p.tree_budget = tree;
     p.p_min = p_min;
     p.sampling = sp;
     p.stop_at_eos = !ignore_eos;
@@ -379,6 +388,7 @@ int cmd_generate(int argc, char **argv) {
         printer pp = {tok, ids[n_ids - 1], 0, NULL, 0, 0};
         p.draft_max = 0;
         p.ngram = 0;
+        p.tree_budget = 0;
         if ((st = sd_spec_create(tm, NULL, &p, &plain)) != SD_OK ||
             (st = sd_spec_generate(plain, ids, n_ids, on_token, &pp, &ps)) != SD_OK) {
             free(pp.text);

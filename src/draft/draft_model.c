@@ -121,6 +121,142 @@ static sd_status md_draft(sd_drafter *d, sd_draft_req *r) {
     return SD_OK;
 }
 
+/* ---- trees -------------------------------------------------------------------------------- */
+
+/* The distribution at a node from its logits (restricted/padded to n_vocab) into out: the run's
+ * processed distribution when sampling, else the plain softmax (scores for ranking). */
+static sd_status node_dist(model_drafter *md, const float *logits, int sample, float *out) {
+    const int nv = md->n_vocab, common = md->model_vocab < nv ? md->model_vocab : nv;
+    memcpy(md->row, logits, (size_t)common * sizeof(float));
+    for (int i = common; i < nv; i++) md->row[i] = SD_MASKED_LOGIT;
+    if (sample) return sd_sample_probs(&md->sp, md->row, nv, out, md->scratch);
+    sd_sampler_params t1 = sd_sampler_default_params();
+    t1.temperature = 1.0f;
+    return sd_sample_probs(&t1, md->row, nv, out, md->scratch);
+}
+
+/* Indices of the `count` largest values of x[0..n), largest first, into top; returns how many. */
+static int top_indices(const float *x, int n, int count, int32_t *top) {
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(x[i] > 0) || (m == count && !(x[i] > x[top[m - 1]]))) continue;
+        int j = m < count ? m++ : m - 1;
+        while (j > 0 && x[top[j - 1]] < x[i]) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j] = i;
+    }
+    return m;
+}
+
+/* Node u's children: its `count` likeliest tokens (greedy), or `count` i.i.d. draws from dist. */
+static void add_children(sd_draft_tree_req *r, const float *dist, int nv, int u, int count, double *score,
+                         int *depth_of) {
+    int32_t top[16];
+    if (count > 16) count = 16;
+    const int m = r->sample ? count : top_indices(dist, nv, count, top);
+    for (int c = 0; c < m && r->n <= r->budget; c++) {
+        const int32_t t = r->sample ? sd_sample_draw(dist, nv, r->rng) : top[c];
+        r->tok[r->n] = t;
+        r->par[r->n] = u;
+        score[r->n] = score[u] * dist[t];
+        depth_of[r->n] = depth_of[u] + 1;
+        r->n++;
+    }
+}
+
+/* A node whose likeliest token is this probable gets one child: alternatives would rarely pay. */
+#define TREE_SURE 0.8f
+
+static int children_for(const float *dist, int nv, int branch) {
+    float top = 0;
+    for (int i = 0; i < nv; i++) top = dist[i] > top ? dist[i] : top;
+    return top >= TREE_SURE ? 1 : branch;
+}
+
+/* Level by level: expand the `width` best-scoring nodes of the newest level (their distributions
+ * come from one draft pass over them and their ancestors, a tree batch after the history), each
+ * getting `branch` children (1 where its top token is likely enough), until the budget or the
+ * depth is spent. Scores are path probabilities. The draft's cache keeps the history only. */
+static sd_status md_draft_tree(sd_drafter *d, sd_draft_tree_req *r) {
+    model_drafter *md = d->impl;
+    const int nv = md->n_vocab, cap = r->budget + 1;
+    r->n = 0;
+    int c0 = md->synced < md->n_fed ? md->synced : md->n_fed;
+    sd_status st = sync_from(md, r->hist, r->n_hist, c0 < r->n_hist ? c0 : r->n_hist);
+    if (st != SD_OK) return st;
+    const int base = md->n_fed; /* the history; tree rows go after it and are dropped */
+    const int width = r->width < 1 ? 1 : r->width;
+    double *score = malloc((size_t)cap * sizeof *score);
+    int *depth_of = malloc((size_t)cap * sizeof *depth_of), *in_batch = malloc((size_t)cap * sizeof *in_batch);
+    int *expand = malloc((size_t)width * sizeof *expand);
+    float *dist = r->sample ? NULL : malloc((size_t)nv * sizeof *dist);
+    float *lg = malloc((size_t)width * md->model_vocab * sizeof *lg);
+    sd_batch b = {0};
+    if (!score || !depth_of || !in_batch || !expand || (!r->sample && !dist) || !lg || sd_batch_init(&b, cap) != SD_OK) {
+        st = sd_fail(SD_ERR_NOMEM, "drafter: out of memory for a tree of %d nodes", cap);
+        goto out;
+    }
+    r->tok[0] = r->hist[r->n_hist - 1];
+    r->par[0] = -1;
+    score[0] = 1;
+    depth_of[0] = 0;
+    r->n = 1;
+    float *du = r->sample ? r->q : dist; /* the root's distribution: the logits after the history */
+    if ((st = node_dist(md, md->logits, r->sample, du)) != SD_OK) goto out;
+    add_children(r, du, nv, 0, children_for(du, nv, r->branch), score, depth_of);
+    for (int level = 1, level_start = 1; level < r->depth && r->n < cap; level++) {
+        int n_exp = 0; /* the newest level's best `width`, best first */
+        for (int i = level_start; i < r->n; i++) {
+            if (n_exp == width && !(score[i] > score[expand[width - 1]])) continue;
+            int j = n_exp < width ? n_exp++ : width - 1;
+            while (j > 0 && score[expand[j - 1]] < score[i]) {
+                expand[j] = expand[j - 1];
+                j--;
+            }
+            expand[j] = i;
+        }
+        if (n_exp == 0) break;
+        /* one pass over them and their ancestors (node order: parents first); logits for them */
+        for (int i = 0; i < r->n; i++) in_batch[i] = -1;
+        for (int e = 0; e < n_exp; e++)
+            for (int j = expand[e]; j > 0; j = r->par[j]) in_batch[j] = 0;
+        for (int e = 0; e < n_exp; e++) in_batch[expand[e]] = 1;
+        sd_batch_clear(&b);
+        int out_row[64];
+        for (int i = 1, rows = 0; i < r->n; i++) {
+            if (in_batch[i] < 0) continue;
+            const int want = in_batch[i];
+            in_batch[i] = b.n;
+            if (want) out_row[b.n < 64 ? b.n : 63] = rows++;
+            sd_batch_add_child(&b, r->tok[i], base + depth_of[i] - 1, md->seq, r->par[i] > 0 ? in_batch[r->par[i]] : -1,
+                               want);
+        }
+        st = sd_context_decode(md->ctx, &b, lg);
+        sd_context_seq_truncate(md->ctx, md->seq, base);
+        if (st != SD_OK) goto out;
+        const int level_end = r->n;
+        for (int e = 0; e < n_exp && r->n < cap; e++) {
+            const int u = expand[e];
+            du = r->sample ? r->q + (size_t)u * nv : dist;
+            if ((st = node_dist(md, lg + (size_t)out_row[in_batch[u]] * md->model_vocab, r->sample, du)) != SD_OK) goto out;
+            add_children(r, du, nv, u, children_for(du, nv, r->branch), score, depth_of);
+        }
+        level_start = level_end;
+    }
+out:
+    sd_context_seq_truncate(md->ctx, md->seq, base);
+    sd_batch_free(&b);
+    free(score);
+    free(depth_of);
+    free(in_batch);
+    free(expand);
+    free(dist);
+    free(lg);
+    return st;
+}
+
 static void md_destroy(sd_drafter *d) {
     model_drafter *md = d->impl;
     if (md) {
@@ -134,7 +270,7 @@ static void md_destroy(sd_drafter *d) {
     free(d);
 }
 
-static const sd_drafter_vtbl k_model_vtbl = {md_sync, md_draft, md_destroy};
+static const sd_drafter_vtbl k_model_vtbl = {md_sync, md_draft, md_destroy, md_draft_tree};
 
 sd_status sd_drafter_model_create(sd_context *ctx, int seq, int n_vocab, const sd_sampler_params *sp,
                                   sd_drafter **out) {

@@ -140,7 +140,7 @@ static void ng_destroy(sd_drafter *d) {
     free(d);
 }
 
-static const sd_drafter_vtbl k_ngram_vtbl = {ng_sync, ng_draft, ng_destroy};
+static const sd_drafter_vtbl k_ngram_vtbl = {ng_sync, ng_draft, ng_destroy, NULL};
 
 sd_status sd_drafter_ngram_create(int n_min, int n_max, int n_vocab, sd_drafter **out) {
     *out = NULL;
@@ -200,7 +200,7 @@ static void combo_destroy(sd_drafter *d) {
     free(d);
 }
 
-static const sd_drafter_vtbl k_combo_vtbl = {combo_sync, combo_draft, combo_destroy};
+static const sd_drafter_vtbl k_combo_vtbl = {combo_sync, combo_draft, combo_destroy, NULL};
 
 sd_status sd_drafter_combo_create(sd_drafter *ngram, sd_drafter *model, sd_drafter **out) {
     *out = NULL;

@@ -31,6 +31,7 @@ struct sd_spec {
     void *scratch;      /* sampling scratch */
     int32_t *argmax;    /* [k+1] */
     float conf[SD_MAX_DRAFT];
+    int32_t tree_tok[SD_MAX_DRAFT + 1], tree_par[SD_MAX_DRAFT + 1], path[SD_MAX_DRAFT + 1];
     sd_adaptive adaptive;
     sd_pmin_policy pmin;
     int costs_known;    /* the adaptive controller has the target's pass costs */
@@ -49,6 +50,8 @@ sd_spec_params sd_spec_default_params(void) {
     p.p_min = 0.75f;
     p.ngram_min = 1;
     p.ngram_max = 4;
+    p.tree_branch = 3;
+    p.tree_width = 4;
     p.sampling = sd_sampler_default_params();
     p.stop_at_eos = 1;
     p.kv_type = SD_TYPE_F32;
@@ -79,6 +82,10 @@ static sd_status check_params(const sd_spec_params *p, int with_draft) {
     if (p->n_ctx < 0) return sd_fail(SD_ERR_INVALID_ARG, "context size must be >= 0 (got %d)", p->n_ctx);
     if (p->draft_mode != SD_DRAFT_ADAPTIVE && p->draft_mode != SD_DRAFT_FIXED && p->draft_mode != SD_DRAFT_PMIN)
         return sd_fail(SD_ERR_INVALID_ARG, "draft mode %d (adaptive, fixed or p_min)", (int)p->draft_mode);
+    if (p->tree_budget < 0 || p->tree_budget > SD_MAX_DRAFT || p->tree_branch < 1 || p->tree_branch > 16 ||
+        p->tree_width < 1 || p->tree_width > SD_MAX_DRAFT)
+        return sd_fail(SD_ERR_INVALID_ARG, "tree budget %d (0..%d), branch %d (1..16), width %d (1..%d)", p->tree_budget,
+                       SD_MAX_DRAFT, p->tree_branch, p->tree_width, SD_MAX_DRAFT);
     if (!(p->p_min >= 0 && p->p_min <= 1))
         return sd_fail(SD_ERR_INVALID_ARG, "draft p_min must be in [0, 1] (got %g)", (double)p->p_min);
     return sd_sampler_params_check(&p->sampling);
@@ -111,12 +118,17 @@ sd_status sd_spec_create_with(sd_context *target, int seq, sd_drafter *drafter, 
     s->eos = tok ? sd_tokenizer_eos(tok) : -1;
     sd_adaptive_init(&s->adaptive);
     sd_pmin_policy_init(&s->pmin, s->p.p_min);
-    const int k = s->p.draft_max;
+    if (s->p.tree_budget > 0 && drafter && !drafter->vt->draft_tree) {
+        const char *name = drafter->name;
+        free(s);
+        return sd_fail(SD_ERR_UNSUPPORTED, "the '%s' drafter proposes no trees (a draft model does)", name);
+    }
+    const int k = s->p.draft_max > s->p.tree_budget ? s->p.draft_max : s->p.tree_budget; /* rows of p and q */
     const size_t V = (size_t)n_vocab;
     st = sd_verify_round_create(target, &s->round);
     s->tokens = malloc((size_t)s->n_ctx * sizeof(int32_t));
     s->p_rows = malloc((size_t)(k + 1) * V * sizeof(float));
-    s->q_rows = malloc((size_t)(k > 0 ? k : 1) * V * sizeof(float));
+    s->q_rows = malloc((size_t)(k + 1) * V * sizeof(float));
     s->residual = malloc(V * sizeof(float));
     s->scratch = malloc(sd_sample_scratch_bytes(n_vocab));
     s->argmax = malloc((size_t)(k + 1) * sizeof(int32_t));
@@ -301,6 +313,109 @@ static sd_status pick(sd_spec *s, const float *row, int32_t *tok) {
     return st;
 }
 
+/* The end of a round whose accepted drafts (m of them: acc[0..m)) and target token `next` are
+ * known: emits them until the generation ends, then the target keeps the history but its last
+ * token. n_drafted proposals reached depths 1..depth. */
+static sd_status end_round(sd_spec *s, const int32_t *acc, int m, int32_t next, int n_drafted, int depth, int source,
+                           sd_token_cb cb, void *user, int32_t *out, int *n_out) {
+    sd_spec_stats *st = &s->st;
+    int emitted = 0;
+    for (int i = 0; i < m && s->active; i++, emitted++) emit(s, acc[i], cb, user, out, n_out);
+    if (s->active) emit(s, next, cb, user, out, n_out);
+    if (n_drafted > 0) {
+        st->n_verify++;
+        st->n_drafted += n_drafted;
+        st->n_accepted += emitted;
+        st->drafted_by[source] += n_drafted;
+        st->accepted_by[source] += emitted;
+        for (int i = 0; i < depth; i++) {
+            st->drafted_at[i]++;
+            if (i < emitted) st->accepted_at[i]++;
+        }
+    }
+    sd_status rc = sd_context_seq_truncate(s->tctx, s->seq, s->n_tokens - 1);
+    if (rc != SD_OK) return rc;
+    if (!s->active) {
+        st->kv_bytes_target = (size_t)sd_context_seq_len(s->tctx, s->seq) * sd_kv_bytes_per_token(sd_context_kv(s->tctx));
+        sd_context *dc = sd_drafter_model_context(s->drafter);
+        int n_fed = 0;
+        sd_drafter_model_tokens(s->drafter, &n_fed);
+        if (dc) st->kv_bytes_draft = (size_t)n_fed * sd_kv_bytes_per_token(sd_context_kv(dc));
+    }
+    if (s->p.on_step) s->p.on_step(s, s->p.step_user);
+    return SD_OK;
+}
+
+/* A round with a tree of drafts: the drafter's tree, all its nodes verified in one pass (tree
+ * attention), the longest accepted path kept (only its rows move). */
+static sd_status tree_round(sd_spec *s, int k, int room, sd_token_cb cb, void *user, int32_t *out, int *n_out) {
+    sd_spec_stats *st = &s->st;
+    const int greedy = s->p.sampling.temperature == 0, n_hist = s->n_tokens;
+    const size_t V = (size_t)s->n_vocab;
+    sd_draft_tree_req r;
+    memset(&r, 0, sizeof r);
+    r.hist = s->tokens;
+    r.n_hist = n_hist;
+    r.rng = &s->rng;
+    r.budget = s->p.tree_budget < room ? s->p.tree_budget : room; /* its rows must fit the context */
+    r.depth = k;
+    r.branch = s->p.tree_branch;
+    r.width = s->p.tree_width;
+    r.sample = !greedy;
+    r.tok = s->tree_tok;
+    r.par = s->tree_par;
+    r.q = greedy ? NULL : s->q_rows;
+    double td = sd_now();
+    sd_status rc = s->drafter->vt->draft_tree(s->drafter, &r);
+    st->t_draft += sd_now() - td;
+    if (rc != SD_OK) return rc;
+    if (r.n < 1 || r.n > r.budget + 1 || r.par[0] != -1 || r.tok[0] != s->tokens[n_hist - 1])
+        return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' returned a tree of %d nodes (budget %d) without its root",
+                       s->drafter->name, r.n, r.budget);
+    int depth[SD_MAX_DRAFT + 1] = {0}, max_depth = 0;
+    for (int i = 1; i < r.n; i++) {
+        if (r.par[i] < 0 || r.par[i] >= i || r.tok[i] < 0 || r.tok[i] >= s->n_vocab)
+            return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s': tree node %d has parent %d and id %d", s->drafter->name, i,
+                           (int)r.par[i], (int)r.tok[i]);
+        depth[i] = depth[r.par[i]] + 1;
+        if (depth[i] > k)
+            return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s': tree node %d is %d deep; at most %d were asked for",
+                           s->drafter->name, i, depth[i], k);
+        max_depth = depth[i] > max_depth ? depth[i] : max_depth;
+    }
+    int row0;
+    sd_verify_round_clear(s->round);
+    if ((rc = sd_verify_round_add_tree(s->round, s->seq, r.tok, r.par, r.n, &row0)) != SD_OK) return rc;
+    double tv = sd_now();
+    rc = sd_verify_round_run(s->round);
+    st->t_verify += sd_now() - tv;
+    if (rc != SD_OK) return rc;
+    double ts = sd_now();
+    int m = 0;
+    int32_t next = 0;
+    if (greedy) {
+        for (int i = 0; i < r.n; i++) s->argmax[i] = sd_argmax(sd_verify_round_logits(s->round, row0 + i), s->n_vocab);
+        m = sd_verify_tree_greedy(r.tok, r.par, r.n, s->argmax, s->path, &next);
+    } else {
+        for (int i = 0; i < r.n && rc == SD_OK; i++)
+            rc = sd_sample_probs(&s->p.sampling, sd_verify_round_logits(s->round, row0 + i), s->n_vocab,
+                                 s->p_rows + (size_t)i * V, s->scratch);
+        if (rc == SD_OK)
+            m = sd_verify_tree_stochastic(r.tok, r.par, r.n, s->p_rows, s->q_rows, s->n_vocab, &s->rng, s->residual,
+                                          s->path, &next);
+    }
+    st->t_sample += sd_now() - ts;
+    /* the root and the accepted path: their rows go behind the history in path order */
+    if (rc == SD_OK) rc = sd_target_keep_path(s->tctx, s->seq, n_hist - 1, s->path, m + 1);
+    if (rc != SD_OK) {
+        sd_context_seq_truncate(s->tctx, s->seq, n_hist - 1);
+        return rc;
+    }
+    int32_t acc[SD_MAX_DRAFT];
+    for (int i = 0; i < m; i++) acc[i] = r.tok[s->path[1 + i]];
+    return end_round(s, acc, m, next, r.n - 1, max_depth, 0, cb, user, out, n_out);
+}
+
 sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, int32_t *out, int *n_out) {
     *n_out = 0;
     if (!s->active) return SD_OK;
@@ -320,6 +435,7 @@ sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, int32_t *out, int
     const int room = s->n_ctx - n_hist, left = s->p.n_predict - st->n_generated;
     if (k > room - 1) k = room - 1;
     if (k > left - 1) k = left - 1;
+    if (s->p.tree_budget > 0 && s->drafter && k >= 1) return tree_round(s, k, room, cb, user, out, n_out);
     const int greedy = s->p.sampling.temperature == 0;
     int32_t batch[SD_MAX_DRAFT + 1];
     sd_draft_req req;
@@ -391,33 +507,8 @@ sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, int32_t *out, int
         return rc;
     }
 
-    /* Emit the accepted drafts and the target's own token, stopping at the first that ends the
-     * generation; then the target keeps exactly the history but its last token. */
-    int emitted_drafts = 0;
-    for (int i = 0; i < m && s->active; i++, emitted_drafts++) emit(s, batch[1 + i], cb, user, out, n_out);
-    if (s->active) emit(s, next, cb, user, out, n_out);
-    if (nd > 0) {
-        st->n_verify++;
-        st->n_drafted += nd;
-        st->n_accepted += emitted_drafts;
-        st->drafted_by[req.source] += nd;
-        st->accepted_by[req.source] += emitted_drafts;
-        for (int i = 0; i < nd; i++) {
-            st->drafted_at[i]++;
-            if (i < emitted_drafts) st->accepted_at[i]++;
-        }
-        sd_adaptive_record(&s->adaptive, req.source, s->conf, nd, m);
-    }
-    if ((rc = sd_context_seq_truncate(s->tctx, s->seq, s->n_tokens - 1)) != SD_OK) return rc;
-    if (!s->active) {
-        st->kv_bytes_target = (size_t)sd_context_seq_len(s->tctx, s->seq) * sd_kv_bytes_per_token(sd_context_kv(s->tctx));
-        sd_context *dc = sd_drafter_model_context(s->drafter);
-        int n_fed = 0;
-        sd_drafter_model_tokens(s->drafter, &n_fed);
-        if (dc) st->kv_bytes_draft = (size_t)n_fed * sd_kv_bytes_per_token(sd_context_kv(dc));
-    }
-    if (s->p.on_step) s->p.on_step(s, s->p.step_user);
-    return SD_OK;
+    if (nd > 0) sd_adaptive_record(&s->adaptive, req.source, s->conf, nd, m);
+    return end_round(s, batch + 1, m, next, nd, nd, req.source, cb, user, out, n_out);
 }
 
 void sd_spec_get_stats(const sd_spec *s, sd_spec_stats *st) {

@@ -79,6 +79,70 @@ int sd_verify_stochastic(const float *p, const float *q, const int32_t *draft, i
     return k;
 }
 
+int sd_verify_tree_greedy(const int32_t *tok, const int32_t *par, int n, const int32_t *target_argmax,
+                          int32_t *path, int32_t *next) {
+    int u = 0, m = 0;
+    path[0] = 0;
+    for (;;) {
+        const int32_t want = target_argmax[u];
+        int child = -1;
+        for (int c = u + 1; c < n; c++) /* children come after their parent */
+            if (par[c] == u && tok[c] == want) {
+                child = c;
+                break;
+            }
+        if (child < 0) {
+            *next = want;
+            return m;
+        }
+        path[++m] = child;
+        u = child;
+    }
+}
+
+int sd_verify_tree_stochastic(const int32_t *tok, const int32_t *par, int n, const float *p, const float *q, int v,
+                              sd_rng *rng, float *residual, int32_t *path, int32_t *next) {
+    int u = 0, m = 0;
+    path[0] = 0;
+    for (;;) {
+        const float *pu = p + (size_t)u * v, *qu = q + (size_t)u * v;
+        const float *pres = pu; /* residual[] once a child has been rejected */
+        int accepted = -1, any = 0;
+        for (int c = u + 1; c < n && accepted < 0; c++) {
+            if (par[c] != u) continue;
+            any = 1;
+            const int32_t d = tok[c];
+            const float pd = (d >= 0 && d < v) ? pres[d] : 0.0f, qd = (d >= 0 && d < v) ? qu[d] : 0.0f;
+            /* r < p/q as r*q < p, as in sd_verify_stochastic */
+            if (sd_rng_uniform(rng) * qd < pd) {
+                accepted = c;
+                break;
+            }
+            double mass = 0;
+            for (int i = 0; i < v; i++) {
+                const float r = pres[i] - qu[i];
+                residual[i] = r > 0 ? r : 0.0f;
+                mass += residual[i];
+            }
+            if (mass > 0) {
+                const float inv = (float)(1.0 / mass);
+                for (int i = 0; i < v; i++) residual[i] *= inv;
+            } else if (pres != residual) { /* p_res <= q everywhere: p_res == q, keep it */
+                memcpy(residual, pres, (size_t)v * sizeof *residual);
+            }
+            pres = residual;
+        }
+        if (accepted < 0) {
+            /* every child rejected: the residual; a leaf: the target's own row */
+            if (!any) pres = pu;
+            *next = sd_sample_draw(pres, v, rng);
+            return m;
+        }
+        path[++m] = accepted;
+        u = accepted;
+    }
+}
+
 void sd_verify_output_distribution(const float *p, const float *q, int n, float *out) {
     /* q(x) min(1, p(x)/q(x)) = min(p(x), q(x)) (0 when q(x) = 0: x is never drafted). */
     double accepted = 0, resid_mass = 0;

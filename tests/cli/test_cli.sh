@@ -50,6 +50,9 @@ check "spec tiny self-draft"  0 "acceptance rate: +100.0%" -- "$BIN" generate -m
 check "draft kind bad"        2 "--draft must be ngram \(a draft model is given with -md\), got 'lookup'" -- "$BIN" generate -m x --draft lookup
 check "ngram sizes"           2 "--ngram-min 5 exceeds --ngram-max 4" -- "$BIN" generate -m x --draft ngram --ngram-min 5
 check "ngram alone"           0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/tiny.gguf" --draft ngram -n 12 --compare --ignore-eos --draft-fixed
+check "tree needs a model"    2 "--draft-tree needs a draft model" -- "$BIN" generate -m x --draft-tree 8
+check "tree too big"          2 "--draft-tree expects an integer in 1..32, got '40'" -- "$BIN" generate -m x -md x --draft-tree 40
+check "tree tiny self-draft"  0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" --draft-tree 8 -n 12 --compare --ignore-eos
 check "p-min out of range"    2 "--draft-p-min expects a number in \[0, 1\], got '1.5'" -- "$BIN" generate -m x --draft-p-min 1.5
 check "stats json"            0 ""                   -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 8 --stats-json "$TMP/s.json"
 grep -q '"acceptance_rate"' "$TMP/s.json" && { echo "ok   stats json content"; pass=$((pass+1)); } || { echo "FAIL stats json content"; fail=$((fail+1)); }
