@@ -11,6 +11,7 @@
 #include "sdtest.h"
 #include "sdtest_models.h"
 #include "specdec/context.h"
+#include "specdec/draft.h"
 #include "specdec/spec.h"
 #include "specdec/target.h"
 
@@ -390,6 +391,81 @@ static void test_begin_reuses_prefix(void **state) {
     sd_model_free(m);
 }
 
+/* Several engines on one target context (a sequence each), their draft models sharing one draft
+ * context: every round drafts in lockstep and verifies in ONE pass, and each engine emits exactly
+ * what it emits alone (greedy; fixed and p_min draft lengths; a plain engine among them). */
+static void test_step_many(void **state) {
+    (void)state;
+    enum { S = 4, N = 40 };
+    sd_synth_params tp = sdtest_synth_shape(64, 2, 4, 2, 96, 300, 128, 31);
+    sd_synth_params dp = sdtest_synth_shape(32, 1, 4, 2, 64, 300, 128, 32);
+    /* engines 0 and 2 draft with the target itself (every draft accepted), 1 with another model */
+    sd_model *t = sdtest_synth_model(&tp), *d = sdtest_synth_model(&dp);
+    int32_t prompts[S][6];
+    for (int s = 0; s < S; s++)
+        for (int i = 0; i < 6; i++) prompts[s][i] = (int32_t)((s * 41 + i * 13 + 1) % 300);
+    int32_t want[S][N];
+    for (int s = 0; s < S; s++) {
+        int32_t *g = sdtest_greedy(t, NULL, prompts[s], 6, N, NULL);
+        memcpy(want[s], g, sizeof want[s]);
+        free(g);
+    }
+    sd_context *tc = new_ctx(t, 64, S), *dc = new_ctx(t, 64, S), *dc2 = new_ctx(d, 64, 1);
+    sd_drafter *dr[S] = {0};
+    sd_spec *sp[S];
+    for (int s = 0; s < S; s++) {
+        sd_spec_params p = sd_spec_default_params();
+        p.n_predict = N;
+        p.stop_at_eos = 0;
+        p.draft_max = 3 + s;
+        p.draft_mode = s == 1 ? SD_DRAFT_PMIN : SD_DRAFT_FIXED;
+        p.p_min = 0.02f;
+        if (s != 3) assert_int_equal(sd_drafter_model_create(s == 1 ? dc2 : dc, s == 1 ? 0 : s, 300, &p.sampling, &dr[s]), SD_OK);
+        assert_int_equal(sd_spec_create_with(tc, s, dr[s], &p, &sp[s]), SD_OK);
+        assert_int_equal(sd_spec_begin(sp[s], prompts[s], 6), SD_OK);
+    }
+    sd_verify_round *vr = NULL;
+    assert_int_equal(sd_verify_round_create(tc, &vr), SD_OK);
+    int32_t got[S][N + 8], bufs[S][SD_MAX_DRAFT + 1];
+    int n_got[S] = {0}, n_out[S], rounds = 0;
+    int32_t *outs[S];
+    for (int s = 0; s < S; s++) outs[s] = bufs[s];
+    for (;;) {
+        int live = 0;
+        for (int s = 0; s < S; s++) live += !sd_spec_done(sp[s]);
+        if (!live) break;
+        assert_int_equal(sd_spec_step_many(vr, sp, S, outs, n_out), SD_OK);
+        rounds++;
+        for (int s = 0; s < S; s++) {
+            memcpy(got[s] + n_got[s], bufs[s], (size_t)n_out[s] * sizeof(int32_t));
+            n_got[s] += n_out[s];
+        }
+    }
+    for (int s = 0; s < S; s++) {
+        assert_int_equal(n_got[s], N);
+        assert_memory_equal(got[s], want[s], sizeof want[s]);
+        sd_spec_stats st;
+        sd_spec_get_stats(sp[s], &st);
+        printf("  engine %d (%s k %d): %d rounds with drafts, acceptance %.2f\n", s,
+               s == 3 ? "plain" : s == 1 ? "p_min" : "fixed", 3 + s, st.n_verify, sd_spec_acceptance(&st));
+    }
+    printf("  %d engines, %d shared rounds: each output equals its run alone\n", S, rounds);
+    /* engines of another context, or two on one sequence, are refused */
+    sd_spec *twice[2] = {sp[0], sp[0]};
+    assert_int_equal(sd_spec_step_many(vr, twice, 2, outs, n_out), SD_ERR_INVALID_ARG);
+    assert_non_null(strstr(sd_last_error(), "share sequence 0"));
+    sd_verify_round_free(vr);
+    for (int s = 0; s < S; s++) {
+        sd_spec_free(sp[s]);
+        sd_drafter_free(dr[s]);
+    }
+    sd_context_free(tc);
+    sd_context_free(dc);
+    sd_context_free(dc2);
+    sd_model_free(d);
+    sd_model_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_multi_sequence_batch),
@@ -397,6 +473,7 @@ int main(void) {
         cmocka_unit_test(test_threads_share_a_model),
         cmocka_unit_test(test_bad_batches),
         cmocka_unit_test(test_begin_reuses_prefix),
+        cmocka_unit_test(test_step_many),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -91,6 +91,14 @@ sd_status sd_drafter_model_create(sd_context *ctx, int seq, int n_vocab, const s
                                   sd_drafter **out);
 void sd_drafter_free(sd_drafter *d); /* NULL is fine */
 
+/* 1 when a and b are model drafters on one context (different sequences): their rounds can
+ * draft in lockstep, every draft step of all of them in one pass. */
+int sd_drafter_model_batchable(const sd_drafter *a, const sd_drafter *b);
+/* One round of each of n such drafters, in lockstep: the missing history of all of them in one
+ * pass, then each draft step of all that go on in one pass. Same proposals as n separate
+ * draft() calls. */
+sd_status sd_drafter_model_draft_many(sd_drafter *const *ds, sd_draft_req *const *reqs, int n);
+
 /* Prompt lookup: proposes the continuation of the most recent earlier occurrence of the history's
  * last n tokens, n from n_max down to n_min (1 <= n_min <= n_max <= 64); no model, deterministic
  * proposals (q one-hot), confidence n / (n_max + 1). */

@@ -103,6 +103,13 @@ sd_status sd_spec_begin(sd_spec *s, const int32_t *prompt, int n_prompt);
  * the stop flag and cb end the generation (see sd_spec_done and stats.stop_reason). */
 sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, int32_t *out, int *n_out);
 int sd_spec_done(const sd_spec *s);
+/* One round of several engines that share a target context (each on its own sequence): their
+ * drafts and their verify passes go into ONE forward pass over the round (the weights are read
+ * once for all of them). outs[i] (room for draft_max + 1, or outs NULL) receives engine i's
+ * emitted tokens, n_outs[i] their count (0 for an engine that has ended). */
+struct sd_verify_round;
+sd_status sd_spec_step_many(struct sd_verify_round *round, sd_spec *const *specs, int n, int32_t *const *outs,
+                            int *n_outs);
 /* Statistics of the current (or last) generation; finishes the timing when it has ended. */
 void sd_spec_get_stats(const sd_spec *s, sd_spec_stats *st);
 

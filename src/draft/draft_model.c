@@ -24,6 +24,8 @@ typedef struct {
     void *scratch;     /* sd_sample_scratch_bytes(n_vocab) */
 } model_drafter;
 
+static const sd_drafter_vtbl k_model_vtbl;
+
 /* Ids the target cannot score get a logit that underflows to probability 0, so the draft
  * never proposes them and q stays the distribution actually sampled from. */
 #define SD_MASKED_LOGIT (-1e30f)
@@ -119,6 +121,107 @@ static sd_status md_draft(sd_drafter *d, sd_draft_req *r) {
         if ((st = feed(md, &r->out[i], 1)) != SD_OK) return st;
     }
     return SD_OK;
+}
+
+/* ---- several drafters on one context, in lockstep ------------------------------------------ */
+
+int sd_drafter_model_batchable(const sd_drafter *a, const sd_drafter *b) {
+    return a && b && a->vt == &k_model_vtbl && b->vt == &k_model_vtbl &&
+           ((const model_drafter *)a->impl)->ctx == ((const model_drafter *)b->impl)->ctx;
+}
+
+/* Runs the batch and hands each drafter whose token asked for logits its row. */
+static sd_status run_lockstep(sd_context *ctx, const sd_batch *b, model_drafter *const *who, int n_who, float *lg,
+                              size_t vocab) {
+    sd_status st = sd_context_decode(ctx, b, lg);
+    if (st != SD_OK) return st;
+    for (int i = 0; i < n_who; i++) {
+        memcpy(who[i]->logits, lg + (size_t)i * vocab, vocab * sizeof(float));
+        who[i]->have_logits = 1;
+    }
+    return SD_OK;
+}
+
+sd_status sd_drafter_model_draft_many(sd_drafter *const *ds, sd_draft_req *const *reqs, int n) {
+    if (n < 1) return SD_OK;
+    for (int i = 1; i < n; i++)
+        if (!sd_drafter_model_batchable(ds[0], ds[i]))
+            return sd_fail(SD_ERR_INVALID_ARG, "drafting in lockstep needs model drafters on one context");
+    model_drafter *m0 = ds[0]->impl;
+    const size_t vocab = (size_t)m0->model_vocab;
+    int total = 0;
+    for (int i = 0; i < n; i++) total += reqs[i]->n_hist + 1;
+    sd_batch b = {0};
+    model_drafter **who = malloc((size_t)n * sizeof *who);
+    int *k = malloc((size_t)n * sizeof *k), *live = malloc((size_t)n * sizeof *live);
+    float *lg = malloc((size_t)n * vocab * sizeof *lg);
+    sd_status st = who && k && live && lg ? sd_batch_init(&b, total) : sd_fail(SD_ERR_NOMEM, "out of memory");
+    int n_who = 0;
+    /* sync: every drafter's missing history tokens, as chains of one batch */
+    for (int i = 0; i < n && st == SD_OK; i++) {
+        model_drafter *md = ds[i]->impl;
+        sd_draft_req *r = reqs[i];
+        r->n_out = 0;
+        r->source = 0;
+        r->q_filled = r->q != NULL;
+        if (r->n_hist < 1 || r->n_hist > sd_context_n_ctx(md->ctx)) {
+            st = sd_fail(SD_ERR_CONTEXT_FULL, "drafter: a history of %d tokens exceeds its context of %d", r->n_hist,
+                         sd_context_n_ctx(md->ctx));
+            break;
+        }
+        int c = md->synced < md->n_fed ? md->synced : md->n_fed;
+        if (c > r->n_hist) c = r->n_hist;
+        while (c < md->n_fed && c < r->n_hist && md->fed[c] == r->hist[c]) c++;
+        if (c == r->n_hist && md->n_fed == r->n_hist && md->have_logits) continue; /* in step already */
+        if (c > r->n_hist - 1) c = r->n_hist - 1;
+        sd_context_seq_truncate(md->ctx, md->seq, c);
+        md->n_fed = c;
+        md->have_logits = 0;
+        for (int t = c; t < r->n_hist; t++) sd_batch_add(&b, r->hist[t], t, md->seq, t == r->n_hist - 1);
+        memcpy(md->fed + c, r->hist + c, (size_t)(r->n_hist - c) * sizeof *md->fed);
+        md->n_fed = r->n_hist;
+        md->synced = r->n_hist;
+        who[n_who++] = md;
+    }
+    if (st == SD_OK && b.n) st = run_lockstep(m0->ctx, &b, who, n_who, lg, vocab);
+    for (int i = 0; i < n; i++) {
+        model_drafter *md = ds[i]->impl;
+        const int room = sd_context_n_ctx(md->ctx) - md->n_fed;
+        k[i] = reqs[i]->k > room + 1 ? room + 1 : reqs[i]->k;
+        live[i] = st == SD_OK && k[i] > 0;
+    }
+    /* draft steps: each live drafter picks, then the ones going on feed their pick together */
+    for (int step = 0; st == SD_OK; step++) {
+        sd_batch_clear(&b);
+        n_who = 0;
+        for (int i = 0; i < n && st == SD_OK; i++) {
+            if (!live[i]) continue;
+            model_drafter *md = ds[i]->impl;
+            sd_draft_req *r = reqs[i];
+            float conf;
+            st = md_pick(md, r->rng, r->q ? r->q + (size_t)step * md->n_vocab : NULL, r->policy != NULL, &r->out[step],
+                         &conf);
+            if (st != SD_OK) break;
+            if (r->conf) r->conf[step] = conf;
+            const sd_draft_verdict v = r->policy ? r->policy->judge(r->policy, 0, step, conf) : SD_DRAFT_MORE;
+            live[i] = 0;
+            if (v == SD_DRAFT_DROP) continue;
+            r->n_out = step + 1;
+            if (v == SD_DRAFT_STOP || step + 1 == k[i]) continue; /* the last draft is fed only if accepted */
+            live[i] = 1;
+            sd_batch_add(&b, r->out[step], md->n_fed, md->seq, 1);
+            md->fed[md->n_fed++] = r->out[step];
+            who[n_who++] = md;
+        }
+        if (st != SD_OK || !b.n) break;
+        st = run_lockstep(m0->ctx, &b, who, n_who, lg, vocab);
+    }
+    sd_batch_free(&b);
+    free(who);
+    free(k);
+    free(live);
+    free(lg);
+    return st;
 }
 
 /* ---- trees -------------------------------------------------------------------------------- */

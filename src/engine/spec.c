@@ -32,6 +32,17 @@ struct sd_spec {
     int32_t *argmax;    /* [k+1] */
     float conf[SD_MAX_DRAFT];
     int32_t tree_tok[SD_MAX_DRAFT + 1], tree_par[SD_MAX_DRAFT + 1], path[SD_MAX_DRAFT + 1];
+    /* the round in progress (between plan and finish) */
+    struct {
+        int k;           /* most drafts (0: a plain step) */
+        int room;        /* positions the history can still take */
+        int tree;        /* a tree round */
+        int n_nodes;     /* tree: nodes, root included */
+        int max_depth;   /* tree: its depth */
+        int row0;        /* first logit row in the verify round */
+        sd_draft_req req;
+        int32_t chain[SD_MAX_DRAFT + 1]; /* [pending, d1..dnd] */
+    } rnd;
     sd_adaptive adaptive;
     sd_pmin_policy pmin;
     int costs_known;    /* the adaptive controller has the target's pass costs */
@@ -346,169 +357,264 @@ static sd_status end_round(sd_spec *s, const int32_t *acc, int m, int32_t next, 
     return SD_OK;
 }
 
-/* A round with a tree of drafts: the drafter's tree, all its nodes verified in one pass (tree
- * attention), the longest accepted path kept (only its rows move). */
-static sd_status tree_round(sd_spec *s, int k, int room, sd_token_cb cb, void *user, int32_t *out, int *n_out) {
-    sd_spec_stats *st = &s->st;
-    const int greedy = s->p.sampling.temperature == 0, n_hist = s->n_tokens;
-    const size_t V = (size_t)s->n_vocab;
-    sd_draft_tree_req r;
-    memset(&r, 0, sizeof r);
-    r.hist = s->tokens;
-    r.n_hist = n_hist;
-    r.rng = &s->rng;
-    r.budget = s->p.tree_budget < room ? s->p.tree_budget : room; /* its rows must fit the context */
-    r.depth = k;
-    r.branch = s->p.tree_branch;
-    r.width = s->p.tree_width;
-    r.sample = !greedy;
-    r.tok = s->tree_tok;
-    r.par = s->tree_par;
-    r.q = greedy ? NULL : s->q_rows;
-    double td = sd_now();
-    sd_status rc = s->drafter->vt->draft_tree(s->drafter, &r);
-    st->t_draft += sd_now() - td;
-    if (rc != SD_OK) return rc;
-    if (r.n < 1 || r.n > r.budget + 1 || r.par[0] != -1 || r.tok[0] != s->tokens[n_hist - 1])
-        return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' returned a tree of %d nodes (budget %d) without its root",
-                       s->drafter->name, r.n, r.budget);
-    int depth[SD_MAX_DRAFT + 1] = {0}, max_depth = 0;
-    for (int i = 1; i < r.n; i++) {
-        if (r.par[i] < 0 || r.par[i] >= i || r.tok[i] < 0 || r.tok[i] >= s->n_vocab)
-            return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s': tree node %d has parent %d and id %d", s->drafter->name, i,
-                           (int)r.par[i], (int)r.tok[i]);
-        depth[i] = depth[r.par[i]] + 1;
-        if (depth[i] > k)
-            return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s': tree node %d is %d deep; at most %d were asked for",
-                           s->drafter->name, i, depth[i], k);
-        max_depth = depth[i] > max_depth ? depth[i] : max_depth;
+/* ---- one round, in phases, so that several engines on one target context share the pass ---- */
+
+/* Engines whose model drafters draft in one lockstep group at most. */
+#define SD_MAX_BATCH_ENGINES 64
+
+/* Checks and sizes the round: 0 to take part (rnd.k drafts at most), 1 when the generation has
+ * ended instead. */
+static int round_plan(sd_spec *s, sd_status *rc) {
+    *rc = SD_OK;
+    if (!s->active) return 1;
+    if (s->p.stop_flag && *s->p.stop_flag) {
+        finish(s, "interrupted");
+        return 1;
     }
-    int row0;
-    sd_verify_round_clear(s->round);
-    if ((rc = sd_verify_round_add_tree(s->round, s->seq, r.tok, r.par, r.n, &row0)) != SD_OK) return rc;
-    double tv = sd_now();
-    rc = sd_verify_round_run(s->round);
-    st->t_verify += sd_now() - tv;
-    if (rc != SD_OK) return rc;
+    const int n_hist = s->n_tokens;
+    if (sd_context_seq_len(s->tctx, s->seq) != n_hist - 1) {
+        *rc = sd_fail(SD_ERR_INVALID_ARG, "spec: the target sequence holds %d tokens, the history %d (another user of sequence %d?)",
+                      sd_context_seq_len(s->tctx, s->seq), n_hist, s->seq);
+        return 1;
+    }
+    /* Drafts that could still be emitted: context room (the history takes at most n_ctx
+     * tokens) and the generation budget, each less the token the target adds itself. */
+    int k = s->p.draft_max;
+    const int room = s->n_ctx - n_hist, left = s->p.n_predict - s->st.n_generated;
+    if (k > room - 1) k = room - 1;
+    if (k > left - 1) k = left - 1;
+    memset(&s->rnd, 0, sizeof s->rnd);
+    s->rnd.chain[0] = s->tokens[n_hist - 1];
+    s->rnd.room = room;
+    s->rnd.tree = s->p.tree_budget > 0 && s->drafter && k >= 1;
+    if (!s->rnd.tree && s->drafter && k >= 1 && s->p.draft_mode == SD_DRAFT_ADAPTIVE)
+        k = sd_adaptive_begin_round(&s->adaptive, k);
+    s->rnd.k = s->drafter ? (k > 0 ? k : 0) : 0;
+    return 0;
+}
+
+/* A chain round's request (rnd.req) to the drafter. */
+static void fill_req(sd_spec *s) {
+    sd_draft_req *req = &s->rnd.req;
+    req->hist = s->tokens;
+    req->n_hist = s->n_tokens;
+    req->k = s->rnd.k;
+    req->rng = &s->rng;
+    req->q = s->p.sampling.temperature == 0 ? NULL : s->q_rows;
+    req->policy = s->p.draft_mode == SD_DRAFT_ADAPTIVE ? &s->adaptive.base
+                  : s->p.draft_mode == SD_DRAFT_PMIN   ? &s->pmin.base
+                                                       : NULL;
+    req->out = s->rnd.chain + 1;
+    req->conf = s->conf;
+}
+
+/* The drafter's answer checked against its contract; td: seconds it took. */
+static sd_status check_req(sd_spec *s, double td) {
+    const sd_draft_req *req = &s->rnd.req;
+    if (req->n_out < 0 || req->n_out > s->rnd.k)
+        return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' proposed %d tokens; at most %d were asked for", s->drafter->name,
+                       req->n_out, s->rnd.k);
+    if (req->source < 0 || req->source >= s->drafter->n_sources)
+        return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' named source %d of its %d", s->drafter->name, req->source,
+                       s->drafter->n_sources);
+    for (int i = 0; i < req->n_out; i++)
+        if (req->out[i] < 0 || req->out[i] >= s->n_vocab)
+            return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' proposed id %d, outside the target's vocabulary of %d",
+                           s->drafter->name, (int)req->out[i], s->n_vocab);
+    sd_adaptive_time_draft(&s->adaptive, req->n_out > 0 ? req->n_out : 1, td);
+    return SD_OK;
+}
+
+/* The round's proposals: a chain (rnd.req, rnd.chain) or a tree (tree_tok, tree_par), checked. */
+static sd_status round_draft(sd_spec *s) {
+    sd_spec_stats *st = &s->st;
+    const int greedy = s->p.sampling.temperature == 0, n_hist = s->n_tokens, k = s->rnd.k;
+    if (k < 1) return SD_OK;
+    sd_status rc;
+    if (s->rnd.tree) {
+        sd_draft_tree_req r;
+        memset(&r, 0, sizeof r);
+        r.hist = s->tokens;
+        r.n_hist = n_hist;
+        r.rng = &s->rng;
+        r.budget = s->p.tree_budget < s->rnd.room ? s->p.tree_budget : s->rnd.room; /* its rows must fit */
+        r.depth = k;
+        r.branch = s->p.tree_branch;
+        r.width = s->p.tree_width;
+        r.sample = !greedy;
+        r.tok = s->tree_tok;
+        r.par = s->tree_par;
+        r.q = greedy ? NULL : s->q_rows;
+        double td = sd_now();
+        rc = s->drafter->vt->draft_tree(s->drafter, &r);
+        st->t_draft += sd_now() - td;
+        if (rc != SD_OK) return rc;
+        if (r.n < 1 || r.n > r.budget + 1 || r.par[0] != -1 || r.tok[0] != s->tokens[n_hist - 1])
+            return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' returned a tree of %d nodes (budget %d) without its root",
+                           s->drafter->name, r.n, r.budget);
+        int depth[SD_MAX_DRAFT + 1] = {0};
+        for (int i = 1; i < r.n; i++) {
+            if (r.par[i] < 0 || r.par[i] >= i || r.tok[i] < 0 || r.tok[i] >= s->n_vocab)
+                return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s': tree node %d has parent %d and id %d", s->drafter->name,
+                               i, (int)r.par[i], (int)r.tok[i]);
+            depth[i] = depth[r.par[i]] + 1;
+            if (depth[i] > k)
+                return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s': tree node %d is %d deep; at most %d were asked for",
+                               s->drafter->name, i, depth[i], k);
+            if (depth[i] > s->rnd.max_depth) s->rnd.max_depth = depth[i];
+        }
+        s->rnd.n_nodes = r.n;
+        return SD_OK;
+    }
+    fill_req(s);
+    double td = sd_now();
+    rc = s->drafter->vt->draft(s->drafter, &s->rnd.req);
+    td = sd_now() - td;
+    st->t_draft += td;
+    return rc == SD_OK ? check_req(s, td) : rc;
+}
+
+/* Puts the round's tokens into the verify round. */
+static sd_status round_add(sd_spec *s, sd_verify_round *vr) {
+    if (s->rnd.tree) return sd_verify_round_add_tree(vr, s->seq, s->tree_tok, s->tree_par, s->rnd.n_nodes, &s->rnd.row0);
+    return sd_verify_round_add_chain(vr, s->seq, s->rnd.chain, s->rnd.req.n_out + 1, &s->rnd.row0);
+}
+
+/* After the pass: accept, keep the accepted rows, emit. */
+static sd_status round_finish(sd_spec *s, const sd_verify_round *vr, sd_token_cb cb, void *user, int32_t *out,
+                              int *n_out) {
+    sd_spec_stats *st = &s->st;
+    const int greedy = s->p.sampling.temperature == 0, n_hist = s->n_tokens, row0 = s->rnd.row0;
+    const size_t V = (size_t)s->n_vocab;
     double ts = sd_now();
+    sd_status rc = SD_OK;
     int m = 0;
-    int32_t next = 0;
-    if (greedy) {
-        for (int i = 0; i < r.n; i++) s->argmax[i] = sd_argmax(sd_verify_round_logits(s->round, row0 + i), s->n_vocab);
-        m = sd_verify_tree_greedy(r.tok, r.par, r.n, s->argmax, s->path, &next);
+    int32_t next = 0, acc[SD_MAX_DRAFT];
+    if (s->rnd.tree) {
+        const int n = s->rnd.n_nodes;
+        if (greedy) {
+            for (int i = 0; i < n; i++) s->argmax[i] = sd_argmax(sd_verify_round_logits(vr, row0 + i), s->n_vocab);
+            m = sd_verify_tree_greedy(s->tree_tok, s->tree_par, n, s->argmax, s->path, &next);
+        } else {
+            for (int i = 0; i < n && rc == SD_OK; i++)
+                rc = sd_sample_probs(&s->p.sampling, sd_verify_round_logits(vr, row0 + i), s->n_vocab,
+                                     s->p_rows + (size_t)i * V, s->scratch);
+            if (rc == SD_OK)
+                m = sd_verify_tree_stochastic(s->tree_tok, s->tree_par, n, s->p_rows, s->q_rows, s->n_vocab, &s->rng,
+                                              s->residual, s->path, &next);
+        }
+        /* the root and the accepted path: their rows go behind the history in path order */
+        if (rc == SD_OK) rc = sd_target_keep_path(s->tctx, s->seq, n_hist - 1, s->path, m + 1);
+        for (int i = 0; i < m; i++) acc[i] = s->tree_tok[s->path[1 + i]];
     } else {
-        for (int i = 0; i < r.n && rc == SD_OK; i++)
-            rc = sd_sample_probs(&s->p.sampling, sd_verify_round_logits(s->round, row0 + i), s->n_vocab,
-                                 s->p_rows + (size_t)i * V, s->scratch);
-        if (rc == SD_OK)
-            m = sd_verify_tree_stochastic(r.tok, r.par, r.n, s->p_rows, s->q_rows, s->n_vocab, &s->rng, s->residual,
-                                          s->path, &next);
+        const int nd = s->rnd.req.n_out;
+        const float *q = s->rnd.req.q_filled ? s->q_rows : NULL; /* none: deterministic drafts, q one-hot */
+        if (nd == 0) {
+            st->n_target_steps++;
+            rc = pick(s, sd_verify_round_logits(vr, row0), &next);
+        } else if (greedy) {
+            for (int i = 0; i <= nd; i++) s->argmax[i] = sd_argmax(sd_verify_round_logits(vr, row0 + i), s->n_vocab);
+            m = sd_verify_greedy(s->rnd.chain + 1, nd, s->argmax, &next);
+        } else {
+            for (int i = 0; i <= nd && rc == SD_OK; i++)
+                rc = sd_sample_probs(&s->p.sampling, sd_verify_round_logits(vr, row0 + i), s->n_vocab,
+                                     s->p_rows + (size_t)i * V, s->scratch);
+            if (rc == SD_OK)
+                m = sd_verify_stochastic(s->p_rows, q, s->rnd.chain + 1, nd, s->n_vocab, &s->rng, s->residual, &next);
+        }
+        if (rc == SD_OK && nd > 0) sd_adaptive_record(&s->adaptive, s->rnd.req.source, s->conf, nd, m);
+        memcpy(acc, s->rnd.chain + 1, (size_t)m * sizeof *acc);
     }
     st->t_sample += sd_now() - ts;
-    /* the root and the accepted path: their rows go behind the history in path order */
-    if (rc == SD_OK) rc = sd_target_keep_path(s->tctx, s->seq, n_hist - 1, s->path, m + 1);
     if (rc != SD_OK) {
         sd_context_seq_truncate(s->tctx, s->seq, n_hist - 1);
         return rc;
     }
-    int32_t acc[SD_MAX_DRAFT];
-    for (int i = 0; i < m; i++) acc[i] = r.tok[s->path[1 + i]];
-    return end_round(s, acc, m, next, r.n - 1, max_depth, 0, cb, user, out, n_out);
+    const int n_drafted = s->rnd.tree ? s->rnd.n_nodes - 1 : s->rnd.req.n_out;
+    const int depth = s->rnd.tree ? s->rnd.max_depth : n_drafted;
+    return end_round(s, acc, m, next, n_drafted, depth, s->rnd.tree ? 0 : s->rnd.req.source, cb, user, out, n_out);
+}
+
+sd_status sd_spec_step_many(sd_verify_round *vr, sd_spec *const *specs, int n, int32_t *const *outs, int *n_outs) {
+    if (n < 1) return SD_OK;
+    for (int i = 0; i < n; i++) {
+        n_outs[i] = 0;
+        if (sd_verify_round_context(vr) != specs[i]->tctx)
+            return sd_fail(SD_ERR_INVALID_ARG, "step: engine %d runs on another target context than the round", i);
+        for (int j = 0; j < i; j++)
+            if (specs[j]->seq == specs[i]->seq)
+                return sd_fail(SD_ERR_INVALID_ARG, "step: engines %d and %d share sequence %d", j, i, specs[i]->seq);
+    }
+    sd_status rc = SD_OK;
+    int *in = malloc((size_t)n * sizeof *in);
+    if (!in) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    int n_in = 0;
+    for (int i = 0; i < n && rc == SD_OK; i++)
+        if (!round_plan(specs[i], &rc)) in[n_in++] = i;
+    /* chain rounds of model drafters sharing a draft context draft in lockstep */
+    int *batched = calloc((size_t)n, sizeof *batched);
+    if (!batched) rc = sd_fail(SD_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n_in && rc == SD_OK; i++) {
+        sd_spec *a = specs[in[i]];
+        if (batched[i] || a->rnd.tree || a->rnd.k < 1) continue;
+        sd_drafter *ds[SD_MAX_BATCH_ENGINES];
+        sd_draft_req *rq[SD_MAX_BATCH_ENGINES];
+        int idx[SD_MAX_BATCH_ENGINES], g = 0;
+        for (int j = i; j < n_in && g < SD_MAX_BATCH_ENGINES; j++) {
+            sd_spec *b = specs[in[j]];
+            if (batched[j] || b->rnd.tree || b->rnd.k < 1 || !sd_drafter_model_batchable(a->drafter, b->drafter)) continue;
+            fill_req(b);
+            ds[g] = b->drafter;
+            rq[g] = &b->rnd.req;
+            idx[g++] = j;
+        }
+        if (g < 2) continue;
+        double td = sd_now();
+        rc = sd_drafter_model_draft_many(ds, rq, g);
+        td = sd_now() - td;
+        for (int j = 0; j < g && rc == SD_OK; j++) {
+            sd_spec *b = specs[in[idx[j]]];
+            b->st.t_draft += td / g;
+            batched[idx[j]] = 1;
+            rc = check_req(b, td / g);
+        }
+    }
+    for (int i = 0; i < n_in && rc == SD_OK; i++)
+        if (!batched[i]) rc = round_draft(specs[in[i]]);
+    free(batched);
+    sd_verify_round_clear(vr);
+    for (int i = 0; i < n_in && rc == SD_OK; i++) rc = round_add(specs[in[i]], vr);
+    if (rc == SD_OK && n_in > 0) {
+        double tv = sd_now();
+        rc = sd_verify_round_run(vr);
+        tv = sd_now() - tv;
+        for (int i = 0; i < n_in && rc == SD_OK; i++) {
+            sd_spec *s = specs[in[i]];
+            s->st.t_verify += tv;
+            /* the pass's cost by its size: what a round of this engine's costs alongside the others */
+            if (!s->rnd.tree) sd_adaptive_time_pass(&s->adaptive, sd_verify_round_n_tokens(vr), tv);
+        }
+    }
+    for (int i = 0; i < n_in && rc == SD_OK; i++)
+        rc = round_finish(specs[in[i]], vr, NULL, NULL, outs ? outs[in[i]] : NULL, &n_outs[in[i]]);
+    free(in);
+    return rc;
 }
 
 sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, int32_t *out, int *n_out) {
     *n_out = 0;
-    if (!s->active) return SD_OK;
-    sd_spec_stats *st = &s->st;
     sd_status rc;
-    if (s->p.stop_flag && *s->p.stop_flag) {
-        finish(s, "interrupted");
-        return SD_OK;
-    }
-    const int n_hist = s->n_tokens;
-    if (sd_context_seq_len(s->tctx, s->seq) != n_hist - 1)
-        return sd_fail(SD_ERR_INVALID_ARG, "spec: the target sequence holds %d tokens, the history %d (another user of sequence %d?)",
-                       sd_context_seq_len(s->tctx, s->seq), n_hist, s->seq);
-    /* Drafts that could still be emitted: context room (the history takes at most n_ctx
-     * tokens) and the generation budget, each less the token the target adds itself. */
-    int k = s->p.draft_max;
-    const int room = s->n_ctx - n_hist, left = s->p.n_predict - st->n_generated;
-    if (k > room - 1) k = room - 1;
-    if (k > left - 1) k = left - 1;
-    if (s->p.tree_budget > 0 && s->drafter && k >= 1) return tree_round(s, k, room, cb, user, out, n_out);
-    const int greedy = s->p.sampling.temperature == 0;
-    int32_t batch[SD_MAX_DRAFT + 1];
-    sd_draft_req req;
-    memset(&req, 0, sizeof req);
-    if (s->drafter && k >= 1 && s->p.draft_mode == SD_DRAFT_ADAPTIVE) k = sd_adaptive_begin_round(&s->adaptive, k);
-    if (k >= 1 && s->drafter) {
-        req.hist = s->tokens;
-        req.n_hist = n_hist;
-        req.k = k;
-        req.rng = &s->rng;
-        req.q = greedy ? NULL : s->q_rows;
-        req.policy = s->p.draft_mode == SD_DRAFT_ADAPTIVE ? &s->adaptive.base
-                     : s->p.draft_mode == SD_DRAFT_PMIN   ? &s->pmin.base
-                                                          : NULL;
-        req.out = batch + 1;
-        req.conf = s->conf;
-        double td = sd_now();
-        rc = s->drafter->vt->draft(s->drafter, &req);
-        td = sd_now() - td;
-        st->t_draft += td;
-        if (rc != SD_OK) return rc;
-        if (req.n_out < 0 || req.n_out > k)
-            return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' proposed %d tokens; at most %d were asked for",
-                           s->drafter->name, req.n_out, k);
-        if (req.source < 0 || req.source >= s->drafter->n_sources)
-            return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' named source %d of its %d", s->drafter->name, req.source,
-                           s->drafter->n_sources);
-        for (int i = 0; i < req.n_out; i++)
-            if (batch[1 + i] < 0 || batch[1 + i] >= s->n_vocab)
-                return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' proposed id %d, outside the target's vocabulary of %d",
-                               s->drafter->name, (int)batch[1 + i], s->n_vocab);
-        sd_adaptive_time_draft(&s->adaptive, req.n_out > 0 ? req.n_out : 1, td);
-    }
-    const int nd = req.n_out;
-    const float *q = req.q_filled ? s->q_rows : NULL; /* none: deterministic drafts, q one-hot */
-
-    /* Verify: [pending, d1..dnd] in one batched target pass. */
-    batch[0] = s->tokens[n_hist - 1];
-    int row0;
+    if (round_plan(s, &rc)) return rc;
+    if ((rc = round_draft(s)) != SD_OK) return rc;
     sd_verify_round_clear(s->round);
-    if ((rc = sd_verify_round_add_chain(s->round, s->seq, batch, nd + 1, &row0)) != SD_OK) return rc;
+    if ((rc = round_add(s, s->round)) != SD_OK) return rc;
     double tv = sd_now();
     rc = sd_verify_round_run(s->round);
     tv = sd_now() - tv;
-    st->t_verify += tv;
+    s->st.t_verify += tv;
     if (rc != SD_OK) return rc;
-    sd_adaptive_time_pass(&s->adaptive, nd + 1, tv);
-
-    double ts = sd_now();
-    const size_t V = (size_t)s->n_vocab;
-    int m = 0;
-    int32_t next;
-    if (nd == 0) {
-        st->n_target_steps++;
-        rc = pick(s, sd_verify_round_logits(s->round, row0), &next);
-    } else if (greedy) {
-        for (int i = 0; i <= nd; i++) s->argmax[i] = sd_argmax(sd_verify_round_logits(s->round, row0 + i), s->n_vocab);
-        m = sd_verify_greedy(batch + 1, nd, s->argmax, &next);
-    } else {
-        for (int i = 0; i <= nd && rc == SD_OK; i++)
-            rc = sd_sample_probs(&s->p.sampling, sd_verify_round_logits(s->round, row0 + i), s->n_vocab,
-                                 s->p_rows + (size_t)i * V, s->scratch);
-        if (rc == SD_OK)
-            m = sd_verify_stochastic(s->p_rows, q, batch + 1, nd, s->n_vocab, &s->rng, s->residual, &next);
-    }
-    st->t_sample += sd_now() - ts;
-    if (rc != SD_OK) {
-        sd_context_seq_truncate(s->tctx, s->seq, n_hist - 1);
-        return rc;
-    }
-
-    if (nd > 0) sd_adaptive_record(&s->adaptive, req.source, s->conf, nd, m);
-    return end_round(s, batch + 1, m, next, nd, nd, req.source, cb, user, out, n_out);
+    if (!s->rnd.tree) sd_adaptive_time_pass(&s->adaptive, sd_verify_round_n_tokens(s->round), tv);
+    return round_finish(s, s->round, cb, user, out, n_out);
 }
 
 void sd_spec_get_stats(const sd_spec *s, sd_spec_stats *st) {
