@@ -18,15 +18,7 @@
 
 /* ---- helpers (the shared ones: util/sdtest_tok.c) --------------------------------------- */
 
-static sd_tokenizer *load_ts(void) {
-    char *path = sdtest_shared_or_skip(TS_TOKENIZER);
-    sd_tokenizer *t = NULL;
-    sd_status st = sd_tokenizer_load_hf_json(path, 1, 2, &t);
-    if (st != SD_OK) print_error("%s: %s\n", path, sd_last_error());
-    free(path);
-    assert_int_equal(st, SD_OK);
-    return t;
-}
+static sd_tokenizer *load_ts(void) { return sdtest_load_hf_tokenizer(TS_TOKENIZER, 1, 2); }
 
 static sd_tokenizer *from_json(const char *json, sd_status want) {
     sd_tokenizer *t = NULL;

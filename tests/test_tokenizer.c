@@ -19,15 +19,7 @@
 
 /* ---- helpers --------------------------------------------------------------------------- */
 
-static sd_tokenizer *load_llama2c(const char *rel, int vocab) {
-    char *path = sdtest_shared_or_skip(rel);
-    sd_tokenizer *t = NULL;
-    sd_status st = sd_tokenizer_load_llama2c(path, vocab, &t);
-    if (st != SD_OK) print_error("%s: %s\n", path, sd_last_error());
-    free(path);
-    assert_int_equal(st, SD_OK);
-    return t;
-}
+static sd_tokenizer *load_llama2c(const char *rel, int vocab) { return sdtest_load_llama2c_tokenizer(rel, vocab); }
 
 static void run_vocab_cases(const sd_tokenizer *t, const char *name) {
     sdtest_vocab_cases *c = sdtest_load_vocab_cases(VOCAB_DIR);

@@ -20,6 +20,11 @@ const char *sdtest_find(const char *hay, size_t n, const char *needle, size_t m)
  * into it. Fails the test on error, printing the loader's message. */
 sd_tokenizer *sdtest_load_gguf_tokenizer(const char *rel);
 
+/* Loads ../shared/<rel> as a llama2.c tokenizer.bin (vocab 0: counted from the file) or as a
+ * Hugging Face tokenizer.json with the given BOS/EOS; skips when absent, fails on error. */
+sd_tokenizer *sdtest_load_llama2c_tokenizer(const char *rel, int vocab);
+sd_tokenizer *sdtest_load_hf_tokenizer(const char *rel, int32_t bos, int32_t eos);
+
 /* Writes w's GGUF image to memory (freeing w), parses it under `name` and returns
  * sd_tokenizer_from_gguf's status; the image is freed before the tokenizer is used. */
 sd_status sdtest_tokenizer_from_writer(sd_gguf_writer *w, const char *name, sd_tokenizer **out);
