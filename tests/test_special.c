@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "specdec/convert.h"
 #include "specdec/gguf.h"
 #include "specdec/synth.h"
 #include "specdec/tokenizer.h"
@@ -201,6 +202,29 @@ static void test_bad_gguf_special(void **state) {
     sd_tokenizer_free(t);
 }
 
+/* specdec convert keeps the template; the end-of-generation set comes back from the ids
+ * and texts the GGUF carries. */
+static void test_template_survives_writer(void **state) {
+    (void)state;
+    sd_tokenizer *t = load_gguf_tok("models/arch-zoo/zoo-qwen2.gguf");
+    sd_gguf_writer *w = sd_gguf_writer_create();
+    assert_non_null(w);
+    assert_int_equal(sd_tokenizer_write_gguf(t, w), SD_OK);
+    sd_tokenizer *r = NULL;
+    assert_int_equal(sdtest_tokenizer_from_writer(w, "rewritten.gguf", &r), SD_OK);
+    size_t la = 0, lb = 0;
+    const char *a = sd_tokenizer_chat_template(t, &la), *b = sd_tokenizer_chat_template(r, &lb);
+    assert_int_equal(la, 4116);
+    assert_int_equal(lb, la);
+    assert_memory_equal(a, b, la);
+    const int32_t *ea, *eb;
+    int na = sd_tokenizer_eog(t, &ea), nb = sd_tokenizer_eog(r, &eb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(ea, eb, (size_t)na * sizeof *ea);
+    sd_tokenizer_free(r);
+    sd_tokenizer_free(t);
+}
+
 /* ---- Hugging Face files beside tokenizer.json ------------------------------------------- */
 
 static sd_status apply(sd_tokenizer *t, const char *json) {
@@ -297,7 +321,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_special_bpe), cmocka_unit_test(test_parse_special_spm),
         cmocka_unit_test(test_eog_sets),          cmocka_unit_test(test_eog_gguf_roles),
-        cmocka_unit_test(test_bad_gguf_special),  cmocka_unit_test(test_hf_config),
+        cmocka_unit_test(test_bad_gguf_special),  cmocka_unit_test(test_template_survives_writer),
+        cmocka_unit_test(test_hf_config),
         cmocka_unit_test(test_hf_config_files),   cmocka_unit_test(test_llama2c_counted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
