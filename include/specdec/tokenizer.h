@@ -130,9 +130,10 @@ int sd_tokenizer_max_piece_len(const sd_tokenizer *t);
 /* Compatibility of a draft tokenizer with a target's: same piece encoding (byte-level BPE, or
  * SentencePiece-style for SPM and byte-fallback BPE alike, so a GGUF "llama" vocab pairs with
  * the tokenizer.json of the same model), same BOS/EOS, same piece
- * text for every id both have, sizes equal or differing only by trailing ids that are
- * unused/control padding. On mismatch returns SD_ERR_MISMATCH with a message naming
- * the first differing id and both texts. */
+ * text for every id both have unless both mark it unused (padding, whatever each converter
+ * called it), sizes equal or differing only by trailing ids that are unused/control padding
+ * (Qwen2.5-7B's 152064 ids against 0.5B's 151936 for the same 151665 tokens). On mismatch
+ * returns SD_ERR_MISMATCH with a message naming the first differing id and both texts. */
 sd_status sd_tokenizer_check_compatible(const sd_tokenizer *target, const sd_tokenizer *draft);
 
 #endif
