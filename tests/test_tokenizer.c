@@ -77,11 +77,8 @@ static void test_llama2c_matches_gguf(void **state) {
 
 /* Every paragraph of the corpus (4,662 stories, ~0.9 MB) through encode and decode. */
 static void roundtrip_corpus(const sd_tokenizer *t, const char *name) {
-    char *path = sdtest_shared_or_skip("corpora/tinystories.txt");
     size_t len = 0;
-    char *text = sdtest_read_file(path, &len);
-    free(path);
-    assert_non_null(text);
+    char *text = sdtest_load_corpus(&len);
     int failed = 0, paragraphs = 0;
     size_t pos = 0;
     while (pos < len) {

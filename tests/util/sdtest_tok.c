@@ -227,3 +227,23 @@ int sdtest_vocab_case_ok(const sd_tokenizer *t, const sdtest_vocab_cases *c, int
     free(ids);
     return ok;
 }
+
+int sdtest_vocab_case_failures(const sd_tokenizer *t, const char *vectors, int roundtrip, const char *name) {
+    sdtest_vocab_cases *c = sdtest_load_vocab_cases(vectors);
+    assert_int_equal(c->n, 46);
+    int failed = 0;
+    for (int i = 0; i < c->n; i++) {
+        failed += !sdtest_vocab_case_ok(t, c, i, name);
+        if (roundtrip) failed += !sdtest_roundtrip_ok(t, c->text[i], c->len[i], 0, name);
+    }
+    sdtest_free_vocab_cases(c);
+    return failed;
+}
+
+char *sdtest_load_corpus(size_t *len) {
+    char *path = sdtest_shared_or_skip("corpora/tinystories.txt");
+    char *text = sdtest_read_file(path, len);
+    free(path);
+    assert_non_null(text);
+    return text;
+}

@@ -66,6 +66,13 @@ typedef struct {
 sdtest_vocab_cases *sdtest_load_vocab_cases(const char *vocab);
 void sdtest_free_vocab_cases(sdtest_vocab_cases *c);
 
+/* Runs every case of ../shared/<vectors> through t: the ids (sdtest_vocab_case_ok) and, when
+ * roundtrip, decode(encode(x)) == x. Returns the number of failures (each one printed). */
+int sdtest_vocab_case_failures(const sd_tokenizer *t, const char *vectors, int roundtrip, const char *name);
+
+/* ../shared/corpora/tinystories.txt (skips when absent): malloc'd, *len bytes. */
+char *sdtest_load_corpus(size_t *len);
+
 /* Whether case i encodes (no BOS) to its ids; prints "<name>: vocab case <i> differs" with the
  * input, expected and got ids when not. */
 int sdtest_vocab_case_ok(const sd_tokenizer *t, const sdtest_vocab_cases *c, int i, const char *name);
