@@ -235,8 +235,13 @@ static void test_hf_config(void **state) {
     (void)state;
     sd_tokenizer *t = load_json(LLAMA3_JSON);
     /* Llama 3.1's generation_config.json lists three ids */
+    assert_int_equal(sd_tokenizer_eos(t), -1);
     assert_int_equal(apply(t, "{\"bos_token_id\": 128000, \"eos_token_id\": [128001, 128008, 128009]}"), SD_OK);
     expect_eog(t, (const int32_t[]){128001, 128008, 128009}, 3, "after generation_config");
+    assert_int_equal(sd_tokenizer_eos(t), 128001); /* the tokenizer had none: the first listed */
+    assert_int_equal(sd_tokenizer_bos(t), 128000); /* from the post-processor anyway */
+    assert_int_equal(apply(t, "{\"eos_token_id\": 128009}"), SD_OK);
+    assert_int_equal(sd_tokenizer_eos(t), 128001); /* set once: a later file only adds to the set */
     assert_null(sd_tokenizer_chat_template(t, NULL));
     assert_int_equal(apply(t, "{\"eos_token\": {\"content\": \"<|reserved_special_token_5|>\"},"
                               " \"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"},"
@@ -254,6 +259,7 @@ static void test_hf_config(void **state) {
         {"{\"eos_token_id\": \"2\"}", "cfg.json: eos_token_id is not a token id"},
         {"{\"eos_token\": \"<|no_such_token|>\"}", "cfg.json: eos_token '<|no_such_token|>' is not a token of the vocabulary"},
         {"{\"eos_token\": 7}", "cfg.json: eos_token is not a string"},
+        {"{\"bos_token_id\": -1}", "cfg.json: bos_token_id = -1 is not a token id (vocabulary of 128256)"},
         {"{\"chat_template\": 7}", "cfg.json: chat_template is neither a string nor a list of named templates"},
         {"{\"chat_template\": [{\"name\": \"default\"}]}",
          "cfg.json: chat_template list entries need \"name\" and \"template\" strings"},
@@ -312,9 +318,48 @@ static void test_llama2c_counted(void **state) {
     assert_int_equal(sd_tokenizer_from_llama2c_buf(cut, sizeof cut, 0, "cut.bin", &t), SD_ERR_FORMAT);
     assert_null(t);
     assert_string_equal(sd_last_error(),
-                        "cut.bin: record 1 at offset 14 does not fit the 23-byte file (not a llama2.c tokenizer.bin?)");
+                        "cut.bin: record 1 at offset 14 does not fit the 23-byte file");
     assert_int_equal(sd_tokenizer_from_llama2c_buf(cut, 14, 0, "two.bin", &t), SD_ERR_INVALID_ARG);
     assert_string_equal(sd_last_error(), "two.bin: vocab_size 1 is out of range (3..16777216)");
+}
+
+/* sd_tokenizer_load tells the kinds apart by content, not by name. */
+static void test_load_any(void **state) {
+    (void)state;
+    static const struct {
+        const char *rel;
+        int n_vocab, n_eog;
+    } files[] = {
+        {"models/arch-zoo/zoo-qwen2.gguf", 152064, 5},
+        {"tokenizers/qwen3", 151669, 5},                  /* directory */
+        {"tokenizers/llama3/tokenizer.json", 128256, 2},
+        {"models/stories260K/tok512.bin", 512, 1},
+        {"models/tinystories-656k", 2048, 1},             /* + generation_config.json eos 2 */
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        const char *p = sdtest_shared(files[i].rel);
+        if (!p) skip();
+        char *path = strdup(p);
+        sd_tokenizer *t = NULL;
+        sd_status st = sd_tokenizer_load(path, &t);
+        if (st != SD_OK) print_error("%s: %s\n", path, sd_last_error());
+        assert_int_equal(st, SD_OK);
+        assert_int_equal(sd_tokenizer_n_vocab(t), files[i].n_vocab);
+        assert_int_equal(sd_tokenizer_eog(t, NULL), files[i].n_eog);
+        free(path);
+        sd_tokenizer_free(t);
+    }
+    /* the directory form applies tokenizer_config.json: the template comes with it */
+    char *dir = strdup(sdtest_shared("tokenizers/qwen3"));
+    sd_tokenizer *t = NULL;
+    assert_int_equal(sd_tokenizer_load(dir, &t), SD_OK);
+    assert_non_null(sd_tokenizer_chat_template(t, NULL));
+    sd_tokenizer_free(t);
+    free(dir);
+    t = (sd_tokenizer *)1;
+    assert_int_equal(sd_tokenizer_load("/nonexistent/tok", &t), SD_ERR_IO);
+    assert_null(t);
+    assert_string_equal(sd_last_error(), "/nonexistent/tok: cannot open: No such file or directory");
 }
 
 int main(void) {
@@ -324,6 +369,7 @@ int main(void) {
         cmocka_unit_test(test_bad_gguf_special),  cmocka_unit_test(test_template_survives_writer),
         cmocka_unit_test(test_hf_config),
         cmocka_unit_test(test_hf_config_files),   cmocka_unit_test(test_llama2c_counted),
+        cmocka_unit_test(test_load_any),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

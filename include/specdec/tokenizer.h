@@ -60,6 +60,12 @@ sd_status sd_tokenizer_load_hf_json(const char *path, int32_t bos, int32_t eos, 
 sd_status sd_tokenizer_from_hf_json(const char *json, size_t len, const char *what, int32_t bos,
                                     int32_t eos, sd_tokenizer **out);
 
+/* Whatever path names: a GGUF file (its tokenizer.* metadata only: the architecture need not be
+ * one specdec runs, and the weights are not read), a Hugging Face model directory (its
+ * tokenizer.json), a tokenizer.json (both with sd_tokenizer_load_hf_config applied from their
+ * directory), or else a llama2.c tokenizer.bin, its vocabulary size counted from the file. */
+sd_status sd_tokenizer_load(const char *path, sd_tokenizer **out);
+
 void sd_tokenizer_free(sd_tokenizer *t); /* NULL is fine */
 
 sd_tokenizer_kind sd_tokenizer_kind_of(const sd_tokenizer *t);
@@ -108,7 +114,8 @@ int sd_tokenizer_eog(const sd_tokenizer *t, const int32_t **ids);
 const char *sd_tokenizer_chat_template(const sd_tokenizer *t, size_t *len);
 
 /* Applies one Hugging Face JSON file that sits beside tokenizer.json: generation_config.json's
- * "eos_token_id" (an id or a list of ids: each ends generation), tokenizer_config.json's
+ * "eos_token_id" (an id or a list of ids: each ends generation; the first becomes EOS and
+ * "bos_token_id" BOS where the tokenizer has none; add_bos is not changed), tokenizer_config.json's
  * "eos_token" (a string or {"content": ...}: that token ends generation) and "chat_template"
  * (a string, or a list of {"name", "template"} whose "default" entry is taken). Other keys
  * are ignored. `what` names the file in error messages; on error t is unchanged. */

@@ -50,5 +50,6 @@ int cmd_bench_decode(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 #endif

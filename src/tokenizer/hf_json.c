@@ -453,6 +453,13 @@ sd_status sd_tokenizer_apply_hf_config(sd_tokenizer *t, const char *json, size_t
         st = SD_ERR_FORMAT;
         goto out;
     }
+    const int n_eos_ids = n_ids; /* the first of them becomes EOS when the tokenizer has none */
+    int32_t bos = -1;
+    const cJSON *bid = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
+    if (bid && !cJSON_IsNull(bid) && (bos = config_id(t, bid, what, "bos_token_id")) < 0) {
+        st = SD_ERR_FORMAT;
+        goto out;
+    }
     const cJSON *etok = cJSON_GetObjectItemCaseSensitive(root, "eos_token");
     if (cJSON_IsObject(etok)) etok = cJSON_GetObjectItemCaseSensitive(etok, "content");
     if (etok && !cJSON_IsNull(etok)) {
@@ -485,6 +492,8 @@ sd_status sd_tokenizer_apply_hf_config(sd_tokenizer *t, const char *json, size_t
     }
     if (tmpl && (st = sd_tok_set_chat_template(t, tmpl, strlen(tmpl), what)) != SD_OK) goto out;
     for (int i = 0; st == SD_OK && i < n_ids; i++) st = sd_tok_add_eog(t, ids[i], what);
+    if (st == SD_OK && t->eos < 0 && n_eos_ids > 0) t->eos = ids[0];
+    if (st == SD_OK && t->bos < 0 && bos >= 0) t->bos = bos;
 out:
     cJSON_Delete(root);
     return st;

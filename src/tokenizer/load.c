@@ -8,6 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char SPACE_ESC[3] = {'\xe2', '\x96', '\x81'}; /* U+2581 "▁" */
 
@@ -75,7 +79,7 @@ static sd_status count_llama2c(const uint8_t *p, size_t len, const char *what, i
         int32_t l = len - pos >= 8 ? rd_i32(p + pos + 4) : -1;
         if (l < 0 || (size_t)l > len - pos - 8)
             return sd_fail(SD_ERR_FORMAT,
-                           "%s: record %d at offset %zu does not fit the %zu-byte file (not a llama2.c tokenizer.bin?)",
+                           "%s: record %d at offset %zu does not fit the %zu-byte file",
                            what, count, pos, len);
         pos += 8 + (size_t)l;
         if (++count > SD_TOK_MAX_VOCAB)
@@ -447,4 +451,82 @@ sd_status sd_tokenizer_from_gguf(const sd_gguf *g, const char *what, sd_tokenize
     }
     *out = t;
     return SD_OK;
+}
+
+/* ---- any tokenizer file ----------------------------------------------------------------- */
+
+/* A GGUF's tokenizer without its weights: the file is mapped, and the parser reads only the
+ * header and metadata pages of it (it checks tensor extents against the size, not the data). */
+static sd_status from_gguf_file(const char *path, sd_tokenizer **out) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return sd_fail(SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+        close(fd);
+        return sd_fail(SD_ERR_IO, "%s: cannot determine the size: %s", path, strerror(errno));
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return sd_fail(SD_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+    sd_gguf *g = NULL;
+    sd_status s = sd_gguf_parse(map, (size_t)st.st_size, path, &g);
+    if (s == SD_OK) s = sd_tokenizer_from_gguf(g, path, out);
+    sd_gguf_free(g);
+    munmap(map, (size_t)st.st_size);
+    return s;
+}
+
+/* tokenizer.json with the HF files beside it (generation_config.json, tokenizer_config.json). */
+static sd_status from_hf_json_file(const char *json, const char *dir, sd_tokenizer **out) {
+    sd_status s = sd_tokenizer_load_hf_json(json, -1, -1, out);
+    if (s == SD_OK && (s = sd_tokenizer_load_hf_config(*out, dir)) != SD_OK) {
+        sd_tokenizer_free(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+sd_status sd_tokenizer_load(const char *path, sd_tokenizer **out) {
+    if (!out) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: out is NULL");
+    *out = NULL;
+    if (!path) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: path is NULL");
+    char buf[4096];
+    struct stat st;
+    if (stat(path, &st) != 0) return sd_fail(SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) {
+        if (snprintf(buf, sizeof buf, "%s/tokenizer.json", path) >= (int)sizeof buf)
+            return sd_fail(SD_ERR_INVALID_ARG, "%s: path too long", path);
+        if (access(buf, R_OK) != 0)
+            return sd_fail(SD_ERR_IO, "%s: a directory without tokenizer.json (not a Hugging Face model)", path);
+        return from_hf_json_file(buf, path, out);
+    }
+    /* the first bytes tell GGUF and JSON apart; anything else is read as tokenizer.bin */
+    unsigned char head[16] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return sd_fail(SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    if (got >= 4 && memcmp(head, "GGUF", 4) == 0) return from_gguf_file(path, out);
+    size_t i = 0;
+    while (i < got && (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' || head[i] == '\t')) i++;
+    if (i < got && head[i] == '{') {
+        snprintf(buf, sizeof buf, "%s", path);
+        char *slash = strrchr(buf, '/');
+        if (slash) *slash = '\0';
+        else snprintf(buf, sizeof buf, ".");
+        return from_hf_json_file(path, buf, out);
+    }
+    sd_status s = sd_tokenizer_load_llama2c(path, 0, out);
+    if (s == SD_ERR_FORMAT) {
+        char why[512];
+        const char *e = sd_last_error();
+        size_t pl = strlen(path);
+        if (!strncmp(e, path, pl) && e[pl] == ':' && e[pl + 1] == ' ') e += pl + 2; /* said once is enough */
+        snprintf(why, sizeof why, "%s", e);
+        s = sd_fail(SD_ERR_FORMAT,
+                    "%s: not a GGUF file, a tokenizer.json or a llama2.c tokenizer.bin (read as tokenizer.bin: %s; "
+                    "for a llama2.c checkpoint give its tokenizer.bin)",
+                    path, why);
+    }
+    return s;
 }

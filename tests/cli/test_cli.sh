@@ -25,9 +25,20 @@ check() { # name expected_rc stderr_pattern -- cmd...
   echo "ok   $name"; pass=$((pass+1))
 }
 
+# name expected_stdout -- cmd...: exit 0 and stdout exactly as given
+check_out() {
+  local name=$1 want=$2; shift 3
+  local got; got=$("$@" 2>"$TMP/err"); local rc=$?
+  if [ "$rc" != 0 ] || [ "$got" != "$want" ]; then
+    echo "FAIL $name: exit $rc, stdout:"; printf '%s\n' "$got" | head -5 | sed 's/^/  /'; echo "  expected:"
+    printf '%s\n' "$want" | head -5 | sed 's/^/  /'; sed 's/^/  /' "$TMP/err" | head -3; fail=$((fail+1)); return
+  fi
+  echo "ok   $name"; pass=$((pass+1))
+}
+
 check "top-level help"        0 "commands:"          -- "$BIN" --help
 check "no command"            2 "unknown command|usage" -- "$BIN" bogus
-for c in generate info bench-decode bench mkmodel convert; do
+for c in generate info bench-decode bench mkmodel convert tokenize; do
   check "$c --help"           0 "usage: specdec $c"  -- "$BIN" $c --help
 done
 check "generate needs -m"     2 "-m MODEL is required" -- "$BIN" generate
@@ -126,6 +137,41 @@ if [ -f "$SHARED/models/stories260K/stories260K.bin" ] && [ -f "$SHARED/models/s
   check "incompatible pair"    1 "differ at id [0-9]+" -- "$BIN" generate -m stories260K -md "$TMP/other512.gguf"
 else
   echo "SKIP real pair checks: needs $SHARED/models/stories260K and stories-draft"; skip=$((skip+1))
+fi
+
+# specdec tokenize: usage and file errors, then exact ids from the real tokenizers.
+check "tokenize needs a file" 2 "^error: tokenize: MODEL_OR_TOKENIZER is required \(see specdec tokenize --help\)$" -- "$BIN" tokenize
+check "tokenize needs text"   2 "^error: tokenize: give the text with -p TEXT or -f FILE$" -- "$BIN" tokenize x
+check "tokenize -p and -f"    2 "^error: tokenize: give -p or -f, not both$" -- "$BIN" tokenize x -p a -f b
+check "tokenize -p no value"  2 "^error: -p needs a value$" -- "$BIN" tokenize x -p
+check "tokenize two sources"  2 "^error: tokenize: one MODEL_OR_TOKENIZER only \(got 'x' and 'y'\)$" -- "$BIN" tokenize x y -p a
+check "tokenize bad option"   2 "^error: tokenize: unknown option '--ids' \(see specdec tokenize --help\)$" -- "$BIN" tokenize x --ids
+check "tokenize missing"      1 "^error: model '/nonexistent.gguf' not found" -- "$BIN" tokenize /nonexistent.gguf -p a
+printf 'hello' >"$TMP/junk.bin"
+check "tokenize not a tokenizer" 1 "^error: $TMP/junk.bin: not a GGUF file, a tokenizer.json or a llama2.c tokenizer.bin \(read as tokenizer.bin: record 0 at offset 4 does not fit the 5-byte file; for a llama2.c checkpoint give its tokenizer.bin\)$" -- "$BIN" tokenize "$TMP/junk.bin" -p a
+check "tokenize -f missing"   1 "^error: cannot read $TMP/none.txt: No such file or directory$" -- "$BIN" tokenize "$TMP/tiny.gguf" -f "$TMP/none.txt"
+check_out "tokenize tiny gguf"  "1" -- "$BIN" tokenize "$TMP/tiny.gguf" -p ""
+if [ -d "$SHARED/tokenizers/qwen3" ] && [ -f "$SHARED/models/arch-zoo/zoo-qwen2.gguf" ] && [ -d "$SHARED/tokenizers/llama3" ]; then
+  Z=$SHARED/models/arch-zoo
+  # zoo-qwen2 is architecture qwen2: its tokenizer loads whether or not the model would
+  check_out "tokenize qwen2 gguf"        "9707 1879" -- "$BIN" tokenize "$Z/zoo-qwen2.gguf" -p "Hello world"
+  chat=$(printf '<|im_start|>user\nHi<|im_end|>')
+  check_out "tokenize --special"         "151644 872 198 13048 151645" -- "$BIN" tokenize "$SHARED/tokenizers/qwen3" -p "$chat" --special
+  check_out "tokenize specials as text"  "27 91 318 4906 91 29 872 198 13048 27 91 318 6213 91 29" -- "$BIN" tokenize "$SHARED/tokenizers/qwen3/tokenizer.json" -p "$chat"
+  check_out "tokenize llama3 BOS"        "128000 9906 1917" -- "$BIN" tokenize "$SHARED/tokenizers/llama3/tokenizer.json" -p "Hello world"
+  check_out "tokenize --no-bos"          "9906 1917" -- "$BIN" tokenize "$Z/zoo-llama3.gguf" -p "Hello world" --no-bos
+  check_out "tokenize --pieces"          "$(printf "128000 -> '<|begin_of_text|>'\n  9906 -> 'Hello'\n127365 -> ' \xe4\xb8\x96\xe7\x95\x8c'\n   198 -> '\\\\n'\n    13 -> '.'")" -- "$BIN" tokenize "$Z/zoo-llama3.gguf" -p "$(printf 'Hello \xe4\xb8\x96\xe7\x95\x8c\n.')" --pieces
+  printf 'One day' >"$TMP/text.txt"
+  check_out "tokenize -f"                "3966 1899" -- "$BIN" tokenize "$Z/zoo-qwen3.gguf" -f "$TMP/text.txt"
+else
+  echo "SKIP tokenize with real tokenizers: needs $SHARED/tokenizers and models/arch-zoo"; skip=$((skip+1))
+fi
+if [ -f "$SHARED/models/stories260K/tok512.bin" ]; then
+  check_out "tokenize tokenizer.bin"     "1 403 407 261 378" -- "$BIN" tokenize "$SHARED/models/stories260K/tok512.bin" -p "Once upon a time"
+  check_out "tokenize SPM --special"     "1 1 403 2" -- "$BIN" tokenize "$SHARED/models/stories260K/stories260K.gguf" -p "<s>Once</s>" --special
+  check_out "tokenize HF directory"      "1 80 147 201 189 111" -- "$BIN" tokenize "$SHARED/models/tinystories-656k" -p "Once upon"
+else
+  echo "SKIP tokenize tokenizer.bin: needs $SHARED/models/stories260K"; skip=$((skip+1))
 fi
 
 echo "$pass passed, $fail failed, $skip skipped"
