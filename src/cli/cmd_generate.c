@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "specdec/chat.h"
 #include "specdec/convert.h"
 #include "specdec/spec.h"
 
@@ -35,7 +36,18 @@ static void help(FILE *f) {
             "       --top-k K           keep the K most likely tokens; 0 = off (default 0)\n"
             "       --top-p P           nucleus sampling mass in (0, 1]; 1 = off (default 1)\n"
             "       --seed S            RNG seed: xoshiro256** seeded by SplitMix64 (default 42)\n"
-            "       --ignore-eos        keep generating after the end-of-sequence token\n"
+            "       --ignore-eos        keep generating after an end-of-generation token (EOS, <|eot_id|>,\n"
+            "                           <|im_end|>, ...: the model's, as llama.cpp decides them)\n"
+            "       --chat              treat the prompt as one user message: render it with the model's chat\n"
+            "                           template (ChatML, with a warning, for a model without one) and print\n"
+            "                           only the reply, which ends at the end-of-turn token\n"
+            "       --system TEXT       with --chat: a system message before the user's\n"
+            "       --chat-template NAME  with --chat: render with NAME instead of the model's template:\n"
+            "                           %s\n"
+            "       --special           parse special tokens written in the prompt (<|im_start|>, <s>, ...)\n"
+            "                           as those tokens; without it they are plain text\n"
+            "       --ids               print the generated token ids, space-separated on one line, instead\n"
+            "                           of the prompt and the text\n"
             "\n"
             "runtime:\n"
             "  -t,  --threads N         threads (default: online CPUs)\n"
@@ -49,7 +61,7 @@ static void help(FILE *f) {
             "\n"
             "Statistics go to stderr, text to stdout. Exit status 0 on success, 1 on a runtime\n"
             "error, 2 on a usage error, 130 when interrupted (Ctrl-C stops at the next token).\n",
-            SD_MAX_DRAFT);
+            SD_MAX_DRAFT, sd_chat_known_names());
 }
 
 typedef struct {
@@ -58,14 +70,22 @@ typedef struct {
     int stream;
     char *text; /* accumulated output */
     size_t len, cap;
+    int ids;         /* --ids: ids instead of text */
+    int stop_eog;    /* stop after any end-of-generation token (not just EOS) */
+    int stopped_eog; /* ... and did */
 } printer;
 
 static int on_token(int32_t tok, void *user) {
     printer *pr = user;
     char buf[256];
-    int n = sd_tokenizer_decode(pr->tok, pr->prev, tok, buf, sizeof buf);
+    int n = pr->ids ? snprintf(buf, sizeof buf, pr->len ? " %d" : "%d", (int)tok)
+                    : sd_tokenizer_decode(pr->tok, pr->prev, tok, buf, sizeof buf);
     pr->prev = tok;
-    if (n <= 0) return 0;
+    /* The engine stops at EOS only; until it knows the whole set, the end of a turn
+     * (<|eot_id|>, <|im_end|>, ...) is caught here. */
+    int stop = pr->stop_eog && sd_tokenizer_is_eog(pr->tok, tok);
+    pr->stopped_eog |= stop;
+    if (n <= 0) return stop;
     if (pr->len + (size_t)n + 1 > pr->cap) {
         size_t nc = pr->cap ? pr->cap * 2 : 4096;
         while (nc < pr->len + (size_t)n + 1) nc *= 2;
@@ -81,7 +101,7 @@ static int on_token(int32_t tok, void *user) {
         fwrite(buf, 1, (size_t)n, stdout);
         fflush(stdout);
     }
-    return 0;
+    return stop;
 }
 
 static cJSON *stats_json(const sd_spec_stats *s) {
@@ -143,7 +163,8 @@ int cmd_generate(int argc, char **argv) {
     const char *model = NULL, *draft = NULL, *tokp = NULL, *dtokp = NULL, *prompt = NULL;
     const char *prompt_file = NULL, *stats_path = NULL;
     int n_predict = 128, k = 4, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), n_ctx = 0;
-    int compare = 0, stream = 1, ignore_eos = 0;
+    int compare = 0, stream = 1, ignore_eos = 0, print_ids = 0;
+    cli_prompt_opts po = {0};
     int n_set = 0, draft_type = -1;
     sd_sampler_params sp = sd_sampler_default_params();
     for (int i = 1; i < argc; i++) {
@@ -201,6 +222,17 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--stats-json")) { NEEDV(); stats_path = v; }
         else if (!strcmp(a, "--no-stream")) stream = 0;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
+        else if (!strcmp(a, "--chat")) po.chat = 1;
+        else if (!strcmp(a, "--system")) { NEEDV(); po.system = v; }
+        else if (!strcmp(a, "--chat-template")) {
+            NEEDV();
+            sd_chat_format f;
+            if (sd_chat_format_from_name(v, &f) != SD_OK)
+                return cli_usage_error("--chat-template must be one of %s, got '%s'", sd_chat_known_names(), v);
+            po.template_name = v;
+        }
+        else if (!strcmp(a, "--special")) po.special = 1;
+        else if (!strcmp(a, "--ids")) print_ids = 1;
         else return cli_usage_error("generate: unknown option '%s' (see specdec generate --help)", a);
 #undef NEEDV
     }
@@ -208,6 +240,8 @@ int cmd_generate(int argc, char **argv) {
     if (prompt && prompt_file) return cli_usage_error("generate: give -p or -f, not both");
     if (draft_type >= 0 && !draft) draft = model; /* --draft-type alone: self-speculation */
     if (compare && !draft) return cli_usage_error("generate: --compare needs a draft model (-md)");
+    if (!po.chat && (po.system || po.template_name))
+        return cli_usage_error("generate: %s needs --chat", po.system ? "--system" : "--chat-template");
 
     char *file_text = NULL;
     if (prompt_file) {
@@ -257,15 +291,10 @@ int cmd_generate(int argc, char **argv) {
     }
 
     const sd_tokenizer *tok = sd_model_tokenizer(tm);
-    int cap = sd_model_n_ctx(tm) + 8;
     size_t plen = strlen(prompt);
-    if ((size_t)cap < plen + 8) cap = (int)plen + 8; /* every byte can become at most one token */
-    ids = malloc((size_t)cap * sizeof(int32_t));
-    if (!ids) { rc = cli_usage_error("out of memory"); goto done; }
     int n_ids = 0;
-    sd_status st = sd_tokenizer_encode(tok, prompt, plen, sd_tokenizer_add_bos(tok), ids, cap, &n_ids);
-    if (st != SD_OK) { rc = cli_error_status(st); goto done; }
-    if (n_ids == 0) { rc = cli_usage_error("the prompt encodes to no tokens"); goto done; }
+    if ((rc = cli_prompt_ids(tok, model, &po, prompt, &ids, &n_ids))) goto done;
+    sd_status st;
 
     sd_spec_params p = sd_spec_default_params();
     p.n_predict = n_predict;
@@ -298,13 +327,15 @@ int cmd_generate(int argc, char **argv) {
         sd_spec_free(w);
     }
     pr.tok = tok;
-    pr.prev = -1;
     pr.stream = stream;
-    fwrite(prompt, 1, plen, stdout); /* echo the prompt, then the continuation */
+    pr.ids = print_ids;
+    pr.stop_eog = !ignore_eos;
+    if (!print_ids && !po.chat) fwrite(prompt, 1, plen, stdout); /* echo the prompt, then the continuation */
     pr.prev = ids[n_ids - 1];
     fflush(stdout);
     sd_spec_stats stats;
     st = sd_spec_generate(spec, ids, n_ids, on_token, &pr, &stats);
+    if (pr.stopped_eog) stats.stop_reason = "eos";
     if (!stream && pr.text) fputs(pr.text, stdout);
     fputc('\n', stdout);
     fflush(stdout);
@@ -319,7 +350,7 @@ int cmd_generate(int argc, char **argv) {
 
     if (compare && !cli_interrupted) {
         sd_spec_stats ps;
-        printer pp = {tok, ids[n_ids - 1], 0, NULL, 0, 0};
+        printer pp = {tok, ids[n_ids - 1], 0, NULL, 0, 0, print_ids, !ignore_eos, 0};
         p.draft_max = 0;
         if ((st = sd_spec_create(tm, NULL, &p, &plain)) != SD_OK ||
             (st = sd_spec_generate(plain, ids, n_ids, on_token, &pp, &ps)) != SD_OK) {
@@ -327,6 +358,7 @@ int cmd_generate(int argc, char **argv) {
             rc = cli_error_status(st);
             goto done;
         }
+        if (pp.stopped_eog) ps.stop_reason = "eos";
         print_stats(&ps, 0);
         double ts = sd_spec_decode_tps(&stats), tp = sd_spec_decode_tps(&ps);
         int same = pp.text && pr.text ? !strcmp(pp.text, pr.text) : pp.text == pr.text;
