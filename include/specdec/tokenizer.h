@@ -105,7 +105,8 @@ sd_status sd_tokenizer_encode(const sd_tokenizer *t, const char *text, size_t le
  * <|end_of_text|>; Qwen2.5/3: <|im_end|>, <|endoftext|> and the FIM pad/repo/file-separator
  * tokens. A generator stops after emitting any of them. */
 int sd_tokenizer_is_eog(const sd_tokenizer *t, int32_t id);
-/* The end-of-generation ids (ascending) into *ids (owned by t); returns their count. */
+/* The end-of-generation ids (ascending) into *ids (owned by t; never NULL, even for none);
+ * returns their count. */
 int sd_tokenizer_eog(const sd_tokenizer *t, const int32_t **ids);
 
 /* The model's chat template (GGUF tokenizer.chat_template, or chat_template from

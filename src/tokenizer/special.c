@@ -132,7 +132,8 @@ int sd_tokenizer_is_eog(const sd_tokenizer *t, int32_t id) {
 }
 
 int sd_tokenizer_eog(const sd_tokenizer *t, const int32_t **ids) {
-    if (ids) *ids = t ? t->eog : NULL;
+    static const int32_t none[1] = {-1}; /* never NULL: callers may memcpy zero ids from it */
+    if (ids) *ids = t && t->eog ? t->eog : none;
     return t ? t->n_eog : 0;
 }
 
