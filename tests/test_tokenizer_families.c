@@ -160,9 +160,14 @@ static void test_padded_pairs(void **state) {
     /* a real token where the other side has padding is a mismatch, named */
     char *path = sdtest_shared_or_skip(QWEN3_JSON);
     size_t len = 0;
-    char *text = sdtest_read_file(path, &len);
+    char *raw = sdtest_read_file(path, &len);
     free(path);
+    assert_non_null(raw);
+    char *text = malloc(len + 1); /* NUL-terminated for the string functions below */
     assert_non_null(text);
+    memcpy(text, raw, len);
+    text[len] = '\0';
+    free(raw);
     const char *last = "\"content\": \"</think>\"";
     char *at = strstr(text, last);
     assert_non_null(at);
