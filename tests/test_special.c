@@ -337,9 +337,7 @@ static void test_load_any(void **state) {
         {"models/tinystories-656k", 2048, 1},             /* + generation_config.json eos 2 */
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        const char *p = sdtest_shared(files[i].rel);
-        if (!p) skip();
-        char *path = strdup(p);
+        char *path = sdtest_shared_or_skip(files[i].rel);
         sd_tokenizer *t = NULL;
         sd_status st = sd_tokenizer_load(path, &t);
         if (st != SD_OK) print_error("%s: %s\n", path, sd_last_error());
@@ -350,7 +348,7 @@ static void test_load_any(void **state) {
         sd_tokenizer_free(t);
     }
     /* the directory form applies tokenizer_config.json: the template comes with it */
-    char *dir = strdup(sdtest_shared("tokenizers/qwen3"));
+    char *dir = sdtest_shared_or_skip("tokenizers/qwen3");
     sd_tokenizer *t = NULL;
     assert_int_equal(sd_tokenizer_load(dir, &t), SD_OK);
     assert_non_null(sd_tokenizer_chat_template(t, NULL));
