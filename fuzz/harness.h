@@ -17,6 +17,8 @@ int sd_fuzz_config(const uint8_t *data, size_t size);         /* bench config JS
 
 int sd_fuzz_safetensors(const uint8_t *data, size_t size);     /* u32 split | config.json | safetensors */
 int sd_fuzz_hf_tokenizer(const uint8_t *data, size_t size);    /* special-id byte | tokenizer.json */
+int sd_fuzz_chat(const uint8_t *data, size_t size);            /* mode byte | chat template / messages */
+int sd_fuzz_hf_config(const uint8_t *data, size_t size);       /* generation/tokenizer_config.json */
 
 typedef struct {
     const char *name; /* "gguf": the fuzz_gguf binary, tests/fuzz-regressions/gguf/ */
@@ -47,6 +49,9 @@ void sd_fuzz_fail(const char *cond, const char *file, int line);
  * in and out of range, into exact-size buffers). Abort on a violation. */
 struct sd_tokenizer;
 void sd_fuzz_check_encode(const struct sd_tokenizer *t, const char *text, size_t len, int add_bos, int roundtrip);
+/* The same with parse_special (sd_tokenizer_tokenize). */
+void sd_fuzz_check_tokenize(const struct sd_tokenizer *t, const char *text, size_t len, int add_bos,
+                            int parse_special, int roundtrip);
 void sd_fuzz_check_decode(const struct sd_tokenizer *t, const uint8_t *data, size_t size);
 /* Runs a loaded model: hyperparameter sanity, describe, a 2-token prefill and a decode step
  * (n_ctx must be 16; skipped above a few MB of KV/logits), its tokenizer on a prompt. */

@@ -19,6 +19,8 @@ const sd_fuzz_target sd_fuzz_targets[] = {
     {"config", sd_fuzz_config},
     {"safetensors", sd_fuzz_safetensors},
     {"hf_tokenizer", sd_fuzz_hf_tokenizer},
+    {"chat", sd_fuzz_chat},
+    {"hf_config", sd_fuzz_hf_config},
     {NULL, NULL},
 };
 

@@ -121,28 +121,35 @@ static char *decode_all(const sd_tokenizer *t, const int32_t *ids, int n, size_t
 }
 
 void sd_fuzz_check_encode(const sd_tokenizer *t, const char *text, size_t len, int add_bos, int roundtrip) {
+    sd_fuzz_check_tokenize(t, text, len, add_bos, 0, roundtrip);
+}
+
+void sd_fuzz_check_tokenize(const sd_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+                            int roundtrip) {
     const int nv = sd_tokenizer_n_vocab(t);
     int n = -1;
     sd_clear_error();
-    sd_status st = sd_tokenizer_encode(t, text, len, add_bos, NULL, 0, &n);
+    sd_status st = sd_tokenizer_tokenize(t, text, len, add_bos, parse_special, NULL, 0, &n);
     if (st != SD_OK) {
         SD_FUZZ_CHECK(st == SD_ERR_INVALID_ARG || st == SD_ERR_UNSUPPORTED);
         sd_fuzz_check_error();
         if (st != SD_ERR_INVALID_ARG) return;
     }
-    SD_FUZZ_CHECK(n >= 0 && (size_t)n <= 3 * len + 4); /* 3 per (escaped) byte, the prefix, BOS */
+    /* 3 per (escaped) byte, the prefix, BOS; with specials parsed, each piece of text after a
+     * special token may carry its own 3-byte prefix */
+    SD_FUZZ_CHECK(n >= 0 && (size_t)n <= (parse_special ? 6 : 3) * len + 4);
     if (n == 0) return;
     int32_t *ids = malloc((size_t)n * sizeof *ids); /* exact: a write past n is caught */
     SD_FUZZ_CHECK(ids != NULL);
     int n2 = -1;
-    SD_FUZZ_CHECK(sd_tokenizer_encode(t, text, len, add_bos, ids, n, &n2) == SD_OK && n2 == n);
+    SD_FUZZ_CHECK(sd_tokenizer_tokenize(t, text, len, add_bos, parse_special, ids, n, &n2) == SD_OK && n2 == n);
     for (int i = 0; i < n; i++) SD_FUZZ_CHECK(ids[i] >= 0 && ids[i] < nv);
     if (n > 1) { /* truncated: the first cap ids, the full count, an error */
         int32_t *part = malloc((size_t)(n - 1) * sizeof *part);
         SD_FUZZ_CHECK(part != NULL);
         int n3 = -1;
         sd_clear_error();
-        SD_FUZZ_CHECK(sd_tokenizer_encode(t, text, len, add_bos, part, n - 1, &n3) == SD_ERR_INVALID_ARG);
+        SD_FUZZ_CHECK(sd_tokenizer_tokenize(t, text, len, add_bos, parse_special, part, n - 1, &n3) == SD_ERR_INVALID_ARG);
         sd_fuzz_check_error();
         SD_FUZZ_CHECK(n3 == n && memcmp(part, ids, (size_t)(n - 1) * sizeof *ids) == 0);
         free(part);
@@ -209,8 +216,8 @@ void sd_fuzz_check_decode(const sd_tokenizer *t, const uint8_t *data, size_t siz
     free(full);
 }
 
-/* Input: a mode byte (bits 0-2: vocabulary, 6 and 7 meaning 0; bit 3: add BOS), then
- * text; the same bytes read as int32 ids are decoded. */
+/* Input: a mode byte (bits 0-2: vocabulary, 6 and 7 meaning 0; bit 3: add BOS; bit 4: parse
+ * special tokens), then text; the same bytes read as int32 ids are decoded. */
 int sd_fuzz_tokenizer(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     const int which = data[0] & 7;
@@ -222,7 +229,7 @@ int sd_fuzz_tokenizer(const uint8_t *data, size_t size) {
     char *text = malloc(len ? len : 1);
     SD_FUZZ_CHECK(text != NULL);
     memcpy(text, data + 1, len);
-    sd_fuzz_check_encode(t, text, len, add_bos, is_lossless);
+    sd_fuzz_check_tokenize(t, text, len, add_bos, (data[0] >> 4) & 1, is_lossless);
     sd_fuzz_check_decode(t, data + 1, len);
     free(text);
     return 0;

@@ -431,6 +431,35 @@ static const char *const k_configs[] = {
     "[1, 2, {\"a\": [true, false, null, -1.5e300, \"\\u00e9\\ud83d\\ude42\"]}]",
 };
 
+/* chat: mode byte (format, generation prompt) then a template's marker text, or messages as
+ * role-byte + content segments split at NUL (sizeof - 1 keeps the inner NULs). */
+#define CHAT_SEED(s) {s, sizeof s - 1}
+static const struct {
+    const char *text;
+    size_t len;
+} k_chat[] = {
+    CHAT_SEED("\x10{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'}}"),
+    CHAT_SEED("\x12<|im_start|>{% if '</think>' in content %}<think>{% endif %}"),
+    CHAT_SEED("\x14<|start_header_id|>Cutting Knowledge Date: December 2023 strftime_now"),
+    CHAT_SEED("\x18<start_of_turn>{{ bos_token }}"),
+    CHAT_SEED("\x19<|assistant|>\n<|end|>"),
+    CHAT_SEED("\x16[INST] <<SYS>>\n{{ system }}\n<</SYS>>"),
+    CHAT_SEED("\x07[INST] {{ m }} [/INST]"),
+    CHAT_SEED("\x02\x01q1\0\x02<think>\nr1\n</think>\n\na1\0\x01q2\0\x02\n\nA</think>B"),
+    CHAT_SEED("\x13\x00You are brief.\0\x01  Hello \xe3\x80\x80\0\x02\xc2\xa0 Hi \0\x03tool"),
+    CHAT_SEED("\x16\x02" "first\0\x01user\0\x00\0"),
+};
+
+/* hf_config: the keys specdec reads, in their real shapes, and near misses. */
+static const char *const k_hf_configs[] = {
+    "{\"bos_token_id\": 1, \"eos_token_id\": [2, 3, 60], \"do_sample\": true}",
+    "{\"eos_token_id\": 2, \"transformers_version\": \"4.41.2\"}",
+    "{\"eos_token\": {\"content\": \"</s>\", \"lstrip\": false}, \"chat_template\": \"{{ '<|im_start|>' }}\"}",
+    "{\"eos_token\": \"<s>\", \"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"},"
+    " {\"name\": \"default\", \"template\": \"<start_of_turn>\"}]}",
+    "{\"eos_token_id\": [1e9], \"chat_template\": 7, \"eos_token\": null}",
+};
+
 int sd_fuzz_make_seeds(const char *target, sd_fuzz_seed **out, int *n) {
     seeds s = {0};
     *out = NULL;
@@ -461,6 +490,16 @@ int sd_fuzz_make_seeds(const char *target, sd_fuzz_seed **out, int *n) {
                 snprintf(name, sizeof name, "text%zu_mode%u", i, mode);
                 add(&s, name, b.oom ? NULL : b.p, b.n);
             }
+        for (int v = 0; v < 6; v++) { /* special tokens written in the text, parsed (bit 4) */
+            static const char specials[] = "<s>Once</s> <unk>x<|endoftext|>\n<|im_start|>";
+            uint8_t mode = (uint8_t)(v | 16 | (v & 1) << 3);
+            bytes b = {0};
+            put(&b, &mode, 1);
+            put(&b, specials, sizeof specials - 1);
+            if (b.oom) free(b.p);
+            snprintf(name, sizeof name, "specials_mode%u", mode);
+            add(&s, name, b.oom ? NULL : b.p, b.n);
+        }
         const int32_t ids[] = {1, 2, 3, 259, 300, 511, 512, -1, INT32_MIN, INT32_MAX, 0, 4, 100};
         bytes b = {0};
         put_le(&b, 2 | 8, 1); /* vocabulary 2, BOS on */
@@ -497,6 +536,16 @@ int sd_fuzz_make_seeds(const char *target, sd_fuzz_seed **out, int *n) {
             }
             snprintf(name, sizeof name, "synth_%d.json", nv);
             add(&s, name, b.p, b.n);
+        }
+    } else if (!strcmp(target, "chat")) {
+        for (size_t i = 0; i < sizeof k_chat / sizeof k_chat[0]; i++) {
+            snprintf(name, sizeof name, "chat%zu", i);
+            add_copy(&s, name, k_chat[i].text, k_chat[i].len);
+        }
+    } else if (!strcmp(target, "hf_config")) {
+        for (size_t i = 0; i < sizeof k_hf_configs / sizeof k_hf_configs[0]; i++) {
+            snprintf(name, sizeof name, "hf_config%zu.json", i);
+            add_copy(&s, name, k_hf_configs[i], strlen(k_hf_configs[i]));
         }
     } else if (!strcmp(target, "config")) {
         for (size_t i = 0; i < sizeof k_configs / sizeof k_configs[0]; i++) {

@@ -4,7 +4,7 @@
 # (copied into the build directory at run time, never into the tree); prints executions and
 # coverage per target. A crash leaves its reproducer in build-fuzz/artifacts/TARGET/.
 # Usage: scripts/fuzz.sh [TARGET|all] [SECONDS]     (default: all, 60 s per target)
-#   TARGET: gguf model_gguf llama2c tokenizer tokenizer_file config safetensors hf_tokenizer
+#   TARGET: gguf model_gguf llama2c tokenizer tokenizer_file config safetensors hf_tokenizer chat hf_config
 #   env: SPECDEC_SHARED (../shared), SPECDEC_FUZZ_BUILD (build-fuzz), SPECDEC_FUZZ_RSS_MB (2048),
 #        SPECDEC_FUZZ_ARGS (extra libFuzzer flags, e.g. "-jobs=2 -workers=2")
 set -euo pipefail
@@ -15,7 +15,7 @@ SECS=${2:-60}
 BUILD=${SPECDEC_FUZZ_BUILD:-build-fuzz}
 SHARED=${SPECDEC_SHARED:-$ROOT/../shared}
 RSS=${SPECDEC_FUZZ_RSS_MB:-2048}
-TARGETS=(gguf model_gguf llama2c tokenizer tokenizer_file config safetensors hf_tokenizer)
+TARGETS=(gguf model_gguf llama2c tokenizer tokenizer_file config safetensors hf_tokenizer chat hf_config)
 
 if [ "$WHICH" != all ] && [[ ! " ${TARGETS[*]} " == *" $WHICH "* ]]; then
   echo "fuzz: unknown target '$WHICH' (known: ${TARGETS[*]} all)" >&2
@@ -92,6 +92,14 @@ for t in "${TARGETS[@]}"; do
   hf_tokenizer)  # special-id byte | tokenizer.json
     have models/tinystories-656k/tokenizer.json &&
       { printf '\001'; cat "$SHARED/models/tinystories-656k/tokenizer.json"; } > "$d/shared_tinystories-656k.json" ;;
+  chat)  # mode byte | the real templates (extracted from tokenizer_config.json)
+    for m in llama3 qwen3; do
+      f=$SHARED/tokenizers/$m/tokenizer_config.json
+      [ -r "$f" ] && { printf '\020'; python3 -c 'import json,sys; sys.stdout.write(json.load(open(sys.argv[1]))["chat_template"])' "$f" 2>/dev/null; } > "$d/shared_$m.jinja"
+    done ;;
+  hf_config)
+    for m in llama3 qwen3; do have "tokenizers/$m/tokenizer_config.json" && cp "$SHARED/tokenizers/$m/tokenizer_config.json" "$d/shared_$m.json"; done
+    have models/tinystories-656k/generation_config.json && cp "$SHARED/models/tinystories-656k/generation_config.json" "$d/shared_generation_config.json" ;;
   safetensors)  # u32 split | config.json | model.safetensors: the real config over the synthetic weights
     cfg=models/tinystories-656k/config.json
     if have "$cfg" && [ -r "$d/seed_llama_f32_tied" ]; then

@@ -25,7 +25,7 @@ static void run_exact(int (*fn)(const uint8_t *, size_t), const uint8_t *data, s
 }
 
 /* Reproducers committed under tests/fuzz-regressions (raise it when adding one). */
-#define SD_FUZZ_MIN_REPRODUCERS 9
+#define SD_FUZZ_MIN_REPRODUCERS 10
 
 static void test_regression_files(void **state) {
     (void)state;
@@ -169,6 +169,8 @@ static void test_seeds_tokenizer_file(void **state) { (void)state; replay_seeds(
 static void test_seeds_config(void **state) { (void)state; replay_seeds("config"); }
 static void test_seeds_safetensors(void **state) { (void)state; replay_seeds("safetensors"); }
 static void test_seeds_hf_tokenizer(void **state) { (void)state; replay_seeds("hf_tokenizer"); }
+static void test_seeds_chat(void **state) { (void)state; replay_seeds("chat"); }
+static void test_seeds_hf_config(void **state) { (void)state; replay_seeds("hf_config"); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -182,6 +184,8 @@ int main(void) {
         cmocka_unit_test(test_seeds_config),
         cmocka_unit_test(test_seeds_safetensors),
         cmocka_unit_test(test_seeds_hf_tokenizer),
+        cmocka_unit_test(test_seeds_chat),
+        cmocka_unit_test(test_seeds_hf_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

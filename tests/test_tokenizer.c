@@ -19,15 +19,7 @@
 
 /* ---- helpers --------------------------------------------------------------------------- */
 
-static sd_tokenizer *load_llama2c(const char *rel, int vocab) {
-    char *path = sdtest_shared_or_skip(rel);
-    sd_tokenizer *t = NULL;
-    sd_status st = sd_tokenizer_load_llama2c(path, vocab, &t);
-    if (st != SD_OK) print_error("%s: %s\n", path, sd_last_error());
-    free(path);
-    assert_int_equal(st, SD_OK);
-    return t;
-}
+static sd_tokenizer *load_llama2c(const char *rel, int vocab) { return sdtest_load_llama2c_tokenizer(rel, vocab); }
 
 static void run_vocab_cases(const sd_tokenizer *t, const char *name) {
     sdtest_vocab_cases *c = sdtest_load_vocab_cases(VOCAB_DIR);
@@ -85,11 +77,8 @@ static void test_llama2c_matches_gguf(void **state) {
 
 /* Every paragraph of the corpus (4,662 stories, ~0.9 MB) through encode and decode. */
 static void roundtrip_corpus(const sd_tokenizer *t, const char *name) {
-    char *path = sdtest_shared_or_skip("corpora/tinystories.txt");
     size_t len = 0;
-    char *text = sdtest_read_file(path, &len);
-    free(path);
-    assert_non_null(text);
+    char *text = sdtest_load_corpus(&len);
     int failed = 0, paragraphs = 0;
     size_t pos = 0;
     while (pos < len) {

@@ -46,7 +46,8 @@ typedef struct {
     int tree_branch;        /* most children of a tree node (default 3) */
     int tree_width;         /* most nodes expanded per tree level (default 4) */
     sd_sampler_params sampling;
-    int stop_at_eos;        /* stop after the target's EOS (default 1) */
+    int stop_at_eos;        /* stop after any of the target's end-of-generation tokens: EOS,
+                               <|eot_id|>, <|im_end|>, ... (sd_tokenizer_is_eog; default 1) */
     int n_ctx;              /* sd_spec_create's contexts: 0 = the smaller model's training context */
     sd_type kv_type;        /* sd_spec_create's contexts: SD_TYPE_F32 (default) or SD_TYPE_F16 */
     volatile sig_atomic_t *stop_flag; /* polled between tokens: nonzero stops (SIGINT) */

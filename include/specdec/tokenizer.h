@@ -27,8 +27,9 @@ enum {
 typedef struct sd_tokenizer sd_tokenizer;
 
 /* llama2.c tokenizer.bin: int32 max_token_length, then vocab_size records of
- * (float score, int32 len, len bytes). vocab_size comes from the model header; the file
- * must end right after the last record. BOS = 1, EOS = 2, UNK = 0, add_bos = 1,
+ * (float score, int32 len, len bytes). vocab_size comes from the model header (0: as many
+ * records as the file holds, read until its end); the file must end right after the last
+ * record. BOS = 1, EOS = 2, UNK = 0, add_bos = 1,
  * add_space_prefix = 1, byte tokens "<0x00>".."<0xFF>" found by text. Pieces are brought
  * back to SentencePiece form (' ' -> U+2581, "\n<s>\n" -> "<s>") so they equal the GGUF ones.
  * `what` names the source in error messages. On failure *out is NULL. */
@@ -59,6 +60,12 @@ sd_status sd_tokenizer_load_hf_json(const char *path, int32_t bos, int32_t eos, 
 sd_status sd_tokenizer_from_hf_json(const char *json, size_t len, const char *what, int32_t bos,
                                     int32_t eos, sd_tokenizer **out);
 
+/* Whatever path names: a GGUF file (its tokenizer.* metadata only: the architecture need not be
+ * one specdec runs, and the weights are not read), a Hugging Face model directory (its
+ * tokenizer.json), a tokenizer.json (both with sd_tokenizer_load_hf_config applied from their
+ * directory), or else a llama2.c tokenizer.bin, its vocabulary size counted from the file. */
+sd_status sd_tokenizer_load(const char *path, sd_tokenizer **out);
+
 void sd_tokenizer_free(sd_tokenizer *t); /* NULL is fine */
 
 sd_tokenizer_kind sd_tokenizer_kind_of(const sd_tokenizer *t);
@@ -71,19 +78,51 @@ int sd_tokenizer_add_bos(const sd_tokenizer *t);
 const char *sd_tokenizer_piece(const sd_tokenizer *t, int32_t id, size_t *len);
 int sd_tokenizer_token_type(const sd_tokenizer *t, int32_t id); /* SD_TOKEN_*, -1 if out of range */
 
-/* Encodes len bytes of text. add_bos prepends BOS when the vocab has one. For BPE vocabs
- * this matches llama.cpp's BPE tokenizer (parse_special off: user-defined tokens are split out
- * first, longest first; then the pre-tokenizer; merges by rank, ties leftmost) and HF's for
- * tokenizer.json; the rest of this comment is about SPM vocabs.
- * Writes at most cap ids; *n_out receives the full count even when it exceeds cap
- * (then SD_ERR_INVALID_ARG is returned and out holds the first cap ids; out may be NULL
- * with cap 0 to count). Matches llama.cpp's SPM tokenizer with parse_special off: spaces
- * escaped to U+2581, a leading U+2581 added when add_space_prefix (and the text is
- * non-empty), merges by best score (ties: leftmost), byte fallback ("<0xXX>", else the
- * unknown token). Unlike llama.cpp it does not split user-defined pieces out of the text
- * first (Llama-2-style vocabularies have none). Safe to call from several threads. */
+/* Encodes len bytes of text as llama.cpp's llama_tokenize(add_special, parse_special) does.
+ * add_bos prepends BOS when the vocab has one. Special tokens are split out of the text first,
+ * longest first: user-defined ones always, control and unknown ones (e.g. "<|im_start|>",
+ * "<s>") only when parse_special; otherwise their text is encoded like any other text.
+ * The text between them: for BPE vocabs, the pre-tokenizer, then merges by rank (ties
+ * leftmost), as llama.cpp's BPE tokenizer and HF's for tokenizer.json; for SPM vocabs, spaces
+ * escaped to U+2581, a leading U+2581 before the text at the start and after each special
+ * token when add_space_prefix, merges by best score (ties: leftmost), byte fallback ("<0xXX>",
+ * else the unknown token). Writes at most cap ids; *n_out receives the full count even when
+ * it exceeds cap (then SD_ERR_INVALID_ARG is returned and out holds the first cap ids; out
+ * may be NULL with cap 0 to count). Safe to call from several threads. */
+sd_status sd_tokenizer_tokenize(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
+                                int parse_special, int32_t *out, int cap, int *n_out);
+/* sd_tokenizer_tokenize with parse_special off: prompt text is always plain text. */
 sd_status sd_tokenizer_encode(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
                               int32_t *out, int cap, int *n_out);
+
+/* End of generation, as llama.cpp decides it: EOS; the ids a GGUF names in
+ * tokenizer.ggml.eot_token_id, eom_token_id, fim_pad/fim_rep/fim_sep_token_id (when absent,
+ * found by their text: "<|eot_id|>", "<|im_end|>", "<|fim_pad|>", "<|repo_name|>",
+ * "<|file_sep|>", ...); every token whose text is one of "<|eot_id|>", "<|im_end|>", "<|end|>",
+ * "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>",
+ * "<end_of_utterance>" (those become control tokens); and, for Hugging Face files, the ids
+ * that sd_tokenizer_apply_hf_config adds. Llama 3 instruct: <|eot_id|>, <|eom_id|>,
+ * <|end_of_text|>; Qwen2.5/3: <|im_end|>, <|endoftext|> and the FIM pad/repo/file-separator
+ * tokens. A generator stops after emitting any of them. */
+int sd_tokenizer_is_eog(const sd_tokenizer *t, int32_t id);
+/* The end-of-generation ids (ascending) into *ids (owned by t; never NULL, even for none);
+ * returns their count. */
+int sd_tokenizer_eog(const sd_tokenizer *t, const int32_t **ids);
+
+/* The model's chat template (GGUF tokenizer.chat_template, or chat_template from
+ * tokenizer_config.json through sd_tokenizer_apply_hf_config): NUL-terminated, owned by t;
+ * NULL when there is none. *len (may be NULL) receives its length. */
+const char *sd_tokenizer_chat_template(const sd_tokenizer *t, size_t *len);
+
+/* Applies one Hugging Face JSON file that sits beside tokenizer.json: generation_config.json's
+ * "eos_token_id" (an id or a list of ids: each ends generation; the first becomes EOS and
+ * "bos_token_id" BOS where the tokenizer has none; add_bos is not changed), tokenizer_config.json's
+ * "eos_token" (a string or {"content": ...}: that token ends generation) and "chat_template"
+ * (a string, or a list of {"name", "template"} whose "default" entry is taken). Other keys
+ * are ignored. `what` names the file in error messages; on error t is unchanged. */
+sd_status sd_tokenizer_apply_hf_config(sd_tokenizer *t, const char *json, size_t len, const char *what);
+/* Applies dir/generation_config.json and dir/tokenizer_config.json, each when present. */
+sd_status sd_tokenizer_load_hf_config(sd_tokenizer *t, const char *dir);
 
 /* Text of token id as it should be printed after token prev (-1 at start): U+2581 -> ' ',
  * byte tokens -> the raw byte, control/unknown/unused tokens (BOS/EOS) -> "", user-defined
@@ -99,9 +138,10 @@ int sd_tokenizer_max_piece_len(const sd_tokenizer *t);
 /* Compatibility of a draft tokenizer with a target's: same piece encoding (byte-level BPE, or
  * SentencePiece-style for SPM and byte-fallback BPE alike, so a GGUF "llama" vocab pairs with
  * the tokenizer.json of the same model), same BOS/EOS, same piece
- * text for every id both have, sizes equal or differing only by trailing ids that are
- * unused/control padding. On mismatch returns SD_ERR_MISMATCH with a message naming
- * the first differing id and both texts. */
+ * text for every id both have unless both mark it unused (padding, whatever each converter
+ * called it), sizes equal or differing only by trailing ids that are unused/control padding
+ * (Qwen2.5-7B's 152064 ids against 0.5B's 151936 for the same 151665 tokens). On mismatch
+ * returns SD_ERR_MISMATCH with a message naming the first differing id and both texts. */
 sd_status sd_tokenizer_check_compatible(const sd_tokenizer *target, const sd_tokenizer *draft);
 
 #endif

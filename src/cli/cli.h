@@ -38,6 +38,19 @@ double cli_cache_bytes(int threads);
 /* Loads a model with a tokenizer override; prints the error. */
 int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer_fallback, sd_model **out);
 
+/* How generate turns -p into prompt ids (gen_prompt.c). */
+typedef struct {
+    int chat;                  /* --chat: the text is one user turn, rendered by the chat template */
+    const char *system;        /* --system TEXT: a system turn before it (NULL: none) */
+    const char *template_name; /* --chat-template NAME (NULL: the model's template) */
+    int special;               /* --special: parse special tokens written in a plain prompt */
+} cli_prompt_opts;
+
+/* The prompt ids of text for tokenizer t of `model` (named in messages), malloc'd into *ids.
+ * Returns 0, or the exit status after printing the error (1 runtime, 2 usage). */
+int cli_prompt_ids(const sd_tokenizer *t, const char *model, const cli_prompt_opts *o, const char *text,
+                   int32_t **ids, int *n_ids);
+
 /* SIGINT sets this; engines poll it between tokens. */
 extern volatile sig_atomic_t cli_interrupted;
 void cli_install_sigint(void);
@@ -49,5 +62,6 @@ int cmd_bench_decode(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 #endif

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "specdec/chat.h"
 #include "specdec/convert.h"
 #include "specdec/spec.h"
 
@@ -50,7 +51,18 @@ static void help(FILE *f) {
             "       --top-k K           keep the K most likely tokens; 0 = off (default 0)\n"
             "       --top-p P           nucleus sampling mass in (0, 1]; 1 = off (default 1)\n"
             "       --seed S            RNG seed: xoshiro256** seeded by SplitMix64 (default 42)\n"
-            "       --ignore-eos        keep generating after the end-of-sequence token\n"
+            "       --ignore-eos        keep generating after an end-of-generation token (EOS, <|eot_id|>,\n"
+            "                           <|im_end|>, ...: the model's, as llama.cpp decides them)\n"
+            "       --chat              treat the prompt as one user message: render it with the model's chat\n"
+            "                           template (ChatML, with a warning, for a model without one) and print\n"
+            "                           only the reply, which ends at the end-of-turn token\n"
+            "       --system TEXT       with --chat: a system message before the user's\n"
+            "       --chat-template NAME  with --chat: render with NAME instead of the model's template:\n"
+            "                           %s\n"
+            "       --special           parse special tokens written in the prompt (<|im_start|>, <s>, ...)\n"
+            "                           as those tokens; without it they are plain text\n"
+            "       --ids               print the generated token ids, space-separated on one line, instead\n"
+            "                           of the prompt and the text\n"
             "\n"
             "runtime:\n"
             "  -t,  --threads N         threads (default: online CPUs)\n"
@@ -64,7 +76,7 @@ static void help(FILE *f) {
             "\n"
             "Statistics go to stderr, text to stdout. Exit status 0 on success, 1 on a runtime\n"
             "error, 2 on a usage error, 130 when interrupted (Ctrl-C stops at the next token).\n",
-            SD_MAX_DRAFT, SD_MAX_DRAFT);
+            SD_MAX_DRAFT, SD_MAX_DRAFT, sd_chat_known_names());
 }
 
 typedef struct {
@@ -73,12 +85,17 @@ typedef struct {
     int stream;
     char *text; /* accumulated output */
     size_t len, cap;
+    int ids;         /* --ids: ids instead of text */
+    char *piece;     /* sd_tokenizer_max_piece_len() + 16 bytes: any token's text, or an id */
 } printer;
 
 static int on_token(int32_t tok, void *user) {
     printer *pr = user;
-    char buf[256];
-    int n = sd_tokenizer_decode(pr->tok, pr->prev, tok, buf, sizeof buf);
+    const size_t cap = (size_t)sd_tokenizer_max_piece_len(pr->tok) + 16;
+    if (!pr->piece && !(pr->piece = malloc(cap))) return 1;
+    char *buf = pr->piece;
+    int n = pr->ids ? snprintf(buf, cap, pr->len ? " %d" : "%d", (int)tok)
+                    : sd_tokenizer_decode(pr->tok, pr->prev, tok, buf, cap);
     pr->prev = tok;
     if (n <= 0) return 0;
     if (pr->len + (size_t)n + 1 > pr->cap) {
@@ -178,7 +195,8 @@ int cmd_generate(int argc, char **argv) {
     const char *model = NULL, *draft = NULL, *tokp = NULL, *dtokp = NULL, *prompt = NULL;
     const char *prompt_file = NULL, *stats_path = NULL;
     int n_predict = 128, k = 4, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), n_ctx = 0;
-    int compare = 0, stream = 1, ignore_eos = 0;
+    int compare = 0, stream = 1, ignore_eos = 0, print_ids = 0;
+    cli_prompt_opts po = {0};
     int n_set = 0, draft_type = -1, draft_mode = SD_DRAFT_ADAPTIVE, ngram = 0, ngram_min = 1, ngram_max = 4, tree = 0;
     float p_min = 0.75f;
     sd_sampler_params sp = sd_sampler_default_params();
@@ -258,6 +276,17 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--stats-json")) { NEEDV(); stats_path = v; }
         else if (!strcmp(a, "--no-stream")) stream = 0;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
+        else if (!strcmp(a, "--chat")) po.chat = 1;
+        else if (!strcmp(a, "--system")) { NEEDV(); po.system = v; }
+        else if (!strcmp(a, "--chat-template")) {
+            NEEDV();
+            sd_chat_format f;
+            if (sd_chat_format_from_name(v, &f) != SD_OK)
+                return cli_usage_error("--chat-template must be one of %s, got '%s'", sd_chat_known_names(), v);
+            po.template_name = v;
+        }
+        else if (!strcmp(a, "--special")) po.special = 1;
+        else if (!strcmp(a, "--ids")) print_ids = 1;
         else return cli_usage_error("generate: unknown option '%s' (see specdec generate --help)", a);
 #undef NEEDV
     }
@@ -269,6 +298,8 @@ int cmd_generate(int argc, char **argv) {
     if (tree && ngram) return cli_usage_error("generate: --draft-tree and --draft ngram do not combine");
     if (ngram_min > ngram_max)
         return cli_usage_error("generate: --ngram-min %d exceeds --ngram-max %d", ngram_min, ngram_max);
+    if (!po.chat && (po.system || po.template_name))
+        return cli_usage_error("generate: %s needs --chat", po.system ? "--system" : "--chat-template");
 
     char *file_text = NULL;
     if (prompt_file) {
@@ -317,15 +348,10 @@ int cmd_generate(int argc, char **argv) {
     const sd_tokenizer *tok = sd_model_tokenizer(tm);
     int ctx = n_ctx > 0 ? n_ctx : sd_model_hparams(tm)->ctx_len;
     if (!n_ctx && dm && sd_model_hparams(dm)->ctx_len < ctx) ctx = sd_model_hparams(dm)->ctx_len;
-    int cap = ctx + 8;
     size_t plen = strlen(prompt);
-    if ((size_t)cap < plen + 8) cap = (int)plen + 8; /* every byte can become at most one token */
-    ids = malloc((size_t)cap * sizeof(int32_t));
-    if (!ids) { rc = cli_usage_error("out of memory"); goto done; }
     int n_ids = 0;
-    sd_status st = sd_tokenizer_encode(tok, prompt, plen, sd_tokenizer_add_bos(tok), ids, cap, &n_ids);
-    if (st != SD_OK) { rc = cli_error_status(st); goto done; }
-    if (n_ids == 0) { rc = cli_usage_error("the prompt encodes to no tokens"); goto done; }
+    if ((rc = cli_prompt_ids(tok, model, &po, prompt, &ids, &n_ids))) goto done;
+    sd_status st;
 
     sd_spec_params p = sd_spec_default_params();
     p.n_predict = n_predict;
@@ -363,9 +389,9 @@ int cmd_generate(int argc, char **argv) {
         sd_spec_free(w);
     }
     pr.tok = tok;
-    pr.prev = -1;
     pr.stream = stream;
-    fwrite(prompt, 1, plen, stdout); /* echo the prompt, then the continuation */
+    pr.ids = print_ids;
+    if (!print_ids && !po.chat) fwrite(prompt, 1, plen, stdout); /* echo the prompt, then the continuation */
     pr.prev = ids[n_ids - 1];
     fflush(stdout);
     sd_spec_stats stats;
@@ -385,13 +411,14 @@ int cmd_generate(int argc, char **argv) {
 
     if (compare && !cli_interrupted) {
         sd_spec_stats ps;
-        printer pp = {tok, ids[n_ids - 1], 0, NULL, 0, 0};
+        printer pp = {tok, ids[n_ids - 1], 0, NULL, 0, 0, print_ids, NULL};
         p.draft_max = 0;
         p.ngram = 0;
         p.tree_budget = 0;
         if ((st = sd_spec_create(tm, NULL, &p, &plain)) != SD_OK ||
             (st = sd_spec_generate(plain, ids, n_ids, on_token, &pp, &ps)) != SD_OK) {
             free(pp.text);
+            free(pp.piece);
             rc = cli_error_status(st);
             goto done;
         }
@@ -415,6 +442,7 @@ int cmd_generate(int argc, char **argv) {
         cJSON_AddNumberToObject(root, "speedup", tp > 0 ? ts / tp : 0.0);
         if (sp.temperature == 0) cJSON_AddBoolToObject(root, "greedy_identical", same);
         free(pp.text);
+        free(pp.piece);
         if (sp.temperature == 0 && !same) rc = 1;
     }
     if (stats_path) {
@@ -429,6 +457,7 @@ int cmd_generate(int argc, char **argv) {
 done:
     cJSON_Delete(root);
     free(pr.text);
+    free(pr.piece);
     free(ids);
     free(file_text);
     sd_spec_free(plain);

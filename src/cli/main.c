@@ -131,6 +131,7 @@ static void usage(FILE *f) {
             "  bench        speculative vs plain decoding for a pair over draft lengths (JSON config)\n"
             "  mkmodel      write a random-weight Llama GGUF of any shape (for benchmarks)\n"
             "  convert      write a model as a llama.cpp GGUF in f32/f16/bf16 or quantised (q8_0, q4_0, ...)\n"
+            "  tokenize     print the token ids of a text under a model's tokenizer\n"
             "\n"
             "Run 'specdec <command> --help' for the options of a command.\n");
 }
@@ -151,6 +152,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "mkmodel")) return cmd_mkmodel(argc - 1, argv + 1);
     if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     usage(stderr);
     return cli_usage_error("unknown command '%s'", cmd);
 }

@@ -30,9 +30,21 @@ static const sd_drafter_vtbl k_model_vtbl;
  * never proposes them and q stays the distribution actually sampled from. */
 #define SD_MASKED_LOGIT (-1e30f)
 
+/* The id the draft model reads for token t: a target with more embedding rows (a padded
+ * vocabulary) may emit ids the draft has no row for; they go in as id 0. Drafts are only
+ * proposals, so verification stays exact. */
+static int32_t draft_id(const model_drafter *md, int32_t t) { return t < md->model_vocab ? t : 0; }
+
 /* Feeds tokens[0..n) after what the cache holds; logits of the last one. */
 static sd_status feed(model_drafter *md, const int32_t *tokens, int n) {
-    sd_status st = sd_context_forward(md->ctx, md->seq, tokens, n, md->logits, 0);
+    int32_t *mapped = NULL;
+    for (int i = 0; i < n && !mapped; i++)
+        if (tokens[i] >= md->model_vocab) {
+            if (!(mapped = malloc((size_t)n * sizeof *mapped))) return sd_fail(SD_ERR_NOMEM, "out of memory");
+            for (int j = 0; j < n; j++) mapped[j] = draft_id(md, tokens[j]);
+        }
+    sd_status st = sd_context_forward(md->ctx, md->seq, mapped ? mapped : tokens, n, md->logits, 0);
+    free(mapped);
     if (st != SD_OK) return st;
     memcpy(md->fed + md->n_fed, tokens, (size_t)n * sizeof *tokens);
     md->n_fed += n;
@@ -177,7 +189,7 @@ sd_status sd_drafter_model_draft_many(sd_drafter *const *ds, sd_draft_req *const
         sd_context_seq_truncate(md->ctx, md->seq, c);
         md->n_fed = c;
         md->have_logits = 0;
-        for (int t = c; t < r->n_hist; t++) sd_batch_add(&b, r->hist[t], t, md->seq, t == r->n_hist - 1);
+        for (int t = c; t < r->n_hist; t++) sd_batch_add(&b, draft_id(md, r->hist[t]), t, md->seq, t == r->n_hist - 1);
         memcpy(md->fed + c, r->hist + c, (size_t)(r->n_hist - c) * sizeof *md->fed);
         md->n_fed = r->n_hist;
         md->synced = r->n_hist;

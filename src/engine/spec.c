@@ -22,7 +22,7 @@ struct sd_spec {
     sd_spec_params p;
     int n_vocab;        /* target logits per row */
     int n_ctx;          /* tokens the history may hold */
-    int32_t eos;
+    const sd_tokenizer *tok; /* the target's: its end-of-generation ids stop a generation */
     int32_t *tokens;    /* [n_ctx] prompt + emitted */
     int n_tokens;
     float *p_rows;      /* [k+1][n_vocab] processed target distributions */
@@ -125,8 +125,7 @@ sd_status sd_spec_create_with(sd_context *target, int seq, sd_drafter *drafter, 
     s->n_vocab = n_vocab;
     s->n_ctx = sd_context_n_ctx(target);
     if (drafter && drafter->capacity < s->n_ctx) s->n_ctx = drafter->capacity;
-    const sd_tokenizer *tok = sd_model_tokenizer(tm);
-    s->eos = tok ? sd_tokenizer_eos(tok) : -1;
+    s->tok = sd_model_tokenizer(tm);
     sd_adaptive_init(&s->adaptive);
     sd_pmin_policy_init(&s->pmin, s->p.p_min);
     if (s->p.tree_budget > 0 && drafter && !drafter->vt->draft_tree) {
@@ -306,7 +305,7 @@ static int emit(sd_spec *s, int32_t tok, sd_token_cb cb, void *user, int32_t *ou
     (*n_out)++;
     if (st->n_generated++ == 0) st->t_first = sd_now() - s->t0;
     if (cb && cb(tok, user)) finish(s, "callback");
-    else if (s->p.stop_at_eos && tok == s->eos) finish(s, "eos");
+    else if (s->p.stop_at_eos && s->tok && sd_tokenizer_is_eog(s->tok, tok)) finish(s, "eos");
     else if (st->n_generated >= s->p.n_predict) finish(s, "length");
     else if (s->p.stop_flag && *s->p.stop_flag) finish(s, "interrupted");
     else if (s->n_tokens >= s->n_ctx) finish(s, "context");

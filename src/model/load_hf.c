@@ -635,5 +635,7 @@ sd_status sd_model_load_hf(sd_model *m, const char *path, const sd_model_params 
     struct stat sb;
     if (stat(tok, &sb) != 0)
         return sd_fail(SD_ERR_IO, "%s: no tokenizer.json beside the weights (pass one with -z)", m->path);
-    return sd_tokenizer_load_hf_json(tok, (int32_t)x.bos, (int32_t)x.eos, &m->tok);
+    if ((st = sd_tokenizer_load_hf_json(tok, (int32_t)x.bos, (int32_t)x.eos, &m->tok)) != SD_OK) return st;
+    /* generation_config.json's eos list and tokenizer_config.json's chat template */
+    return sd_tokenizer_load_hf_config(m->tok, dir);
 }

@@ -5,10 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Keeps code point and symbol indices, byte offsets and token counts inside int32 (a text
- * grows at most 3x when spaces are escaped). */
-#define BPE_MAX_TEXT ((size_t)1 << 28)
-
 /* ---- Unicode classes ------------------------------------------------------------------ */
 
 /* Per code point: general category class, White_Space, and "is a code point of this piece"
@@ -296,43 +292,12 @@ int sd_bpe_pre_from_regex(sd_tokenizer *t, const char *re) {
 
 /* ---- finishing a vocabulary ------------------------------------------------------------ */
 
-typedef struct {
-    uint32_t len;
-    int32_t id;
-} len_id;
-
-static int by_length_desc(const void *pa, const void *pb) {
-    const len_id *a = pa, *b = pb;
-    if (a->len != b->len) return a->len > b->len ? -1 : 1;
-    return a->id < b->id ? -1 : a->id > b->id; /* ties by id: deterministic, unlike llama.cpp's sort */
-}
-
 sd_status sd_bpe_finish(sd_tokenizer *t, const char *what) {
     t->kind = SD_TOKENIZER_BPE;
     for (unsigned b = 0; b < 256; b++) {
         char s[4];
         size_t n = utf8_put(byte_to_cp(b), s);
         t->bl_tok[b] = sd_tok_lookup(t, s, n);
-    }
-    /* llama.cpp splits user-defined tokens out of the text before anything else, longest
-     * first (control and unknown ones only when parsing specials, which encode never does). */
-    int n = 0;
-    for (int32_t id = 0; id < t->n_vocab; id++) n += t->type[id] == SD_TOKEN_USER_DEFINED && t->len[id] > 0;
-    free(t->special);
-    t->special = NULL;
-    t->n_special = 0;
-    if (n) {
-        len_id *v = malloc((size_t)n * sizeof *v);
-        t->special = malloc((size_t)n * sizeof *t->special);
-        if (!v || !t->special) {
-            free(v);
-            return sd_fail(SD_ERR_NOMEM, "%s: out of memory", what);
-        }
-        for (int32_t id = 0; id < t->n_vocab; id++)
-            if (t->type[id] == SD_TOKEN_USER_DEFINED && t->len[id] > 0) v[t->n_special++] = (len_id){t->len[id], id};
-        qsort(v, (size_t)n, sizeof *v, by_length_desc);
-        for (int i = 0; i < n; i++) t->special[i] = v[i].id;
-        free(v);
     }
     return SD_OK;
 }
@@ -354,14 +319,8 @@ typedef struct {
 } bpe_pair;
 
 typedef struct {
-    size_t off, len;
-    int32_t id; /* a user-defined token, or -1 for text */
-} bpe_frag;
-
-typedef struct {
     const sd_tokenizer *t;
-    int32_t *out;
-    int cap, count;
+    sd_tok_sink *sink;
     char *norm; /* normalised piece of text */
     size_t norm_cap;
     uint32_t *cps, *cpo; /* code points of norm and their byte offsets (one more: the end) */
@@ -396,11 +355,6 @@ static void *grow_to(void *p, size_t *cap, size_t need, size_t elem) {
         if (!q_) on_fail;                                                 \
         (ptr) = q_;                                                       \
     } while (0)
-
-static void emit(bpe_state *s, int32_t id) {
-    if (s->count < s->cap) s->out[s->count] = id;
-    s->count++;
-}
 
 static void heap_push(bpe_state *s, bpe_pair b) {
     size_t i = s->n_heap++;
@@ -458,7 +412,7 @@ static void merge_and_emit(bpe_state *s, int32_t n) {
     for (int32_t i = 0; i >= 0; i = s->sym[i].next) {
         int32_t id = s->sym[i].id;
         if (id < 0) id = s->t->unk; /* a byte-level vocabulary without that byte's character */
-        if (id >= 0) emit(s, id);   /* none: dropped, as llama.cpp does */
+        if (id >= 0) sd_tok_emit(s->sink, id); /* none: dropped, as llama.cpp does */
     }
 }
 
@@ -477,7 +431,7 @@ static sd_status encode_word(bpe_state *s, const char *w, size_t n) {
             for (size_t i = 0; i < n; i++) o += utf8_put(byte_to_cp(u[i]), s->word + o);
             int32_t id = sd_tok_lookup(t, s->word, o);
             if (id >= 0) {
-                emit(s, id);
+                sd_tok_emit(s->sink, id);
                 return SD_OK;
             }
         }
@@ -486,7 +440,7 @@ static sd_status encode_word(bpe_state *s, const char *w, size_t n) {
         if (t->ignore_merges) {
             int32_t id = sd_tok_lookup(t, w, n);
             if (id >= 0) {
-                emit(s, id);
+                sd_tok_emit(s->sink, id);
                 return SD_OK;
             }
         }
@@ -763,70 +717,6 @@ nomem:
     return sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory for %zu bytes", n);
 }
 
-static const char *find_bytes(const char *hay, size_t n, const char *needle, size_t m) {
-    if (m == 0 || m > n) return NULL;
-    const char *end = hay + (n - m) + 1;
-    for (const char *p = hay; p < end;) {
-        const char *q = memchr(p, needle[0], (size_t)(end - p));
-        if (!q) return NULL;
-        if (memcmp(q, needle, m) == 0) return q;
-        p = q + 1;
-    }
-    return NULL;
-}
-
-/* Splits text at every occurrence of each user-defined token, longest tokens first, the way
- * llama.cpp's tokenizer_st_partition does. *out is malloc'd. */
-static sd_status partition(const sd_tokenizer *t, const char *text, size_t len, bpe_frag **out,
-                           size_t *n_out) {
-    size_t cap = 16, n = 1;
-    bpe_frag *f = malloc(cap * sizeof *f);
-    bpe_frag *g = NULL;
-    size_t gcap = 0;
-    if (!f) goto nomem;
-    f[0].off = 0;
-    f[0].len = len;
-    f[0].id = -1;
-    for (int k = 0; k < t->n_special; k++) {
-        int32_t id = t->special[k];
-        const char *p = t->text + t->off[id];
-        size_t pl = t->len[id];
-        size_t m = 0;
-        for (size_t i = 0; i < n; i++) {
-            /* each text piece yields at most 2 pieces per occurrence plus one */
-            GROW_OR(g, gcap, m + 1 + (f[i].id < 0 ? 2 * (f[i].len / pl) : 0), goto nomem);
-            if (f[i].id >= 0) {
-                g[m++] = f[i];
-                continue;
-            }
-            size_t pos = f[i].off, end = f[i].off + f[i].len;
-            const char *hit;
-            while ((hit = find_bytes(text + pos, end - pos, p, pl)) != NULL) {
-                size_t at = (size_t)(hit - text);
-                if (at > pos) g[m++] = (bpe_frag){pos, at - pos, -1};
-                g[m++] = (bpe_frag){at, pl, id};
-                pos = at + pl;
-            }
-            if (pos < end) g[m++] = (bpe_frag){pos, end - pos, -1};
-        }
-        bpe_frag *sw = f;
-        f = g;
-        g = sw;
-        size_t sc = cap;
-        cap = gcap;
-        gcap = sc;
-        n = m;
-    }
-    free(g);
-    *out = f;
-    *n_out = n;
-    return SD_OK;
-nomem:
-    free(f);
-    free(g);
-    return sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory splitting user-defined tokens");
-}
-
 static void state_free(bpe_state *s) {
     free(s->norm);
     free(s->cps);
@@ -841,7 +731,7 @@ static void state_free(bpe_state *s) {
 
 sd_status sd_bpe_pretokenize(const sd_tokenizer *t, const char *text, size_t len,
                              void (*cb)(const char *w, size_t n, void *u), void *u) {
-    if (!t || t->kind != SD_TOKENIZER_BPE || !cb || (!text && len) || len > BPE_MAX_TEXT)
+    if (!t || t->kind != SD_TOKENIZER_BPE || !cb || (!text && len) || len > SD_TOK_MAX_TEXT)
         return sd_fail(SD_ERR_INVALID_ARG, "pretokenize: bad arguments");
     bpe_state s;
     memset(&s, 0, sizeof s);
@@ -853,32 +743,19 @@ sd_status sd_bpe_pretokenize(const sd_tokenizer *t, const char *text, size_t len
     return st;
 }
 
-sd_status sd_bpe_encode(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
-                        int32_t *out, int cap, int *n_out) {
-    if (len > BPE_MAX_TEXT)
-        return sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: text of %zu bytes exceeds the %zu-byte limit",
-                       len, BPE_MAX_TEXT);
+sd_status sd_bpe_encode_frags(const sd_tokenizer *t, const char *text, const sd_tok_frag *f, size_t n,
+                              sd_tok_sink *k) {
     bpe_state s;
     memset(&s, 0, sizeof s);
     s.t = t;
-    s.out = out;
-    s.cap = cap;
-    if (add_bos && t->bos >= 0) emit(&s, t->bos);
+    s.sink = k;
     sd_status st = SD_OK;
-    bpe_frag *frags = NULL;
-    size_t n_frags = 0;
-    if (len > 0) st = partition(t, text, len, &frags, &n_frags);
-    for (size_t i = 0; st == SD_OK && i < n_frags; i++) {
-        if (frags[i].id >= 0) emit(&s, frags[i].id);
-        else st = encode_text(&s, text + frags[i].off, frags[i].len, frags[i].off == 0);
+    for (size_t i = 0; st == SD_OK && i < n; i++) {
+        if (f[i].id >= 0) sd_tok_emit(k, f[i].id);
+        else st = encode_text(&s, text + f[i].off, f[i].len, f[i].off == 0);
     }
-    free(frags);
     state_free(&s);
-    if (st != SD_OK) return st;
-    *n_out = s.count;
-    if (s.count > cap)
-        return sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: %d tokens do not fit in %d", s.count, cap);
-    return SD_OK;
+    return st;
 }
 
 /* ---- decoding -------------------------------------------------------------------------- */

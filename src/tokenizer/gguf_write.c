@@ -120,6 +120,7 @@ sd_status sd_tokenizer_write_gguf(const sd_tokenizer *t, sd_gguf_writer *w) {
         (st = sd_gguf_set_bool(w, "tokenizer.ggml.add_eos_token", 0)))
         goto out;
     st = sd_gguf_set_bool(w, "tokenizer.ggml.add_space_prefix", t->add_space_prefix);
+    if (st == SD_OK && t->chat_template) st = sd_gguf_set_str(w, "tokenizer.chat_template", t->chat_template);
 out:
     free(pieces);
     free(scores);

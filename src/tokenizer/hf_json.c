@@ -3,10 +3,10 @@
 #include "tok_internal.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char ESC_SPACE[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's space */
 
@@ -366,6 +366,7 @@ static sd_status from_json(hf_ctx *c, const cJSON *root, int32_t bos, int32_t eo
                        (int)t->eos, n_vocab);
     if ((st = load_merges(c, cJSON_GetObjectItemCaseSensitive(model, "merges"))) != SD_OK) return st;
     if ((st = sd_bpe_finish(t, c->what)) != SD_OK) return st;
+    if ((st = sd_tok_finish_special(t, NULL, c->what)) != SD_OK) return st;
     *out = t;
     c->t = NULL;
     return SD_OK;
@@ -396,21 +397,122 @@ sd_status sd_tokenizer_load_hf_json(const char *path, int32_t bos, int32_t eos, 
     if (!out) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: out is NULL");
     *out = NULL;
     if (!path) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: path is NULL");
-    FILE *f = fopen(path, "rb");
-    if (!f) return sd_fail(SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    long n = -1;
-    sd_status st = SD_OK;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        st = sd_fail(SD_ERR_IO, "%s: cannot determine the size: %s", path, strerror(errno));
-    } else if (!(buf = malloc((size_t)n + 1))) {
-        st = sd_fail(SD_ERR_NOMEM, "%s: out of memory for %ld bytes", path, n);
-    } else if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        st = sd_fail(SD_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-    }
-    fclose(f);
-    if (st == SD_OK) st = sd_tokenizer_from_hf_json(buf, (size_t)n, path, bos, eos, out);
+    char *buf;
+    size_t len;
+    sd_status st = sd_tok_read_file(path, &buf, &len);
+    if (st == SD_OK) st = sd_tokenizer_from_hf_json(buf, len, path, bos, eos, out);
     free(buf);
     return st;
+}
+
+/* ---- files beside tokenizer.json ------------------------------------------------------- */
+
+/* An eos_token_id entry: an integer id of this vocabulary, else -1 with the error set. */
+static int32_t config_id(const sd_tokenizer *t, const cJSON *v, const char *what, const char *where) {
+    int32_t id = json_id(v);
+    if (id >= 0 && id < t->n_vocab) return id;
+    if (cJSON_IsNumber(v))
+        sd_fail(SD_ERR_FORMAT, "%s: %s = %g is not a token id (vocabulary of %d)", what, where, v->valuedouble,
+                t->n_vocab);
+    else
+        sd_fail(SD_ERR_FORMAT, "%s: %s is not a token id", what, where);
+    return -1;
+}
+
+sd_status sd_tokenizer_apply_hf_config(sd_tokenizer *t, const char *json, size_t len, const char *what) {
+    if (!what) what = "tokenizer config";
+    if (!t || (!json && len)) return sd_fail(SD_ERR_INVALID_ARG, "%s: bad arguments", what);
+    cJSON *root = cJSON_ParseWithLength(json ? json : "", len);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return sd_fail(SD_ERR_FORMAT, "%s: not a JSON object", what);
+    }
+    /* Everything is checked before t changes. */
+    enum { MAX_EOS = 64 };
+    int32_t ids[MAX_EOS + 1];
+    int n_ids = 0;
+    const char *tmpl = NULL;
+    sd_status st = SD_OK;
+    const cJSON *eid = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+    if (cJSON_IsArray(eid)) {
+        if (cJSON_GetArraySize(eid) > MAX_EOS) {
+            st = sd_fail(SD_ERR_FORMAT, "%s: eos_token_id lists %d ids (at most %d)", what, cJSON_GetArraySize(eid),
+                         MAX_EOS);
+            goto out;
+        }
+        const cJSON *e;
+        cJSON_ArrayForEach(e, eid) {
+            char where[40];
+            snprintf(where, sizeof where, "eos_token_id[%d]", n_ids);
+            if ((ids[n_ids++] = config_id(t, e, what, where)) < 0) {
+                st = SD_ERR_FORMAT;
+                goto out;
+            }
+        }
+    } else if (eid && !cJSON_IsNull(eid) && (ids[n_ids++] = config_id(t, eid, what, "eos_token_id")) < 0) {
+        st = SD_ERR_FORMAT;
+        goto out;
+    }
+    const int n_eos_ids = n_ids; /* the first of them becomes EOS when the tokenizer has none */
+    int32_t bos = -1;
+    const cJSON *bid = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
+    if (bid && !cJSON_IsNull(bid) && (bos = config_id(t, bid, what, "bos_token_id")) < 0) {
+        st = SD_ERR_FORMAT;
+        goto out;
+    }
+    const cJSON *etok = cJSON_GetObjectItemCaseSensitive(root, "eos_token");
+    if (cJSON_IsObject(etok)) etok = cJSON_GetObjectItemCaseSensitive(etok, "content");
+    if (etok && !cJSON_IsNull(etok)) {
+        int32_t id = cJSON_IsString(etok) ? sd_tok_lookup(t, etok->valuestring, strlen(etok->valuestring)) : -1;
+        if (id < 0) {
+            char q[96];
+            st = cJSON_IsString(etok) ? sd_fail(SD_ERR_FORMAT, "%s: eos_token %s is not a token of the vocabulary", what,
+                                                sd_tok_quote(etok->valuestring, strlen(etok->valuestring), q, sizeof q))
+                                      : sd_fail(SD_ERR_FORMAT, "%s: eos_token is not a string", what);
+            goto out;
+        }
+        ids[n_ids++] = id;
+    }
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
+    if (cJSON_IsString(ct)) {
+        tmpl = ct->valuestring;
+    } else if (cJSON_IsArray(ct)) { /* named templates: HF uses "default" */
+        const cJSON *e;
+        cJSON_ArrayForEach(e, ct) {
+            const char *name = jstr(e, "name"), *body = jstr(e, "template");
+            if (!name || !body) {
+                st = sd_fail(SD_ERR_FORMAT, "%s: chat_template list entries need \"name\" and \"template\" strings", what);
+                goto out;
+            }
+            if (!strcmp(name, "default")) tmpl = body;
+        }
+    } else if (ct && !cJSON_IsNull(ct)) {
+        st = sd_fail(SD_ERR_FORMAT, "%s: chat_template is neither a string nor a list of named templates", what);
+        goto out;
+    }
+    if (tmpl && (st = sd_tok_set_chat_template(t, tmpl, strlen(tmpl), what)) != SD_OK) goto out;
+    for (int i = 0; st == SD_OK && i < n_ids; i++) st = sd_tok_add_eog(t, ids[i], what);
+    if (st == SD_OK && t->eos < 0 && n_eos_ids > 0) t->eos = ids[0];
+    if (st == SD_OK && t->bos < 0 && bos >= 0) t->bos = bos;
+out:
+    cJSON_Delete(root);
+    return st;
+}
+
+sd_status sd_tokenizer_load_hf_config(sd_tokenizer *t, const char *dir) {
+    static const char *const names[] = {"generation_config.json", "tokenizer_config.json"};
+    if (!t || !dir) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer config: NULL argument");
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path)
+            return sd_fail(SD_ERR_INVALID_ARG, "%s: path too long", dir);
+        if (access(path, F_OK) != 0) continue; /* optional */
+        char *buf;
+        size_t len;
+        sd_status st = sd_tok_read_file(path, &buf, &len);
+        if (st == SD_OK) st = sd_tokenizer_apply_hf_config(t, buf, len, path);
+        free(buf);
+        if (st != SD_OK) return st;
+    }
+    return SD_OK;
 }

@@ -8,6 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char SPACE_ESC[3] = {'\xe2', '\x96', '\x81'}; /* U+2581 "▁" */
 
@@ -65,17 +69,41 @@ static sd_status scan_llama2c(const uint8_t *p, size_t len, int n, const char *w
     return SD_OK;
 }
 
+/* The number of records: the file does not store it, but each record gives its own length,
+ * so walking them to the end of the file finds it. */
+static sd_status count_llama2c(const uint8_t *p, size_t len, const char *what, int *n) {
+    if (len < 4) return sd_fail(SD_ERR_FORMAT, "%s: truncated (%zu bytes, no header)", what, len);
+    size_t pos = 4;
+    int count = 0;
+    while (pos < len) {
+        int32_t l = len - pos >= 8 ? rd_i32(p + pos + 4) : -1;
+        if (l < 0 || (size_t)l > len - pos - 8)
+            return sd_fail(SD_ERR_FORMAT,
+                           "%s: record %d at offset %zu does not fit the %zu-byte file",
+                           what, count, pos, len);
+        pos += 8 + (size_t)l;
+        if (++count > SD_TOK_MAX_VOCAB)
+            return sd_fail(SD_ERR_FORMAT, "%s: more than %d records", what, SD_TOK_MAX_VOCAB);
+    }
+    *n = count;
+    return SD_OK;
+}
+
 sd_status sd_tokenizer_from_llama2c_buf(const void *buf, size_t len, int vocab_size,
                                         const char *what, sd_tokenizer **out) {
     if (!out) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: out is NULL");
     *out = NULL;
     if (!what) what = "tokenizer.bin";
     if (!buf && len) return sd_fail(SD_ERR_INVALID_ARG, "%s: NULL buffer", what);
+    const uint8_t *p = buf;
+    if (vocab_size == 0) {
+        sd_status cs = count_llama2c(p, len, what, &vocab_size);
+        if (cs != SD_OK) return cs;
+    }
     /* ids 0..2 are fixed by the format, so smaller vocabularies cannot be llama2.c ones */
     if (vocab_size < 3 || vocab_size > SD_TOK_MAX_VOCAB)
         return sd_fail(SD_ERR_INVALID_ARG, "%s: vocab_size %d is out of range (3..%d)", what,
                        vocab_size, SD_TOK_MAX_VOCAB);
-    const uint8_t *p = buf;
     size_t text_bytes = 0, max_piece = 0;
     sd_status st = scan_llama2c(p, len, vocab_size, what, &text_bytes, &max_piece);
     if (st != SD_OK) return st;
@@ -121,6 +149,7 @@ sd_status sd_tokenizer_from_llama2c_buf(const void *buf, size_t len, int vocab_s
     }
     free(scratch);
     st = sd_tok_finish(t, what);
+    if (st == SD_OK) st = sd_tok_finish_special(t, NULL, what);
     if (st != SD_OK) {
         sd_tokenizer_free(t);
         return st;
@@ -133,23 +162,9 @@ sd_status sd_tokenizer_load_llama2c(const char *path, int vocab_size, sd_tokeniz
     if (!out) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: out is NULL");
     *out = NULL;
     if (!path) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: path is NULL");
-    FILE *f = fopen(path, "rb");
-    if (!f) return sd_fail(SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    sd_status st = SD_OK;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        st = sd_fail(SD_ERR_IO, "%s: cannot determine the size: %s", path, strerror(errno));
-    } else {
-        len = (size_t)n;
-        buf = malloc(len ? len : 1);
-        if (!buf) st = sd_fail(SD_ERR_NOMEM, "%s: out of memory for %zu bytes", path, len);
-        else if (fread(buf, 1, len, f) != len)
-            st = sd_fail(SD_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-    }
-    fclose(f);
+    char *buf;
+    size_t len;
+    sd_status st = sd_tok_read_file(path, &buf, &len);
     if (st == SD_OK) st = sd_tokenizer_from_llama2c_buf(buf, len, vocab_size, path, out);
     free(buf);
     return st;
@@ -305,6 +320,29 @@ static sd_status bpe_from_gguf(const sd_gguf *g, sd_tokenizer *t, int byte_level
     return sd_bpe_finish(t, what);
 }
 
+/* The end-of-generation roles a GGUF names by id (-1 for those it leaves out). */
+static sd_status eog_roles_from_gguf(const sd_gguf *g, int n_vocab, const char *what, sd_tok_eog_roles *r) {
+    static const char *const keys[] = {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id",
+                                       "tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id",
+                                       "tokenizer.ggml.fim_sep_token_id"};
+    int32_t *ids[] = {&r->eot, &r->eom, &r->fim_pad, &r->fim_rep, &r->fim_sep};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        sd_status st = get_special_id(g, keys[i], -1, n_vocab, what, ids[i]);
+        if (st != SD_OK) return st;
+    }
+    return SD_OK;
+}
+
+/* tokenizer.chat_template, kept for the chat module (sd_tokenizer_chat_template). */
+static sd_status chat_template_from_gguf(const sd_gguf *g, sd_tokenizer *t, const char *what) {
+    const sd_gguf_kv *kv = sd_gguf_find_kv(g, "tokenizer.chat_template");
+    if (!kv) return SD_OK;
+    if (kv->type != SD_GGUF_STRING)
+        return sd_fail(SD_ERR_FORMAT, "%s: tokenizer.chat_template has value type %d, expected a string", what,
+                       (int)kv->type);
+    return sd_tok_set_chat_template(t, kv->v.str.ptr, (size_t)kv->v.str.len, what);
+}
+
 sd_status sd_tokenizer_from_gguf(const sd_gguf *g, const char *what, sd_tokenizer **out) {
     if (!out) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: out is NULL");
     *out = NULL;
@@ -403,10 +441,92 @@ sd_status sd_tokenizer_from_gguf(const sd_gguf *g, const char *what, sd_tokenize
     }
     st = sd_tok_finish(t, what);
     if (st == SD_OK && (is_bpe || escaped_bpe)) st = bpe_from_gguf(g, t, is_bpe, what);
+    sd_tok_eog_roles roles;
+    if (st == SD_OK) st = eog_roles_from_gguf(g, n_vocab, what, &roles);
+    if (st == SD_OK) st = sd_tok_finish_special(t, &roles, what);
+    if (st == SD_OK) st = chat_template_from_gguf(g, t, what);
     if (st != SD_OK) {
         sd_tokenizer_free(t);
         return st;
     }
     *out = t;
     return SD_OK;
+}
+
+/* ---- any tokenizer file ----------------------------------------------------------------- */
+
+/* A GGUF's tokenizer without its weights: the file is mapped, and the parser reads only the
+ * header and metadata pages of it (it checks tensor extents against the size, not the data). */
+static sd_status from_gguf_file(const char *path, sd_tokenizer **out) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return sd_fail(SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+        close(fd);
+        return sd_fail(SD_ERR_IO, "%s: cannot determine the size: %s", path, strerror(errno));
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return sd_fail(SD_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+    sd_gguf *g = NULL;
+    sd_status s = sd_gguf_parse(map, (size_t)st.st_size, path, &g);
+    if (s == SD_OK) s = sd_tokenizer_from_gguf(g, path, out);
+    sd_gguf_free(g);
+    munmap(map, (size_t)st.st_size);
+    return s;
+}
+
+/* tokenizer.json with the HF files beside it (generation_config.json, tokenizer_config.json). */
+static sd_status from_hf_json_file(const char *json, const char *dir, sd_tokenizer **out) {
+    sd_status s = sd_tokenizer_load_hf_json(json, -1, -1, out);
+    if (s == SD_OK && (s = sd_tokenizer_load_hf_config(*out, dir)) != SD_OK) {
+        sd_tokenizer_free(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+sd_status sd_tokenizer_load(const char *path, sd_tokenizer **out) {
+    if (!out) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: out is NULL");
+    *out = NULL;
+    if (!path) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: path is NULL");
+    char buf[4096];
+    struct stat st;
+    if (stat(path, &st) != 0) return sd_fail(SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) {
+        if (snprintf(buf, sizeof buf, "%s/tokenizer.json", path) >= (int)sizeof buf)
+            return sd_fail(SD_ERR_INVALID_ARG, "%s: path too long", path);
+        if (access(buf, R_OK) != 0)
+            return sd_fail(SD_ERR_IO, "%s: a directory without tokenizer.json (not a Hugging Face model)", path);
+        return from_hf_json_file(buf, path, out);
+    }
+    /* the first bytes tell GGUF and JSON apart; anything else is read as tokenizer.bin */
+    unsigned char head[16] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return sd_fail(SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    if (got >= 4 && memcmp(head, "GGUF", 4) == 0) return from_gguf_file(path, out);
+    size_t i = 0;
+    while (i < got && (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' || head[i] == '\t')) i++;
+    if (i < got && head[i] == '{') {
+        snprintf(buf, sizeof buf, "%s", path);
+        char *slash = strrchr(buf, '/');
+        if (slash) *slash = '\0';
+        else snprintf(buf, sizeof buf, ".");
+        return from_hf_json_file(path, buf, out);
+    }
+    sd_status s = sd_tokenizer_load_llama2c(path, 0, out);
+    if (s == SD_ERR_FORMAT) {
+        char why[512];
+        const char *e = sd_last_error();
+        size_t pl = strlen(path);
+        if (!strncmp(e, path, pl) && e[pl] == ':' && e[pl + 1] == ' ') e += pl + 2; /* said once is enough */
+        snprintf(why, sizeof why, "%s", e);
+        s = sd_fail(SD_ERR_FORMAT,
+                    "%s: not a GGUF file, a tokenizer.json or a llama2.c tokenizer.bin (read as tokenizer.bin: %s; "
+                    "for a llama2.c checkpoint give its tokenizer.bin)",
+                    path, why);
+    }
+    return s;
 }

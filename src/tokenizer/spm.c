@@ -5,10 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Keeps symbol indices, byte offsets and token counts (each at most 3 per input byte,
- * plus the prefix) inside int32. */
-#define SPM_MAX_TEXT ((size_t)1 << 28)
-
 typedef struct {
     int32_t prev, next; /* neighbours in the live chain, -1 at the ends */
     uint32_t off, n;    /* bytes of the escaped text; n == 0 once merged into its left */
@@ -94,32 +90,14 @@ static size_t char_len(const unsigned char *p, size_t n) {
     return len;
 }
 
-sd_status sd_tokenizer_encode(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
-                              int32_t *out, int cap, int *n_out) {
-    if (n_out) *n_out = 0;
-    if (!t || !n_out || cap < 0 || (!out && cap > 0) || (!text && len))
-        return sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: bad arguments (cap %d)", cap);
-    if (t->kind == SD_TOKENIZER_BPE) /* rank-merged BPE lives in bpe.c */
-        return sd_bpe_encode(t, text, len, add_bos, out, cap, n_out);
-    if (len > SPM_MAX_TEXT)
-        return sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: text of %zu bytes exceeds the %zu-byte limit",
-                       len, SPM_MAX_TEXT);
-    int count = 0;
-    if (add_bos && t->bos >= 0) {
-        if (count < cap) out[count] = t->bos;
-        count++;
-    }
-    if (len == 0) { /* llama.cpp emits nothing for empty text, not even the space prefix */
-        *n_out = count;
-        if (count > cap)
-            return sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: %d tokens do not fit in %d", count, cap);
-        return SD_OK;
-    }
-
+/* Encodes one piece of text (no special tokens in it) into k, with the U+2581 prefix when
+ * prefix is set. */
+static sd_status encode_piece(const sd_tokenizer *t, const char *text, size_t len, int prefix_space,
+                              sd_tok_sink *k) {
     static const char esc[3] = {'\xe2', '\x96', '\x81'}; /* U+2581 "▁" */
     size_t n_space = 0;
     for (size_t i = 0; i < len; i++) n_space += text[i] == ' ';
-    size_t prefix = t->add_space_prefix ? sizeof esc : 0;
+    size_t prefix = prefix_space ? sizeof esc : 0;
     size_t n_text = prefix + len + n_space * (sizeof esc - 1);
 
     spm_state s = {t, NULL, NULL, NULL, 0};
@@ -177,16 +155,15 @@ sd_status sd_tokenizer_encode(const sd_tokenizer *t, const char *text, size_t le
 
     /* Every merged symbol is a piece by construction, so llama.cpp's rev_merge re-split never
      * fires; only single characters missing from the vocabulary fall back to byte tokens. */
-    for (int32_t i = 0; i >= 0; i = s.sym[i].next) {
+    for (int32_t i = 0; n_sym && i >= 0; i = s.sym[i].next) {
         const spm_sym *y = &s.sym[i];
         int32_t id = sd_tok_lookup(t, buf + y->off, y->n);
         if (id >= 0) {
-            if (count < cap) out[count] = id;
-            count++;
+            sd_tok_emit(k, id);
             continue;
         }
-        for (uint32_t k = 0; k < y->n; k++) {
-            unsigned char c = (unsigned char)buf[y->off + k];
+        for (uint32_t j = 0; j < y->n; j++) {
+            unsigned char c = (unsigned char)buf[y->off + j];
             id = t->byte_tok[c] >= 0 ? t->byte_tok[c] : t->unk;
             if (id < 0) {
                 st = sd_fail(SD_ERR_UNSUPPORTED,
@@ -194,19 +171,33 @@ sd_status sd_tokenizer_encode(const sd_tokenizer *t, const char *text, size_t le
                              "no byte fallback or unknown token", c);
                 goto done;
             }
-            if (count < cap) out[count] = id;
-            count++;
+            sd_tok_emit(k, id);
         }
     }
-    *n_out = count;
-    if (count > cap)
-        st = sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: %d tokens do not fit in %d", count, cap);
 
 done:
     free(buf);
     free(s.sym);
     free(s.heap);
     return st;
+}
+
+/* As llama.cpp's SPM path: the text after a special token (or at the start) gets the space
+ * prefix, so "<s>Hi" encodes like BOS + "Hi". */
+sd_status sd_spm_encode_frags(const sd_tokenizer *t, const char *text, const sd_tok_frag *f, size_t n,
+                              sd_tok_sink *k) {
+    int prev_special = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (f[i].id >= 0) {
+            sd_tok_emit(k, f[i].id);
+            prev_special = 1;
+            continue;
+        }
+        sd_status st = encode_piece(t, text + f[i].off, f[i].len, t->add_space_prefix && prev_special, k);
+        if (st != SD_OK) return st;
+        prev_special = 0;
+    }
+    return SD_OK;
 }
 
 int sd_tokenizer_decode(const sd_tokenizer *t, int32_t prev, int32_t id, char *buf, size_t cap) {

@@ -39,6 +39,15 @@ struct sd_tokenizer {
     int add_bos;
     int add_space_prefix;
 
+    /* Tokens split out of the text before encoding, longest first: user-defined ones always,
+     * control and unknown ones when parsing specials (llama.cpp's cache_special_tokens). */
+    int32_t *special;
+    int n_special;
+    int32_t *eog;        /* end-of-generation ids, ascending, no repeats */
+    int n_eog;
+    char *chat_template; /* NUL-terminated copy, NULL when the source has none */
+    size_t chat_template_len;
+
     /* ---- SD_TOKENIZER_BPE only (bpe.c) ---- */
     /* (left id, right id) -> (rank, merged id), open addressing; rank -1 marks a free slot. */
     struct sd_bpe_merge {
@@ -58,9 +67,56 @@ struct sd_tokenizer {
     uint8_t pre[8];     /* pre-tokenizer: sd_pre_step splits applied in order */
     int n_pre;
     int32_t bl_tok[256]; /* byte-level: token of each byte's stand-in character, -1 when none */
-    int32_t *special;    /* user-defined tokens split out of the text before BPE, longest first */
-    int n_special;
 };
+
+/* Longest text sd_tokenizer_tokenize takes: keeps code point and symbol indices, byte offsets
+ * and token counts inside int32 (a text grows at most 3x when spaces are escaped). */
+#define SD_TOK_MAX_TEXT ((size_t)1 << 28)
+
+/* Where encoded ids go: the first cap are stored, all are counted. */
+typedef struct {
+    int32_t *out;
+    int cap, count;
+} sd_tok_sink;
+
+static inline void sd_tok_emit(sd_tok_sink *k, int32_t id) {
+    if (k->count < k->cap) k->out[k->count] = id;
+    k->count++;
+}
+
+/* A piece of the text to encode: bytes [off, off + len) of text when id is -1, else the
+ * special token id that those bytes spell. */
+typedef struct {
+    size_t off, len;
+    int32_t id;
+} sd_tok_frag;
+
+/* The encoders of the text between special tokens (spm.c, bpe.c). */
+sd_status sd_spm_encode_frags(const sd_tokenizer *t, const char *text, const sd_tok_frag *f, size_t n,
+                              sd_tok_sink *k);
+sd_status sd_bpe_encode_frags(const sd_tokenizer *t, const char *text, const sd_tok_frag *f, size_t n,
+                              sd_tok_sink *k);
+
+/* Ids a GGUF names for the end-of-generation roles llama.cpp knows (tokenizer.ggml.eot/eom/
+ * fim_pad/fim_rep/fim_sep_token_id); -1 where the file names none, so the role is found by
+ * the token's text instead, as llama.cpp does. */
+typedef struct {
+    int32_t eot, eom, fim_pad, fim_rep, fim_sep;
+} sd_tok_eog_roles;
+
+/* Last step of every loader, once pieces, types, BOS and EOS are final: the end-of-generation
+ * set (llama.cpp's rules: the roles, tokens whose text is a known end-of-turn marker, which
+ * become control tokens, and EOS) and the special-token list (encode.c). roles may be NULL. */
+sd_status sd_tok_finish_special(sd_tokenizer *t, const sd_tok_eog_roles *roles, const char *what);
+
+/* Reads a whole file into a malloc'd buffer with a NUL after its len bytes. */
+sd_status sd_tok_read_file(const char *path, char **buf, size_t *len);
+
+/* Replaces the chat template with a copy of s[0..n). */
+sd_status sd_tok_set_chat_template(sd_tokenizer *t, const char *s, size_t n, const char *what);
+
+/* Adds id to the end-of-generation set (valid ids only). */
+sd_status sd_tok_add_eog(sd_tokenizer *t, int32_t id, const char *what);
 
 /* Pre-tokenizer splits (bpe.c): each cuts every piece of text into matches and the gaps
  * between them, like one regex of llama.cpp's unicode_regex_split list. */
@@ -96,13 +152,10 @@ int sd_bpe_pre_from_regex(sd_tokenizer *t, const char *re);
 sd_status sd_bpe_merges_alloc(sd_tokenizer *t, size_t n, const char *what);
 int sd_bpe_merge_add(sd_tokenizer *t, const char *a, size_t na, const char *b, size_t nb);
 
-/* After pieces, types, merges and flags are set: builds the byte-level table and the
- * user-defined token list. */
+/* After pieces, types, merges and flags are set: builds the byte-level table. */
 sd_status sd_bpe_finish(sd_tokenizer *t, const char *what);
 
-/* The SD_TOKENIZER_BPE halves of sd_tokenizer_encode / sd_tokenizer_decode. */
-sd_status sd_bpe_encode(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
-                        int32_t *out, int cap, int *n_out);
+/* The byte-level half of sd_tokenizer_decode. */
 int sd_bpe_decode_byte_level(const sd_tokenizer *t, int32_t id, char *buf, size_t cap);
 
 /* The words BPE would merge for text (no user-defined token splitting): normalised text

@@ -25,9 +25,20 @@ check() { # name expected_rc stderr_pattern -- cmd...
   echo "ok   $name"; pass=$((pass+1))
 }
 
+# name expected_stdout -- cmd...: exit 0 and stdout exactly as given
+check_out() {
+  local name=$1 want=$2; shift 3
+  local got; got=$("$@" 2>"$TMP/err"); local rc=$?
+  if [ "$rc" != 0 ] || [ "$got" != "$want" ]; then
+    echo "FAIL $name: exit $rc, stdout:"; printf '%s\n' "$got" | head -5 | sed 's/^/  /'; echo "  expected:"
+    printf '%s\n' "$want" | head -5 | sed 's/^/  /'; sed 's/^/  /' "$TMP/err" | head -3; fail=$((fail+1)); return
+  fi
+  echo "ok   $name"; pass=$((pass+1))
+}
+
 check "top-level help"        0 "commands:"          -- "$BIN" --help
 check "no command"            2 "unknown command|usage" -- "$BIN" bogus
-for c in generate info bench-decode bench mkmodel convert; do
+for c in generate info bench-decode bench mkmodel convert tokenize; do
   check "$c --help"           0 "usage: specdec $c"  -- "$BIN" $c --help
 done
 check "generate needs -m"     2 "-m MODEL is required" -- "$BIN" generate
@@ -135,6 +146,92 @@ elif [ "${SPECDEC_REQUIRE_SHARED:-0}" = 1 ]; then
   echo "FAIL real pair checks: needs $SHARED/models/stories260K and stories-draft (SPECDEC_REQUIRE_SHARED=1)"; fail=$((fail+1))
 else
   echo "SKIP real pair checks: needs $SHARED/models/stories260K and stories-draft"; skip=$((skip+1))
+fi
+
+# specdec tokenize: usage and file errors, then exact ids from the real tokenizers.
+check "tokenize needs a file" 2 "^error: tokenize: MODEL_OR_TOKENIZER is required \(see specdec tokenize --help\)$" -- "$BIN" tokenize
+check "tokenize needs text"   2 "^error: tokenize: give the text with -p TEXT or -f FILE$" -- "$BIN" tokenize x
+check "tokenize -p and -f"    2 "^error: tokenize: give -p or -f, not both$" -- "$BIN" tokenize x -p a -f b
+check "tokenize -p no value"  2 "^error: -p needs a value$" -- "$BIN" tokenize x -p
+check "tokenize two sources"  2 "^error: tokenize: one MODEL_OR_TOKENIZER only \(got 'x' and 'y'\)$" -- "$BIN" tokenize x y -p a
+check "tokenize bad option"   2 "^error: tokenize: unknown option '--ids' \(see specdec tokenize --help\)$" -- "$BIN" tokenize x --ids
+check "tokenize missing"      1 "^error: model '/nonexistent.gguf' not found" -- "$BIN" tokenize /nonexistent.gguf -p a
+printf 'hello' >"$TMP/junk.bin"
+check "tokenize not a tokenizer" 1 "^error: $TMP/junk.bin: not a GGUF file, a tokenizer.json or a llama2.c tokenizer.bin \(read as tokenizer.bin: record 0 at offset 4 does not fit the 5-byte file; for a llama2.c checkpoint give its tokenizer.bin\)$" -- "$BIN" tokenize "$TMP/junk.bin" -p a
+check "tokenize -f missing"   1 "^error: cannot read $TMP/none.txt: No such file or directory$" -- "$BIN" tokenize "$TMP/tiny.gguf" -f "$TMP/none.txt"
+check_out "tokenize tiny gguf"  "1" -- "$BIN" tokenize "$TMP/tiny.gguf" -p ""
+if [ -d "$SHARED/tokenizers/qwen3" ] && [ -f "$SHARED/models/arch-zoo/zoo-qwen2.gguf" ] && [ -d "$SHARED/tokenizers/llama3" ]; then
+  Z=$SHARED/models/arch-zoo
+  # zoo-qwen2 is architecture qwen2: its tokenizer loads whether or not the model would
+  check_out "tokenize qwen2 gguf"        "9707 1879" -- "$BIN" tokenize "$Z/zoo-qwen2.gguf" -p "Hello world"
+  chat=$(printf '<|im_start|>user\nHi<|im_end|>')
+  check_out "tokenize --special"         "151644 872 198 13048 151645" -- "$BIN" tokenize "$SHARED/tokenizers/qwen3" -p "$chat" --special
+  check_out "tokenize specials as text"  "27 91 318 4906 91 29 872 198 13048 27 91 318 6213 91 29" -- "$BIN" tokenize "$SHARED/tokenizers/qwen3/tokenizer.json" -p "$chat"
+  check_out "tokenize llama3 BOS"        "128000 9906 1917" -- "$BIN" tokenize "$SHARED/tokenizers/llama3/tokenizer.json" -p "Hello world"
+  check_out "tokenize --no-bos"          "9906 1917" -- "$BIN" tokenize "$Z/zoo-llama3.gguf" -p "Hello world" --no-bos
+  check_out "tokenize --pieces"          "$(printf "128000 -> '<|begin_of_text|>'\n  9906 -> 'Hello'\n127365 -> ' \xe4\xb8\x96\xe7\x95\x8c'\n   198 -> '\\\\n'\n    13 -> '.'")" -- "$BIN" tokenize "$Z/zoo-llama3.gguf" -p "$(printf 'Hello \xe4\xb8\x96\xe7\x95\x8c\n.')" --pieces
+  printf 'One day' >"$TMP/text.txt"
+  check_out "tokenize -f"                "3966 1899" -- "$BIN" tokenize "$Z/zoo-qwen3.gguf" -f "$TMP/text.txt"
+else
+  echo "SKIP tokenize with real tokenizers: needs $SHARED/tokenizers and models/arch-zoo"; skip=$((skip+1))
+fi
+if [ -f "$SHARED/models/stories260K/tok512.bin" ]; then
+  check_out "tokenize tokenizer.bin"     "1 403 407 261 378" -- "$BIN" tokenize "$SHARED/models/stories260K/tok512.bin" -p "Once upon a time"
+  check_out "tokenize SPM --special"     "1 1 403 2" -- "$BIN" tokenize "$SHARED/models/stories260K/stories260K.gguf" -p "<s>Once</s>" --special
+  check_out "tokenize HF directory"      "1 80 147 201 189 111" -- "$BIN" tokenize "$SHARED/models/tinystories-656k" -p "Once upon"
+else
+  echo "SKIP tokenize tokenizer.bin: needs $SHARED/models/stories260K"; skip=$((skip+1))
+fi
+
+# generate --chat / --system / --chat-template / --special / --ids
+check "chat-template bad"     2 "^error: --chat-template must be one of chatml, qwen2.5, qwen3, llama3, llama3.1, llama3.2, llama2, mistral, gemma, phi3, got 'vicuna'$" -- "$BIN" generate -m x --chat --chat-template vicuna
+check "system needs chat"     2 "^error: generate: --system needs --chat$" -- "$BIN" generate -m x --system "Be brief."
+check "template needs chat"   2 "^error: generate: --chat-template needs --chat$" -- "$BIN" generate -m x --chat-template chatml
+check "system value"          2 "^error: --system needs a value$" -- "$BIN" generate -m x --chat --system
+"$BIN" mkmodel "$TMP/chat.gguf" --dim 32 --layers 1 --heads 4 --hidden 64 --vocab 300 --ctx 256 2>/dev/null
+check "chat, no template"     0 "^warning: $TMP/chat.gguf has no chat template; using chatml \(choose another with --chat-template NAME\)$" -- "$BIN" generate -m "$TMP/chat.gguf" --chat -p "Hi" -n 2
+check "ids"                   0 "" -- "$BIN" generate -m "$TMP/tiny.gguf" -n 6 --ids --ignore-eos
+if grep -qE '^[0-9]+( [0-9]+){5}$' "$TMP/out"; then echo "ok   ids: one line of 6 ids"; pass=$((pass+1)); else echo "FAIL ids: $(head -c 200 "$TMP/out")"; fail=$((fail+1)); fi
+if [ -f "$SHARED/models/arch-zoo/zoo-llama3.gguf" ]; then
+  Z=$SHARED/models/arch-zoo
+  # <|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n
+  check "chat llama3 prompt"    0 "^prompt tokens: +11$" -- "$BIN" generate -m "$Z/zoo-llama3.gguf" --chat -p "Hello" -n 2
+  grep -q "Hello" "$TMP/out" && { echo "FAIL chat echoes the prompt"; fail=$((fail+1)); } || { echo "ok   chat prints only the reply"; pass=$((pass+1)); }
+  # ... with a system turn: + <|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>
+  check "chat --system"         0 "^prompt tokens: +19$" -- "$BIN" generate -m "$Z/zoo-llama3.gguf" --chat --system "Be brief." -p "Hello" -n 2
+  # gemma's markers are plain text to this vocabulary: as many tokens as tokenize gives for the text
+  n=$("$BIN" tokenize "$Z/zoo-llama3.gguf" --special --no-bos -p "$(printf '<|begin_of_text|><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\n.')" | wc -w)
+  check "chat --chat-template"  0 "^prompt tokens: +$((n - 1))$" -- "$BIN" generate -m "$Z/zoo-llama3.gguf" --chat --chat-template gemma -p "Hello" -n 2
+  check "template refuses"      2 "^error: chat template gemma: System role not supported$" -- "$BIN" generate -m "$Z/zoo-llama3.gguf" --chat --chat-template gemma --system "Be brief." -p "Hello"
+  check "--special"             0 "^prompt tokens: +3$" -- "$BIN" generate -m "$Z/zoo-llama3.gguf" --special -p "<|eot_id|>Hello" -n 2
+  n=$("$BIN" tokenize "$Z/zoo-llama3.gguf" -p "<|eot_id|>Hello" | wc -w)
+  check "no --special"          0 "^prompt tokens: +$n$" -- "$BIN" generate -m "$Z/zoo-llama3.gguf" -p "<|eot_id|>Hello" -n 2
+else
+  echo "SKIP chat on zoo-llama3: needs $SHARED/models/arch-zoo"; skip=$((skip+1))
+fi
+# End of generation from generation_config.json: the TinyStories-656K checkpoint (linked, not
+# copied) with a list that names the 4th greedy token; generation stops right after it.
+TS=$SHARED/models/tinystories-656k
+if [ -f "$TS/model.safetensors" ]; then
+  mkdir -p "$TMP/ts"
+  TSABS=$(cd "$TS" && pwd)
+  for f in config.json model.safetensors tokenizer.json; do ln -sf "$TSABS/$f" "$TMP/ts/$f"; done
+  greedy=$("$BIN" generate -m "$TMP/ts" -p "Once upon a time" --ids -n 12 --ignore-eos 2>/dev/null)
+  set -- $greedy 0 0 0 0
+  eog=$4; want="$1 $2 $3 $4"
+  [ "$eog" != "$1" ] && [ "$eog" != "$2" ] && [ "$eog" != "$3" ] || { want=""; echo "FAIL eog list: no 4th greedy id that is new: '$greedy'"; fail=$((fail+1)); }
+  if [ -n "$want" ]; then
+    printf '{"bos_token_id": 1, "eos_token_id": [2, %s]}' "$eog" >"$TMP/ts/generation_config.json"
+    check_out "eog from generation_config" "$want" -- "$BIN" generate -m "$TMP/ts" -p "Once upon a time" --ids -n 12
+    check "eog stop reason"     0 "generated tokens: +4 \(stopped: eos\)" -- "$BIN" generate -m "$TMP/ts" -p "Once upon a time" --ids -n 12
+    check_out "ignore-eos passes it" "$greedy" -- "$BIN" generate -m "$TMP/ts" -p "Once upon a time" --ids -n 12 --ignore-eos
+    check "eog stop, speculative" 0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/ts" -md "$TMP/ts" -p "Once upon a time" -n 12 --compare
+    grep -q "generated tokens: *4 (stopped: eos)" "$TMP/err" && { echo "ok   both runs stop at it"; pass=$((pass+1)); } || { echo "FAIL speculative run did not stop at the eog id"; fail=$((fail+1)); }
+    printf '{"eos_token_id": [2, 4096]}' >"$TMP/ts/generation_config.json"
+    check "eog id out of range" 1 "^error: $TMP/ts/generation_config.json: eos_token_id\[1\] = 4096 is not a token id \(vocabulary of 2048\)$" -- "$BIN" generate -m "$TMP/ts" -n 2
+  fi
+else
+  echo "SKIP eog list: needs $TS"; skip=$((skip+1))
 fi
 
 echo "$pass passed, $fail failed, $skip skipped"

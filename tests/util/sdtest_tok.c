@@ -31,6 +31,28 @@ sd_tokenizer *sdtest_load_gguf_tokenizer(const char *rel) {
     return t;
 }
 
+/* Fails the test with the loader's message unless st is SD_OK; frees path. */
+static sd_tokenizer *loaded(sd_status st, char *path, sd_tokenizer *t) {
+    if (st != SD_OK) print_error("%s: %s\n", path, sd_last_error());
+    free(path);
+    assert_int_equal(st, SD_OK);
+    return t;
+}
+
+sd_tokenizer *sdtest_load_llama2c_tokenizer(const char *rel, int vocab) {
+    char *path = sdtest_shared_or_skip(rel);
+    sd_tokenizer *t = NULL;
+    sd_status st = sd_tokenizer_load_llama2c(path, vocab, &t);
+    return loaded(st, path, t);
+}
+
+sd_tokenizer *sdtest_load_hf_tokenizer(const char *rel, int32_t bos, int32_t eos) {
+    char *path = sdtest_shared_or_skip(rel);
+    sd_tokenizer *t = NULL;
+    sd_status st = sd_tokenizer_load_hf_json(path, bos, eos, &t);
+    return loaded(st, path, t);
+}
+
 sd_status sdtest_tokenizer_from_writer(sd_gguf_writer *w, const char *name, sd_tokenizer **out) {
     void *buf = NULL;
     size_t len = 0;
@@ -204,4 +226,24 @@ int sdtest_vocab_case_ok(const sd_tokenizer *t, const sdtest_vocab_cases *c, int
     }
     free(ids);
     return ok;
+}
+
+int sdtest_vocab_case_failures(const sd_tokenizer *t, const char *vectors, int roundtrip, const char *name) {
+    sdtest_vocab_cases *c = sdtest_load_vocab_cases(vectors);
+    assert_int_equal(c->n, 46);
+    int failed = 0;
+    for (int i = 0; i < c->n; i++) {
+        failed += !sdtest_vocab_case_ok(t, c, i, name);
+        if (roundtrip) failed += !sdtest_roundtrip_ok(t, c->text[i], c->len[i], 0, name);
+    }
+    sdtest_free_vocab_cases(c);
+    return failed;
+}
+
+char *sdtest_load_corpus(size_t *len) {
+    char *path = sdtest_shared_or_skip("corpora/tinystories.txt");
+    char *text = sdtest_read_file(path, len);
+    free(path);
+    assert_non_null(text);
+    return text;
 }

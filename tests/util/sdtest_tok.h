@@ -20,6 +20,11 @@ const char *sdtest_find(const char *hay, size_t n, const char *needle, size_t m)
  * into it. Fails the test on error, printing the loader's message. */
 sd_tokenizer *sdtest_load_gguf_tokenizer(const char *rel);
 
+/* Loads ../shared/<rel> as a llama2.c tokenizer.bin (vocab 0: counted from the file) or as a
+ * Hugging Face tokenizer.json with the given BOS/EOS; skips when absent, fails on error. */
+sd_tokenizer *sdtest_load_llama2c_tokenizer(const char *rel, int vocab);
+sd_tokenizer *sdtest_load_hf_tokenizer(const char *rel, int32_t bos, int32_t eos);
+
 /* Writes w's GGUF image to memory (freeing w), parses it under `name` and returns
  * sd_tokenizer_from_gguf's status; the image is freed before the tokenizer is used. */
 sd_status sdtest_tokenizer_from_writer(sd_gguf_writer *w, const char *name, sd_tokenizer **out);
@@ -60,6 +65,13 @@ typedef struct {
 /* Reads ../shared/<vocab>.inp and <vocab>.out (skips the test when absent). */
 sdtest_vocab_cases *sdtest_load_vocab_cases(const char *vocab);
 void sdtest_free_vocab_cases(sdtest_vocab_cases *c);
+
+/* Runs every case of ../shared/<vectors> through t: the ids (sdtest_vocab_case_ok) and, when
+ * roundtrip, decode(encode(x)) == x. Returns the number of failures (each one printed). */
+int sdtest_vocab_case_failures(const sd_tokenizer *t, const char *vectors, int roundtrip, const char *name);
+
+/* ../shared/corpora/tinystories.txt (skips when absent): malloc'd, *len bytes. */
+char *sdtest_load_corpus(size_t *len);
 
 /* Whether case i encodes (no BOS) to its ids; prints "<name>: vocab case <i> differs" with the
  * input, expected and got ids when not. */

@@ -1,0 +1,131 @@
+/* Fuzz bodies for chat prompts and the Hugging Face files beside tokenizer.json: template
+ * recognition and rendering of arbitrary messages, and generation_config.json /
+ * tokenizer_config.json applied to a tokenizer (which must be unchanged when they fail). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "specdec/chat.h"
+#include "specdec/tokenizer.h"
+
+/* Renders msgs in format f and checks the result: a NUL-terminated string of the stated
+ * length, or a printable refusal with nothing returned. */
+static void render_checked(sd_chat_format f, const sd_chat_msg *msgs, int n, int gen, size_t content_bytes) {
+    sd_chat_params p = sd_chat_default_params();
+    p.add_generation_prompt = gen;
+    p.bos_token = "<s>";
+    p.eos_token = "</s>";
+    p.date = "01 Jan 2025";
+    char *out = (char *)1;
+    size_t len = 12345;
+    sd_clear_error();
+    sd_status st = sd_chat_render(f, msgs, n, &p, &out, &len);
+    if (st != SD_OK) {
+        SD_FUZZ_CHECK(st == SD_ERR_INVALID_ARG && out == NULL && len == 0);
+        sd_fuzz_check_error();
+        return;
+    }
+    SD_FUZZ_CHECK(out != NULL && strlen(out) == len);
+    /* every format writes at most each content once plus its markers (and a date header) */
+    SD_FUZZ_CHECK(len <= content_bytes + 64 * (size_t)n + 160);
+    if (f == SD_CHAT_CHATML) { /* exactly: <|im_start|>role\ncontent<|im_end|>\n per message */
+        size_t want = gen ? 22 : 0;
+        for (int i = 0; i < n; i++) want += 12 + strlen(msgs[i].role) + 1 + strlen(msgs[i].content) + 11;
+        SD_FUZZ_CHECK(len == want);
+    }
+    free(out);
+}
+
+/* Input: a mode byte (low 4 bits: the format for the messages; bit 4: generation prompt),
+ * then text that is (a) a chat template to recognise and (b) messages: segments split at
+ * 0x00, each a role byte (system, user, assistant, or an unknown role) and its content. */
+int sd_fuzz_chat(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    const sd_chat_format f = (sd_chat_format)((data[0] & 15) % SD_CHAT_N_FORMATS);
+    const int gen = (data[0] >> 4) & 1;
+    const char *text = (const char *)data + 1;
+    const size_t len = size - 1;
+
+    sd_chat_format d = SD_CHAT_N_FORMATS;
+    sd_clear_error();
+    if (sd_chat_detect(text, len, &d) == SD_OK) {
+        SD_FUZZ_CHECK((unsigned)d < SD_CHAT_N_FORMATS && sd_chat_name(d) != NULL);
+        static const sd_chat_msg conv[] = {{"system", "Be brief."}, {"user", "Hello"}};
+        render_checked(d, conv, 2, 1, 14);
+        render_checked(d, conv + 1, 1, 0, 5);
+    } else {
+        sd_fuzz_check_error();
+    }
+
+    enum { MAX_MSGS = 8 };
+    static const char *const roles[] = {"system", "user", "assistant", "tool"};
+    char *copy = malloc(len + 1);
+    SD_FUZZ_CHECK(copy != NULL);
+    if (len) memcpy(copy, text, len);
+    copy[len] = '\0';
+    sd_chat_msg msgs[MAX_MSGS];
+    int n = 0;
+    for (size_t pos = 0; pos < len && n < MAX_MSGS;) {
+        size_t end = pos;
+        while (end < len && copy[end]) end++;
+        msgs[n].role = roles[(unsigned char)copy[pos] & 3];
+        msgs[n].content = copy + pos + 1 <= copy + end ? copy + pos + 1 : copy + end;
+        n++;
+        pos = end + 1;
+    }
+    if (n > 0) render_checked(f, msgs, n, gen, len);
+    free(copy);
+    return 0;
+}
+
+/* Input: one JSON file (generation_config.json or tokenizer_config.json) applied to a fresh
+ * synthetic tokenizer (64 ids). A failure must leave the tokenizer as it was; a success may
+ * only add valid end-of-generation ids (kept ascending) and a template. */
+int sd_fuzz_hf_config(const uint8_t *data, size_t size) {
+    static char *json;
+    static size_t json_len;
+    if (!json) {
+        json = sd_fuzz_hf_tokenizer_json(64, &json_len);
+        SD_FUZZ_CHECK(json != NULL);
+    }
+    sd_tokenizer *t = NULL;
+    SD_FUZZ_CHECK(sd_tokenizer_from_hf_json(json, json_len, "synth.tokenizer.json", -1, -1, &t) == SD_OK);
+    const int32_t *before;
+    const int n_before = sd_tokenizer_eog(t, &before);
+    int32_t saved[8];
+    SD_FUZZ_CHECK(n_before <= 8);
+    memcpy(saved, before, (size_t)n_before * sizeof *saved);
+    const int32_t bos = sd_tokenizer_bos(t), eos = sd_tokenizer_eos(t);
+
+    char *in = malloc(size ? size : 1); /* exact size, no terminator */
+    SD_FUZZ_CHECK(in != NULL);
+    if (size) memcpy(in, data, size);
+    sd_clear_error();
+    sd_status st = sd_tokenizer_apply_hf_config(t, in, size, "fuzz.config.json");
+    free(in);
+    const int32_t *ids;
+    const int n = sd_tokenizer_eog(t, &ids);
+    size_t tl = 0;
+    const char *tmpl = sd_tokenizer_chat_template(t, &tl);
+    if (st != SD_OK) {
+        SD_FUZZ_CHECK(st == SD_ERR_FORMAT);
+        sd_fuzz_check_error();
+        SD_FUZZ_CHECK(n == n_before && !memcmp(ids, saved, (size_t)n * sizeof *ids));
+        SD_FUZZ_CHECK(tmpl == NULL && sd_tokenizer_bos(t) == bos && sd_tokenizer_eos(t) == eos);
+    } else {
+        SD_FUZZ_CHECK(n >= n_before);
+        for (int i = 0; i < n; i++) {
+            SD_FUZZ_CHECK(ids[i] >= 0 && ids[i] < sd_tokenizer_n_vocab(t));
+            SD_FUZZ_CHECK(i == 0 || ids[i - 1] < ids[i]);
+            SD_FUZZ_CHECK(sd_tokenizer_is_eog(t, ids[i]));
+        }
+        SD_FUZZ_CHECK(sd_tokenizer_eos(t) >= -1 && sd_tokenizer_eos(t) < sd_tokenizer_n_vocab(t));
+        if (tmpl) {
+            SD_FUZZ_CHECK(strlen(tmpl) == tl);
+            sd_chat_format f;
+            if (sd_chat_detect(tmpl, tl, &f) != SD_OK) sd_fuzz_check_error();
+        }
+    }
+    sd_tokenizer_free(t);
+    return 0;
+}

@@ -1,0 +1,443 @@
+/* Chat templates rendered natively: recognition by the template's marker strings (as llama.cpp
+ * does) and one renderer per format that writes what its Jinja template writes for plain
+ * messages, whitespace trimming and raised exceptions included. */
+#include "specdec/chat.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- names ------------------------------------------------------------------------------- */
+
+static const char *const k_names[SD_CHAT_N_FORMATS] = {
+    "chatml", "qwen2.5", "qwen3", "llama3", "llama3.1", "llama3.2", "llama2", "mistral", "gemma", "phi3",
+};
+
+const char *sd_chat_known_names(void) {
+    return "chatml, qwen2.5, qwen3, llama3, llama3.1, llama3.2, llama2, mistral, gemma, phi3";
+}
+
+const char *sd_chat_name(sd_chat_format f) {
+    return (unsigned)f < SD_CHAT_N_FORMATS ? k_names[f] : NULL;
+}
+
+sd_status sd_chat_format_from_name(const char *name, sd_chat_format *out) {
+    for (int i = 0; name && i < SD_CHAT_N_FORMATS; i++) {
+        if (!strcmp(name, k_names[i])) {
+            *out = (sd_chat_format)i;
+            return SD_OK;
+        }
+    }
+    return sd_fail(SD_ERR_INVALID_ARG, "unknown chat template '%s' (known: %s)", name ? name : "(null)",
+                   sd_chat_known_names());
+}
+
+/* ---- recognition ------------------------------------------------------------------------- */
+
+static int has(const char *t, size_t n, const char *needle) {
+    size_t m = strlen(needle);
+    for (size_t i = 0; m <= n && i + m <= n; i++)
+        if (t[i] == needle[0] && memcmp(t + i, needle, m) == 0) return 1;
+    return 0;
+}
+
+/* First match wins: each row's markers (all of them), then the narrower variants before
+ * their family's plain form. */
+static const struct {
+    const char *marker, *also;
+    sd_chat_format f;
+} k_rules[] = {
+    {"<|im_start|>", "<think>", SD_CHAT_QWEN3},
+    {"<|im_start|>", "You are Qwen, created by Alibaba Cloud", SD_CHAT_QWEN25},
+    {"<|im_start|>", NULL, SD_CHAT_CHATML},
+    {"<|start_header_id|>", "strftime_now", SD_CHAT_LLAMA32},
+    {"<|start_header_id|>", "Cutting Knowledge Date", SD_CHAT_LLAMA31},
+    {"<|start_header_id|>", NULL, SD_CHAT_LLAMA3},
+    {"<start_of_turn>", NULL, SD_CHAT_GEMMA},
+    {"<|assistant|>", "<|end|>", SD_CHAT_PHI3},
+    {"[INST]", "<<SYS>>", SD_CHAT_LLAMA2},
+    {"[INST]", NULL, SD_CHAT_MISTRAL},
+};
+
+sd_status sd_chat_detect(const char *tmpl, size_t len, sd_chat_format *out) {
+    if (!out || (!tmpl && len)) return sd_fail(SD_ERR_INVALID_ARG, "chat template: bad arguments");
+    for (size_t i = 0; i < sizeof k_rules / sizeof k_rules[0]; i++) {
+        if (has(tmpl, len, k_rules[i].marker) && (!k_rules[i].also || has(tmpl, len, k_rules[i].also))) {
+            *out = k_rules[i].f;
+            return SD_OK;
+        }
+    }
+    /* show where it starts, printable and short (sd_fail replaces other bytes) */
+    char head[41];
+    size_t k = 0;
+    for (size_t i = 0; i < len && k < sizeof head - 1; i++) head[k++] = tmpl[i] == '\n' ? ' ' : tmpl[i];
+    head[k] = '\0';
+    return sd_fail(SD_ERR_UNSUPPORTED,
+                   "chat template not recognised (it starts \"%s%s\" and has none of the markers <|im_start|>, "
+                   "<|start_header_id|>, <start_of_turn>, <|assistant|> with <|end|>, [INST]); known formats: %s",
+                   head, len > k ? "..." : "", sd_chat_known_names());
+}
+
+/* ---- text helpers ----------------------------------------------------------------------- */
+
+typedef struct {
+    const char *p;
+    size_t n;
+} view;
+
+static view V(const char *s) { return (view){s, strlen(s)}; }
+
+/* Length of the character at s[i] when it is Python whitespace (str.isspace, what Jinja's
+ * trim and str.strip() remove), else 0. */
+static size_t space_at(const char *s, size_t n, size_t i) {
+    const unsigned char *u = (const unsigned char *)s + i;
+    size_t left = n - i;
+    if (u[0] < 0x80) return (u[0] >= 0x09 && u[0] <= 0x0D) || (u[0] >= 0x1C && u[0] <= 0x20) ? 1 : 0;
+    uint32_t cp;
+    size_t l;
+    if ((u[0] & 0xE0) == 0xC0 && left >= 2 && (u[1] & 0xC0) == 0x80) {
+        cp = (uint32_t)(u[0] & 0x1F) << 6 | (u[1] & 0x3F);
+        l = 2;
+    } else if ((u[0] & 0xF0) == 0xE0 && left >= 3 && (u[1] & 0xC0) == 0x80 && (u[2] & 0xC0) == 0x80) {
+        cp = (uint32_t)(u[0] & 0x0F) << 12 | (uint32_t)(u[1] & 0x3F) << 6 | (u[2] & 0x3F);
+        l = 3;
+    } else {
+        return 0;
+    }
+    int sp = cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+             cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    return sp ? l : 0;
+}
+
+/* Jinja's trim filter and Python's str.strip(). */
+static view trim(view v) {
+    size_t a = 0, b = v.n, l;
+    while (a < b && (l = space_at(v.p, b, a)) > 0) a += l;
+    while (b > a) {
+        size_t s = b - 1; /* the lead byte of the last character */
+        while (s > a && b - s < 3 && ((unsigned char)v.p[s] & 0xC0) == 0x80) s--;
+        l = space_at(v.p, b, s);
+        if (l != b - s) break;
+        b = s;
+    }
+    return (view){v.p + a, b - a};
+}
+
+static view lstrip_nl(view v) {
+    while (v.n && v.p[0] == '\n') v.p++, v.n--;
+    return v;
+}
+
+static view rstrip_nl(view v) {
+    while (v.n && v.p[v.n - 1] == '\n') v.n--;
+    return v;
+}
+
+/* Offset of the first (last) occurrence of s in v, or -1. */
+static long find(view v, const char *s, int last) {
+    size_t m = strlen(s);
+    long at = -1;
+    for (size_t i = 0; m <= v.n && i + m <= v.n; i++) {
+        if (memcmp(v.p + i, s, m) == 0) {
+            at = (long)i;
+            if (!last) break;
+        }
+    }
+    return at;
+}
+
+static int starts(view v, const char *s) { return v.n >= strlen(s) && !memcmp(v.p, s, strlen(s)); }
+static int ends(view v, const char *s) {
+    size_t m = strlen(s);
+    return v.n >= m && !memcmp(v.p + v.n - m, s, m);
+}
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+    int oom;
+} buf;
+
+static void putv(buf *b, view v) {
+    if (b->oom) return;
+    if (b->n + v.n + 1 > b->cap) {
+        size_t c = b->cap ? b->cap : 256;
+        while (c < b->n + v.n + 1) c *= 2;
+        char *q = realloc(b->p, c);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->p = q;
+        b->cap = c;
+    }
+    if (v.n) memcpy(b->p + b->n, v.p, v.n);
+    b->n += v.n;
+    b->p[b->n] = '\0';
+}
+
+static void put(buf *b, const char *s) { putv(b, V(s)); }
+
+/* ---- renderers ------------------------------------------------------------------------- */
+
+typedef struct {
+    const sd_chat_msg *m;
+    int n;
+    const sd_chat_params *p;
+    buf *out;
+} ctx;
+
+static int is(const sd_chat_msg *m, const char *role) { return !strcmp(m->role, role); }
+
+static sd_status template_error(sd_chat_format f, const char *msg) {
+    return sd_fail(SD_ERR_INVALID_ARG, "chat template %s: %s", k_names[f], msg);
+}
+
+static const char ALTERNATE[] = "Conversation roles must alternate user/assistant/user/assistant/...";
+
+static void chatml_turn(buf *o, const char *role, view content) {
+    put(o, "<|im_start|>");
+    put(o, role);
+    put(o, "\n");
+    putv(o, content);
+    put(o, "<|im_end|>\n");
+}
+
+static sd_status render_chatml(const ctx *c, sd_chat_format f) {
+    if (f == SD_CHAT_QWEN25 && !is(&c->m[0], "system"))
+        put(c->out, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n");
+    for (int i = 0; i < c->n; i++) chatml_turn(c->out, c->m[i].role, V(c->m[i].content));
+    if (c->p->add_generation_prompt) put(c->out, "<|im_start|>assistant\n");
+    return SD_OK;
+}
+
+/* Qwen3: an assistant turn after the last real user query carries its reasoning in a <think>
+ * block (an empty one when it is the last message); earlier ones lose theirs. */
+static sd_status render_qwen3(const ctx *c) {
+    buf *o = c->out;
+    if (is(&c->m[0], "system")) chatml_turn(o, "system", V(c->m[0].content));
+    int last_query = c->n - 1;
+    for (int i = c->n - 1; i >= 0; i--) {
+        view v = V(c->m[i].content);
+        if (is(&c->m[i], "user") && !(starts(v, "<tool_response>") && ends(v, "</tool_response>"))) {
+            last_query = i;
+            break;
+        }
+    }
+    for (int i = 0; i < c->n; i++) {
+        const sd_chat_msg *m = &c->m[i];
+        if (is(m, "user") || (is(m, "system") && i > 0)) {
+            chatml_turn(o, m->role, V(m->content));
+            continue;
+        }
+        if (!is(m, "assistant")) continue;
+        view content = V(m->content), reasoning = {"", 0};
+        long first = find(content, "</think>", 0);
+        if (first >= 0) {
+            long last = find(content, "</think>", 1);
+            view before = rstrip_nl((view){content.p, (size_t)first});
+            long open = find(before, "<think>", 1);
+            if (open >= 0) before = (view){before.p + open + 7, before.n - (size_t)open - 7};
+            reasoning = lstrip_nl(before);
+            content = lstrip_nl((view){content.p + last + 8, content.n - (size_t)last - 8});
+        }
+        put(o, "<|im_start|>assistant\n");
+        if (i > last_query && (i == c->n - 1 || reasoning.n)) {
+            put(o, "<think>\n");
+            putv(o, lstrip_nl(rstrip_nl(reasoning)));
+            put(o, "\n</think>\n\n");
+            content = lstrip_nl(content);
+        }
+        putv(o, content);
+        put(o, "<|im_end|>\n");
+    }
+    if (c->p->add_generation_prompt) put(o, "<|im_start|>assistant\n");
+    return SD_OK;
+}
+
+static void llama3_turn(buf *o, const char *role, const char *content) {
+    put(o, "<|start_header_id|>");
+    put(o, role);
+    put(o, "<|end_header_id|>\n\n");
+    putv(o, trim(V(content)));
+    put(o, "<|eot_id|>");
+}
+
+static sd_status render_llama3(const ctx *c, sd_chat_format f) {
+    buf *o = c->out;
+    int first = 0;
+    if (f == SD_CHAT_LLAMA3) {
+        put(o, c->p->bos_token);
+    } else { /* 3.1 and later: a system header with dates, the system message (or nothing) in it */
+        char today[32];
+        const char *date = c->p->date;
+        if (!date && f == SD_CHAT_LLAMA31) date = "26 Jul 2024";
+        if (!date) {
+            time_t now = time(NULL);
+            struct tm tm;
+            date = localtime_r(&now, &tm) && strftime(today, sizeof today, "%d %b %Y", &tm) ? today : "26 Jul 2024";
+        }
+        put(o, c->p->bos_token);
+        put(o, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ");
+        put(o, date);
+        put(o, "\n\n");
+        if (is(&c->m[0], "system")) {
+            putv(o, trim(V(c->m[0].content)));
+            first = 1;
+        }
+        put(o, "<|eot_id|>");
+    }
+    for (int i = first; i < c->n; i++) llama3_turn(o, c->m[i].role, c->m[i].content);
+    if (c->p->add_generation_prompt) put(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    return SD_OK;
+}
+
+static sd_status render_llama2(const ctx *c) {
+    buf *o = c->out;
+    int sys = is(&c->m[0], "system");
+    for (int i = sys, j = 0; i < c->n; i++, j++) {
+        const sd_chat_msg *m = &c->m[i];
+        if (is(m, "user") != (j % 2 == 0)) return template_error(SD_CHAT_LLAMA2, ALTERNATE);
+        view content = V(m->content);
+        buf tmp = {0};
+        if (j == 0 && sys) {
+            put(&tmp, "<<SYS>>\n");
+            put(&tmp, c->m[0].content);
+            put(&tmp, "\n<</SYS>>\n\n");
+            put(&tmp, m->content);
+            if (tmp.oom) {
+                free(tmp.p);
+                return sd_fail(SD_ERR_NOMEM, "chat template llama2: out of memory");
+            }
+            content = (view){tmp.p, tmp.n};
+        }
+        if (is(m, "user")) {
+            put(o, c->p->bos_token);
+            put(o, "[INST] ");
+            putv(o, trim(content));
+            put(o, " [/INST]");
+        } else if (is(m, "assistant")) {
+            put(o, " ");
+            putv(o, trim(content));
+            put(o, " ");
+            put(o, c->p->eos_token);
+        }
+        free(tmp.p);
+    }
+    return SD_OK;
+}
+
+static sd_status render_mistral(const ctx *c) {
+    buf *o = c->out;
+    put(o, c->p->bos_token);
+    for (int i = 0; i < c->n; i++) {
+        const sd_chat_msg *m = &c->m[i];
+        if (is(m, "user") != (i % 2 == 0)) return template_error(SD_CHAT_MISTRAL, ALTERNATE);
+        if (is(m, "user")) {
+            put(o, "[INST] ");
+            put(o, m->content);
+            put(o, " [/INST]");
+        } else if (is(m, "assistant")) {
+            put(o, m->content);
+            put(o, c->p->eos_token);
+        } else {
+            return template_error(SD_CHAT_MISTRAL, "Only user and assistant roles are supported!");
+        }
+    }
+    return SD_OK;
+}
+
+static sd_status render_gemma(const ctx *c) {
+    buf *o = c->out;
+    put(o, c->p->bos_token);
+    if (is(&c->m[0], "system")) return template_error(SD_CHAT_GEMMA, "System role not supported");
+    for (int i = 0; i < c->n; i++) {
+        const sd_chat_msg *m = &c->m[i];
+        if (is(m, "user") != (i % 2 == 0)) return template_error(SD_CHAT_GEMMA, ALTERNATE);
+        put(o, "<start_of_turn>");
+        put(o, is(m, "assistant") ? "model" : m->role);
+        put(o, "\n");
+        putv(o, trim(V(m->content)));
+        put(o, "<end_of_turn>\n");
+    }
+    if (c->p->add_generation_prompt) put(o, "<start_of_turn>model\n");
+    return SD_OK;
+}
+
+static sd_status render_phi3(const ctx *c) {
+    buf *o = c->out;
+    for (int i = 0; i < c->n; i++) {
+        const sd_chat_msg *m = &c->m[i];
+        if (is(m, "system") && !m->content[0]) continue; /* an empty system message is left out */
+        put(o, "<|");
+        put(o, m->role);
+        put(o, "|>\n");
+        put(o, m->content);
+        put(o, "<|end|>\n");
+    }
+    put(o, c->p->add_generation_prompt ? "<|assistant|>\n" : c->p->eos_token);
+    return SD_OK;
+}
+
+/* ---- entry points ------------------------------------------------------------------------ */
+
+sd_chat_params sd_chat_default_params(void) {
+    sd_chat_params p = {1, "", "", NULL};
+    return p;
+}
+
+sd_chat_params sd_chat_params_for(const sd_tokenizer *t) {
+    sd_chat_params p = sd_chat_default_params();
+    const char *bos = t ? sd_tokenizer_piece(t, sd_tokenizer_bos(t), NULL) : NULL;
+    const char *eos = t ? sd_tokenizer_piece(t, sd_tokenizer_eos(t), NULL) : NULL;
+    if (bos) p.bos_token = bos;
+    if (eos) p.eos_token = eos;
+    return p;
+}
+
+sd_status sd_chat_render(sd_chat_format f, const sd_chat_msg *msgs, int n, const sd_chat_params *p, char **out,
+                         size_t *out_len) {
+    if (out) *out = NULL;
+    if (out_len) *out_len = 0;
+    if (!out || (unsigned)f >= SD_CHAT_N_FORMATS || (!msgs && n))
+        return sd_fail(SD_ERR_INVALID_ARG, "chat: bad arguments");
+    if (n < 1) return sd_fail(SD_ERR_INVALID_ARG, "chat: no messages to render");
+    for (int i = 0; i < n; i++) {
+        if (!msgs[i].role || !msgs[i].content)
+            return sd_fail(SD_ERR_INVALID_ARG, "chat: message %d has no %s", i, msgs[i].role ? "content" : "role");
+        if (!is(&msgs[i], "system") && !is(&msgs[i], "user") && !is(&msgs[i], "assistant"))
+            return sd_fail(SD_ERR_INVALID_ARG, "chat: message %d has role '%.40s' (the roles are system, user and assistant)",
+                           i, msgs[i].role);
+    }
+    sd_chat_params d = sd_chat_default_params();
+    if (!p) p = &d;
+    sd_chat_params q = *p; /* NULL tokens write nothing */
+    if (!q.bos_token) q.bos_token = "";
+    if (!q.eos_token) q.eos_token = "";
+    buf b = {0};
+    ctx c = {msgs, n, &q, &b};
+    sd_status st;
+    switch (f) {
+    case SD_CHAT_CHATML:
+    case SD_CHAT_QWEN25: st = render_chatml(&c, f); break;
+    case SD_CHAT_QWEN3: st = render_qwen3(&c); break;
+    case SD_CHAT_LLAMA3:
+    case SD_CHAT_LLAMA31:
+    case SD_CHAT_LLAMA32: st = render_llama3(&c, f); break;
+    case SD_CHAT_LLAMA2: st = render_llama2(&c); break;
+    case SD_CHAT_MISTRAL: st = render_mistral(&c); break;
+    case SD_CHAT_GEMMA: st = render_gemma(&c); break;
+    default: st = render_phi3(&c); break;
+    }
+    if (st == SD_OK && b.oom) st = sd_fail(SD_ERR_NOMEM, "chat: out of memory rendering %d messages", n);
+    if (st == SD_OK && !b.p) put(&b, ""); /* an empty rendering is still a string */
+    if (st == SD_OK && b.oom) st = sd_fail(SD_ERR_NOMEM, "chat: out of memory");
+    if (st != SD_OK) {
+        free(b.p);
+        return st;
+    }
+    *out = b.p;
+    if (out_len) *out_len = b.n;
+    return SD_OK;
+}

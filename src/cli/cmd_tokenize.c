@@ -1,0 +1,171 @@
+/* `specdec tokenize`: the token ids (or ids and pieces) of a text under a model's tokenizer,
+ * which is read from a GGUF's metadata, a Hugging Face directory, a tokenizer.json or a
+ * tokenizer.bin without loading any weights. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "specdec/tokenizer.h"
+
+static void help(FILE *f) {
+    fprintf(f,
+            "usage: specdec tokenize MODEL_OR_TOKENIZER (-p TEXT | -f FILE) [options]\n"
+            "\n"
+            "Prints the token ids of TEXT on one line, separated by spaces.\n"
+            "MODEL_OR_TOKENIZER is a GGUF file (only its tokenizer metadata is read, so any\n"
+            "architecture works), a Hugging Face model directory, a tokenizer.json, or a llama2.c\n"
+            "tokenizer.bin (its vocabulary size is counted from the file); a name that is not a path\n"
+            "is looked up as for generate -m.\n"
+            "\n"
+            "  -p, --prompt TEXT   the text\n"
+            "  -f, --file PATH     read the text from a file, as it is (a final newline is text too)\n"
+            "      --pieces        one token per line instead: its id and its text, quoted and escaped\n"
+            "      --special       special tokens written in the text (<|im_start|>, <s>, ...) become\n"
+            "                      those tokens; without it they are encoded as plain text\n"
+            "      --no-bos        leave out the BOS token the tokenizer adds by default\n"
+            "  -h, --help          this help\n"
+            "\n"
+            "Exit status 0 on success, 1 when the tokenizer or the file cannot be read, 2 on a\n"
+            "usage error.\n");
+}
+
+/* The whole file, NUL-terminated (the NUL is not counted in *len). */
+static char *read_text(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0, r;
+    char *b = malloc(cap);
+    while (b && (r = fread(b + n, 1, cap - n - 1, f)) > 0) {
+        n += r;
+        if (n + 1 == cap) {
+            char *q = realloc(b, cap *= 2);
+            if (!q) free(b);
+            b = q;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!b || bad) {
+        free(b);
+        return NULL;
+    }
+    b[n] = '\0';
+    *len = n;
+    return b;
+}
+
+/* Text as a quoted literal: printable UTF-8 as it is; quotes, backslashes and control
+ * characters escaped; bytes that are not part of a valid character (a token may hold part of
+ * one) as \xNN. */
+static void print_quoted(const char *s, size_t n) {
+    putchar('\'');
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t l = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        for (size_t k = 1; l && k < l; k++)
+            if (i + k >= n || ((unsigned char)s[i + k] & 0xC0) != 0x80) l = 0;
+        if (l > 1) {
+            fwrite(s + i, 1, l, stdout);
+            i += l;
+            continue;
+        }
+        if (c == '\n') fputs("\\n", stdout);
+        else if (c == '\t') fputs("\\t", stdout);
+        else if (c == '\r') fputs("\\r", stdout);
+        else if (c == '\'' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20 || c >= 0x7F) printf("\\x%02x", c);
+        else putchar(c);
+        i++;
+    }
+    putchar('\'');
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    const char *src = NULL, *prompt = NULL, *file = NULL;
+    int pieces = 0, special = 0, no_bos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            help(stdout);
+            return 0;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            if (i + 1 >= argc) return cli_usage_error("%s needs a value", a);
+            prompt = argv[++i];
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if (i + 1 >= argc) return cli_usage_error("%s needs a value", a);
+            file = argv[++i];
+        } else if (!strcmp(a, "--pieces")) pieces = 1;
+        else if (!strcmp(a, "--special")) special = 1;
+        else if (!strcmp(a, "--no-bos")) no_bos = 1;
+        else if (a[0] == '-' && a[1]) return cli_usage_error("tokenize: unknown option '%s' (see specdec tokenize --help)", a);
+        else if (src) return cli_usage_error("tokenize: one MODEL_OR_TOKENIZER only (got '%s' and '%s')", src, a);
+        else src = a;
+    }
+    if (!src) return cli_usage_error("tokenize: MODEL_OR_TOKENIZER is required (see specdec tokenize --help)");
+    if (!prompt && !file) return cli_usage_error("tokenize: give the text with -p TEXT or -f FILE");
+    if (prompt && file) return cli_usage_error("tokenize: give -p or -f, not both");
+
+    char path[4096];
+    struct stat st;
+    if (stat(src, &st) == 0) snprintf(path, sizeof path, "%s", src);
+    else if (!cli_resolve_model(src, path, sizeof path)) return 1;
+    char *text = NULL;
+    size_t len = prompt ? strlen(prompt) : 0;
+    if (file && !(text = read_text(file, &len))) {
+        fprintf(stderr, "error: cannot read %s: %s\n", file, strerror(errno ? errno : EIO));
+        return 1;
+    }
+    const char *t_in = text ? text : prompt;
+
+    sd_tokenizer *t = NULL;
+    int32_t *ids = NULL;
+    char *buf = NULL;
+    int rc = 0, n = 0, bos = 0;
+    sd_status s = sd_tokenizer_load(path, &t);
+    if (s == SD_OK) {
+        bos = !no_bos && sd_tokenizer_add_bos(t);
+        s = sd_tokenizer_tokenize(t, t_in, len, bos, special, NULL, 0, &n);
+    }
+    if (s == SD_ERR_INVALID_ARG && n > 0) { /* counted: now the ids */
+        ids = malloc((size_t)n * sizeof *ids);
+        s = ids ? sd_tokenizer_tokenize(t, t_in, len, bos, special, ids, n, &n) : sd_fail(SD_ERR_NOMEM, "out of memory");
+    }
+    if (s == SD_OK && pieces && !(buf = malloc((size_t)sd_tokenizer_max_piece_len(t))))
+        s = sd_fail(SD_ERR_NOMEM, "out of memory");
+    if (s != SD_OK) {
+        rc = cli_error_status(s);
+        goto done;
+    }
+    int32_t prev = -1;
+    for (int i = 0; i < n; i++) {
+        if (!pieces) {
+            printf(i ? " %d" : "%d", (int)ids[i]);
+            continue;
+        }
+        /* the text the token adds after its predecessor; control tokens (which print as
+         * nothing) show their piece */
+        size_t pl = 0;
+        int k = sd_tokenizer_decode(t, prev, ids[i], buf, (size_t)sd_tokenizer_max_piece_len(t));
+        const char *p = buf;
+        int ty = sd_tokenizer_token_type(t, ids[i]);
+        if (ty == SD_TOKEN_CONTROL || ty == SD_TOKEN_UNKNOWN || ty == SD_TOKEN_UNUSED) {
+            p = sd_tokenizer_piece(t, ids[i], &pl);
+        } else {
+            pl = k > 0 ? (size_t)k : 0;
+        }
+        printf("%6d -> ", (int)ids[i]);
+        print_quoted(p, pl);
+        putchar('\n');
+        prev = ids[i];
+    }
+    if (!pieces) putchar('\n');
+done:
+    free(buf);
+    free(ids);
+    free(text);
+    sd_tokenizer_free(t);
+    return rc;
+}

@@ -1,0 +1,250 @@
+/* Special tokens: the end-of-generation set, the list of tokens split out of the text before
+ * encoding (parse_special), and the encode entry points that cut the text at them. */
+#include "tok_internal.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- end of generation ------------------------------------------------------------------ */
+
+/* llama.cpp's rules (llama-vocab.cpp, load): tokens with these texts end generation whatever
+ * the file says, and are made control tokens (so they print nothing and are parsed out of a
+ * prompt only with parse_special). */
+static const char *const k_eog_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>",          "<end_of_turn>",  "<|endoftext|>",
+    "<|eom_id|>", "<EOT>",      "_<EOT>",           "<|end_of_text|>", "<end_of_utterance>",
+};
+
+/* Roles that end generation, found by text when the GGUF does not name them; llama.cpp takes
+ * the first match in its hash map's order, specdec the lowest id (they agree whenever one
+ * text matches, as in every vocabulary these lists were written for). */
+static const struct {
+    size_t field; /* offset in sd_tok_eog_roles */
+    const char *texts[8];
+} k_eog_roles[] = {
+    {offsetof(sd_tok_eog_roles, eot),
+     {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>",
+      "_<EOT>"}},
+    {offsetof(sd_tok_eog_roles, eot), {"<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "<end_of_utterance>"}},
+    {offsetof(sd_tok_eog_roles, eom), {"<|eom_id|>"}},
+    {offsetof(sd_tok_eog_roles, fim_pad), {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"}},
+    {offsetof(sd_tok_eog_roles, fim_rep), {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+    {offsetof(sd_tok_eog_roles, fim_sep), {"<|file_sep|>"}},
+};
+
+sd_status sd_tok_add_eog(sd_tokenizer *t, int32_t id, const char *what) {
+    if (id < 0 || id >= t->n_vocab)
+        return sd_fail(SD_ERR_FORMAT, "%s: end-of-generation id %d is outside the vocabulary of %d", what, (int)id,
+                       t->n_vocab);
+    int i = 0;
+    while (i < t->n_eog && t->eog[i] < id) i++;
+    if (i < t->n_eog && t->eog[i] == id) return SD_OK;
+    int32_t *e = realloc(t->eog, ((size_t)t->n_eog + 1) * sizeof *e);
+    if (!e) return sd_fail(SD_ERR_NOMEM, "%s: out of memory", what);
+    memmove(e + i + 1, e + i, (size_t)(t->n_eog - i) * sizeof *e);
+    e[i] = id;
+    t->eog = e;
+    t->n_eog++;
+    return SD_OK;
+}
+
+static int32_t lookup_str(const sd_tokenizer *t, const char *s) { return sd_tok_lookup(t, s, strlen(s)); }
+
+static sd_status find_eog(sd_tokenizer *t, const sd_tok_eog_roles *given, const char *what) {
+    sd_tok_eog_roles r = {-1, -1, -1, -1, -1};
+    if (given) r = *given;
+    /* A role the file leaves out is found by text; the second eot row is only a fallback. */
+    for (size_t i = 0; i < sizeof k_eog_roles / sizeof k_eog_roles[0]; i++) {
+        int32_t *role = (int32_t *)((char *)&r + k_eog_roles[i].field);
+        if (*role >= 0) continue;
+        for (size_t k = 0; k < 8 && k_eog_roles[i].texts[k]; k++) {
+            int32_t id = lookup_str(t, k_eog_roles[i].texts[k]);
+            if (id >= 0 && (*role < 0 || id < *role)) *role = id;
+        }
+        if (*role >= 0) t->type[*role] = SD_TOKEN_CONTROL;
+    }
+    sd_status st = SD_OK;
+    for (size_t i = 0; st == SD_OK && i < sizeof k_eog_texts / sizeof k_eog_texts[0]; i++) {
+        int32_t id = lookup_str(t, k_eog_texts[i]);
+        if (id < 0) continue;
+        t->type[id] = SD_TOKEN_CONTROL;
+        st = sd_tok_add_eog(t, id, what);
+    }
+    const int32_t ids[] = {t->eos, r.eot, r.eom, r.fim_pad, r.fim_rep, r.fim_sep};
+    for (size_t i = 0; st == SD_OK && i < sizeof ids / sizeof ids[0]; i++)
+        if (ids[i] >= 0) st = sd_tok_add_eog(t, ids[i], what);
+    return st;
+}
+
+/* ---- the special-token list ------------------------------------------------------------- */
+
+typedef struct {
+    uint32_t len;
+    int32_t id;
+} len_id;
+
+static int by_length_desc(const void *pa, const void *pb) {
+    const len_id *a = pa, *b = pb;
+    if (a->len != b->len) return a->len > b->len ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id; /* ties by id: deterministic, unlike llama.cpp's sort */
+}
+
+static int is_special_type(int type) {
+    return type == SD_TOKEN_CONTROL || type == SD_TOKEN_USER_DEFINED || type == SD_TOKEN_UNKNOWN;
+}
+
+sd_status sd_tok_finish_special(sd_tokenizer *t, const sd_tok_eog_roles *roles, const char *what) {
+    free(t->eog);
+    t->eog = NULL;
+    t->n_eog = 0;
+    sd_status st = find_eog(t, roles, what);
+    if (st != SD_OK) return st;
+    int n = 0;
+    for (int32_t id = 0; id < t->n_vocab; id++) n += is_special_type(t->type[id]) && t->len[id] > 0;
+    free(t->special);
+    t->special = NULL;
+    t->n_special = 0;
+    if (!n) return SD_OK;
+    len_id *v = malloc((size_t)n * sizeof *v);
+    t->special = malloc((size_t)n * sizeof *t->special);
+    if (!v || !t->special) {
+        free(v);
+        return sd_fail(SD_ERR_NOMEM, "%s: out of memory", what);
+    }
+    for (int32_t id = 0; id < t->n_vocab; id++)
+        if (is_special_type(t->type[id]) && t->len[id] > 0) v[t->n_special++] = (len_id){t->len[id], id};
+    qsort(v, (size_t)n, sizeof *v, by_length_desc);
+    for (int i = 0; i < n; i++) t->special[i] = v[i].id;
+    free(v);
+    return SD_OK;
+}
+
+int sd_tokenizer_is_eog(const sd_tokenizer *t, int32_t id) {
+    if (!t) return 0;
+    int lo = 0, hi = t->n_eog;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (t->eog[mid] < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < t->n_eog && t->eog[lo] == id;
+}
+
+int sd_tokenizer_eog(const sd_tokenizer *t, const int32_t **ids) {
+    static const int32_t none[1] = {-1}; /* never NULL: callers may memcpy zero ids from it */
+    if (ids) *ids = t && t->eog ? t->eog : none;
+    return t ? t->n_eog : 0;
+}
+
+const char *sd_tokenizer_chat_template(const sd_tokenizer *t, size_t *len) {
+    if (len) *len = t && t->chat_template ? t->chat_template_len : 0;
+    return t ? t->chat_template : NULL;
+}
+
+/* ---- splitting text at special tokens --------------------------------------------------- */
+
+static const char *find_bytes(const char *hay, size_t n, const char *needle, size_t m) {
+    if (m == 0 || m > n) return NULL;
+    const char *end = hay + (n - m) + 1;
+    for (const char *p = hay; p < end;) {
+        const char *q = memchr(p, needle[0], (size_t)(end - p));
+        if (!q) return NULL;
+        if (memcmp(q, needle, m) == 0) return q;
+        p = q + 1;
+    }
+    return NULL;
+}
+
+/* p with room for need elements (doubling), or NULL with p left as it was. */
+static sd_tok_frag *grow(sd_tok_frag *p, size_t *cap, size_t need) {
+    if (need <= *cap) return p;
+    size_t n = *cap ? *cap : 16;
+    while (n < need) n *= 2;
+    sd_tok_frag *q = realloc(p, n * sizeof *q);
+    if (q) *cap = n;
+    return q;
+}
+
+/* Splits text at every occurrence of each special token, longest tokens first, the way
+ * llama.cpp's tokenizer_st_partition does: user-defined tokens always, control and unknown
+ * ones only when parse_special. *out is malloc'd. */
+static sd_status partition(const sd_tokenizer *t, const char *text, size_t len, int parse_special,
+                           sd_tok_frag **out, size_t *n_out) {
+    size_t cap = 0, gcap = 0, n = 1;
+    sd_tok_frag *f = grow(NULL, &cap, 16), *g = NULL;
+    if (!f) goto nomem;
+    f[0] = (sd_tok_frag){0, len, -1};
+    for (int k = 0; k < t->n_special; k++) {
+        int32_t id = t->special[k];
+        if (!parse_special && t->type[id] != SD_TOKEN_USER_DEFINED) continue;
+        const char *p = t->text + t->off[id];
+        size_t pl = t->len[id], m = 0;
+        for (size_t i = 0; i < n; i++) {
+            /* each text piece yields at most 2 pieces per occurrence plus one */
+            sd_tok_frag *q = grow(g, &gcap, m + 1 + (f[i].id < 0 ? 2 * (f[i].len / pl) : 0));
+            if (!q) goto nomem;
+            g = q;
+            if (f[i].id >= 0) {
+                g[m++] = f[i];
+                continue;
+            }
+            size_t pos = f[i].off, end = f[i].off + f[i].len;
+            const char *hit;
+            while ((hit = find_bytes(text + pos, end - pos, p, pl)) != NULL) {
+                size_t at = (size_t)(hit - text);
+                if (at > pos) g[m++] = (sd_tok_frag){pos, at - pos, -1};
+                g[m++] = (sd_tok_frag){at, pl, id};
+                pos = at + pl;
+            }
+            if (pos < end) g[m++] = (sd_tok_frag){pos, end - pos, -1};
+        }
+        sd_tok_frag *sw = f;
+        f = g;
+        g = sw;
+        size_t sc = cap;
+        cap = gcap;
+        gcap = sc;
+        n = m;
+    }
+    free(g);
+    *out = f;
+    *n_out = n;
+    return SD_OK;
+nomem:
+    free(f);
+    free(g);
+    return sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory splitting special tokens");
+}
+
+sd_status sd_tokenizer_tokenize(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
+                                int parse_special, int32_t *out, int cap, int *n_out) {
+    if (n_out) *n_out = 0;
+    if (!t || !n_out || cap < 0 || (!out && cap > 0) || (!text && len))
+        return sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: bad arguments (cap %d)", cap);
+    if (len > SD_TOK_MAX_TEXT)
+        return sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: text of %zu bytes exceeds the %zu-byte limit", len,
+                       SD_TOK_MAX_TEXT);
+    sd_tok_sink k = {out, cap, 0};
+    if (add_bos && t->bos >= 0) sd_tok_emit(&k, t->bos);
+    sd_status st = SD_OK;
+    if (len > 0) { /* llama.cpp emits nothing for empty text, not even a space prefix */
+        sd_tok_frag *f = NULL;
+        size_t n = 0;
+        st = partition(t, text, len, parse_special, &f, &n);
+        if (st == SD_OK)
+            st = t->kind == SD_TOKENIZER_BPE ? sd_bpe_encode_frags(t, text, f, n, &k)
+                                             : sd_spm_encode_frags(t, text, f, n, &k);
+        free(f);
+    }
+    if (st != SD_OK) return st;
+    *n_out = k.count;
+    if (k.count > cap)
+        return sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: %d tokens do not fit in %d", k.count, cap);
+    return SD_OK;
+}
+
+sd_status sd_tokenizer_encode(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
+                              int32_t *out, int cap, int *n_out) {
+    return sd_tokenizer_tokenize(t, text, len, add_bos, 0, out, cap, n_out);
+}
