@@ -26,11 +26,6 @@ int cli_parse_u64(const char *flag, const char *s, uint64_t *out);
  * buffer or NULL (with an error printed listing where it looked). */
 const char *cli_resolve_model(const char *arg, char *buf, size_t cap);
 
-/* Element type of the KV caches the commands create (--kv-type; F32 default). */
-extern sd_type cli_kv_type;
-/* Parses --kv-type's value into cli_kv_type: 0, or 2 after a usage error. */
-int cli_parse_kv_type(const char *flag, const char *v);
-
 /* Bytes of last-level cache plus the L2 of `threads` cores (32 MiB of L3 when sysconf does not
  * know): weights smaller than this can stay cached between decode steps. */
 double cli_cache_bytes(int threads);

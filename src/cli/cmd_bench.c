@@ -8,37 +8,11 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "specdec/bench.h"
 #include "specdec/convert.h"
 #include "specdec/bench_config.h"
 #include "specdec/bench_report.h"
-
-static void help(FILE *f) {
-    fprintf(f,
-            "usage: specdec bench CONFIG [--quick] [--out DIR] [-t N]\n"
-            "\n"
-            "Answers \"how much faster is speculative decoding than plain decoding for this pair,\n"
-            "and why?\". For each prompt and draft length k of CONFIG (configs/*.json), runs plain\n"
-            "and speculative decoding with the same seed, alternating, and reports medians:\n"
-            "acceptance (overall and by draft position), tokens per verify pass, time to first\n"
-            "token, tokens/s of both, the speedup, draft and verify time shares, KV bytes, peak\n"
-            "RSS. Next to each speedup it prints the cost model's prediction from measured\n"
-            "T_decode (target, draft) and T_verify(k+1): S = E / (k Td/Tt + Tv/Tt), with\n"
-            "E = (1 - a^(k+1)) / (1 - a) at the measured acceptance a. Greedy runs must match\n"
-            "plain decoding token for token; any difference fails the bench (exit 1).\n"
-            "\n"
-            "options:\n"
-            "  --quick       1 repetition, at most 2 prompts and 32 tokens: a smoke run\n"
-            "  --out DIR     write the JSON report and the SVG chart into DIR (default: the\n"
-            "                config's output paths, bench/results/NAME.json and .svg)\n"
-            "  -t, --threads N  threads (default: the config's, else online CPUs)\n"
-            "  -h, --help    this help\n"
-            "\n"
-            "Random-weight models (\"generate\" in a config) are written once into $SPECDEC_CACHE\n"
-            "or .cache/models. Paths in a config are relative to the working directory; model\n"
-            "names use the model search path. Exit status: 0, 1 runtime error or greedy\n"
-            "divergence, 2 bad arguments or config, 130 interrupted.\n");
-}
 
 static void progress(int done, int total, const char *what, void *user) {
     (void)user;
@@ -115,26 +89,13 @@ static sd_status quantize_in_place(sd_model **m, const char *q, sd_model *src) {
 
 int cmd_bench(int argc, char **argv) {
     n_sources = 0;
-    const char *cfg_path = NULL, *out_dir = NULL;
-    int quick = 0, threads = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            help(stdout);
-            return 0;
-        } else if (!strcmp(a, "--quick")) quick = 1;
-        else if (!strcmp(a, "--out")) {
-            if (!v) return cli_usage_error("--out needs a value");
-            out_dir = v;
-            i++;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!v) return cli_usage_error("%s needs a value", a);
-            if (cli_parse_int(a, v, 1, 1024, &threads)) return 2;
-            i++;
-        } else if (a[0] == '-') return cli_usage_error("bench: unknown option '%s' (see specdec bench --help)", a);
-        else if (cfg_path) return cli_usage_error("bench: one CONFIG at a time (got '%s' and '%s')", cfg_path, a);
-        else cfg_path = a;
-    }
+    cli_opts o;
+    cli_opts_default(&o);
+    int prc = cli_parse(argc, argv, CMD_BENCH, &o, 1);
+    if (prc) return prc == 1 ? 0 : 2;
+    const char *cfg_path = o.pos_args[0], *out_dir = o.out_dir;
+    const int quick = o.quick;
+    int threads = o.threads_set ? o.threads : 0; /* 0: the config's */
     if (!cfg_path) return cli_usage_error("bench: CONFIG is required, e.g. specdec bench configs/stories-greedy.json");
 
     sd_bench_config cfg;

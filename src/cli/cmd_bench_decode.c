@@ -6,34 +6,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "specdec/bench.h"
-
-static void help(FILE *f) {
-    fprintf(f,
-            "usage: specdec bench-decode -m MODEL [options]\n\n"
-            "Measures, for MODEL:\n"
-            "  - the machine's streaming-read bandwidth (its own kernel reading a --bw-mib buffer),\n"
-            "  - prefill tokens/s (one batched pass of --prefill tokens),\n"
-            "  - decode tokens/s (one token per pass at position --pos), and the fraction of the\n"
-            "    bandwidth limit it reaches: tokens/s x weight bytes read per token / bandwidth,\n"
-            "  - the cost of a verify pass of k+1 tokens relative to one decode step, k = 1..8,\n"
-            "  - the cost of one pass of S sequences x 5 tokens (S verify passes at once, as a server\n"
-            "    batches its slots), S = 1, 2, 4, 8, relative to one decode step (--no-batch skips it).\n"
-            "The probe, the decode step and the verify passes run in --reps interleaved rounds;\n"
-            "each figure is the median over the rounds (ratios paired within a round), with\n"
-            "quartiles to show the spread. Prefill is the median of 5 passes.\n\n"
-            "options:\n"
-            "  -m, --model PATH     model (.gguf or llama2.c .bin)\n"
-            "  -z, --tokenizer PATH tokenizer for a llama2.c model\n"
-            "  -t, --threads N      threads (default: online CPUs)\n"
-            "  --prefill N          prompt length for the prefill figure (default 128)\n"
-            "  --pos N              context length before decode/verify steps (default 64)\n"
-            "  --reps N             measurement rounds (default 20)\n"
-            "  --bw-mib N           bandwidth probe buffer in MiB (default 1024)\n"
-            "  --kv-type T          KV cache elements: f32 (default) or f16 (half the attention reads;\n"
-            "                       needs head_dim >= 16)\n"
-            "  --no-batch           skip the several-sequence passes\n");
-}
 
 /* First quartile, median and third quartile of n values (sorted in place). */
 static void quartiles(double *v, int n, double q[3]) {
@@ -43,47 +17,37 @@ static void quartiles(double *v, int n, double q[3]) {
 }
 
 int cmd_bench_decode(int argc, char **argv) {
-    const char *model = NULL, *tokp = NULL;
-    int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), n_prefill = 128, pos = 64, reps = 20, bw_mib = 1024;
-    int batch = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            help(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--no-batch")) {
-            batch = 0;
-            continue;
-        }
-        if (!v) return cli_usage_error("bench-decode: unknown option or missing value '%s'", a);
-        i++;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tokp = v;
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_int(a, v, 1, 1024, &threads)) return 2; }
-        else if (!strcmp(a, "--prefill")) { if (cli_parse_int(a, v, 1, 1 << 20, &n_prefill)) return 2; }
-        else if (!strcmp(a, "--pos")) { if (cli_parse_int(a, v, 0, 1 << 20, &pos)) return 2; }
-        else if (!strcmp(a, "--reps")) { if (cli_parse_int(a, v, 1, 100000, &reps)) return 2; }
-        else if (!strcmp(a, "--bw-mib")) { if (cli_parse_int(a, v, 64, 1 << 16, &bw_mib)) return 2; }
-        else if (!strcmp(a, "--kv-type")) { if (cli_parse_kv_type(a, v)) return 2; }
-        else return cli_usage_error("bench-decode: unknown option '%s'", a);
-    }
-    if (!model) return cli_usage_error("bench-decode: -m MODEL is required (see --help)");
+    cli_opts o;
+    cli_opts_default(&o);
+    int prc = cli_parse(argc, argv, CMD_BENCH_DECODE, &o, 0);
+    if (prc) return prc == 1 ? 0 : 2;
+    const char *model = o.model, *tokp = o.tokenizer;
+    const int threads = o.threads, reps = o.reps, bw_mib = o.bw_mib;
+    int n_prefill = o.prefill, pos = o.pos;
+    const int batch = !o.no_batch;
+    if (!model) return cli_usage_error("bench-decode: -m MODEL is required (see specdec bench-decode --help)");
     sd_set_threads(threads);
     sd_model *m = NULL;
     int rc = cli_load_model(model, tokp, NULL, &m);
     if (rc) return rc;
     sd_context *ctx = NULL;
     sd_context_params cp = sd_context_default_params();
-    cp.kv_type = cli_kv_type;
+    cp.kv_type = o.kv_type;
     sd_status st = sd_context_create(m, &cp, &ctx);
     if (st != SD_OK) {
         sd_model_free(m);
         return cli_error_status(st);
     }
     const int n_ctx = sd_context_n_ctx(ctx);
-    if (n_prefill > n_ctx) n_prefill = n_ctx;
-    if (pos + 9 > n_ctx) pos = n_ctx - 9 > 0 ? n_ctx - 9 : 0;
+    if (n_prefill > n_ctx) {
+        fprintf(stderr, "note: --prefill %d lowered to the model's context of %d\n", n_prefill, n_ctx);
+        n_prefill = n_ctx;
+    }
+    if (pos + 9 > n_ctx) { /* room for the longest verify pass after pos */
+        const int np = n_ctx - 9 > 0 ? n_ctx - 9 : 0;
+        fprintf(stderr, "note: --pos %d lowered to %d: a 9-token pass must fit the context of %d\n", pos, np, n_ctx);
+        pos = np;
+    }
     const sd_hparams *hp = sd_model_hparams(m);
     const double bpt = (double)sd_model_bytes_per_token(m);
     printf("model:      %s (dim %d, %d layers, vocab %d)\n", sd_model_path(m), hp->dim, hp->n_layers, hp->vocab_size);
@@ -149,7 +113,7 @@ int cmd_bench_decode(int argc, char **argv) {
         static const int seqs[N_S] = {1, 2, 4, 8};
         sd_context *bc = NULL;
         sd_context_params bp = sd_context_default_params();
-        bp.kv_type = cli_kv_type;
+        bp.kv_type = o.kv_type;
         bp.n_seq = 8;
         bp.n_ctx = pos + M;
         double *tb = malloc((size_t)reps * N_S * sizeof(double));

@@ -4,23 +4,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "specdec/convert.h"
-
-static void help(FILE *f) {
-    fprintf(f,
-            "usage: specdec convert IN OUT.gguf [--type T] [-z TOKENIZER]\n"
-            "\n"
-            "Reads IN (a .gguf, a llama2.c .bin, or anything else specdec loads) and writes OUT as a\n"
-            "GGUF llama.cpp can read (llama.* and tokenizer.ggml.* metadata, llama.cpp tensor names).\n"
-            "\n"
-            "  --type T            f32, f16 (default), bf16, q8_0, q4_0, q5_0, q4_k or q6_k: the type of\n"
-            "                      every matrix, token embeddings and classifier included. Quantisation\n"
-            "                      is ggml's reference algorithm (byte-identical to llama-quantize without\n"
-            "                      an importance matrix). Norm vectors stay f32. A matrix whose rows do not\n"
-            "                      divide into the type's blocks falls back as llama.cpp does (q4_k ->\n"
-            "                      q5_0, q6_k -> q8_0) or else to f16; each such tensor is reported.\n"
-            "  -z, --tokenizer P   tokenizer.bin of a llama2.c model (default: beside it)\n");
-}
 
 typedef struct {
     sd_type want;
@@ -48,32 +33,12 @@ static void on_tensor(int i, int n, const char *name, sd_type type, void *user) 
 }
 
 int cmd_convert(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *tokp = NULL;
-    int type = SD_TYPE_F16;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            help(stdout);
-            return 0;
-        }
-        if (a[0] != '-') {
-            if (!in) in = a;
-            else if (!out) out = a;
-            else return cli_usage_error("convert: one input and one output file (got '%s' too)", a);
-            continue;
-        }
-        if (!v) return cli_usage_error("%s needs a value", a);
-        i++;
-        if (!strcmp(a, "--type")) {
-            type = sd_type_from_name(v);
-            if (type < 0)
-                return cli_usage_error("convert: --type must be f32, f16, bf16, q8_0, q4_0, q5_0, q4_k or q6_k, got '%s'", v);
-        } else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) {
-            tokp = v;
-        } else {
-            return cli_usage_error("convert: unknown option '%s' (see specdec convert --help)", a);
-        }
-    }
+    cli_opts o;
+    cli_opts_default(&o);
+    int prc = cli_parse(argc, argv, CMD_CONVERT, &o, 2);
+    if (prc) return prc == 1 ? 0 : 2;
+    const char *in = o.pos_args[0], *out = o.pos_args[1], *tokp = o.tokenizer;
+    const int type = o.type >= 0 ? o.type : SD_TYPE_F16;
     if (!in || !out) return cli_usage_error("convert: IN and OUT.gguf are required (see specdec convert --help)");
 
     double t0 = sd_now();

@@ -7,77 +7,10 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "specdec/chat.h"
 #include "specdec/convert.h"
 #include "specdec/spec.h"
-
-static void help(FILE *f) {
-    fprintf(f,
-            "usage: specdec generate -m TARGET [-md DRAFT] [options]\n"
-            "\n"
-            "Generates text from TARGET. With -md it decodes speculatively: DRAFT proposes\n"
-            "--draft-max tokens, TARGET verifies them in one batched pass. Greedy output is\n"
-            "identical to plain decoding; sampled output has the same distribution.\n"
-            "\n"
-            "models (a path, or a name looked up in $SPECDEC_MODEL_PATH, ./models, ../shared/models):\n"
-            "  -m,  --model PATH        target model (.gguf or llama2.c .bin)\n"
-            "  -md, --model-draft PATH  draft model; without it (and without --draft ngram), plain decoding\n"
-            "       --draft ngram       prompt lookup: propose the continuation of the latest earlier match\n"
-            "                           of the text's last n tokens (no model needed); with -md, tried\n"
-            "                           first and the draft model used when it finds no match\n"
-            "       --draft-tree N      the draft model proposes a tree of at most N drafts (1..%d), at most K\n"
-            "                           deep, branching where it is unsure; the target verifies every node\n"
-            "                           in one pass and keeps the longest accepted path\n"
-            "       --ngram-min N       shortest n-gram matched, 1..64 (default 1)\n"
-            "       --ngram-max N       longest n-gram matched, tried first, 1..64 (default 4)\n"
-            "  -z,  --tokenizer PATH    tokenizer.bin for a llama2.c target (default: beside it)\n"
-            "  -zd, --draft-tokenizer PATH  tokenizer for a llama2.c draft (default: beside it, else the target's)\n"
-            "       --draft-type T      quantise the draft at load, in memory (q4_0, q8_0, q4_k, ...); with\n"
-            "                           -md naming the target itself (or no -md) the target drafts for itself\n"
-            "\n"
-            "generation:\n"
-            "  -p,  --prompt TEXT       prompt (default \"Once upon a time\")\n"
-            "  -f,  --file PATH         read the prompt from a file\n"
-            "  -n,  --n-predict N       tokens to generate (default 128)\n"
-            "  -k,  --draft-max K       most draft tokens per verify pass, 1..%d (default 4)\n"
-            "       --draft-fixed       always draft K tokens per pass; by default the draft length adapts:\n"
-            "                           each pass stops where one more draft no longer pays for its draft\n"
-            "                           step and verify cost (measured) given its expected acceptance\n"
-            "                           (learned by the draft's confidence), and drafts nothing when not\n"
-            "                           even one pays\n"
-            "       --draft-p-min P     instead, llama.cpp's rule: stop before a draft the draft model gives\n"
-            "                           less than P, in [0, 1]\n"
-            "       --temp T            temperature; 0 = greedy (default 0)\n"
-            "       --top-k K           keep the K most likely tokens; 0 = off (default 0)\n"
-            "       --top-p P           nucleus sampling mass in (0, 1]; 1 = off (default 1)\n"
-            "       --seed S            RNG seed: xoshiro256** seeded by SplitMix64 (default 42)\n"
-            "       --ignore-eos        keep generating after an end-of-generation token (EOS, <|eot_id|>,\n"
-            "                           <|im_end|>, ...: the model's, as llama.cpp decides them)\n"
-            "       --chat              treat the prompt as one user message: render it with the model's chat\n"
-            "                           template (ChatML, with a warning, for a model without one) and print\n"
-            "                           only the reply, which ends at the end-of-turn token\n"
-            "       --system TEXT       with --chat: a system message before the user's\n"
-            "       --chat-template NAME  with --chat: render with NAME instead of the model's template:\n"
-            "                           %s\n"
-            "       --special           parse special tokens written in the prompt (<|im_start|>, <s>, ...)\n"
-            "                           as those tokens; without it they are plain text\n"
-            "       --ids               print the generated token ids, space-separated on one line, instead\n"
-            "                           of the prompt and the text\n"
-            "\n"
-            "runtime:\n"
-            "  -t,  --threads N         threads (default: online CPUs)\n"
-            "  -c,  --ctx N             context size (default: the smaller model context)\n"
-            "       --kv-type T         KV cache elements of both models: f32 (default) or f16 (half the\n"
-            "                           cache memory and attention reads; needs head_dim >= 16)\n"
-            "       --compare           also run plain decoding of TARGET and print the speedup\n"
-            "       --stats-json FILE   write the run statistics as JSON\n"
-            "       --no-stream         print the text only at the end\n"
-            "  -h,  --help              this help\n"
-            "\n"
-            "Statistics go to stderr, text to stdout. Exit status 0 on success, 1 on a runtime\n"
-            "error, 2 on a usage error, 130 when interrupted (Ctrl-C stops at the next token).\n",
-            SD_MAX_DRAFT, SD_MAX_DRAFT, sd_chat_known_names());
-}
 
 typedef struct {
     const sd_tokenizer *tok;
@@ -192,133 +125,33 @@ static void print_stats(const sd_spec_stats *s, int spec, const char *mode) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *model = NULL, *draft = NULL, *tokp = NULL, *dtokp = NULL, *prompt = NULL;
-    const char *prompt_file = NULL, *stats_path = NULL;
-    int n_predict = 128, k = 4, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), n_ctx = 0;
-    int compare = 0, stream = 1, ignore_eos = 0, print_ids = 0;
-    cli_prompt_opts po = {0};
-    int n_set = 0, draft_type = -1, draft_mode = SD_DRAFT_ADAPTIVE, ngram = 0, ngram_min = 1, ngram_max = 4, tree = 0;
-    float p_min = 0.75f;
-    sd_sampler_params sp = sd_sampler_default_params();
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDV()                                                        \
-    do {                                                               \
-        if (!v) return cli_usage_error("%s needs a value", a);         \
-        i++;                                                           \
-    } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            help(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEEDV(); model = v; }
-        else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) { NEEDV(); draft = v; }
-        else if (!strcmp(a, "--draft")) {
-            NEEDV();
-            if (strcmp(v, "ngram") != 0)
-                return cli_usage_error("--draft must be ngram (a draft model is given with -md), got '%s'", v);
-            ngram = 1;
-        } else if (!strcmp(a, "--draft-tree")) {
-            NEEDV();
-            if (cli_parse_int(a, v, 1, SD_MAX_DRAFT, &tree)) return 2;
-        } else if (!strcmp(a, "--ngram-min")) {
-            NEEDV();
-            if (cli_parse_int(a, v, 1, 64, &ngram_min)) return 2;
-        } else if (!strcmp(a, "--ngram-max")) {
-            NEEDV();
-            if (cli_parse_int(a, v, 1, 64, &ngram_max)) return 2;
-        }
-        else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) { NEEDV(); tokp = v; }
-        else if (!strcmp(a, "-zd") || !strcmp(a, "--draft-tokenizer")) { NEEDV(); dtokp = v; }
-        else if (!strcmp(a, "--draft-type")) {
-            NEEDV();
-            if ((draft_type = sd_type_from_name(v)) < 0)
-                return cli_usage_error("--draft-type must be f32, f16, bf16, q8_0, q4_0, q5_0, q4_k or q6_k, got '%s'", v);
-        }
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { NEEDV(); prompt = v; }
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { NEEDV(); prompt_file = v; }
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            NEEDV();
-            if (cli_parse_int(a, v, 1, 1 << 24, &n_predict)) return 2;
-            n_set = 1;
-        } else if (!strcmp(a, "-k") || !strcmp(a, "--draft-max")) {
-            NEEDV();
-            if (cli_parse_int(a, v, 1, SD_MAX_DRAFT, &k)) return 2;
-        } else if (!strcmp(a, "--draft-fixed")) {
-            draft_mode = SD_DRAFT_FIXED;
-        } else if (!strcmp(a, "--draft-p-min")) {
-            NEEDV();
-            if (cli_parse_float(a, v, 0, 1, &p_min)) return 2;
-            draft_mode = SD_DRAFT_PMIN;
-        } else if (!strcmp(a, "--temp")) {
-            NEEDV();
-            if (cli_parse_float(a, v, 0, 1e6, &sp.temperature)) return 2;
-        } else if (!strcmp(a, "--top-k")) {
-            NEEDV();
-            if (cli_parse_int(a, v, 0, 1 << 24, &sp.top_k)) return 2;
-        } else if (!strcmp(a, "--top-p")) {
-            NEEDV();
-            if (cli_parse_float(a, v, 0, 1, &sp.top_p)) return 2;
-            if (sp.top_p <= 0) return cli_usage_error("--top-p must be in (0, 1], got '%s'", v);
-        } else if (!strcmp(a, "--seed")) {
-            NEEDV();
-            if (cli_parse_u64(a, v, &sp.seed)) return 2;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            NEEDV();
-            if (cli_parse_int(a, v, 1, 1024, &threads)) return 2;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
-            NEEDV();
-            if (cli_parse_int(a, v, 2, 1 << 24, &n_ctx)) return 2;
-        } else if (!strcmp(a, "--kv-type")) {
-            NEEDV();
-            if (cli_parse_kv_type(a, v)) return 2;
-        } else if (!strcmp(a, "--compare")) compare = 1;
-        else if (!strcmp(a, "--stats-json")) { NEEDV(); stats_path = v; }
-        else if (!strcmp(a, "--no-stream")) stream = 0;
-        else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
-        else if (!strcmp(a, "--chat")) po.chat = 1;
-        else if (!strcmp(a, "--system")) { NEEDV(); po.system = v; }
-        else if (!strcmp(a, "--chat-template")) {
-            NEEDV();
-            sd_chat_format f;
-            if (sd_chat_format_from_name(v, &f) != SD_OK)
-                return cli_usage_error("--chat-template must be one of %s, got '%s'", sd_chat_known_names(), v);
-            po.template_name = v;
-        }
-        else if (!strcmp(a, "--special")) po.special = 1;
-        else if (!strcmp(a, "--ids")) print_ids = 1;
-        else return cli_usage_error("generate: unknown option '%s' (see specdec generate --help)", a);
-#undef NEEDV
-    }
+    cli_opts o;
+    cli_opts_default(&o);
+    int pr_rc = cli_parse(argc, argv, CMD_GENERATE, &o, 0);
+    if (pr_rc) return pr_rc == 1 ? 0 : 2;
+    const char *model = o.model, *draft = o.draft, *prompt = o.prompt;
+    const int n_predict = o.n_predict, k = o.draft_max, threads = o.threads, n_ctx = o.n_ctx, compare = o.compare;
+    const int ngram = o.ngram, tree = o.tree, draft_type = o.draft_type, print_ids = o.ids;
+    const int draft_mode = o.draft_fixed ? SD_DRAFT_FIXED : o.p_min_set ? SD_DRAFT_PMIN : SD_DRAFT_ADAPTIVE;
+    const sd_sampler_params sp = o.sampling;
+    cli_prompt_opts po = {o.chat, o.system, o.chat_template, o.special};
     if (!model) return cli_usage_error("generate: -m MODEL is required (see specdec generate --help)");
-    if (prompt && prompt_file) return cli_usage_error("generate: give -p or -f, not both");
+    if (prompt && o.prompt_file) return cli_usage_error("generate: give -p or -f, not both");
+    if (o.draft_fixed && o.p_min_set) return cli_usage_error("generate: give --draft-fixed or --draft-p-min, not both");
     if (draft_type >= 0 && !draft) draft = model; /* --draft-type alone: self-speculation */
     if (compare && !draft && !ngram) return cli_usage_error("generate: --compare needs a drafter (-md or --draft ngram)");
     if (tree && !draft) return cli_usage_error("generate: --draft-tree needs a draft model (-md)");
     if (tree && ngram) return cli_usage_error("generate: --draft-tree and --draft ngram do not combine");
-    if (ngram_min > ngram_max)
-        return cli_usage_error("generate: --ngram-min %d exceeds --ngram-max %d", ngram_min, ngram_max);
+    if (o.ngram_min > o.ngram_max)
+        return cli_usage_error("generate: --ngram-min %d exceeds --ngram-max %d", o.ngram_min, o.ngram_max);
     if (!po.chat && (po.system || po.template_name))
         return cli_usage_error("generate: %s needs --chat", po.system ? "--system" : "--chat-template");
 
     char *file_text = NULL;
-    if (prompt_file) {
-        FILE *f = fopen(prompt_file, "rb");
-        if (!f) return cli_usage_error("cannot open prompt file %s", prompt_file);
-        size_t cap = 1 << 16, len = 0;
-        file_text = malloc(cap);
-        size_t r;
-        while (file_text && (r = fread(file_text + len, 1, cap - len - 1, f)) > 0) {
-            len += r;
-            if (len + 1 == cap) {
-                char *t = realloc(file_text, cap *= 2);
-                if (!t) { free(file_text); file_text = NULL; }
-                file_text = t;
-            }
-        }
-        fclose(f);
-        if (!file_text) return cli_usage_error("out of memory reading %s", prompt_file);
-        file_text[len] = 0;
+    if (o.prompt_file) {
+        size_t flen;
+        sd_status fs = sd_file_read(o.prompt_file, (size_t)1 << 30, &file_text, &flen);
+        if (fs != SD_OK) return cli_error_status(fs);
         prompt = file_text;
     }
     if (!prompt) prompt = "Once upon a time";
@@ -332,10 +165,10 @@ int cmd_generate(int argc, char **argv) {
     printer pr = {0};
     cJSON *root = NULL;
 
-    if ((rc = cli_load_model(model, tokp, NULL, &tm))) goto done;
+    if ((rc = cli_load_model(model, o.tokenizer, NULL, &tm))) goto done;
     /* A llama2.c draft without a tokenizer beside it shares the target's. */
     if (draft && !(draft_type >= 0 && !strcmp(draft, model)) &&
-        (rc = cli_load_model(draft, dtokp, sd_model_tokenizer_path(tm), &dm)))
+        (rc = cli_load_model(draft, o.draft_tokenizer, sd_model_tokenizer_path(tm), &dm)))
         goto done;
     if (draft_type >= 0) { /* the draft (or the target itself) quantised in memory */
         sd_model *q = NULL;
@@ -358,21 +191,21 @@ int cmd_generate(int argc, char **argv) {
     p.draft_max = k;
     p.draft_mode = (sd_draft_mode)draft_mode;
     p.ngram = ngram;
-    p.ngram_min = ngram_min;
-    p.ngram_max = ngram_max;
+    p.ngram_min = o.ngram_min;
+    p.ngram_max = o.ngram_max;
     p.tree_budget = tree;
-    p.p_min = p_min;
+    p.p_min = o.p_min;
     p.sampling = sp;
-    p.stop_at_eos = !ignore_eos;
+    p.stop_at_eos = !o.ignore_eos;
     p.n_ctx = ctx;
-    p.kv_type = cli_kv_type;
+    p.kv_type = o.kv_type;
     p.stop_flag = &cli_interrupted;
     if (n_ids >= ctx) {
         rc = cli_usage_error("prompt of %d tokens does not fit the context of %d tokens (use a shorter prompt or a larger -c)",
                              n_ids, ctx);
         goto done;
     }
-    if (n_set && n_ids + n_predict > ctx) {
+    if (o.n_predict_set && n_ids + n_predict > ctx) {
         rc = cli_usage_error("cannot generate %d tokens: the %d-token prompt leaves room for %d in the context of %d (lower -n or raise -c)",
                              n_predict, n_ids, ctx - n_ids, ctx);
         goto done;
@@ -389,14 +222,14 @@ int cmd_generate(int argc, char **argv) {
         sd_spec_free(w);
     }
     pr.tok = tok;
-    pr.stream = stream;
+    pr.stream = !o.no_stream;
     pr.ids = print_ids;
     if (!print_ids && !po.chat) fwrite(prompt, 1, plen, stdout); /* echo the prompt, then the continuation */
     pr.prev = ids[n_ids - 1];
     fflush(stdout);
     sd_spec_stats stats;
     st = sd_spec_generate(spec, ids, n_ids, on_token, &pr, &stats);
-    if (!stream && pr.text) fputs(pr.text, stdout);
+    if (o.no_stream && pr.text) fputs(pr.text, stdout);
     fputc('\n', stdout);
     fflush(stdout);
     if (st != SD_OK) { rc = cli_error_status(st); goto done; }
@@ -445,11 +278,11 @@ int cmd_generate(int argc, char **argv) {
         free(pp.piece);
         if (sp.temperature == 0 && !same) rc = 1;
     }
-    if (stats_path) {
+    if (o.stats_json) {
         char *js = cJSON_Print(root);
-        FILE *f = js ? fopen(stats_path, "w") : NULL;
+        FILE *f = js ? fopen(o.stats_json, "w") : NULL;
         if (!f || fputs(js, f) < 0 || fclose(f) != 0) {
-            rc = cli_usage_error("cannot write statistics to %s", stats_path);
+            rc = cli_usage_error("cannot write statistics to %s", o.stats_json);
         }
         free(js);
     }

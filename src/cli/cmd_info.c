@@ -3,27 +3,14 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/options.h"
 
 int cmd_info(int argc, char **argv) {
-    const char *model = NULL, *tokp = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: specdec info [-z TOKENIZER] MODEL\n\n"
-                   "Prints the architecture, hyperparameters, tensor types and counts, vocabulary\n"
-                   "size, special tokens, bytes of weights (and bytes read per decoded token) and the\n"
-                   "KV cache bytes per token of MODEL (.gguf, or llama2.c .bin with its tokenizer).\n");
-            return 0;
-        } else if (!strcmp(argv[i], "-z") || !strcmp(argv[i], "--tokenizer")) {
-            if (i + 1 >= argc) return cli_usage_error("%s needs a value", argv[i]);
-            tokp = argv[++i];
-        } else if (argv[i][0] == '-') {
-            return cli_usage_error("info: unknown option '%s'", argv[i]);
-        } else if (model) {
-            return cli_usage_error("info: one model at a time");
-        } else {
-            model = argv[i];
-        }
-    }
+    cli_opts o;
+    cli_opts_default(&o);
+    int prc = cli_parse(argc, argv, CMD_INFO, &o, 1);
+    if (prc) return prc == 1 ? 0 : 2;
+    const char *model = o.pos_args[0], *tokp = o.tokenizer;
     if (!model) return cli_usage_error("info: MODEL is required (see specdec info --help)");
     sd_model *m = NULL;
     int rc = cli_load_model(model, tokp, NULL, &m);

@@ -1,61 +1,14 @@
 /* `specdec tokenize`: the token ids (or ids and pieces) of a text under a model's tokenizer,
  * which is read from a GGUF's metadata, a Hugging Face directory, a tokenizer.json or a
  * tokenizer.bin without loading any weights. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "specdec/tokenizer.h"
-
-static void help(FILE *f) {
-    fprintf(f,
-            "usage: specdec tokenize MODEL_OR_TOKENIZER (-p TEXT | -f FILE) [options]\n"
-            "\n"
-            "Prints the token ids of TEXT on one line, separated by spaces.\n"
-            "MODEL_OR_TOKENIZER is a GGUF file (only its tokenizer metadata is read, so any\n"
-            "architecture works), a Hugging Face model directory, a tokenizer.json, or a llama2.c\n"
-            "tokenizer.bin (its vocabulary size is counted from the file); a name that is not a path\n"
-            "is looked up as for generate -m.\n"
-            "\n"
-            "  -p, --prompt TEXT   the text\n"
-            "  -f, --file PATH     read the text from a file, as it is (a final newline is text too)\n"
-            "      --pieces        one token per line instead: its id and its text, quoted and escaped\n"
-            "      --special       special tokens written in the text (<|im_start|>, <s>, ...) become\n"
-            "                      those tokens; without it they are encoded as plain text\n"
-            "      --no-bos        leave out the BOS token the tokenizer adds by default\n"
-            "  -h, --help          this help\n"
-            "\n"
-            "Exit status 0 on success, 1 when the tokenizer or the file cannot be read, 2 on a\n"
-            "usage error.\n");
-}
-
-/* The whole file, NUL-terminated (the NUL is not counted in *len). */
-static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, r;
-    char *b = malloc(cap);
-    while (b && (r = fread(b + n, 1, cap - n - 1, f)) > 0) {
-        n += r;
-        if (n + 1 == cap) {
-            char *q = realloc(b, cap *= 2);
-            if (!q) free(b);
-            b = q;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!b || bad) {
-        free(b);
-        return NULL;
-    }
-    b[n] = '\0';
-    *len = n;
-    return b;
-}
 
 /* Text as a quoted literal: printable UTF-8 as it is; quotes, backslashes and control
  * characters escaped; bytes that are not part of a valid character (a token may hold part of
@@ -84,26 +37,12 @@ static void print_quoted(const char *s, size_t n) {
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *src = NULL, *prompt = NULL, *file = NULL;
-    int pieces = 0, special = 0, no_bos = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            help(stdout);
-            return 0;
-        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            if (i + 1 >= argc) return cli_usage_error("%s needs a value", a);
-            prompt = argv[++i];
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (i + 1 >= argc) return cli_usage_error("%s needs a value", a);
-            file = argv[++i];
-        } else if (!strcmp(a, "--pieces")) pieces = 1;
-        else if (!strcmp(a, "--special")) special = 1;
-        else if (!strcmp(a, "--no-bos")) no_bos = 1;
-        else if (a[0] == '-' && a[1]) return cli_usage_error("tokenize: unknown option '%s' (see specdec tokenize --help)", a);
-        else if (src) return cli_usage_error("tokenize: one MODEL_OR_TOKENIZER only (got '%s' and '%s')", src, a);
-        else src = a;
-    }
+    cli_opts o;
+    cli_opts_default(&o);
+    int prc = cli_parse(argc, argv, CMD_TOKENIZE, &o, 1);
+    if (prc) return prc == 1 ? 0 : 2;
+    const char *src = o.pos_args[0], *prompt = o.prompt, *file = o.prompt_file;
+    const int pieces = o.pieces, special = o.special, no_bos = o.no_bos;
     if (!src) return cli_usage_error("tokenize: MODEL_OR_TOKENIZER is required (see specdec tokenize --help)");
     if (!prompt && !file) return cli_usage_error("tokenize: give the text with -p TEXT or -f FILE");
     if (prompt && file) return cli_usage_error("tokenize: give -p or -f, not both");
@@ -114,9 +53,9 @@ int cmd_tokenize(int argc, char **argv) {
     else if (!cli_resolve_model(src, path, sizeof path)) return 1;
     char *text = NULL;
     size_t len = prompt ? strlen(prompt) : 0;
-    if (file && !(text = read_text(file, &len))) {
-        fprintf(stderr, "error: cannot read %s: %s\n", file, strerror(errno ? errno : EIO));
-        return 1;
+    if (file) {
+        sd_status fs = sd_file_read(file, (size_t)1 << 30, &text, &len);
+        if (fs != SD_OK) return cli_error_status(fs);
     }
     const char *t_in = text ? text : prompt;
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/options.h"
 
 volatile sig_atomic_t cli_interrupted = 0;
 
@@ -98,15 +99,6 @@ double cli_cache_bytes(int threads) {
     return (double)(l3 > 0 ? l3 : 32L << 20) + (double)(l2 > 0 ? l2 : 0) * threads;
 }
 
-sd_type cli_kv_type = SD_TYPE_F32;
-
-int cli_parse_kv_type(const char *flag, const char *v) {
-    if (!strcmp(v, "f32")) cli_kv_type = SD_TYPE_F32;
-    else if (!strcmp(v, "f16")) cli_kv_type = SD_TYPE_F16;
-    else return cli_usage_error("%s must be f32 or f16, got '%s'", flag, v);
-    return 0;
-}
-
 int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer_fallback, sd_model **out) {
     char path[4096];
     if (!cli_resolve_model(arg, path, sizeof path)) return 1;
@@ -118,41 +110,15 @@ int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer
     return 0;
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "specdec: speculative decoding for Llama models on CPUs\n"
-            "\n"
-            "usage: specdec <command> [options]\n"
-            "\n"
-            "commands:\n"
-            "  generate     generate text from a target model, speculatively with -md DRAFT\n"
-            "  info         describe a model file (hyperparameters, tensors, vocabulary, sizes)\n"
-            "  bench-decode measure prefill, decode and verify speed against memory bandwidth\n"
-            "  bench        speculative vs plain decoding for a pair over draft lengths (JSON config)\n"
-            "  mkmodel      write a random-weight Llama GGUF of any shape (for benchmarks)\n"
-            "  convert      write a model as a llama.cpp GGUF in f32/f16/bf16 or quantised (q8_0, q4_0, ...)\n"
-            "  tokenize     print the token ids of a text under a model's tokenizer\n"
-            "\n"
-            "Run 'specdec <command> --help' for the options of a command.\n");
-}
-
 int main(int argc, char **argv) {
     if (argc < 2) {
-        usage(stderr);
+        cli_usage(stderr);
         return 2;
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
-        usage(stdout);
+        cli_usage(stdout);
         return 0;
     }
-    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
-    if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench-decode")) return cmd_bench_decode(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
-    if (!strcmp(cmd, "mkmodel")) return cmd_mkmodel(argc - 1, argv + 1);
-    if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
-    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
-    usage(stderr);
-    return cli_usage_error("unknown command '%s'", cmd);
+    return cli_run(argc - 1, argv + 1);
 }

@@ -50,6 +50,21 @@ check "negative temperature"  2 "--temp expects a number" -- "$BIN" generate -m 
 check "top-p outside (0,1]"   2 "--top-p" -- "$BIN" generate -m x --top-p 1.5
 check "threads < 1"           2 "--threads expects an integer in 1" -- "$BIN" generate -m x --threads 0
 check "compare without draft" 2 "--compare needs a draft" -- "$BIN" generate -m x --compare
+# One option table: each command takes its own flags only, names the value it expected, and
+# its --help lists what it takes.
+check "generate positional"   2 "^error: generate: unexpected argument 'x' \(see specdec generate --help\)$" -- "$BIN" generate -m y x
+check "flag of another cmd"   2 "^error: info: unknown option '--temp' \(see specdec info --help\)$" -- "$BIN" info x --temp 1
+check "value missing"         2 "^error: --top-k needs a value$" -- "$BIN" generate -m x --top-k
+check "top-p zero"            2 "^error: --top-p expects a number in \(0, 1\], got '0'$" -- "$BIN" generate -m x --top-p 0
+check "kv-type bad"           2 "^error: --kv-type must be f32 or f16, got 'f8'$" -- "$BIN" bench-decode -m x --kv-type f8
+check "fixed and p-min"       2 "give --draft-fixed or --draft-p-min, not both" -- "$BIN" generate -m x --draft-fixed --draft-p-min 0.5
+check "bad chat template"     2 "--chat-template must be one of chatml, .*, got 'nope'" -- "$BIN" generate -m x --chat --chat-template nope
+check "convert three files"   2 "^error: convert: unexpected argument 'c' after 'b'" -- "$BIN" convert a b c
+check "prompt file missing"   1 "^error: cannot open $TMP/none.txt: No such file or directory$" -- "$BIN" generate -m x -f "$TMP/none.txt"
+"$BIN" generate --help >"$TMP/gh"; "$BIN" info --help >"$TMP/ih"
+if grep -q -- "--draft-tree N" "$TMP/gh" && grep -q -- "--chat-template NAME.*chatml" "$TMP/gh" && ! grep -q -- "--temp" "$TMP/ih" && grep -q -- "--tokenizer" "$TMP/ih"; then
+  echo "ok   help lists each command's own options"; pass=$((pass+1))
+else echo "FAIL help lists each command's own options"; fail=$((fail+1)); fi
 
 # A tiny random model made by the tool itself: generation, info, context errors.
 "$BIN" mkmodel "$TMP/tiny.gguf" --dim 32 --layers 1 --heads 4 --kv-heads 2 --hidden 64 --vocab 300 --ctx 32 2>/dev/null
@@ -153,12 +168,12 @@ check "tokenize needs a file" 2 "^error: tokenize: MODEL_OR_TOKENIZER is require
 check "tokenize needs text"   2 "^error: tokenize: give the text with -p TEXT or -f FILE$" -- "$BIN" tokenize x
 check "tokenize -p and -f"    2 "^error: tokenize: give -p or -f, not both$" -- "$BIN" tokenize x -p a -f b
 check "tokenize -p no value"  2 "^error: -p needs a value$" -- "$BIN" tokenize x -p
-check "tokenize two sources"  2 "^error: tokenize: one MODEL_OR_TOKENIZER only \(got 'x' and 'y'\)$" -- "$BIN" tokenize x y -p a
+check "tokenize two sources"  2 "^error: tokenize: unexpected argument 'y' after 'x' \(see specdec tokenize --help\)$" -- "$BIN" tokenize x y -p a
 check "tokenize bad option"   2 "^error: tokenize: unknown option '--ids' \(see specdec tokenize --help\)$" -- "$BIN" tokenize x --ids
 check "tokenize missing"      1 "^error: model '/nonexistent.gguf' not found" -- "$BIN" tokenize /nonexistent.gguf -p a
 printf 'hello' >"$TMP/junk.bin"
 check "tokenize not a tokenizer" 1 "^error: $TMP/junk.bin: not a GGUF file, a tokenizer.json or a llama2.c tokenizer.bin \(read as tokenizer.bin: record 0 at offset 4 does not fit the 5-byte file; for a llama2.c checkpoint give its tokenizer.bin\)$" -- "$BIN" tokenize "$TMP/junk.bin" -p a
-check "tokenize -f missing"   1 "^error: cannot read $TMP/none.txt: No such file or directory$" -- "$BIN" tokenize "$TMP/tiny.gguf" -f "$TMP/none.txt"
+check "tokenize -f missing"   1 "^error: cannot open $TMP/none.txt: No such file or directory$" -- "$BIN" tokenize "$TMP/tiny.gguf" -f "$TMP/none.txt"
 check_out "tokenize tiny gguf"  "1" -- "$BIN" tokenize "$TMP/tiny.gguf" -p ""
 if [ -d "$SHARED/tokenizers/qwen3" ] && [ -f "$SHARED/models/arch-zoo/zoo-qwen2.gguf" ] && [ -d "$SHARED/tokenizers/llama3" ]; then
   Z=$SHARED/models/arch-zoo

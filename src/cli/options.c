@@ -1,0 +1,469 @@
+/* The option table (see options.h), its parser and its --help printer. */
+#include "cli/options.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "specdec/chat.h"
+#include "specdec/convert.h"
+#include "specdec/spec.h"
+#include "specdec/synth.h"
+
+typedef enum { OPT_FLAG, OPT_INT, OPT_FLOAT, OPT_U64, OPT_STR, OPT_FN } opt_kind;
+
+/* A value a number or string option cannot hold by itself: parsed into o, 0 or a usage error. */
+typedef int (*opt_fn)(const char *flag, const char *v, cli_opts *o);
+
+typedef struct {
+    const char *name, *alias;
+    opt_kind kind;
+    unsigned cmds;
+    const char *section; /* help heading */
+    const char *meta;    /* the value's name in help ("N", "PATH") */
+    double lo, hi;       /* numbers: the accepted range */
+    int lo_open;         /* (lo, hi] */
+    size_t off;          /* the field it sets */
+    opt_fn fn;           /* OPT_FN */
+    const char *help;    /* may hold one %g: hi */
+    const char *def;     /* the default as help shows it; NULL: none shown */
+} cli_opt;
+
+#define F(field) offsetof(cli_opts, field)
+#define GEN_LIKE (CMD_GENERATE | CMD_SERVE)
+#define RUNTIME (CMD_GENERATE | CMD_SERVE | CMD_BENCH_DECODE)
+
+static int fn_draft_type(const char *flag, const char *v, cli_opts *o) {
+    if ((o->draft_type = sd_type_from_name(v)) < 0)
+        return cli_usage_error("%s must be f32, f16, bf16, q8_0, q4_0, q5_0, q4_k or q6_k, got '%s'", flag, v);
+    return 0;
+}
+static int fn_type(const char *flag, const char *v, cli_opts *o) {
+    if ((o->type = sd_type_from_name(v)) < 0)
+        return cli_usage_error("%s must be f32, f16, bf16, q8_0, q4_0, q5_0, q4_k or q6_k, got '%s'", flag, v);
+    return 0;
+}
+static int fn_kv_type(const char *flag, const char *v, cli_opts *o) {
+    if (!strcmp(v, "f32")) o->kv_type = SD_TYPE_F32;
+    else if (!strcmp(v, "f16")) o->kv_type = SD_TYPE_F16;
+    else return cli_usage_error("%s must be f32 or f16, got '%s'", flag, v);
+    return 0;
+}
+static int fn_draft(const char *flag, const char *v, cli_opts *o) {
+    if (strcmp(v, "ngram") != 0) return cli_usage_error("%s must be ngram (a draft model is given with -md), got '%s'", flag, v);
+    o->ngram = 1;
+    return 0;
+}
+static int fn_chat_template(const char *flag, const char *v, cli_opts *o) {
+    sd_chat_format f;
+    if (sd_chat_format_from_name(v, &f) != SD_OK)
+        return cli_usage_error("%s must be one of %s, got '%s'", flag, sd_chat_known_names(), v);
+    o->chat_template = v;
+    return 0;
+}
+static int fn_shape(const char *flag, const char *v, cli_opts *o) {
+    sd_synth_params p = sd_synth_default_params();
+    if (sd_synth_shape(v, &p) != SD_OK) return cli_usage_error("%s: %s", flag, sd_last_error());
+    o->shape = v;
+    return 0;
+}
+
+static const cli_opt k_opts[] = {
+    /* models */
+    {"--model", "-m", OPT_STR, GEN_LIKE | CMD_BENCH_DECODE, "models", "PATH", 0, 0, 0, F(model), NULL,
+     "target model (.gguf, llama2.c .bin or Hugging Face directory)", NULL},
+    {"--model-draft", "-md", OPT_STR, GEN_LIKE, "models", "PATH", 0, 0, 0, F(draft), NULL,
+     "draft model; without it (and without --draft ngram), plain decoding", NULL},
+    {"--tokenizer", "-z", OPT_STR, GEN_LIKE | CMD_BENCH_DECODE | CMD_INFO | CMD_CONVERT, "models", "PATH", 0, 0, 0,
+     F(tokenizer), NULL, "tokenizer of a llama2.c (tokenizer.bin) or HF (tokenizer.json) model", "beside it"},
+    {"--draft-tokenizer", "-zd", OPT_STR, GEN_LIKE, "models", "PATH", 0, 0, 0, F(draft_tokenizer), NULL,
+     "tokenizer of a llama2.c draft", "beside it, else the target's"},
+    {"--draft-type", NULL, OPT_FN, GEN_LIKE, "models", "T", 0, 0, 0, 0, fn_draft_type,
+     "quantise the draft at load, in memory (q4_0, q8_0, q4_k, ...); with -md naming the target itself (or no -md) "
+     "the target drafts for itself",
+     NULL},
+    /* drafting */
+    {"--draft-max", "-k", OPT_INT, GEN_LIKE, "drafting", "K", 1, SD_MAX_DRAFT, 0, F(draft_max), NULL,
+     "most draft tokens per verify pass, 1..%g", "4"},
+    {"--draft-fixed", NULL, OPT_FLAG, GEN_LIKE, "drafting", NULL, 0, 0, 0, F(draft_fixed), NULL,
+     "always draft K tokens per pass; by default the draft length adapts: each pass stops where one more draft no "
+     "longer pays for its draft step and verify cost (measured) given its expected acceptance (learned by the "
+     "draft's confidence), and drafts nothing when not even one pays",
+     NULL},
+    {"--draft-p-min", NULL, OPT_FLOAT, GEN_LIKE, "drafting", "P", 0, 1, 0, F(p_min), NULL,
+     "instead, llama.cpp's rule: stop before a draft the draft model gives less than P, in [0, 1]", NULL},
+    {"--draft", NULL, OPT_FN, GEN_LIKE, "drafting", "ngram", 0, 0, 0, 0, fn_draft,
+     "prompt lookup: propose the continuation of the latest earlier match of the text's last n tokens (no model "
+     "needed); with -md, tried first and the draft model used when it finds no match",
+     NULL},
+    {"--ngram-min", NULL, OPT_INT, GEN_LIKE, "drafting", "N", 1, 64, 0, F(ngram_min), NULL, "shortest n-gram matched",
+     "1"},
+    {"--ngram-max", NULL, OPT_INT, GEN_LIKE, "drafting", "N", 1, 64, 0, F(ngram_max), NULL,
+     "longest n-gram matched, tried first", "4"},
+    {"--draft-tree", NULL, OPT_INT, CMD_GENERATE, "drafting", "N", 1, SD_MAX_DRAFT, 0, F(tree), NULL,
+     "the draft model proposes a tree of at most N drafts (1..%g), at most K deep, branching where it is unsure; "
+     "the target verifies every node in one pass and keeps the longest accepted path",
+     NULL},
+    /* generation */
+    {"--prompt", "-p", OPT_STR, CMD_GENERATE, "generation", "TEXT", 0, 0, 0, F(prompt), NULL, "prompt",
+     "\"Once upon a time\""},
+    {"--file", "-f", OPT_STR, CMD_GENERATE, "generation", "PATH", 0, 0, 0, F(prompt_file), NULL,
+     "read the prompt from a file, as it is", NULL},
+    {"--n-predict", "-n", OPT_INT, CMD_GENERATE, "generation", "N", 1, 1 << 24, 0, F(n_predict), NULL,
+     "tokens to generate", "128"},
+    {"--temp", NULL, OPT_FLOAT, CMD_GENERATE, "generation", "T", 0, 1e6, 0, F(sampling.temperature), NULL,
+     "temperature; 0 = greedy", "0"},
+    {"--top-k", NULL, OPT_INT, CMD_GENERATE, "generation", "K", 0, 1 << 24, 0, F(sampling.top_k), NULL,
+     "keep the K most likely tokens; 0 = off", "0"},
+    {"--top-p", NULL, OPT_FLOAT, CMD_GENERATE, "generation", "P", 0, 1, 1, F(sampling.top_p), NULL,
+     "nucleus sampling mass in (0, 1]; 1 = off", "1"},
+    {"--seed", NULL, OPT_U64, CMD_GENERATE, "generation", "S", 0, 0, 0, F(sampling.seed), NULL,
+     "RNG seed: xoshiro256** seeded by SplitMix64", "42"},
+    {"--ignore-eos", NULL, OPT_FLAG, CMD_GENERATE, "generation", NULL, 0, 0, 0, F(ignore_eos), NULL,
+     "keep generating after an end-of-generation token (EOS, <|eot_id|>, <|im_end|>, ...: the model's, as "
+     "llama.cpp decides them)",
+     NULL},
+    {"--chat", NULL, OPT_FLAG, CMD_GENERATE, "generation", NULL, 0, 0, 0, F(chat), NULL,
+     "treat the prompt as one user message: render it with the model's chat template (ChatML, with a warning, for "
+     "a model without one) and print only the reply, which ends at the end-of-turn token",
+     NULL},
+    {"--system", NULL, OPT_STR, CMD_GENERATE, "generation", "TEXT", 0, 0, 0, F(system), NULL,
+     "with --chat: a system message before the user's", NULL},
+    {"--chat-template", NULL, OPT_FN, CMD_GENERATE, "generation", "NAME", 0, 0, 0, 0, fn_chat_template,
+     "with --chat: render with NAME instead of the model's template:", NULL},
+    {"--special", NULL, OPT_FLAG, CMD_GENERATE, "generation", NULL, 0, 0, 0, F(special), NULL,
+     "parse special tokens written in the text (<|im_start|>, <s>, ...) as those tokens; without it they are "
+     "plain text",
+     NULL},
+    {"--ids", NULL, OPT_FLAG, CMD_GENERATE, "generation", NULL, 0, 0, 0, F(ids), NULL,
+     "print the generated token ids, space-separated on one line, instead of the prompt and the text", NULL},
+    /* tokenize */
+    {"--prompt", "-p", OPT_STR, CMD_TOKENIZE, "text", "TEXT", 0, 0, 0, F(prompt), NULL, "the text", NULL},
+    {"--file", "-f", OPT_STR, CMD_TOKENIZE, "text", "PATH", 0, 0, 0, F(prompt_file), NULL,
+     "read the text from a file, as it is (a final newline is text too)", NULL},
+    {"--special", NULL, OPT_FLAG, CMD_TOKENIZE, "text", NULL, 0, 0, 0, F(special), NULL,
+     "special tokens written in the text (<|im_start|>, <s>, ...) become those tokens; without it they are "
+     "encoded as plain text",
+     NULL},
+    {"--pieces", NULL, OPT_FLAG, CMD_TOKENIZE, "output", NULL, 0, 0, 0, F(pieces), NULL,
+     "one token per line instead: its id and its text, quoted and escaped", NULL},
+    {"--no-bos", NULL, OPT_FLAG, CMD_TOKENIZE, "output", NULL, 0, 0, 0, F(no_bos), NULL,
+     "leave out the BOS token the tokenizer adds by default", NULL},
+    /* runtime */
+    {"--threads", "-t", OPT_INT, RUNTIME, "runtime", "N", 1, 1024, 0, F(threads), NULL, "threads",
+     "online CPUs"},
+    {"--threads", "-t", OPT_INT, CMD_BENCH, "options", "N", 1, 1024, 0, F(threads), NULL, "threads",
+     "the config's, else online CPUs"},
+    {"--ctx", "-c", OPT_INT, GEN_LIKE, "runtime", "N", 2, 1 << 24, 0, F(n_ctx), NULL, "context size",
+     "the smaller model context"},
+    {"--kv-type", NULL, OPT_FN, RUNTIME, "runtime", "T", 0, 0, 0, 0, fn_kv_type,
+     "KV cache elements: f32, or f16 (half the cache memory and attention reads; needs head_dim >= 16)", "f32"},
+    {"--compare", NULL, OPT_FLAG, CMD_GENERATE, "runtime", NULL, 0, 0, 0, F(compare), NULL,
+     "also run plain decoding of TARGET and print the speedup", NULL},
+    {"--stats-json", NULL, OPT_STR, CMD_GENERATE, "runtime", "FILE", 0, 0, 0, F(stats_json), NULL,
+     "write the run statistics as JSON", NULL},
+    {"--no-stream", NULL, OPT_FLAG, CMD_GENERATE, "runtime", NULL, 0, 0, 0, F(no_stream), NULL,
+     "print the text only at the end", NULL},
+    /* serve */
+    {"--host", NULL, OPT_STR, CMD_SERVE, "server", "ADDR", 0, 0, 0, F(host), NULL, "address to listen on", "127.0.0.1"},
+    {"--port", NULL, OPT_INT, CMD_SERVE, "server", "N", 0, 65535, 0, F(port), NULL, "port (0: any free one)", "8080"},
+    {"--parallel", "-np", OPT_INT, CMD_SERVE, "server", "N", 1, 256, 0, F(parallel), NULL,
+     "slots: sequences served at once", "4"},
+    {"--api-key", NULL, OPT_STR, CMD_SERVE, "server", "KEY", 0, 0, 0, F(api_key), NULL,
+     "require Authorization: Bearer KEY on every route but /health", NULL},
+    /* bench-decode */
+    {"--prefill", NULL, OPT_INT, CMD_BENCH_DECODE, "measurement", "N", 1, 1 << 20, 0, F(prefill), NULL,
+     "prompt length for the prefill figure", "128"},
+    {"--pos", NULL, OPT_INT, CMD_BENCH_DECODE, "measurement", "N", 0, 1 << 20, 0, F(pos), NULL,
+     "context length before decode/verify steps", "64"},
+    {"--reps", NULL, OPT_INT, CMD_BENCH_DECODE, "measurement", "N", 1, 100000, 0, F(reps), NULL, "measurement rounds",
+     "20"},
+    {"--bw-mib", NULL, OPT_INT, CMD_BENCH_DECODE, "measurement", "N", 64, 1 << 16, 0, F(bw_mib), NULL,
+     "bandwidth probe buffer in MiB", "1024"},
+    {"--no-batch", NULL, OPT_FLAG, CMD_BENCH_DECODE, "measurement", NULL, 0, 0, 0, F(no_batch), NULL,
+     "skip the several-sequence passes", NULL},
+    /* bench */
+    {"--quick", NULL, OPT_FLAG, CMD_BENCH, "options", NULL, 0, 0, 0, F(quick), NULL,
+     "1 repetition, at most 2 prompts and 32 tokens: a smoke run", NULL},
+    {"--out", NULL, OPT_STR, CMD_BENCH, "options", "DIR", 0, 0, 0, F(out_dir), NULL,
+     "write the JSON report and the SVG chart into DIR", "the config's output paths, bench/results/NAME.json and .svg"},
+    /* convert, mkmodel */
+    {"--type", NULL, OPT_FN, CMD_CONVERT, "weights", "T", 0, 0, 0, 0, fn_type,
+     "f32, f16, bf16, q8_0, q4_0, q5_0, q4_k or q6_k: the type of every matrix, token embeddings and classifier "
+     "included (ggml's reference quantisation, byte-identical to llama-quantize without an importance matrix); "
+     "vectors stay f32; a matrix whose rows do not divide into the type's blocks falls back as llama.cpp does "
+     "(q4_k -> q5_0, q6_k -> q8_0) or else to f16, each such tensor reported",
+     "f16"},
+    {"--type", NULL, OPT_FN, CMD_MKMODEL, "weights", "T", 0, 0, 0, 0, fn_type,
+     "f32, f16, bf16, q8_0, q4_0, q5_0, q4_k or q6_k: the type of every matrix, token embeddings and classifier "
+     "included (ggml's reference quantisation, byte-identical to llama-quantize without an importance matrix); "
+     "vectors stay f32; a matrix whose rows do not divide into the type's blocks falls back as llama.cpp does "
+     "(q4_k -> q5_0, q6_k -> q8_0) or else to f16, each such tensor reported",
+     "f32"},
+    {"--twin", NULL, OPT_STR, CMD_MKMODEL, "shape", "SMALL", 0, 0, 0, F(twin), NULL,
+     "a cost twin: the large shape computing SMALL's function (a path or model name)", NULL},
+    {"--shape", NULL, OPT_FN, CMD_MKMODEL, "shape", "NAME", 0, 0, 0, 0, fn_shape,
+     "stories260K, stories15M, stories42M or stories110M (the llama2.c shapes; the last three with vocab 32000)",
+     "stories260K"},
+    {"--arch", NULL, OPT_STR, CMD_MKMODEL, "shape", "A", 0, 0, 0, F(arch), NULL,
+     "architecture: llama, qwen2 (q/k/v biases) or qwen3 (q/k norms)", "llama"},
+    {"--dim", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(dim), NULL, "embedding width", NULL},
+    {"--layers", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(layers), NULL, "layers", NULL},
+    {"--heads", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(heads), NULL, "attention heads", NULL},
+    {"--kv-heads", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(kv_heads), NULL,
+     "key/value heads (dividing --heads)", "--heads"},
+    {"--hidden", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(hidden), NULL, "feed-forward width", NULL},
+    {"--vocab", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(vocab), NULL, "vocabulary size", NULL},
+    {"--ctx", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(ctx), NULL, "training context", NULL},
+    {"--tied", NULL, OPT_FLAG, CMD_MKMODEL, "shape", NULL, 0, 0, 0, F(tied), NULL,
+     "no output.weight: the embeddings classify", NULL},
+    {"--seed", NULL, OPT_U64, CMD_MKMODEL, "shape", "S", 0, 0, 0, F(model_seed), NULL,
+     "the weights' seed (the same seed gives the same weights in every type)", "1234"},
+};
+#define N_OPTS (sizeof k_opts / sizeof k_opts[0])
+
+typedef struct {
+    unsigned cmd;
+    const char *name, *usage, *about, *footer;
+    const char *summary;               /* its line in specdec --help */
+    int (*run)(int argc, char **argv); /* NULL: not built yet */
+} cli_cmd;
+
+static const cli_cmd k_cmds[] = {
+    {CMD_GENERATE, "generate", "specdec generate -m TARGET [-md DRAFT | --draft ngram] [options]",
+     "Generates text from TARGET. With a drafter it decodes speculatively: the drafter proposes up to\n"
+     "--draft-max tokens, TARGET verifies them in one batched pass. Greedy output is identical to plain\n"
+     "decoding; sampled output has the same distribution. Models are a path, or a name looked up in\n"
+     "$SPECDEC_MODEL_PATH, ./models, ../shared/models.",
+     "Statistics go to stderr, text to stdout. Exit status 0 on success, 1 on a runtime error, 2 on a\n"
+     "usage error, 130 when interrupted (Ctrl-C stops at the next token).",
+     "generate text from a target model, speculatively with a drafter (-md DRAFT, --draft ngram)", cmd_generate},
+    {CMD_SERVE, "serve", "specdec serve -m TARGET [-md DRAFT | --draft ngram] [options]",
+     "An OpenAI-compatible HTTP server with speculative decoding and batched slots.", NULL,
+     "an OpenAI-compatible HTTP server", NULL},
+    {CMD_BENCH_DECODE, "bench-decode", "specdec bench-decode -m MODEL [options]",
+     "Measures, for MODEL:\n"
+     "  - the machine's streaming-read bandwidth (its own kernel reading a --bw-mib buffer),\n"
+     "  - prefill tokens/s (one batched pass of --prefill tokens),\n"
+     "  - decode tokens/s (one token per pass at position --pos), and the fraction of the\n"
+     "    bandwidth limit it reaches: tokens/s x weight bytes read per token / bandwidth,\n"
+     "  - the cost of a verify pass of k+1 tokens relative to one decode step, k = 1..8,\n"
+     "  - the cost of one pass of S sequences x 5 tokens (S verify passes at once, as a server\n"
+     "    batches its slots), S = 1, 2, 4, 8, relative to one decode step.\n"
+     "The probe, the decode step and the passes run in --reps interleaved rounds; each figure is\n"
+     "the median over the rounds (ratios paired within a round), with quartiles to show the\n"
+     "spread. Prefill is the median of 5 passes.",
+     NULL,
+     "measure prefill, decode and verify speed against memory bandwidth", cmd_bench_decode},
+    {CMD_INFO, "info", "specdec info [-z TOKENIZER] MODEL",
+     "Prints the architecture, hyperparameters, tensor types and counts, vocabulary size, special\n"
+     "tokens, bytes of weights (and bytes read per decoded token) and the KV cache bytes per token\n"
+     "of MODEL (.gguf, llama2.c .bin with its tokenizer, or a Hugging Face directory).",
+     NULL,
+     "describe a model file (hyperparameters, tensors, vocabulary, sizes)", cmd_info},
+    {CMD_CONVERT, "convert", "specdec convert IN OUT.gguf [--type T] [-z TOKENIZER]",
+     "Reads IN (a .gguf, a llama2.c .bin, a Hugging Face directory) and writes OUT as a GGUF\n"
+     "llama.cpp reads (<arch>.* and tokenizer.ggml.* metadata, llama.cpp tensor names).",
+     NULL,
+     "write a model as a llama.cpp GGUF in f32/f16/bf16 or quantised (q8_0, q4_0, ...)", cmd_convert},
+    {CMD_MKMODEL, "mkmodel", "specdec mkmodel OUT.gguf [--shape NAME | --dim N --layers N --heads N --hidden N --vocab N] [options]",
+     "Writes a GGUF with random weights of any shape (cost measurements only: its text is noise), or\n"
+     "with --twin SMALL a cost twin: that shape computing the trained SMALL model's function.",
+     NULL,
+     "write a random-weight GGUF of any shape, or a cost twin (for benchmarks)", cmd_mkmodel},
+    {CMD_BENCH, "bench", "specdec bench CONFIG [--quick] [--out DIR] [-t N]",
+     "Answers \"how much faster is speculative decoding than plain decoding for this pair, and\n"
+     "why?\". For each prompt and draft length k of CONFIG (configs/*.json), runs plain and\n"
+     "speculative decoding with the same seed, alternating, and reports medians: acceptance\n"
+     "(overall and by draft position), tokens per verify pass, time to first token, tokens/s of\n"
+     "both, the speedup, draft and verify time shares, KV bytes, peak RSS. Next to each speedup it\n"
+     "prints the cost model's prediction from measured T_decode (target, draft) and\n"
+     "T_verify(k+1): S = E / (k Td/Tt + Tv/Tt), with E = (1 - a^(k+1)) / (1 - a) at the measured\n"
+     "acceptance a. Greedy runs must match plain decoding token for token; any difference fails\n"
+     "the bench (exit 1).",
+     "Random-weight models (\"generate\" in a config) are written once into $SPECDEC_CACHE or\n"
+     ".cache/models. Paths in a config are relative to the working directory; model names use the\n"
+     "model search path. Exit status: 0, 1 runtime error or greedy divergence, 2 bad arguments or\n"
+     "config, 130 interrupted.",
+     "speculative vs plain decoding for a pair over draft lengths (JSON config)", cmd_bench},
+    {CMD_TOKENIZE, "tokenize", "specdec tokenize MODEL_OR_TOKENIZER (-p TEXT | -f FILE) [options]",
+     "Prints the token ids of TEXT on one line, separated by spaces. MODEL_OR_TOKENIZER is a GGUF\n"
+     "file (only its tokenizer metadata is read, so any architecture works), a Hugging Face model\n"
+     "directory, a tokenizer.json, or a llama2.c tokenizer.bin (its vocabulary size is counted\n"
+     "from the file); a name that is not a path is looked up as for generate -m.",
+     "Exit status 0 on success, 1 when the tokenizer or the file cannot be read, 2 on a usage error.",
+     "print the token ids of a text under a model's tokenizer", cmd_tokenize},
+};
+
+#define N_CMDS (sizeof k_cmds / sizeof k_cmds[0])
+
+void cli_usage(FILE *f) {
+    fprintf(f, "specdec: speculative decoding for LLMs on CPUs\n\nusage: specdec <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < N_CMDS; i++)
+        if (k_cmds[i].run) fprintf(f, "  %-13s%s\n", k_cmds[i].name, k_cmds[i].summary);
+    fprintf(f, "\nRun 'specdec <command> --help' for the options of a command.\n");
+}
+
+int cli_run(int argc, char **argv) {
+    for (size_t i = 0; i < N_CMDS; i++)
+        if (k_cmds[i].run && !strcmp(argv[0], k_cmds[i].name)) return k_cmds[i].run(argc, argv);
+    cli_usage(stderr);
+    return cli_usage_error("unknown command '%s'", argv[0]);
+}
+
+static const cli_cmd *cmd_of(unsigned cmd) {
+    for (size_t i = 0; i < N_CMDS; i++)
+        if (k_cmds[i].cmd == cmd) return &k_cmds[i];
+    return &k_cmds[0];
+}
+
+void cli_opts_default(cli_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->draft_type = -1;
+    o->draft_max = 4;
+    o->ngram_min = 1;
+    o->ngram_max = 4;
+    o->p_min = 0.75f;
+    o->n_predict = 128;
+    o->sampling = sd_sampler_default_params();
+    o->threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    o->kv_type = SD_TYPE_F32;
+    o->prefill = 128;
+    o->pos = 64;
+    o->reps = 20;
+    o->bw_mib = 1024;
+    o->type = -1;
+    o->model_seed = 1234;
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->parallel = 4;
+}
+
+/* The field an option sets. */
+static void *field(cli_opts *o, const cli_opt *op) { return (char *)o + op->off; }
+
+static int set_value(const cli_opt *op, const char *flag, const char *v, cli_opts *o) {
+    switch (op->kind) {
+    case OPT_INT:
+        return cli_parse_int(flag, v, (long)op->lo, (long)op->hi, field(o, op)) ? 2 : 0;
+    case OPT_FLOAT: {
+        float x;
+        if (cli_parse_float(flag, v, op->lo, op->hi, &x)) return 2;
+        if (op->lo_open && x <= op->lo)
+            return cli_usage_error("%s expects a number in (%g, %g], got '%s'", flag, op->lo, op->hi, v);
+        *(float *)field(o, op) = x;
+        return 0;
+    }
+    case OPT_U64:
+        return cli_parse_u64(flag, v, field(o, op)) ? 2 : 0;
+    case OPT_STR:
+        *(const char **)field(o, op) = v;
+        return 0;
+    case OPT_FN:
+        return op->fn(flag, v, o) ? 2 : 0;
+    case OPT_FLAG:
+        break;
+    }
+    return 0;
+}
+
+int cli_parse(int argc, char **argv, unsigned cmd, cli_opts *o, int max_pos) {
+    const cli_cmd *c = cmd_of(cmd);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            cli_help(stdout, cmd);
+            return 1;
+        }
+        if (a[0] != '-' || !a[1]) {
+            if (o->n_pos >= max_pos) {
+                if (max_pos == 0)
+                    return cli_usage_error("%s: unexpected argument '%s' (see specdec %s --help)", c->name, a, c->name);
+                return cli_usage_error("%s: unexpected argument '%s' after '%s' (see specdec %s --help)", c->name, a,
+                                       o->pos_args[o->n_pos - 1], c->name);
+            }
+            o->pos_args[o->n_pos++] = a;
+            continue;
+        }
+        const cli_opt *op = NULL;
+        for (size_t k = 0; k < N_OPTS && !op; k++)
+            if ((k_opts[k].cmds & cmd) && (!strcmp(a, k_opts[k].name) || (k_opts[k].alias && !strcmp(a, k_opts[k].alias))))
+                op = &k_opts[k];
+        if (!op) return cli_usage_error("%s: unknown option '%s' (see specdec %s --help)", c->name, a, c->name);
+        if (op->kind == OPT_FLAG) {
+            *(int *)field(o, op) = 1;
+            continue;
+        }
+        if (i + 1 >= argc) return cli_usage_error("%s needs a value", a);
+        if (set_value(op, a, argv[++i], o)) return 2;
+        if (op->off == F(n_predict)) o->n_predict_set = 1;
+        if (op->off == F(threads)) o->threads_set = 1;
+        if (op->off == F(p_min) && op->kind == OPT_FLOAT) o->p_min_set = 1;
+    }
+    return 0;
+}
+
+/* Help text wrapped at 100 columns after a 30-column indent. */
+static void print_wrapped(FILE *f, const char *text, int col) {
+    const int width = 100 - 30;
+    const char *p = text;
+    int first = 1;
+    while (*p) {
+        int n = (int)strlen(p);
+        if (n > width) {
+            n = width;
+            while (n > 0 && p[n] != ' ') n--;
+            if (n == 0) n = width;
+        }
+        if (!first || col > 28) fprintf(f, "\n%30s", "");
+        else fprintf(f, "%*s", 30 - col, "");
+        fprintf(f, "%.*s", n, p);
+        first = 0;
+        p += n;
+        while (*p == ' ') p++;
+        col = 30;
+    }
+    fputc('\n', f);
+}
+
+void cli_help(FILE *f, unsigned cmd) {
+    const cli_cmd *c = cmd_of(cmd);
+    fprintf(f, "usage: %s\n\n%s\n", c->usage, c->about);
+    const char *sections[16];
+    int n_sec = 0;
+    for (size_t k = 0; k < N_OPTS; k++) {
+        if (!(k_opts[k].cmds & cmd)) continue;
+        int seen = 0;
+        for (int s = 0; s < n_sec; s++) seen |= !strcmp(sections[s], k_opts[k].section);
+        if (!seen && n_sec < 16) sections[n_sec++] = k_opts[k].section;
+    }
+    for (int s = 0; s < n_sec; s++) {
+        fprintf(f, "\n%s:\n", sections[s]);
+        for (size_t k = 0; k < N_OPTS; k++) {
+            const cli_opt *op = &k_opts[k];
+            if (!(op->cmds & cmd) || strcmp(op->section, sections[s]) != 0) continue;
+            char lhs[96];
+            int n = snprintf(lhs, sizeof lhs, "  %-4s %s%s%s", op->alias ? op->alias : "", op->name, op->meta ? " " : "",
+                             op->meta ? op->meta : "");
+            if (op->alias) lhs[2 + strlen(op->alias)] = ',';
+            char text[1024];
+            snprintf(text, sizeof text, op->help, op->hi);
+            if (op->fn == fn_chat_template) { /* the names live in the chat module */
+                size_t l = strlen(text);
+                snprintf(text + l, sizeof text - l, " %s", sd_chat_known_names());
+            }
+            if (op->def) {
+                size_t l = strlen(text);
+                snprintf(text + l, sizeof text - l, " (default: %s)", op->def);
+            }
+            fputs(lhs, f);
+            print_wrapped(f, text, n);
+        }
+    }
+    fprintf(f, "  %-28s%s\n", "-h,  --help", "this help");
+    if (c->footer) fprintf(f, "\n%s\n", c->footer);
+}
