@@ -11,6 +11,7 @@
 
 #include "specdec/bench_config.h"
 #include "specdec/bench_report.h"
+#include "sdtest_report.h"
 #include "specdec/model.h"
 #include "specdec/types.h"
 
@@ -602,7 +603,7 @@ static void test_report_json_round_trip(void **state) {
     fill_report(a);
     char *js = sd_bench_report_json(a);
     assert_non_null(js);
-    assert_int_equal(sd_bench_report_from_json(js, b), SD_OK);
+    assert_int_equal(sdtest_bench_report_from_json(js, b), SD_OK);
     expect_same_report(a, b);
     /* Written again, the text is the same. */
     char *js2 = sd_bench_report_json(b);
@@ -612,10 +613,10 @@ static void test_report_json_round_trip(void **state) {
     char *cut = strstr(js, "\"tokens_per_s_spec\"");
     assert_non_null(cut);
     memcpy(cut, "\"tokens_per_s_XXXX\"", 19);
-    assert_int_equal(sd_bench_report_from_json(js, b), SD_ERR_FORMAT);
+    assert_int_equal(sdtest_bench_report_from_json(js, b), SD_ERR_FORMAT);
     assert_string_equal(sd_last_error(), "bench report: .results[0].tokens_per_s_spec: expected a number");
-    assert_int_equal(sd_bench_report_from_json("{\"schema\": \"other/2\"}", b), SD_ERR_UNSUPPORTED);
-    assert_int_equal(sd_bench_report_from_json("not json", b), SD_ERR_FORMAT);
+    assert_int_equal(sdtest_bench_report_from_json("{\"schema\": \"other/2\"}", b), SD_ERR_UNSUPPORTED);
+    assert_int_equal(sdtest_bench_report_from_json("not json", b), SD_ERR_FORMAT);
     free(js);
     free(a);
     free(b);

@@ -124,9 +124,8 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *out);
 /* CPU model and online cores. */
 void sd_bench_machine(char *cpu, size_t cap, int *cores);
 
-/* JSON (cJSON) and back. The string from sd_bench_report_json is malloc'd; NULL on failure. */
+/* The report as JSON (schema SD_BENCH_SCHEMA): malloc'd; NULL on failure. */
 char *sd_bench_report_json(const sd_bench_report *r);
-sd_status sd_bench_report_from_json(const char *text, sd_bench_report *out);
 
 /* Hand-written SVG: speedup (measured and predicted) and acceptance rate against k, with plain
  * decoding as the line y = 1. malloc'd; NULL on failure. */
