@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "specdec/twin.h"
 
 int cmd_info(int argc, char **argv) {
     const char *model = NULL, *tokp = NULL;
@@ -11,7 +12,8 @@ int cmd_info(int argc, char **argv) {
             printf("usage: specdec info [-z TOKENIZER] MODEL\n\n"
                    "Prints the architecture, hyperparameters, tensor types and counts, vocabulary\n"
                    "size, special tokens, bytes of weights (and bytes read per decoded token) and the\n"
-                   "KV cache bytes per token of MODEL (.gguf, or llama2.c .bin with its tokenizer).\n");
+                   "KV cache bytes per token of MODEL (.gguf, or llama2.c .bin with its tokenizer), and\n"
+                   "for a cost twin (specdec mkmodel --twin) what it is a twin of.\n");
             return 0;
         } else if (!strcmp(argv[i], "-z") || !strcmp(argv[i], "--tokenizer")) {
             if (i + 1 >= argc) return cli_usage_error("%s needs a value", argv[i]);
@@ -29,6 +31,8 @@ int cmd_info(int argc, char **argv) {
     int rc = cli_load_model(model, tokp, NULL, 0, &m);
     if (rc) return rc;
     sd_model_describe(m, stdout);
+    char twin[1024];
+    if (sd_model_twin_of(m, twin, sizeof twin)) printf("twin:           cost twin of %s\n", twin);
     sd_model_free(m);
     return 0;
 }
