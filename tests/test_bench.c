@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "specdec/bench.h"
 #include "specdec/bench_config.h"
 #include "specdec/bench_report.h"
 #include "specdec/model.h"
@@ -651,6 +652,67 @@ static void test_report_svg_and_table(void **state) {
     free(r);
 }
 
+/* ---- cache sizes ---- */
+
+static void write_cache_index(const char *dir, int i, const char *level, const char *type, const char *size) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/index%d", dir, i);
+    mkdir(path, 0700);
+    const char *names[3] = {"level", "type", "size"}, *vals[3] = {level, type, size};
+    for (int k = 0; k < 3; k++) {
+        if (!vals[k]) continue;
+        snprintf(path, sizeof path, "%s/index%d/%s", dir, i, names[k]);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fprintf(f, "%s\n", vals[k]);
+        fclose(f);
+    }
+}
+
+/* The sysfs layout of this machine kind (AMD EPYC guest: 32K L1d/L1i, 1024K L2, 32768K L3,
+ * where glibc's sysconf says 320 MiB of L3), and what the parser must skip. */
+static void test_cache_sizes_sysfs(void **state) {
+    (void)state;
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", sdtest_tmp_path("cpu0-cache"));
+    mkdir(dir, 0700);
+    size_t l2 = 1, l3 = 1;
+    assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), 0); /* empty: nothing found, zeros */
+    assert_true(l2 == 0 && l3 == 0);
+    write_cache_index(dir, 0, "1", "Data", "32K");
+    write_cache_index(dir, 1, "1", "Instruction", "32K");
+    write_cache_index(dir, 2, "2", "Unified", "1024K");
+    write_cache_index(dir, 3, "3", "Unified", "32768K");
+    assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), 2);
+    assert_int_equal(l2, (size_t)1 << 20);
+    assert_int_equal(l3, (size_t)32 << 20);
+    /* an instruction cache is not where weights live; sizes in M and in bytes */
+    snprintf(dir, sizeof dir, "%s", sdtest_tmp_path("cpu0-cache-b"));
+    mkdir(dir, 0700);
+    write_cache_index(dir, 0, "2", "Instruction", "8M");
+    write_cache_index(dir, 1, "2", "Data", "524288");
+    write_cache_index(dir, 2, "3", "Unified", "16M");
+    assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), 2);
+    assert_int_equal(l2, (size_t)512 << 10);
+    assert_int_equal(l3, (size_t)16 << 20);
+    /* malformed or missing entries count as absent */
+    snprintf(dir, sizeof dir, "%s", sdtest_tmp_path("cpu0-cache-c"));
+    mkdir(dir, 0700);
+    write_cache_index(dir, 0, "2", "Unified", "lots");
+    write_cache_index(dir, 1, "3", "Unified", "-5K");
+    write_cache_index(dir, 2, "3", "Unified", NULL);
+    write_cache_index(dir, 3, "3", "Unified", "12Q");
+    assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), 0);
+    assert_true(l2 == 0 && l3 == 0);
+    assert_int_equal(sd_cache_sizes_sysfs("/nonexistent", &l2, &l3), 0);
+    /* the machine's own figure is the sysfs one where sysfs has it */
+    if (sd_cache_sizes_sysfs("/sys/devices/system/cpu/cpu0/cache", &l2, &l3) == 2) {
+        assert_true(sd_cache_bytes(2) == (double)l3 + 2.0 * (double)l2);
+        printf("  this machine: L2 %zu KiB per core, L3 %zu MiB (sysfs)\n", l2 >> 10, l3 >> 20);
+    }
+    assert_true(sd_cache_bytes(1) > 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_valid_defaults), cmocka_unit_test(test_config_generate),
@@ -660,6 +722,7 @@ int main(void) {
         cmocka_unit_test(test_run_self_draft_bound),  cmocka_unit_test(test_run_broken_verifier_diverges),
         cmocka_unit_test(test_run_draft_larger_vocab),
         cmocka_unit_test(test_report_json_round_trip), cmocka_unit_test(test_report_svg_and_table),
+        cmocka_unit_test(test_cache_sizes_sysfs),
     };
     return cmocka_run_group_tests_name("bench", tests, NULL, NULL);
 }

@@ -30,8 +30,8 @@ extern sd_type cli_kv_type;
 /* Parses --kv-type's value into cli_kv_type: 0, or 2 after a usage error. */
 int cli_parse_kv_type(const char *flag, const char *v);
 
-/* Bytes of last-level cache plus the L2 of `threads` cores (32 MiB of L3 when sysconf does not
- * know): weights smaller than this can stay cached between decode steps. */
+/* sd_cache_bytes: last-level cache plus the L2 of `threads` cores, from sysfs, else sysconf:
+ * weights smaller than this can stay cached between decode steps. */
 double cli_cache_bytes(int threads);
 
 /* Loads a model with a tokenizer override and context; prints the error. */
