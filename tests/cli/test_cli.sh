@@ -99,6 +99,16 @@ EOF
 check "bench tiny self-draft" 0 "identical to plain decoding in all 4 runs" -- env SPECDEC_CACHE="$TMP/cache" "$BIN" bench "$TMP/tinybench.json" --quick --out "$TMP/res" -t 1
 { [ -s "$TMP/res/tinybench.json" ] && grep -q '</svg>' "$TMP/res/tinybench.svg"; } && { echo "ok   bench report files"; pass=$((pass+1)); } || { echo "FAIL bench report files"; fail=$((fail+1)); }
 
+# A bench pair of cost twins (of the tiny model, made on first use): real acceptance, so not
+# labelled cost only.
+cat >"$TMP/twinbench.json" <<EOF
+{"target": {"twin": {"of": "$TMP/tiny.gguf", "shape": "stories260K", "dim": 64, "layers": 2, "heads": 4, "kv_heads": 4, "hidden": 128}},
+ "draft": {"twin": {"of": "$TMP/tiny.gguf", "shape": "stories260K", "dim": 64, "layers": 2, "heads": 4, "kv_heads": 4, "hidden": 128, "type": "q8_0"}},
+ "prompts": {"text": ["a b"]}, "n_predict": 8, "sweep": {"k": [2]}, "repetitions": 1}
+EOF
+check "bench twin pair"       0 "target: cost twin of .*tiny.gguf at the stories260K shape \(f32, seed 1\), cached under" -- env SPECDEC_CACHE="$TMP/cache" "$BIN" bench "$TMP/twinbench.json" --quick --out "$TMP/twres" -t 1
+grep -q '"cost_only":.*false' "$TMP/twres/twinbench.json" && grep -q 'tiny.gguf twin (stories260K shape, q8_0)' "$TMP/twres/twinbench.svg" && { echo "ok   twin bench is not cost only, labelled as twins"; pass=$((pass+1)); } || { echo "FAIL twin bench report"; fail=$((fail+1)); }
+
 # Ctrl-C during a long generation: stops at the next token, prints statistics, exits 130.
 "$BIN" mkmodel "$TMP/slow.gguf" --dim 256 --layers 6 --heads 8 --hidden 768 --vocab 300 --ctx 8192 2>/dev/null
 "$BIN" generate -m "$TMP/slow.gguf" -md "$TMP/slow.gguf" -n 8000 --ignore-eos >"$TMP/int.out" 2>"$TMP/int.err" &
