@@ -61,61 +61,77 @@ static sd_twin_params shape(const char *name) {
     return p;
 }
 
-/* The positions compared: the prompt, then the small model's greedy continuation (the
- * trajectory generation follows). *n gets their count. */
-static int32_t *trajectory(sd_model *small, int *n) {
-    int32_t *g = sdtest_greedy(small, NULL, k_prompt, 5, N_GREEDY, NULL);
-    int32_t *tok = malloc((5 + N_GREEDY) * sizeof *tok);
-    memcpy(tok, k_prompt, sizeof k_prompt);
-    memcpy(tok + 5, g, N_GREEDY * sizeof *tok);
-    free(g);
-    *n = 5 + N_GREEDY - 1; /* the last token's logits are not needed */
-    return tok;
+/* What the small model does, computed once: its greedy continuation of the prompt, and its
+ * logits (decode steps) at every position of prompt + continuation, the trajectory that
+ * generation follows. */
+typedef struct {
+    sd_model *m;
+    int32_t tok[5 + N_GREEDY];
+    int n;          /* positions compared (the last token's logits are not needed) */
+    int vocab;
+    float *logits;  /* [n][vocab] */
+    int32_t *greedy; /* [N_GREEDY] */
+} reference;
+
+static void reference_make(sd_model *small, reference *r) {
+    r->m = small;
+    r->greedy = sdtest_greedy(small, NULL, k_prompt, 5, N_GREEDY, NULL);
+    memcpy(r->tok, k_prompt, sizeof k_prompt);
+    memcpy(r->tok + 5, r->greedy, N_GREEDY * sizeof *r->tok);
+    r->n = 5 + N_GREEDY - 1;
+    r->vocab = sd_model_hparams(small)->vocab_size;
+    r->logits = sdtest_stepwise_logits(small, r->tok, r->n);
 }
 
-/* Largest |logit difference| between two models over the trajectory, decode steps. */
-static double logit_diff(sd_model *a, sd_model *b, const int32_t *tok, int n) {
-    const int V = sd_model_hparams(a)->vocab_size;
-    assert_int_equal(sd_model_hparams(b)->vocab_size, V);
-    float *la = sdtest_stepwise_logits(a, tok, n), *lb = sdtest_stepwise_logits(b, tok, n);
-    const double d = sdtest_max_abs_diff(la, lb, (size_t)n * V);
-    free(la);
-    free(lb);
-    return d;
+static void reference_free(reference *r) {
+    free(r->logits);
+    free(r->greedy);
 }
 
-/* Tokens of greedy generation on which b agrees with a, from the start. */
-static int greedy_agreement(sd_model *a, sd_model *b) {
-    int32_t *ga = sdtest_greedy(a, NULL, k_prompt, 5, N_GREEDY, NULL), *gb = sdtest_greedy(b, NULL, k_prompt, 5, N_GREEDY, NULL);
+/* Largest and root-mean-square |logit difference| of m from the reference. */
+static void logit_errors(const reference *r, sd_model *m, double *max, double *rms) {
+    assert_int_equal(sd_model_hparams(m)->vocab_size, r->vocab);
+    float *l = sdtest_stepwise_logits(m, r->tok, r->n);
+    double ss = 0;
+    *max = 0;
+    for (size_t i = 0; i < (size_t)r->n * r->vocab; i++) {
+        const double d = fabs((double)l[i] - r->logits[i]);
+        ss += d * d;
+        if (d > *max) *max = d;
+    }
+    *rms = sqrt(ss / ((double)r->n * r->vocab));
+    free(l);
+}
+
+/* Tokens of greedy generation on which m agrees with the reference, from the start. */
+static int greedy_agreement(const reference *r, sd_model *m) {
+    int32_t *g = sdtest_greedy(m, NULL, k_prompt, 5, N_GREEDY, NULL);
     int same = 0;
-    while (same < N_GREEDY && ga[same] == gb[same]) same++;
-    free(ga);
-    free(gb);
+    while (same < N_GREEDY && g[same] == r->greedy[same]) same++;
+    free(g);
     return same;
 }
 
 /* The twin computes small's function: logits within TOL_TWIN_LOGITS along small's greedy
  * trajectory, the same greedy tokens, small's vocabulary, and the metadata saying so. */
-static void check_same_function(sd_model *small, sd_model *twin, const sd_twin_params *p, const char *what) {
-    const sd_hparams *h = sd_model_hparams(twin), *s = sd_model_hparams(small);
+static void check_same_function(const reference *r, sd_model *twin, const sd_twin_params *p, const char *what) {
+    const sd_hparams *h = sd_model_hparams(twin), *s = sd_model_hparams(r->m);
     assert_true(h->dim == p->dim && h->n_layers == p->n_layers && h->n_heads == p->n_heads &&
                 h->n_kv_heads == p->n_kv_heads && h->hidden_dim == p->hidden_dim);
     assert_true(h->vocab_size == s->vocab_size && h->ctx_len == s->ctx_len && h->rope_theta == s->rope_theta &&
                 h->norm_eps == s->norm_eps);
-    assert_int_equal(sd_tokenizer_check_compatible(sd_model_tokenizer(small), sd_model_tokenizer(twin)), SD_OK);
+    assert_int_equal(sd_tokenizer_check_compatible(sd_model_tokenizer(r->m), sd_model_tokenizer(twin)), SD_OK);
     char desc[1024];
     assert_int_equal(sd_model_twin_of(twin, desc, sizeof desc), 1);
     assert_non_null(strstr(desc, "same function"));
-    assert_int_equal(sd_model_twin_of(small, desc, sizeof desc), 0);
-    int n;
-    int32_t *tok = trajectory(small, &n);
-    const double d = logit_diff(small, twin, tok, n);
-    const int same = greedy_agreement(small, twin);
+    assert_int_equal(sd_model_twin_of(r->m, desc, sizeof desc), 0);
+    double d, rms;
+    logit_errors(r, twin, &d, &rms);
+    const int same = greedy_agreement(r, twin);
     printf("  %s: max |logit diff| %.3g over %d positions (tolerance %g); greedy identical for %d of %d tokens\n", what,
-           d, n, TOL_TWIN_LOGITS, same, N_GREEDY);
+           d, r->n, TOL_TWIN_LOGITS, same, N_GREEDY);
     assert_true(d <= TOL_TWIN_LOGITS);
     assert_int_equal(same, N_GREEDY);
-    free(tok);
 }
 
 /* Quantising the twin costs about what quantising the small model costs. The small model's own
@@ -127,37 +143,19 @@ static void check_same_function(sd_model *small, sd_model *twin, const sd_twin_p
 /* Where a quantised model's greedy text first flips is chaotic (one near-tie decides it). */
 #define Q_GREEDY_FRACTION 0.75
 
-/* Largest and root-mean-square logit difference over the trajectory. */
-static void logit_errors(sd_model *a, sd_model *b, const int32_t *tok, int n, double *max, double *rms) {
-    const int V = sd_model_hparams(a)->vocab_size;
-    float *la = sdtest_stepwise_logits(a, tok, n), *lb = sdtest_stepwise_logits(b, tok, n);
-    double ss = 0;
-    *max = 0;
-    for (size_t i = 0; i < (size_t)n * V; i++) {
-        const double d = fabs((double)la[i] - lb[i]);
-        ss += d * d;
-        if (d > *max) *max = d;
-    }
-    *rms = sqrt(ss / ((double)n * V));
-    free(la);
-    free(lb);
-}
-
-static void check_quantised(sd_model *small, sd_model *twin, const char *tag) {
-    int n;
-    int32_t *tok = trajectory(small, &n);
+static void check_quantised(const reference *r, sd_model *twin, const char *tag) {
     static const sd_type ts[] = {SD_TYPE_Q8_0, SD_TYPE_Q4_0};
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) {
         const char *tn = sd_type_info(ts[i])->name;
         char file[96];
         snprintf(file, sizeof file, "%s-small-%s.gguf", tag, tn);
-        sd_model *sq = convert(small, ts[i], file);
+        sd_model *sq = convert(r->m, ts[i], file);
         snprintf(file, sizeof file, "%s-twin-%s.gguf", tag, tn);
         sd_model *tq = convert(twin, ts[i], file);
         double es, et, rs, rt;
-        logit_errors(small, sq, tok, n, &es, &rs);
-        logit_errors(small, tq, tok, n, &et, &rt);
-        const int gs = greedy_agreement(small, sq), gt = greedy_agreement(small, tq);
+        logit_errors(r, sq, &es, &rs);
+        logit_errors(r, tq, &et, &rt);
+        const int gs = greedy_agreement(r, sq), gt = greedy_agreement(r, tq);
         printf("  %s %s: |logit error| max/rms: small's own copy %.3f/%.4f, twin %.3f/%.4f (%.2fx/%.2fx); greedy "
                "agrees with F32 for %d (copy) and %d (twin) of %d tokens\n",
                tag, tn, es, rs, et, rt, et / es, rt / rs, gs, gt, N_GREEDY);
@@ -166,7 +164,6 @@ static void check_quantised(sd_model *small, sd_model *twin, const char *tag) {
         sd_model_free(sq);
         sd_model_free(tq);
     }
-    free(tok);
 }
 
 static void test_twin_stories260k_110m(void **state) {
@@ -177,8 +174,11 @@ static void test_twin_stories260k_110m(void **state) {
     sd_model *twin = make_twin(small, &p, "t260-110M.gguf");
     printf("  stories260K -> stories110M shape: %.0f MB of F32 weights written and loaded in %.1f s\n",
            sd_model_weight_bytes(twin) / 1e6, now() - t);
-    check_same_function(small, twin, &p, "stories260K twin at stories110M");
-    check_quantised(small, twin, "t260-110M");
+    reference r;
+    reference_make(small, &r);
+    check_same_function(&r, twin, &p, "stories260K twin at stories110M");
+    check_quantised(&r, twin, "t260-110M");
+    reference_free(&r);
     sd_model_free(twin);
     sd_model_free(small);
 }
@@ -188,8 +188,11 @@ static void test_twin_draft_15m(void **state) {
     sd_model *small = sdtest_shared_model(DRAFT, TOK512);
     const sd_twin_params p = shape("stories15M");
     sd_model *twin = make_twin(small, &p, "draft-15M.gguf");
-    check_same_function(small, twin, &p, "stories-draft twin at stories15M");
-    check_quantised(small, twin, "draft-15M");
+    reference r;
+    reference_make(small, &r);
+    check_same_function(&r, twin, &p, "stories-draft twin at stories15M");
+    check_quantised(&r, twin, "draft-15M");
+    reference_free(&r);
     sd_model_free(twin);
     sd_model_free(small);
 }
@@ -203,7 +206,10 @@ static void test_twin_same_shape(void **state) {
     p.dim = h->dim, p.n_layers = h->n_layers, p.n_heads = h->n_heads, p.n_kv_heads = h->n_kv_heads;
     p.hidden_dim = h->hidden_dim;
     sd_model *twin = make_twin(small, &p, "t260-same.gguf");
-    check_same_function(small, twin, &p, "stories260K twin at its own shape");
+    reference r;
+    reference_make(small, &r);
+    check_same_function(&r, twin, &p, "stories260K twin at its own shape");
+    reference_free(&r);
     sd_model_free(twin);
     sd_model_free(small);
 }
@@ -224,14 +230,17 @@ static void test_twin_rotate_half_gqa(void **state) {
         {256, 3, 16, 8, 768, "tinystories-656k twin, 16 heads / 8 kv (GQA -> GQA, same head size)"},
         {256, 2, 8, 8, 512, "tinystories-656k twin, 8 heads / 8 kv (head size 16 -> 32, kv heads copied)"},
     };
+    reference r;
+    reference_make(small, &r);
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         sd_twin_params p = sd_twin_default_params();
         p.dim = shapes[i].dim, p.n_layers = shapes[i].layers, p.n_heads = shapes[i].heads;
         p.n_kv_heads = shapes[i].kv, p.hidden_dim = shapes[i].hidden;
         sd_model *twin = make_twin(small, &p, "ts656-twin.gguf");
-        check_same_function(small, twin, &p, shapes[i].what);
+        check_same_function(&r, twin, &p, shapes[i].what);
         sd_model_free(twin);
     }
+    reference_free(&r);
     sd_model_free(small);
 }
 
@@ -249,7 +258,10 @@ static void test_twin_synthetic(void **state) {
     sd_twin_params p = sd_twin_default_params();
     p.dim = 192, p.n_layers = 3, p.n_heads = 12, p.n_kv_heads = 6, p.hidden_dim = 160; /* head size 16, GQA 12:6 */
     sd_model *twin = make_twin(small, &p, "tiny-twin.gguf");
-    check_same_function(small, twin, &p, "random 64-dim model twin at 192 dims, GQA 12:6");
+    reference r;
+    reference_make(small, &r);
+    check_same_function(&r, twin, &p, "random 64-dim model twin at 192 dims, GQA 12:6");
+    reference_free(&r);
     sd_model_free(twin);
     sd_model_free(small);
 }
