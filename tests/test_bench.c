@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "specdec/bench.h"
 #include "specdec/bench_config.h"
 #include "specdec/bench_report.h"
 #include "sdtest_report.h"
@@ -133,6 +134,34 @@ static void test_config_shipped(void **state) {
         if (i == 1) assert_true(c.sampling.temperature == 1.0f);
         sd_bench_config_free(&c);
     }
+    /* The cost-twin pairs: stories260K's twin at the 110M shape, drafted by stories-draft's
+     * twin at the 15M shape or by its own quantised self (the same twin, written quantised). */
+    const struct {
+        const char *name, *draft_of;
+        int draft_dim, draft_type;
+        float temp;
+    } twins[] = {{"twin-greedy", "stories-draft", 288, SD_TYPE_F32, 0.0f},
+                 {"twin-t1", "stories-draft", 288, SD_TYPE_F32, 1.0f},
+                 {"twin-self-q4_0", "stories260K", 768, SD_TYPE_Q4_0, 0.0f},
+                 {"twin-self-q8_0", "stories260K", 768, SD_TYPE_Q8_0, 0.0f}};
+    for (size_t i = 0; i < sizeof twins / sizeof twins[0]; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "configs/%s.json", twins[i].name);
+        sd_bench_config c;
+        sd_status st = sd_bench_config_load(sdtest_source_path(rel), &c);
+        if (st != SD_OK) fail_msg("%s: %s", rel, sd_last_error());
+        assert_string_equal(c.name, twins[i].name);
+        assert_true(c.target.twin && c.draft.twin && !c.target.generated && !c.draft.generated);
+        assert_string_equal(c.target.twin_of, "stories260K");
+        assert_int_equal(c.target.synth.dim, 768);
+        assert_int_equal(c.target.synth.wtype, SD_TYPE_F32);
+        assert_string_equal(c.draft.twin_of, twins[i].draft_of);
+        assert_int_equal(c.draft.synth.dim, twins[i].draft_dim);
+        assert_int_equal(c.draft.synth.wtype, twins[i].draft_type);
+        assert_int_equal(c.draft.synth.seed, c.target.synth.seed);
+        assert_true(c.sampling.temperature == twins[i].temp);
+        sd_bench_config_free(&c);
+    }
     /* The self-speculation pairs: a target and its own quantised copy. */
     const struct {
         const char *name, *quant;
@@ -220,11 +249,31 @@ static void test_config_errors(void **state) {
     expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
                  " \"sweep\": {}}",
                  A, "configs/x.json: .sweep: missing required key \"k\"");
-    expect_error("{\"target\": {}}", A, "configs/x.json: .target: missing required key \"model\" (or \"generate\")");
+    expect_error("{\"target\": {}}", A,
+                 "configs/x.json: .target: missing required key \"model\" (or \"generate\" or \"twin\")");
     expect_error("{\"target\": {\"generate\": {\"seed\": 1}}}", A,
                  "configs/x.json: .target.generate: missing required key \"shape\"");
     expect_error("{\"target\": {\"model\": \"a\", \"generate\": {\"shape\": \"stories15M\"}}}", A,
-                 "configs/x.json: .target: give \"model\" or \"generate\", not both");
+                 "configs/x.json: .target: give one of \"model\", \"generate\" and \"twin\"");
+    /* Cost twins. */
+    expect_error("{\"target\": {\"twin\": {\"shape\": \"stories110M\"}}}", A,
+                 "configs/x.json: .target.twin: missing required key \"of\"");
+    expect_error("{\"target\": {\"twin\": {\"of\": \"stories260K\"}}}", A,
+                 "configs/x.json: .target.twin: missing required key \"shape\"");
+    expect_error("{\"target\": {\"twin\": {\"of\": \"stories260K\", \"shape\": \"stories110M\", \"vocab\": 512}}}", A,
+                 "configs/x.json: .target.twin.vocab: unknown key (expected one of: of, tokenizer, shape, type, seed, dim, "
+                 "layers, heads, kv_heads, hidden)");
+    expect_error("{\"target\": {\"twin\": {\"of\": \"\", \"shape\": \"stories110M\"}}}", A,
+                 "configs/x.json: .target.twin.of: expected a non-empty string, got \"\"");
+    expect_error("{\"target\": {\"twin\": {\"of\": \"a\", \"shape\": \"stories110M\", \"heads\": 5}}}", A,
+                 "configs/x.json: .target.twin: not a buildable shape: synth: dim 768 is not divisible by n_heads 5");
+    expect_error("{\"target\": {\"twin\": {\"of\": \"a\", \"shape\": \"stories110M\"}, \"tokenizer\": \"t.bin\"}}", A,
+                 "configs/x.json: .target.tokenizer: a twin model has its own vocabulary; remove \"tokenizer\" "
+                 "(twin.tokenizer is the small model's)");
+    expect_error("{\"target\": {\"twin\": {\"of\": \"a\", \"shape\": \"stories110M\"}, \"quantize\": \"q4_0\"}}", A,
+                 "configs/x.json: .target.quantize: a twin model takes its type from twin.type");
+    expect_error("{\"target\": {\"model\": \"a\", \"twin\": {\"of\": \"a\", \"shape\": \"stories110M\"}}}", A,
+                 "configs/x.json: .target: give one of \"model\", \"generate\" and \"twin\"");
     /* Bad JSON syntax, with its position: on line 3, `  "n_predict": 12,,` has its second
      * comma in column 19. */
     expect_error("{\n  \"name\": \"x\",\n  \"n_predict\": 12,,\n}\n", SD_ERR_FORMAT,
@@ -365,6 +414,62 @@ static sd_bench_run_params tiny_params(tiny_pair *tp) {
     p.quick = 1;
     p.threads = 1;
     return p;
+}
+
+/* A twin spec: written into the cache on first use from its small model (here a random one
+ * written by the test), named by its parameters, reused after; its errors come at that point. */
+static void test_config_twin_cache(void **state) {
+    (void)state;
+    setenv("SPECDEC_CACHE", sdtest_tmp_path("cache/models"), 1);
+    const char *small_path = sdtest_tmp_path("small.gguf");
+    char small[512];
+    snprintf(small, sizeof small, "%s", small_path);
+    sd_synth_params sp = sd_synth_default_params(); /* dim 64, 4 heads of 16 (GQA 4:2), hidden 172 */
+    sp.n_layers = 2, sp.n_heads = 4, sp.n_kv_heads = 2, sp.ctx_len = 64;
+    assert_int_equal(sd_synth_write_file(&sp, small), SD_OK);
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"target\": {\"twin\": {\"of\": \"%s\", \"shape\": \"stories15M\", \"type\": \"q8_0\", \"seed\": 5, "
+             "\"layers\": 3}},\n \"draft\": {\"twin\": {\"of\": \"%s\", \"shape\": \"stories15M\", \"dim\": 48}},\n"
+             " \"prompts\": {\"text\": [\"a\"]}, \"sweep\": {\"k\": [1]}}",
+             small, small);
+    sd_bench_config c;
+    assert_int_equal(parse(text, &c), SD_OK);
+    assert_true(c.target.twin && !c.target.generated);
+    assert_string_equal(c.target.shape, "stories15M");
+    assert_true(c.target.synth.dim == 288 && c.target.synth.n_layers == 3 && c.target.synth.n_heads == 6);
+    assert_true(c.target.synth.wtype == SD_TYPE_Q8_0 && c.target.synth.seed == 5);
+    assert_int_equal(c.draft.synth.seed, 1); /* default seed */
+    char path[4096];
+    int created = -1;
+    if (sd_bench_model_path(&c.target, path, sizeof path, &created) != SD_OK) fail_msg("%s", sd_last_error());
+    assert_int_equal(created, 1);
+    assert_non_null(strstr(path, "cache/models/twin-"));
+    assert_non_null(strstr(path, "small.gguf-stories15M-d288-l3-h6-kv6-f768-q8_0-s5.gguf"));
+    assert_null(strchr(strstr(path, "twin-"), '/')); /* the source path is flattened into the name */
+    sd_model *m = NULL;
+    assert_int_equal(sd_model_load(path, NULL, &m), SD_OK);
+    assert_int_equal(sd_model_hparams(m)->dim, 288);
+    assert_int_equal(sd_model_hparams(m)->vocab_size, 512);
+    assert_int_equal(sd_model_hparams(m)->ctx_len, 64);
+    sd_model_free(m);
+    assert_int_equal(sd_bench_model_path(&c.target, path, sizeof path, &created), SD_OK);
+    assert_int_equal(created, 0);
+    /* dim 48 is below the source's 64: refused when the file would be written, leaving none */
+    assert_int_equal(sd_bench_model_path(&c.draft, path, sizeof path, &created), SD_ERR_INVALID_ARG);
+    assert_non_null(strstr(sd_last_error(), "twin: dim 48 is smaller than"));
+    assert_int_equal(created, 0);
+    struct stat sb;
+    assert_int_not_equal(stat(path, &sb), 0); /* nothing left behind */
+    sd_bench_config_free(&c);
+    /* a source that is not there */
+    assert_int_equal(parse("{\"target\": {\"twin\": {\"of\": \"/nonexistent.bin\", \"shape\": \"stories15M\"}},"
+                           " \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"a\"]}, \"sweep\": {\"k\": [1]}}",
+                           &c),
+                     SD_OK);
+    assert_int_equal(sd_bench_model_path(&c.target, path, sizeof path, NULL), SD_ERR_IO);
+    assert_non_null(strstr(sd_last_error(), "model '/nonexistent.bin' not found"));
+    sd_bench_config_free(&c);
 }
 
 /* A broken verifier: lets the real speculative run happen but emits token 5 wrong. */
@@ -652,6 +757,67 @@ static void test_report_svg_and_table(void **state) {
     free(r);
 }
 
+/* ---- cache sizes ---- */
+
+static void write_cache_index(const char *dir, int i, const char *level, const char *type, const char *size) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/index%d", dir, i);
+    mkdir(path, 0700);
+    const char *names[3] = {"level", "type", "size"}, *vals[3] = {level, type, size};
+    for (int k = 0; k < 3; k++) {
+        if (!vals[k]) continue;
+        snprintf(path, sizeof path, "%s/index%d/%s", dir, i, names[k]);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fprintf(f, "%s\n", vals[k]);
+        fclose(f);
+    }
+}
+
+/* The sysfs layout of this machine kind (AMD EPYC guest: 32K L1d/L1i, 1024K L2, 32768K L3,
+ * where glibc's sysconf says 320 MiB of L3), and what the parser must skip. */
+static void test_cache_sizes_sysfs(void **state) {
+    (void)state;
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", sdtest_tmp_path("cpu0-cache"));
+    mkdir(dir, 0700);
+    size_t l2 = 1, l3 = 1;
+    assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), 0); /* empty: nothing found, zeros */
+    assert_true(l2 == 0 && l3 == 0);
+    write_cache_index(dir, 0, "1", "Data", "32K");
+    write_cache_index(dir, 1, "1", "Instruction", "32K");
+    write_cache_index(dir, 2, "2", "Unified", "1024K");
+    write_cache_index(dir, 3, "3", "Unified", "32768K");
+    assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), 2);
+    assert_int_equal(l2, (size_t)1 << 20);
+    assert_int_equal(l3, (size_t)32 << 20);
+    /* an instruction cache is not where weights live; sizes in M and in bytes */
+    snprintf(dir, sizeof dir, "%s", sdtest_tmp_path("cpu0-cache-b"));
+    mkdir(dir, 0700);
+    write_cache_index(dir, 0, "2", "Instruction", "8M");
+    write_cache_index(dir, 1, "2", "Data", "524288");
+    write_cache_index(dir, 2, "3", "Unified", "16M");
+    assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), 2);
+    assert_int_equal(l2, (size_t)512 << 10);
+    assert_int_equal(l3, (size_t)16 << 20);
+    /* malformed or missing entries count as absent */
+    snprintf(dir, sizeof dir, "%s", sdtest_tmp_path("cpu0-cache-c"));
+    mkdir(dir, 0700);
+    write_cache_index(dir, 0, "2", "Unified", "lots");
+    write_cache_index(dir, 1, "3", "Unified", "-5K");
+    write_cache_index(dir, 2, "3", "Unified", NULL);
+    write_cache_index(dir, 3, "3", "Unified", "12Q");
+    assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), 0);
+    assert_true(l2 == 0 && l3 == 0);
+    assert_int_equal(sd_cache_sizes_sysfs("/nonexistent", &l2, &l3), 0);
+    /* the machine's own figure is the sysfs one where sysfs has it */
+    if (sd_cache_sizes_sysfs("/sys/devices/system/cpu/cpu0/cache", &l2, &l3) == 2) {
+        assert_true(sd_cache_bytes(2) == (double)l3 + 2.0 * (double)l2);
+        printf("  this machine: L2 %zu KiB per core, L3 %zu MiB (sysfs)\n", l2 >> 10, l3 >> 20);
+    }
+    assert_true(sd_cache_bytes(1) > 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_valid_defaults), cmocka_unit_test(test_config_generate),
@@ -661,6 +827,7 @@ int main(void) {
         cmocka_unit_test(test_run_self_draft_bound),  cmocka_unit_test(test_run_broken_verifier_diverges),
         cmocka_unit_test(test_run_draft_larger_vocab),
         cmocka_unit_test(test_report_json_round_trip), cmocka_unit_test(test_report_svg_and_table),
+        cmocka_unit_test(test_cache_sizes_sysfs),     cmocka_unit_test(test_config_twin_cache),
     };
     return cmocka_run_group_tests_name("bench", tests, NULL, NULL);
 }

@@ -10,16 +10,21 @@
 #include "specdec/status.h"
 #include "specdec/synth.h"
 
-/* One model of the pair: a path or search-path name, or a random-weight shape that the bench
- * writes on demand into the model cache (cost measurements only). */
+/* One model of the pair: a path or search-path name, a random-weight shape (cost measurements
+ * only), or a cost twin of a trained model; the bench writes the last two on demand into the
+ * model cache. */
 typedef struct {
     char *model;      /* "model": path or name (NULL when generated) */
     char *tokenizer;  /* "tokenizer": tokenizer.bin of a llama2.c model (optional) */
     char *quantize;   /* "quantize": type name ("q4_0") the loaded model is quantised to in
                          memory (as generate --draft-type), or NULL */
     int generated;    /* 1: "generate" was given */
-    char *shape;      /* "generate.shape" */
-    sd_synth_params synth; /* the full shape, seed and weight type of a generated model */
+    int twin;         /* 1: "twin" was given: a cost twin of twin_of (specdec/twin.h) */
+    char *twin_of;    /* "twin.of": path or name of the small model */
+    char *twin_tokenizer; /* "twin.tokenizer": tokenizer.bin of a llama2.c small model (optional) */
+    char *shape;      /* "generate.shape" or "twin.shape" */
+    sd_synth_params synth; /* the full shape, seed and weight type of a generated model or twin
+                              (a twin uses dim, layers, heads, kv heads, hidden, wtype, seed) */
 } sd_bench_model_spec;
 
 typedef struct {
@@ -61,9 +66,10 @@ void sd_bench_free_prompts(char **p, int n);
 /* Where generated models live: $SPECDEC_CACHE, else .cache/models. */
 const char *sd_bench_cache_dir(void);
 
-/* Path of a model spec: the resolved path (search path) or, for a generated one, its file in
- * the cache, written there first if absent (atomically, so an interrupted write leaves no
- * half file). *created says whether it was written now (may be NULL). */
+/* Path of a model spec: the resolved path (search path) or, for a generated one or a twin, its
+ * file in the cache (named by all its parameters), written there first if absent (atomically,
+ * so an interrupted write leaves no half file; a twin loads its small model to write it).
+ * *created says whether it was written now (may be NULL). */
 sd_status sd_bench_model_path(const sd_bench_model_spec *m, char *buf, size_t cap, int *created);
 
 #endif

@@ -1,5 +1,6 @@
 /* Bench configs: read strictly (core/json: every error names the file, the JSON path, what was
- * expected and what was found), prompt files, and the cache of generated random models. */
+ * expected and what was found), prompt files, and the cache of generated random models and
+ * cost twins. */
 #include "specdec/bench_config.h"
 
 #include <cjson/cJSON.h>
@@ -14,15 +15,26 @@
 #include "core/io.h"
 #include "core/json.h"
 #include "specdec/convert.h"
+#include "specdec/twin.h"
 #include "specdec/types.h"
 
 #define MAX_SEED 9007199254740992.0 /* 2^53: seeds stay exact in the JSON report */
 
-static sd_status parse_generate(sd_json_ctx *c, const cJSON *g, sd_bench_model_spec *m) {
-    static const char *const keys[] = {"shape", "type", "seed", "dim", "layers", "heads", "kv_heads",
-                                       "hidden", "vocab", "ctx", "tied", NULL};
+/* "generate" (a random model) or "twin" (a cost twin of "of"): a shape with optional size
+ * overrides, "type" and "seed". A twin keeps its small model's vocabulary and context, so it
+ * takes "of" and "tokenizer" instead of "vocab", "ctx" and "tied". */
+static sd_status parse_generate(sd_json_ctx *c, const cJSON *g, int twin, sd_bench_model_spec *m) {
+    static const char *const gen_keys[] = {"shape", "type", "seed", "dim", "layers", "heads", "kv_heads",
+                                           "hidden", "vocab", "ctx", "tied", NULL};
+    static const char *const twin_keys[] = {"of", "tokenizer", "shape", "type", "seed", "dim", "layers", "heads",
+                                            "kv_heads", "hidden", NULL};
     sd_status st;
-    if ((st = sd_json_check_keys(c, g, keys))) return st;
+    if ((st = sd_json_check_keys(c, g, twin ? twin_keys : gen_keys))) return st;
+    if (twin) {
+        if (!cJSON_GetObjectItemCaseSensitive(g, "of")) return sd_json_missing(c, "of");
+        if ((st = sd_json_str(c, g, "of", &m->twin_of)) || (st = sd_json_str(c, g, "tokenizer", &m->twin_tokenizer)))
+            return st;
+    }
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(g, "shape");
     if (!shape) return sd_json_missing(c, "shape");
     if ((st = sd_json_str(c, g, "shape", &m->shape))) return st;
@@ -68,7 +80,8 @@ static sd_status parse_generate(sd_json_ctx *c, const cJSON *g, sd_bench_model_s
         snprintf(why, sizeof why, "%s", sd_last_error());
         return sd_fail(SD_ERR_INVALID_ARG, "%s: %s: not a buildable shape: %s", c->file, c->path, why);
     }
-    m->generated = 1;
+    if (twin) m->twin = 1;
+    else m->generated = 1;
     return SD_OK;
 }
 
@@ -77,27 +90,30 @@ static sd_status parse_model(sd_json_ctx *c, const cJSON *root, const char *key,
     sd_status st;
     if ((st = sd_json_obj(c, root, key, 1, &o))) return st;
     size_t n = sd_json_enter_key(c, key);
-    static const char *const keys[] = {"model", "tokenizer", "generate", "quantize", NULL};
+    static const char *const keys[] = {"model", "tokenizer", "generate", "twin", "quantize", NULL};
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     const cJSON *gen = cJSON_GetObjectItemCaseSensitive(o, "generate");
+    const cJSON *twin = cJSON_GetObjectItemCaseSensitive(o, "twin");
+    const char *made = gen ? "generate" : "twin"; /* the key of a model the bench writes itself */
     if ((st = sd_json_check_keys(c, o, keys))) goto out;
-    if (model && gen) {
-        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s: give \"model\" or \"generate\", not both", c->file, c->path);
+    if (!!model + !!gen + !!twin > 1) {
+        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s: give one of \"model\", \"generate\" and \"twin\"", c->file, c->path);
         goto out;
     }
-    if (!model && !gen) {
-        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s: missing required key \"model\" (or \"generate\")", c->file, c->path);
+    if (!model && !gen && !twin) {
+        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s: missing required key \"model\" (or \"generate\" or \"twin\")", c->file,
+                     c->path);
         goto out;
     }
-    if (gen && cJSON_GetObjectItemCaseSensitive(o, "tokenizer")) {
-        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s.tokenizer: a generated model has its own vocabulary; remove \"tokenizer\"",
-                     c->file, c->path);
+    if ((gen || twin) && cJSON_GetObjectItemCaseSensitive(o, "tokenizer")) {
+        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s.tokenizer: a %s model has its own vocabulary; remove \"tokenizer\"%s",
+                     c->file, c->path, gen ? "generated" : "twin", twin ? " (twin.tokenizer is the small model's)" : "");
         goto out;
     }
     const cJSON *quant = cJSON_GetObjectItemCaseSensitive(o, "quantize");
-    if (gen && quant) {
-        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s.quantize: a generated model takes its type from generate.type",
-                     c->file, c->path);
+    if ((gen || twin) && quant) {
+        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s.quantize: a %s model takes its type from %s.type", c->file, c->path,
+                     gen ? "generated" : "twin", made);
         goto out;
     }
     if (quant) {
@@ -111,11 +127,11 @@ static sd_status parse_model(sd_json_ctx *c, const cJSON *root, const char *key,
     if ((st = sd_json_str(c, o, "model", &m->model)) || (st = sd_json_str(c, o, "tokenizer", &m->tokenizer)) ||
         (st = sd_json_str(c, o, "quantize", &m->quantize)))
         goto out;
-    if (gen) {
+    if (gen || twin) {
         const cJSON *g;
-        if ((st = sd_json_obj(c, o, "generate", 1, &g))) goto out;
-        size_t n2 = sd_json_enter_key(c, "generate");
-        st = parse_generate(c, g, m);
+        if ((st = sd_json_obj(c, o, made, 1, &g))) goto out;
+        size_t n2 = sd_json_enter_key(c, made);
+        st = parse_generate(c, g, twin != NULL, m);
         sd_json_leave(c, n2);
     }
 out:
@@ -338,6 +354,8 @@ static void free_model(sd_bench_model_spec *m) {
     free(m->tokenizer);
     free(m->quantize);
     free(m->shape);
+    free(m->twin_of);
+    free(m->twin_tokenizer);
 }
 
 void sd_bench_config_free(sd_bench_config *c) {
@@ -473,24 +491,74 @@ static const char *type_name(uint32_t t) {
     }
 }
 
-sd_status sd_bench_model_path(const sd_bench_model_spec *m, char *buf, size_t cap, int *created) {
-    if (created) *created = 0;
-    if (!m->generated) return sd_model_resolve(m->model, buf, cap);
+/* Characters safe in a file name; the others become '_'. */
+static void sanitize(char *dst, size_t cap, const char *src) {
+    size_t i = 0;
+    for (; src[i] && i + 1 < cap; i++) {
+        const char ch = src[i];
+        dst[i] = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+                         ch == '-' || ch == '_'
+                     ? ch
+                     : '_';
+    }
+    dst[i] = 0;
+}
+
+/* The cache file of a generated model or a twin: every parameter is in the name, so a
+ * different shape, source or seed never reuses a file. */
+static sd_status cache_name(const sd_bench_model_spec *m, char *buf, size_t cap) {
     const sd_synth_params *s = &m->synth;
     const char *dir = sd_bench_cache_dir();
-    /* Every parameter is in the name, so a different shape or seed never reuses a file. */
-    int n = snprintf(buf, cap, "%s/synth-%s-d%d-l%d-h%d-kv%d-f%d-v%d-c%d-%s%s-s%llu.gguf", dir, m->shape, s->dim,
-                     s->n_layers, s->n_heads, s->n_kv_heads, s->hidden_dim, s->vocab_size, s->ctx_len,
-                     type_name(s->wtype), s->tied_output ? "-tied" : "",
+    int n;
+    if (m->twin) {
+        char of[256], tok[256] = "";
+        sanitize(of, sizeof of, m->twin_of);
+        if (m->twin_tokenizer) {
+            const char *b = strrchr(m->twin_tokenizer, '/');
+            tok[0] = '-', tok[1] = 'z';
+            sanitize(tok + 2, sizeof tok - 2, b ? b + 1 : m->twin_tokenizer);
+        }
+        n = snprintf(buf, cap, "%s/twin-%s%s-%s-d%d-l%d-h%d-kv%d-f%d-%s-s%llu.gguf", dir, of, tok, m->shape, s->dim,
+                     s->n_layers, s->n_heads, s->n_kv_heads, s->hidden_dim, type_name(s->wtype),
                      (unsigned long long)s->seed);
+    } else {
+        n = snprintf(buf, cap, "%s/synth-%s-d%d-l%d-h%d-kv%d-f%d-v%d-c%d-%s%s-s%llu.gguf", dir, m->shape, s->dim,
+                     s->n_layers, s->n_heads, s->n_kv_heads, s->hidden_dim, s->vocab_size, s->ctx_len,
+                     type_name(s->wtype), s->tied_output ? "-tied" : "", (unsigned long long)s->seed);
+    }
     if (n < 0 || (size_t)n >= cap) return sd_fail(SD_ERR_INVALID_ARG, "cache path too long under %s", dir);
+    return SD_OK;
+}
+
+/* Writes the twin of m into path: loads the small model, builds, writes. */
+static sd_status write_twin(const sd_bench_model_spec *m, const char *path) {
+    char small[4096];
+    sd_status st = sd_model_resolve(m->twin_of, small, sizeof small);
+    if (st) return st;
+    sd_model_params mp = sd_model_default_params();
+    mp.tokenizer_path = m->twin_tokenizer;
+    sd_model *sm = NULL;
+    if ((st = sd_model_load(small, &mp, &sm))) return st;
+    sd_twin_params tp = sd_twin_default_params();
+    const sd_synth_params *s = &m->synth;
+    tp.dim = s->dim, tp.n_layers = s->n_layers, tp.n_heads = s->n_heads, tp.n_kv_heads = s->n_kv_heads;
+    tp.hidden_dim = s->hidden_dim, tp.wtype = (sd_type)s->wtype, tp.seed = s->seed, tp.name = m->twin_of;
+    st = sd_twin_write_file(sm, &tp, path);
+    sd_model_free(sm);
+    return st;
+}
+
+sd_status sd_bench_model_path(const sd_bench_model_spec *m, char *buf, size_t cap, int *created) {
+    if (created) *created = 0;
+    if (!m->generated && !m->twin) return sd_model_resolve(m->model, buf, cap);
+    sd_status st = cache_name(m, buf, cap);
+    if (st) return st;
     struct stat stt;
     if (stat(buf, &stt) == 0 && S_ISREG(stt.st_mode) && stt.st_size > 0) return SD_OK;
-    sd_status st = make_dirs(dir);
-    if (st) return st;
+    if ((st = make_dirs(sd_bench_cache_dir()))) return st;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp%ld", buf, (long)getpid());
-    if ((st = sd_synth_write_file(s, tmp)) != SD_OK) {
+    if ((st = m->twin ? write_twin(m, tmp) : sd_synth_write_file(&m->synth, tmp)) != SD_OK) {
         remove(tmp);
         return st;
     }

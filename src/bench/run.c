@@ -168,9 +168,15 @@ static void copy_str(char *dst, size_t cap, const char *src) { snprintf(dst, cap
 
 static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
-/* A model's name for titles: the file name, or the shape of a generated one (its cache file
- * name spells out every parameter and is too long for a chart). */
+/* A model's name for titles: the file name, or the shape of a generated one or a twin (their
+ * cache file names spell out every parameter and are too long for a chart). */
 static void label(char *dst, size_t cap, const sd_bench_model_spec *m, const char *path) {
+    if (m->twin) {
+        const sd_type_traits *ti = sd_type_info(m->synth.wtype);
+        const char *b = strrchr(m->twin_of, '/');
+        snprintf(dst, cap, "%s twin (%s shape, %s)", b ? b + 1 : m->twin_of, m->shape, ti ? ti->name : "?");
+        return;
+    }
     if (m->generated) {
         sd_synth_params named = m->synth;
         const sd_type_traits *ti = sd_type_info(m->synth.wtype);

@@ -60,10 +60,13 @@ static const char *base(const char *p) {
 
 /* The model file of a spec (generating a random one into the cache on first use). */
 static int model_path(const char *which, const sd_bench_model_spec *m, char *buf, size_t cap) {
-    if (m->generated) {
-        fprintf(stderr, "%s: random %s (%s, seed %llu), cached under %s\n", which, m->shape,
-                m->synth.wtype == SD_TYPE_F16 ? "f16" : "f32", (unsigned long long)m->synth.seed, sd_bench_cache_dir());
-    }
+    const sd_type_traits *ti = sd_type_info(m->synth.wtype);
+    if (m->generated)
+        fprintf(stderr, "%s: random %s (%s, seed %llu), cached under %s\n", which, m->shape, ti ? ti->name : "?",
+                (unsigned long long)m->synth.seed, sd_bench_cache_dir());
+    if (m->twin)
+        fprintf(stderr, "%s: cost twin of %s at the %s shape (%s, seed %llu), cached under %s\n", which, m->twin_of,
+                m->shape, ti ? ti->name : "?", (unsigned long long)m->synth.seed, sd_bench_cache_dir());
     int created = 0;
     double t = sd_now();
     sd_status st = sd_bench_model_path(m, buf, cap, &created);

@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/options.h"
+#include "specdec/bench.h"
 
 volatile sig_atomic_t cli_interrupted = 0;
 
@@ -94,10 +95,7 @@ const char *cli_resolve_model(const char *arg, char *buf, size_t cap) {
     return buf;
 }
 
-double cli_cache_bytes(int threads) {
-    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return (double)(l3 > 0 ? l3 : 32L << 20) + (double)(l2 > 0 ? l2 : 0) * threads;
-}
+double cli_cache_bytes(int threads) { return sd_cache_bytes(threads); }
 
 int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer_fallback, sd_model **out) {
     char path[4096];

@@ -6,6 +6,7 @@
 
 #include "kernels/kernels.h"
 #include "model/model_internal.h"
+#include "model/writer_internal.h"
 #include "specdec/convert.h"
 
 /* general.name: the file name without directory and extension. */
@@ -19,11 +20,8 @@ static void model_name(const char *path, char *buf, size_t cap) {
 
 static int is_quantised(sd_type t) { return t != SD_TYPE_F32 && t != SD_TYPE_F16 && t != SD_TYPE_BF16; }
 
-static sd_status add_metadata(const sd_model *m, sd_type t, sd_gguf_writer *w) {
-    const sd_hparams *hp = &m->hp;
-    const char *arch = m->arch->name;
-    char name[256];
-    model_name(m->path, name, sizeof name);
+sd_status sd_writer_set_meta(sd_gguf_writer *w, const char *arch, const char *name, sd_type t, const sd_hparams *hp,
+                             const sd_tokenizer *tok) {
     char k[12][96];
     static const char *const suffix[12] = {"vocab_size", "context_length", "embedding_length", "block_count",
                                            "feed_forward_length", "attention.head_count", "attention.head_count_kv",
@@ -43,14 +41,18 @@ static sd_status add_metadata(const sd_model *m, sd_type t, sd_gguf_writer *w) {
     for (int i = 0; i < n_u; i++)
         if ((st = sd_gguf_set_u32(w, k[i], u[i])) != SD_OK) return st;
     if ((st = sd_gguf_set_f32(w, k[10], hp->rope_theta)) || (st = sd_gguf_set_f32(w, k[11], hp->norm_eps))) return st;
-    if (!m->tok) return sd_fail(SD_ERR_INVALID_ARG, "%s: the model has no tokenizer to write", m->path);
-    return sd_tokenizer_write_gguf(m->tok, w);
+    if (!tok) return sd_fail(SD_ERR_INVALID_ARG, "%s: the model has no tokenizer to write", name);
+    return sd_tokenizer_write_gguf(tok, w);
 }
 
-/* Source row of output row r of a Q or K matrix when rotate-half RoPE (pairs i, i + rd/2)
- * becomes GGUF's interleaved pairs (2i, 2i+1): llama.cpp's permute() on the first rd dims of
- * each head. heads == 0: no permutation. */
-static int64_t src_row(int64_t r, int heads, int head_dim, int rope_dim) {
+static sd_status add_metadata(const sd_model *m, sd_type t, sd_gguf_writer *w) {
+    char name[256];
+    model_name(m->path, name, sizeof name);
+    if (!m->tok) return sd_fail(SD_ERR_INVALID_ARG, "%s: the model has no tokenizer to write", m->path);
+    return sd_writer_set_meta(w, m->arch->name, name, t, &m->hp, m->tok);
+}
+
+int64_t sd_writer_rope_half_row(int64_t r, int heads, int head_dim, int rope_dim) {
     if (!heads) return r;
     const int64_t h = r / head_dim, i = r % head_dim;
     if (i >= rope_dim) return r;
@@ -67,7 +69,7 @@ static sd_status quantize_view(const sd_model *m, const char *name, const sd_ten
     if (!row) return sd_fail(SD_ERR_NOMEM, "%s: no memory to convert tensor %s", m->path, name);
     sd_status st = SD_OK;
     for (int64_t r = 0; r < v->rows && st == SD_OK; r++) {
-        const int64_t s = src_row(r, heads, m->hp.head_dim, m->hp.rope_dim);
+        const int64_t s = sd_writer_rope_half_row(r, heads, m->hp.head_dim, m->hp.rope_dim);
         if (v->type == type) { /* already in the wanted type: the bytes as they are */
             memcpy(dst + (size_t)r * rb, (const uint8_t *)v->data + (size_t)s * v->row_bytes, rb);
             continue;
@@ -149,7 +151,7 @@ sd_status sd_model_to_gguf(const sd_model *m, const sd_convert_params *p, sd_ggu
                 break;
             }
             const float *src = v.data;
-            for (int64_t c = 0; c < v.cols; c++) buf[c] = src[src_row(c, heads, hp->head_dim, hp->rope_dim)];
+            for (int64_t c = 0; c < v.cols; c++) buf[c] = src[sd_writer_rope_half_row(c, heads, hp->head_dim, hp->rope_dim)];
             const uint64_t ne[1] = {(uint64_t)v.cols};
             st = sd_gguf_add_tensor(w, name, SD_TYPE_F32, 1, ne, buf, (size_t)v.cols * sizeof(float));
             free(buf);

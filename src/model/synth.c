@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/fp16.h"
+#include "model/writer_internal.h"
 #include "specdec/convert.h"
 #include "specdec/types.h"
 
@@ -213,6 +214,31 @@ static uint64_t stream_for(uint64_t seed, const char *name) {
     return s;
 }
 
+void sd_writer_fill_uniform(float *buf, size_t n, float mean, float std, uint64_t seed, const char *key) {
+    uint64_t s = stream_for(seed, key);
+    float half_width = std * 1.7320508f; /* uniform on [-a, a] has std a / sqrt(3) */
+    for (size_t i = 0; i < n; i++) {
+        float u = (float)(splitmix64(&s) >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
+        buf[i] = mean + (2.0f * u - 1.0f) * half_width;
+    }
+}
+
+sd_status sd_writer_add_floats(sd_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, int64_t cols,
+                               int64_t rows, const float *buf) {
+    const uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
+    const size_t n = (size_t)cols * (size_t)rows;
+    if (type == SD_TYPE_F32) return sd_gguf_add_tensor(w, name, type, n_dims, ne, buf, n * sizeof(float));
+    const sd_type t = sd_quant_fallback((sd_type)type, cols);
+    const size_t rb = sd_type_row_bytes(t, cols);
+    uint8_t *q = malloc(rb * (size_t)rows);
+    sd_status st = q ? SD_OK : sd_fail(SD_ERR_NOMEM, "writer: no memory for tensor %s", name);
+    for (int64_t r = 0; r < rows && st == SD_OK; r++)
+        st = sd_quantize_row(t, buf + (size_t)r * cols, q + (size_t)r * rb, cols);
+    if (st == SD_OK) st = sd_gguf_add_tensor(w, name, t, n_dims, ne, q, rb * (size_t)rows);
+    free(q);
+    return st;
+}
+
 /* Fills rows x cols with mean + uniform noise of standard deviation std, stored as `type`
  * (quantised types through the writer's row quantiser; rows that do not divide into its
  * blocks fall back as llama.cpp's quantizer does, see sd_quant_fallback). */
@@ -221,26 +247,8 @@ static sd_status add_random(sd_gguf_writer *w, const char *name, uint32_t type, 
     size_t n = (size_t)cols * (size_t)rows; /* bounded by sd_synth_validate */
     float *buf = malloc(n * sizeof(float));
     if (!buf) return sd_fail(SD_ERR_NOMEM, "synth: no memory for tensor %s (%zu elements)", name, n);
-    uint64_t s = stream_for(seed, name);
-    float half_width = std * 1.7320508f; /* uniform on [-a, a] has std a / sqrt(3) */
-    for (size_t i = 0; i < n; i++) {
-        float u = (float)(splitmix64(&s) >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
-        buf[i] = mean + (2.0f * u - 1.0f) * half_width;
-    }
-    uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
-    sd_status st;
-    if (type == SD_TYPE_F32) {
-        st = sd_gguf_add_tensor(w, name, type, n_dims, ne, buf, n * sizeof(float));
-    } else {
-        const sd_type t = sd_quant_fallback((sd_type)type, cols);
-        const size_t rb = sd_type_row_bytes(t, cols);
-        uint8_t *q = malloc(rb * (size_t)rows);
-        st = q ? SD_OK : sd_fail(SD_ERR_NOMEM, "synth: no memory for tensor %s", name);
-        for (int64_t r = 0; r < rows && st == SD_OK; r++)
-            st = sd_quantize_row(t, buf + (size_t)r * cols, q + (size_t)r * rb, cols);
-        if (st == SD_OK) st = sd_gguf_add_tensor(w, name, t, n_dims, ne, q, rb * (size_t)rows);
-        free(q);
-    }
+    sd_writer_fill_uniform(buf, n, mean, std, seed, name);
+    sd_status st = sd_writer_add_floats(w, name, type, n_dims, cols, rows, buf);
     free(buf);
     return st;
 }
