@@ -73,7 +73,8 @@ static void test_config_valid_defaults(void **state) {
 static void test_config_generate(void **state) {
     (void)state;
     sd_bench_config c;
-    const char *t = "{\"target\": {\"generate\": {\"shape\": \"stories110M\", \"type\": \"f16\", \"seed\": 7}},\n"
+    const char *t = "{\"target\": {\"generate\": {\"shape\": \"stories110M\", \"type\": \"f16\", \"seed\": 7, "
+                    "\"arch\": \"qwen3\", \"head_dim\": 128}},\n"
                     " \"draft\": {\"generate\": {\"shape\": \"stories15M\", \"dim\": 96, \"layers\": 2, \"heads\": 2,"
                     " \"kv_heads\": 1, \"tied\": true}},\n"
                     " \"prompts\": {\"file\": \"p.txt\", \"count\": 2, \"first_sentence\": true},\n"
@@ -88,6 +89,9 @@ static void test_config_generate(void **state) {
     assert_int_equal(c.target.synth.vocab_size, 32000);
     assert_int_equal(c.target.synth.wtype, SD_TYPE_F16);
     assert_int_equal(c.target.synth.seed, 7);
+    assert_string_equal(c.target.synth.arch, "qwen3");
+    assert_int_equal(c.target.synth.head_dim, 128);
+    assert_null(c.draft.synth.arch); /* llama */
     assert_int_equal(c.draft.synth.dim, 96); /* overrides on top of the shape */
     assert_int_equal(c.draft.synth.n_kv_heads, 1);
     assert_int_equal(c.draft.synth.hidden_dim, 768);
@@ -226,6 +230,10 @@ static void test_config_errors(void **state) {
     expect_error("{\"target\": {\"generate\": {\"shape\": \"stories7B\"}}}", A,
                  "configs/x.json: .target.generate.shape: expected one of stories260K, stories15M, stories42M, "
                  "stories110M, got \"stories7B\"");
+    expect_error("{\"target\": {\"generate\": {\"shape\": \"stories15M\", \"arch\": \"gpt2\"}}}", A,
+                 "configs/x.json: .target.generate.arch: expected one of \"llama\", \"qwen2\", \"qwen3\", got \"gpt2\"");
+    expect_error("{\"target\": {\"generate\": {\"shape\": \"stories15M\", \"head_dim\": 7}}}", A,
+                 "configs/x.json: .target.generate: not a buildable shape: synth: head_dim 7 must be even for RoPE");
     expect_error("{\"target\": {\"generate\": {\"shape\": \"stories15M\", \"type\": \"q4\"}}}", A,
                  "configs/x.json: .target.generate.type: expected one of \"f32\", \"f16\", \"bf16\", \"q8_0\", "
                  "\"q4_0\", \"q5_0\", \"q4_k\", \"q6_k\", got \"q4\"");

@@ -23,6 +23,7 @@ typedef struct {
     char *twin_of;    /* "twin.of": path or name of the small model */
     char *twin_tokenizer; /* "twin.tokenizer": tokenizer.bin of a llama2.c small model (optional) */
     char *shape;      /* "generate.shape" or "twin.shape" */
+    char *arch;       /* "generate.arch" (NULL: llama), which synth.arch points to */
     sd_synth_params synth; /* the full shape, seed and weight type of a generated model or twin
                               (a twin uses dim, layers, heads, kv heads, hidden, wtype, seed) */
 } sd_bench_model_spec;

@@ -24,7 +24,7 @@
  * overrides, "type" and "seed". A twin keeps its small model's vocabulary and context, so it
  * takes "of" and "tokenizer" instead of "vocab", "ctx" and "tied". */
 static sd_status parse_generate(sd_json_ctx *c, const cJSON *g, int twin, sd_bench_model_spec *m) {
-    static const char *const gen_keys[] = {"shape", "type", "seed", "dim", "layers", "heads", "kv_heads",
+    static const char *const gen_keys[] = {"shape", "arch", "head_dim", "type", "seed", "dim", "layers", "heads", "kv_heads",
                                            "hidden", "vocab", "ctx", "tied", NULL};
     static const char *const twin_keys[] = {"of", "tokenizer", "shape", "type", "seed", "dim", "layers", "heads",
                                             "kv_heads", "hidden", NULL};
@@ -72,9 +72,20 @@ static sd_status parse_generate(sd_json_ctx *c, const cJSON *g, int twin, sd_ben
         (st = sd_json_int(c, g, "kv_heads", 1, big, &m->synth.n_kv_heads)) ||
         (st = sd_json_int(c, g, "hidden", 1, big, &m->synth.hidden_dim)) ||
         (st = sd_json_int(c, g, "vocab", 3, big, &m->synth.vocab_size)) || (st = sd_json_int(c, g, "ctx", 2, big, &m->synth.ctx_len)) ||
-        (st = sd_json_bool(c, g, "tied", &tied)))
+        (st = sd_json_bool(c, g, "tied", &tied)) || (st = sd_json_int(c, g, "head_dim", 2, 65536, &m->synth.head_dim)))
         return st;
     m->synth.tied_output = tied;
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(g, "arch");
+    if (arch) {
+        if ((st = sd_json_str(c, g, "arch", &m->arch))) return st;
+        if (strcmp(m->arch, "llama") && strcmp(m->arch, "qwen2") && strcmp(m->arch, "qwen3")) {
+            size_t n = sd_json_enter_key(c, "arch");
+            st = sd_json_expected(c, "one of \"llama\", \"qwen2\", \"qwen3\"", arch);
+            sd_json_leave(c, n);
+            return st;
+        }
+        m->synth.arch = m->arch;
+    }
     if (sd_synth_validate(&m->synth) != SD_OK) {
         char why[512];
         snprintf(why, sizeof why, "%s", sd_last_error());
@@ -354,6 +365,7 @@ static void free_model(sd_bench_model_spec *m) {
     free(m->tokenizer);
     free(m->quantize);
     free(m->shape);
+    free(m->arch);
     free(m->twin_of);
     free(m->twin_tokenizer);
 }
@@ -522,7 +534,10 @@ static sd_status cache_name(const sd_bench_model_spec *m, char *buf, size_t cap)
                      s->n_layers, s->n_heads, s->n_kv_heads, s->hidden_dim, type_name(s->wtype),
                      (unsigned long long)s->seed);
     } else {
-        n = snprintf(buf, cap, "%s/synth-%s-d%d-l%d-h%d-kv%d-f%d-v%d-c%d-%s%s-s%llu.gguf", dir, m->shape, s->dim,
+        char arch[48] = "";
+        if (s->arch && strcmp(s->arch, "llama") != 0) snprintf(arch, sizeof arch, "%s-", s->arch);
+        if (s->head_dim) snprintf(arch + strlen(arch), sizeof arch - strlen(arch), "hd%d-", s->head_dim);
+        n = snprintf(buf, cap, "%s/synth-%s%s-d%d-l%d-h%d-kv%d-f%d-v%d-c%d-%s%s-s%llu.gguf", dir, arch, m->shape, s->dim,
                      s->n_layers, s->n_heads, s->n_kv_heads, s->hidden_dim, s->vocab_size, s->ctx_len,
                      type_name(s->wtype), s->tied_output ? "-tied" : "", (unsigned long long)s->seed);
     }

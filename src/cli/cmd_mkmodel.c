@@ -47,18 +47,26 @@ int cmd_mkmodel(int argc, char **argv) {
         if (sizes[i].v) *sizes[i].dst = sizes[i].v;
     if (o.heads && !o.kv_heads && p.n_kv_heads > p.n_heads) p.n_kv_heads = p.n_heads;
     if (o.tied) p.tied_output = 1;
+    p.arch = o.arch;
+    p.head_dim = o.head_dim;
     if (o.type >= 0) p.wtype = (uint32_t)o.type;
     p.seed = o.model_seed;
     const int shape_given = o.shape || o.dim || o.layers || o.heads || o.kv_heads || o.hidden;
     if (!o.twin) {
         if (o.tokenizer) return cli_usage_error("mkmodel: -z goes with --twin (the tokenizer of a llama2.c SMALL)");
         double t = sd_now();
-        sd_status st = sd_synth_write_file(&p, out);
+        sd_status st = sd_synth_validate(&p);
+        if (st != SD_OK) return cli_usage_error("mkmodel: %s", sd_last_error());
+        st = sd_synth_write_file(&p, out);
         if (st != SD_OK) return cli_error_status(st);
-        fprintf(stderr, "wrote %s (dim %d, %d layers, %d heads, %d kv heads, hidden %d, vocab %d) in %.1f s\n",
-                out, p.dim, p.n_layers, p.n_heads, p.n_kv_heads, p.hidden_dim, p.vocab_size, sd_now() - t);
+        fprintf(stderr, "wrote %s (%s, dim %d, %d layers, %d heads, %d kv heads, hidden %d, vocab %d) in %.1f s\n",
+                out, p.arch ? p.arch : "llama", p.dim, p.n_layers, p.n_heads, p.n_kv_heads, p.hidden_dim, p.vocab_size,
+                sd_now() - t);
         return 0;
     }
+    if ((o.arch && strcmp(o.arch, "llama") != 0) || o.head_dim)
+        return cli_usage_error("mkmodel: a cost twin is a llama model with head size dim / heads (no %s)",
+                               o.head_dim ? "--head-dim" : "--arch");
     const char *conflict = o.vocab ? "--vocab" : o.ctx ? "--ctx" : o.tied ? "--tied" : NULL;
     if (conflict)
         return cli_usage_error("mkmodel: %s cannot be used with --twin (a twin keeps SMALL's vocabulary, context and "

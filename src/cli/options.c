@@ -216,6 +216,8 @@ static const cli_opt k_opts[] = {
     {"--heads", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(heads), NULL, "attention heads", NULL},
     {"--kv-heads", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(kv_heads), NULL,
      "key/value heads (dividing --heads)", "--heads"},
+    {"--head-dim", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 2, 65536, 0, F(head_dim), NULL,
+     "attention head size when not dim / heads (as Qwen3's 128 at dim 1024 with 16 heads)", "dim / heads"},
     {"--hidden", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(hidden), NULL, "feed-forward width", NULL},
     {"--vocab", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(vocab), NULL, "vocabulary size", NULL},
     {"--ctx", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(ctx), NULL, "training context", NULL},

@@ -41,8 +41,7 @@ sd_status sd_writer_set_meta(sd_gguf_writer *w, const char *arch, const char *na
     for (int i = 0; i < n_u; i++)
         if ((st = sd_gguf_set_u32(w, k[i], u[i])) != SD_OK) return st;
     if ((st = sd_gguf_set_f32(w, k[10], hp->rope_theta)) || (st = sd_gguf_set_f32(w, k[11], hp->norm_eps))) return st;
-    if (!tok) return sd_fail(SD_ERR_INVALID_ARG, "%s: the model has no tokenizer to write", name);
-    return sd_tokenizer_write_gguf(tok, w);
+    return tok ? sd_tokenizer_write_gguf(tok, w) : SD_OK;
 }
 
 static sd_status add_metadata(const sd_model *m, sd_type t, sd_gguf_writer *w) {

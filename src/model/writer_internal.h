@@ -22,7 +22,8 @@ sd_status sd_writer_add_floats(sd_gguf_writer *w, const char *name, uint32_t typ
 
 /* general.* and <arch>.* metadata of a GGUF whose matrices are mostly t (file type,
  * quantisation version), with hp's sizes (rope_dim included; key/value_length where the head size
- * is not dim / heads) and tok's vocabulary (sd_tokenizer_write_gguf). name is general.name. */
+ * is not dim / heads) and tok's vocabulary (sd_tokenizer_write_gguf; NULL: the caller writes one).
+ * name is general.name. */
 sd_status sd_writer_set_meta(sd_gguf_writer *w, const char *arch, const char *name, sd_type t, const sd_hparams *hp,
                              const sd_tokenizer *tok);
 
