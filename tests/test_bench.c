@@ -302,6 +302,49 @@ static void test_config_errors(void **state) {
 
 /* ---- prompts and the model cache ---- */
 
+/* sweep.strategies and prompts.template: parsed, checked, applied. */
+static void test_config_strategies_template(void **state) {
+    (void)state;
+    sd_bench_config c;
+    const char *t = "{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"},\n"
+                    " \"prompts\": {\"text\": [\"One day. Then more.\"], \"template\": \"{text}\\n\\nAgain: {first_sentence}\"},\n"
+                    " \"sweep\": {\"k\": [2, 1], \"strategies\": [\"adaptive\", \"fixed\", \"ngram\", \"tree\"], "
+                    "\"tree_budget\": 12, \"p_min\": 0.5}}";
+    assert_int_equal(parse(t, &c), SD_OK);
+    assert_int_equal(c.n_strategies, 4);
+    assert_int_equal(c.strategies[0], SD_BENCH_ADAPTIVE);
+    assert_int_equal(c.strategies[3], SD_BENCH_TREE);
+    assert_int_equal(c.tree_budget, 12);
+    assert_true(c.p_min == 0.5f);
+    assert_int_equal(sd_bench_apply_template(c.prompt_template, c.prompts, c.n_prompts), SD_OK);
+    assert_string_equal(c.prompts[0], "One day. Then more.\n\nAgain: One day.");
+    sd_bench_config_free(&c);
+    /* defaults: the fixed sweep alone */
+    assert_int_equal(parse("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": "
+                           "{\"text\": [\"p\"]}, \"sweep\": {\"k\": [1]}}", &c), SD_OK);
+    assert_int_equal(c.n_strategies, 1);
+    assert_int_equal(c.strategies[0], SD_BENCH_FIXED);
+    assert_int_equal(c.tree_budget, 16);
+    sd_bench_config_free(&c);
+    const sd_status A = SD_ERR_INVALID_ARG;
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {\"k\": [1], \"strategies\": [\"fixed\", \"lookahead\"]}}",
+                 A, "configs/x.json: .sweep.strategies[1]: expected one of \"fixed\", \"adaptive\", \"p_min\", \"ngram\", "
+                    "\"model+ngram\", \"tree\", got \"lookahead\"");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {\"k\": [1], \"strategies\": [\"ngram\", \"ngram\"]}}",
+                 A, "configs/x.json: .sweep.strategies[1]: expected a strategy not listed before, got \"ngram\"");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {\"k\": [1], \"strategies\": []}}",
+                 A, "configs/x.json: .sweep.strategies: expected a non-empty array of strategies, got an array");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"],"
+                 " \"template\": \"no placeholder\"}, \"sweep\": {\"k\": [1]}}",
+                 A, "configs/x.json: .prompts.template: expected a template holding {text} or {first_sentence}, got \"no placeholder\"");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {\"k\": [1], \"tree_budget\": 40}}",
+                 A, "configs/x.json: .sweep.tree_budget: expected an integer in 1..32, got 40");
+}
+
 static void test_prompt_file(void **state) {
     (void)state;
     const char *path = sdtest_tmp_path("prompts.txt");
@@ -526,6 +569,48 @@ static void test_run_greedy_identical(void **state) {
     tiny_free(&tp);
 }
 
+/* Every strategy side by side in one run on the tiny pair: one result per fixed k, then one per
+ * other strategy at the largest k; each greedy run identical to plain decoding; the cost model
+ * only for fixed k; prompt lookup alone drafts without the draft model. */
+static void test_run_strategies(void **state) {
+    (void)state;
+    tiny_pair tp;
+    tiny_load(&tp, 0);
+    const sd_bench_strategy all[] = {SD_BENCH_TREE, SD_BENCH_FIXED, SD_BENCH_ADAPTIVE, SD_BENCH_PMIN, SD_BENCH_NGRAM,
+                                     SD_BENCH_MODEL_NGRAM};
+    tp.cfg.n_strategies = 6;
+    memcpy(tp.cfg.strategies, all, sizeof all);
+    tp.cfg.tree_budget = 6;
+    sd_bench_run_params p = tiny_params(&tp);
+    sd_bench_report *r = calloc(1, sizeof *r);
+    assert_int_equal(sd_bench_run(&p, r), SD_OK);
+    assert_int_equal(r->n_divergences, 0);
+    assert_int_equal(r->n_k, 2 + 5);
+    const sd_bench_strategy want[] = {SD_BENCH_FIXED, SD_BENCH_FIXED, SD_BENCH_TREE, SD_BENCH_ADAPTIVE,
+                                      SD_BENCH_PMIN, SD_BENCH_NGRAM, SD_BENCH_MODEL_NGRAM};
+    for (int i = 0; i < r->n_k; i++) {
+        const sd_bench_k_result *k = &r->k[i];
+        printf("  %-11s k=%d: %.2fx, mean accepted length %.2f, acceptance %.0f%%\n", sd_bench_strategy_name(k->strategy),
+               k->k, k->speedup, k->mean_accepted, 100 * k->acceptance);
+        assert_int_equal(k->strategy, want[i]);
+        assert_int_equal(k->k, i == 0 ? 1 : 3);
+        assert_int_equal(k->runs, 4);
+        assert_true(k->tps_spec > 0 && k->speedup > 0);
+        assert_true(k->mean_accepted == 0 || k->mean_accepted >= 1);
+        assert_true(k->strategy == SD_BENCH_FIXED ? k->predicted_speedup > 0 : isnan(k->predicted_speedup));
+    }
+    assert_true(r->k[5].kv_bytes_draft == 0); /* ngram alone: no draft model, no draft cache */
+    assert_true(r->k[6].kv_bytes_draft > 0);
+    char *js = sd_bench_report_json(r);
+    sd_bench_report *b = calloc(1, sizeof *b);
+    assert_int_equal(sdtest_bench_report_from_json(js, b), SD_OK);
+    assert_int_equal(b->k[6].strategy, SD_BENCH_MODEL_NGRAM);
+    free(b);
+    free(js);
+    free(r);
+    tiny_free(&tp);
+}
+
 static void test_run_self_draft_bound(void **state) {
     (void)state;
     tiny_pair tp;
@@ -666,10 +751,19 @@ static void fill_report(sd_bench_report *r) {
         k->kv_bytes_target = 72000;
         k->kv_bytes_draft = 41000;
         k->diverged = i;
+        k->mean_accepted = 1.0 + 0.5 * i;
     }
+    /* a strategy besides the fixed sweep: no cost-model figures (null in the JSON) */
+    r->k[3] = r->k[2];
+    r->k[3].strategy = SD_BENCH_MODEL_NGRAM;
+    r->k[3].predicted_speedup = r->k[3].break_even_alpha = r->k[3].t_verify_s = NAN;
+    r->k[3].speedup = 1.5;
+    r->n_k = 4;
+    r->best = 3;
     r->best_k = 3;
     r->n_divergences = 3;
     for (int i = 0; i < 3; i++) {
+        r->div[i].strategy = i == 2 ? SD_BENCH_MODEL_NGRAM : SD_BENCH_FIXED;
         r->div[i].prompt = i;
         r->div[i].k = 3;
         r->div[i].rep = 2 - i;
@@ -690,13 +784,13 @@ static void expect_same_report(const sd_bench_report *a, const sd_bench_report *
     assert_string_equal(a->draft_label, b->draft_label);
     assert_string_equal(a->date, b->date);
     assert_string_equal(a->cpu, b->cpu);
-#define SAME(f) assert_true(a->f == b->f)
+#define SAME(f) assert_true(a->f == b->f || (isnan((double)a->f) && isnan((double)b->f)))
     SAME(cores); SAME(threads); SAME(bandwidth); SAME(cost_only); SAME(self_draft); SAME(greedy); SAME(quick);
     SAME(n_prompts); SAME(n_predict); SAME(repetitions); SAME(temperature); SAME(top_p); SAME(top_k); SAME(seed);
-    SAME(cost_pos); SAME(t_decode_target_s); SAME(t_decode_draft_s); SAME(peak_rss_bytes); SAME(n_k); SAME(best_k);
+    SAME(cost_pos); SAME(t_decode_target_s); SAME(t_decode_draft_s); SAME(peak_rss_bytes); SAME(n_k); SAME(best_k); SAME(best);
     SAME(n_divergences);
     for (int i = 0; i < a->n_k; i++) {
-        SAME(k[i].k); SAME(k[i].runs); SAME(k[i].acceptance); SAME(k[i].alpha); SAME(k[i].tokens_per_pass);
+        SAME(k[i].strategy); SAME(k[i].mean_accepted); SAME(k[i].k); SAME(k[i].runs); SAME(k[i].acceptance); SAME(k[i].alpha); SAME(k[i].tokens_per_pass);
         SAME(k[i].expected_tokens); SAME(k[i].ttft_plain_s); SAME(k[i].ttft_spec_s); SAME(k[i].tps_plain);
         SAME(k[i].tps_spec); SAME(k[i].speedup); SAME(k[i].predicted_speedup); SAME(k[i].break_even_alpha);
         SAME(k[i].t_verify_s); SAME(k[i].draft_share); SAME(k[i].verify_share); SAME(k[i].kv_bytes_target);
@@ -704,7 +798,7 @@ static void expect_same_report(const sd_bench_report *a, const sd_bench_report *
         for (int j = 0; j < SD_MAX_DRAFT; j++) SAME(k[i].accept_at[j]);
     }
     for (int i = 0; i < SD_BENCH_MAX_DIVERGENCES; i++) {
-        SAME(div[i].prompt); SAME(div[i].k); SAME(div[i].rep); SAME(div[i].index); SAME(div[i].plain_token);
+        SAME(div[i].strategy); SAME(div[i].prompt); SAME(div[i].k); SAME(div[i].rep); SAME(div[i].index); SAME(div[i].plain_token);
         SAME(div[i].spec_token);
     }
 #undef SAME
@@ -748,6 +842,7 @@ static void test_report_svg_and_table(void **state) {
     assert_non_null(strstr(svg, "Test CPU @ 3.0GHz"));
     assert_non_null(strstr(svg, "draft length k"));
     assert_non_null(strstr(svg, "plain decoding (the 1.00x baseline)"));
+    assert_non_null(strstr(svg, ">model+ngram 1.50x</text>")); /* its level line's label */
     /* Text is escaped: no raw < or & from the strings reaches the markup. */
     snprintf(r->cpu, sizeof r->cpu, "A<B & C");
     free(svg);
@@ -760,6 +855,10 @@ static void test_report_svg_and_table(void **state) {
     fclose(f);
     char *text = sdtest_read_file(path, NULL);
     assert_non_null(strstr(text, "best k:   3: 1.23x plain decoding measured"));
+    assert_non_null(strstr(text, "best:     model+ngram (k up to 5): 1.50x plain decoding at 2.00 mean accepted length, "
+                                 "ahead of every fixed k"));
+    assert_non_null(strstr(text, "model+ngram   5   34.3%  0.780   2.00   3.50      -     333.3    1200.5    1.50x         -")); /* its row: no cost-model columns */
+    assert_non_null(strstr(text, "model+ngram, prompt 3, k=3, rep 1: first difference"));
     assert_non_null(strstr(text, "A<B & C, 16 cores, 8 threads, 12.3 GB/s"));
     free(text);
     free(r);
@@ -832,6 +931,7 @@ int main(void) {
         cmocka_unit_test(test_config_shipped),        cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_prompt_file),           cmocka_unit_test(test_cost_model),
         cmocka_unit_test(test_first_divergence),      cmocka_unit_test(test_run_greedy_identical),
+        cmocka_unit_test(test_run_strategies),        cmocka_unit_test(test_config_strategies_template),
         cmocka_unit_test(test_run_self_draft_bound),  cmocka_unit_test(test_run_broken_verifier_diverges),
         cmocka_unit_test(test_run_draft_larger_vocab),
         cmocka_unit_test(test_report_json_round_trip), cmocka_unit_test(test_report_svg_and_table),

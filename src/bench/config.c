@@ -155,7 +155,7 @@ static sd_status parse_prompts(sd_json_ctx *c, const cJSON *root, sd_bench_confi
     sd_status st;
     if ((st = sd_json_obj(c, root, "prompts", 1, &o))) return st;
     size_t n = sd_json_enter_key(c, "prompts");
-    static const char *const keys[] = {"text", "file", "count", "first_sentence", NULL};
+    static const char *const keys[] = {"text", "file", "count", "first_sentence", "template", NULL};
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(o, "text");
     const cJSON *file = cJSON_GetObjectItemCaseSensitive(o, "file");
     if ((st = sd_json_check_keys(c, o, keys))) goto out;
@@ -165,6 +165,14 @@ static sd_status parse_prompts(sd_json_ctx *c, const cJSON *root, sd_bench_confi
     }
     if (!text && !file) {
         st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s: missing required key \"text\" (or \"file\")", c->file, c->path);
+        goto out;
+    }
+    if ((st = sd_json_str(c, o, "template", &cf->prompt_template))) goto out;
+    if (cf->prompt_template && !strstr(cf->prompt_template, "{text}") && !strstr(cf->prompt_template, "{first_sentence}")) {
+        size_t n2 = sd_json_enter_key(c, "template");
+        st = sd_json_expected(c, "a template holding {text} or {first_sentence}",
+                              cJSON_GetObjectItemCaseSensitive(o, "template"));
+        sd_json_leave(c, n2);
         goto out;
     }
     if (text) {
@@ -204,14 +212,50 @@ out:
 
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
+static const char *const k_strategy_names[SD_BENCH_N_STRATEGIES] = {"fixed", "adaptive", "p_min", "ngram", "model+ngram",
+                                                                     "tree"};
+
+const char *sd_bench_strategy_name(sd_bench_strategy s) {
+    return (unsigned)s < SD_BENCH_N_STRATEGIES ? k_strategy_names[s] : "?";
+}
+
+static sd_status parse_strategies(sd_json_ctx *c, const cJSON *o, sd_bench_config *cf) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "strategies");
+    if (!a) return SD_OK;
+    size_t n = sd_json_enter_key(c, "strategies");
+    sd_status st = SD_OK;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) < 1) st = sd_json_expected(c, "a non-empty array of strategies", a);
+    cf->n_strategies = 0;
+    int i = 0;
+    for (const cJSON *it = st ? NULL : a->child; it && !st; it = it->next, i++) {
+        size_t n2 = sd_json_enter_index(c, i);
+        int found = -1;
+        for (int s = 0; s < SD_BENCH_N_STRATEGIES; s++)
+            if (cJSON_IsString(it) && !strcmp(it->valuestring, k_strategy_names[s])) found = s;
+        if (found < 0)
+            st = sd_json_expected(c, "one of \"fixed\", \"adaptive\", \"p_min\", \"ngram\", \"model+ngram\", \"tree\"", it);
+        for (int j = 0; j < cf->n_strategies && !st; j++)
+            if ((int)cf->strategies[j] == found) st = sd_json_expected(c, "a strategy not listed before", it);
+        if (!st) cf->strategies[cf->n_strategies++] = (sd_bench_strategy)found;
+        sd_json_leave(c, n2);
+    }
+    sd_json_leave(c, n);
+    return st;
+}
+
 static sd_status parse_sweep(sd_json_ctx *c, const cJSON *root, sd_bench_config *cf) {
     const cJSON *o;
     sd_status st;
     if ((st = sd_json_obj(c, root, "sweep", 1, &o))) return st;
     size_t n = sd_json_enter_key(c, "sweep");
-    static const char *const keys[] = {"k", NULL};
+    static const char *const keys[] = {"k", "strategies", "tree_budget", "p_min", NULL};
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "k");
-    if ((st = sd_json_check_keys(c, o, keys))) goto out;
+    double p_min = cf->p_min;
+    if ((st = sd_json_check_keys(c, o, keys)) || (st = parse_strategies(c, o, cf)) ||
+        (st = sd_json_int(c, o, "tree_budget", 1, SD_MAX_DRAFT, &cf->tree_budget)) ||
+        (st = sd_json_num(c, o, "p_min", 0, 1, 0, &p_min)))
+        goto out;
+    cf->p_min = (float)p_min;
     if (!k) {
         st = sd_json_missing(c, "k");
         goto out;
@@ -313,6 +357,10 @@ sd_status sd_bench_config_parse(const char *text, size_t len, const char *file, 
     cf->ignore_eos = 1;
     cf->sampling = sd_sampler_default_params();
     cf->repetitions = 3;
+    cf->strategies[0] = SD_BENCH_FIXED;
+    cf->n_strategies = 1;
+    cf->tree_budget = 16;
+    cf->p_min = 0.75f;
     if (!cf->file) {
         st = sd_fail(SD_ERR_NOMEM, "out of memory");
         goto out;
@@ -379,6 +427,7 @@ void sd_bench_config_free(sd_bench_config *c) {
     free_model(&c->draft);
     sd_bench_free_prompts(c->prompts, c->n_prompts);
     free(c->prompt_file);
+    free(c->prompt_template);
     free(c->out_json);
     free(c->out_svg);
     memset(c, 0, sizeof *c);
@@ -402,6 +451,42 @@ static void first_sentence(char *s) {
             return;
         }
     }
+}
+
+sd_status sd_bench_apply_template(const char *tmpl, char **prompts, int n) {
+    for (int i = 0; tmpl && i < n; i++) {
+        char *first = strdup(prompts[i]);
+        if (!first) return sd_fail(SD_ERR_NOMEM, "out of memory");
+        first_sentence(first);
+        /* the length: the template with each placeholder replaced */
+        size_t len = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            char *out = pass ? malloc(len + 1) : NULL;
+            if (pass && !out) {
+                free(first);
+                return sd_fail(SD_ERR_NOMEM, "out of memory");
+            }
+            size_t o = 0;
+            for (const char *t = tmpl; *t;) {
+                const char *rep = NULL;
+                size_t skip = 0;
+                if (!strncmp(t, "{text}", 6)) rep = prompts[i], skip = 6;
+                else if (!strncmp(t, "{first_sentence}", 16)) rep = first, skip = 16;
+                size_t rl = rep ? strlen(rep) : 1;
+                if (pass) memcpy(out + o, rep ? rep : t, rl);
+                o += rl;
+                t += rep ? skip : 1;
+            }
+            if (!pass) len = o;
+            else {
+                out[o] = 0;
+                free(prompts[i]);
+                prompts[i] = out;
+            }
+        }
+        free(first);
+    }
+    return SD_OK;
 }
 
 sd_status sd_bench_read_prompts(const char *path, int count, int first_sent, char ***out, int *n_out) {

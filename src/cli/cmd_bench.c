@@ -140,6 +140,10 @@ int cmd_bench(int argc, char **argv) {
         }
         own_prompts = 1;
     }
+    if ((st = sd_bench_apply_template(cfg.prompt_template, prompts, n_prompts)) != SD_OK) {
+        rc = cli_error_status(st);
+        goto done;
+    }
 
     char tpath[4096], dpath[4096];
     if ((rc = model_path("target", &cfg.target, tpath, sizeof tpath))) goto done;
@@ -194,12 +198,12 @@ int cmd_bench(int argc, char **argv) {
         if (rp.progress) progress(0, 0, NULL, NULL);
         /* Partial results: the draft lengths whose runs all finished before Ctrl-C. */
         int n_done = 0;
-        for (int i = 0; i < rep->n_k && i < SD_MAX_DRAFT; i++) {
+        for (int i = 0; i < rep->n_k && i < SD_BENCH_MAX_RESULTS; i++) {
             const sd_bench_k_result *kr = &rep->k[i];
             if (kr->runs < 1) continue;
-            if (!n_done++) printf("partial results (draft lengths completed before the interrupt):\n");
-            printf("  k=%d: %d runs, acceptance %.1f%%, decode %.1f tok/s speculative vs %.1f plain (%.2fx)\n", kr->k,
-                   kr->runs, 100.0 * kr->acceptance, kr->tps_spec, kr->tps_plain, kr->speedup);
+            if (!n_done++) printf("partial results (runs completed before the interrupt):\n");
+            printf("  %s k=%d: %d runs, acceptance %.1f%%, decode %.1f tok/s speculative vs %.1f plain (%.2fx)\n", sd_bench_strategy_name(kr->strategy),
+                   kr->k, kr->runs, 100.0 * kr->acceptance, kr->tps_spec, kr->tps_plain, kr->speedup);
         }
         if (!n_done) printf("partial results: no draft length completed before the interrupt\n");
         fflush(stdout);

@@ -3,6 +3,7 @@
 #include "sdtest_report.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,6 +29,21 @@ static double num(rd *c, const cJSON *o, const char *key) {
     return v ? v->valuedouble : 0;
 }
 static int inum(rd *c, const cJSON *o, const char *key) { return (int)num(c, o, key); }
+static void str(rd *c, const cJSON *o, const char *key, char *dst, size_t cap);
+static int is_num_or_null(const cJSON *v) { return cJSON_IsNumber(v) || cJSON_IsNull(v); }
+/* A number that is null where it does not apply (the cost model of a variable draft length). */
+static double num_or_nan(rd *c, const cJSON *o, const char *key) {
+    const cJSON *v = item(c, o, key, is_num_or_null, "a number or null");
+    return v && cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+static sd_bench_strategy strategy(rd *c, const cJSON *o) {
+    char s[32] = "";
+    str(c, o, "strategy", s, sizeof s);
+    for (int i = 0; i < SD_BENCH_N_STRATEGIES; i++)
+        if (!strcmp(s, sd_bench_strategy_name((sd_bench_strategy)i))) return (sd_bench_strategy)i;
+    if (!c->st) c->st = sd_fail(SD_ERR_FORMAT, "bench report: %s.strategy: unknown strategy '%s'", c->path, s);
+    return SD_BENCH_FIXED;
+}
 static int boolean(rd *c, const cJSON *o, const char *key) {
     const cJSON *v = item(c, o, key, cJSON_IsBool, "true or false");
     return v ? cJSON_IsTrue(v) : 0;
@@ -87,8 +103,8 @@ sd_status sdtest_bench_report_from_json(const char *text, sd_bench_report *r) {
     r->t_decode_draft_s = num(&c, cost, "t_decode_draft_s");
     c.path[0] = 0;
     const cJSON *res = arr(&c, o, "results");
-    if (!c.st && cJSON_GetArraySize(res) > SD_MAX_DRAFT)
-        c.st = sd_fail(SD_ERR_FORMAT, "bench report: .results: more than %d entries", SD_MAX_DRAFT);
+    if (!c.st && cJSON_GetArraySize(res) > SD_BENCH_MAX_RESULTS)
+        c.st = sd_fail(SD_ERR_FORMAT, "bench report: .results: more than %d entries", SD_BENCH_MAX_RESULTS);
     int i = 0;
     for (const cJSON *e = res ? res->child : NULL; e && !c.st; e = e->next, i++) {
         sd_bench_k_result *k = &r->k[i];
@@ -97,11 +113,13 @@ sd_status sdtest_bench_report_from_json(const char *text, sd_bench_report *r) {
             c.st = sd_fail(SD_ERR_FORMAT, "bench report: %s: expected an object", c.path);
             break;
         }
+        k->strategy = strategy(&c, e);
         k->k = inum(&c, e, "k");
         k->runs = inum(&c, e, "runs");
         k->acceptance = num(&c, e, "acceptance_rate");
         k->alpha = num(&c, e, "alpha");
         k->tokens_per_pass = num(&c, e, "tokens_per_pass");
+        k->mean_accepted = num(&c, e, "mean_accepted_length");
         k->expected_tokens = num(&c, e, "expected_tokens_per_pass");
         const cJSON *a = arr(&c, e, "acceptance_by_position");
         int j = 0;
@@ -112,9 +130,9 @@ sd_status sdtest_bench_report_from_json(const char *text, sd_bench_report *r) {
         k->tps_plain = num(&c, e, "tokens_per_s_plain");
         k->tps_spec = num(&c, e, "tokens_per_s_spec");
         k->speedup = num(&c, e, "speedup");
-        k->predicted_speedup = num(&c, e, "predicted_speedup");
-        k->break_even_alpha = num(&c, e, "break_even_alpha");
-        k->t_verify_s = num(&c, e, "t_verify_s");
+        k->predicted_speedup = num_or_nan(&c, e, "predicted_speedup");
+        k->break_even_alpha = num_or_nan(&c, e, "break_even_alpha");
+        k->t_verify_s = num_or_nan(&c, e, "t_verify_s");
         k->draft_share = num(&c, e, "draft_time_share");
         k->verify_share = num(&c, e, "verify_time_share");
         k->kv_bytes_target = num(&c, e, "kv_bytes_target");
@@ -124,6 +142,7 @@ sd_status sdtest_bench_report_from_json(const char *text, sd_bench_report *r) {
     r->n_k = i;
     c.path[0] = 0;
     r->best_k = inum(&c, o, "best_k");
+    r->best = inum(&c, o, "best_result");
     r->peak_rss_bytes = num(&c, o, "peak_rss_bytes");
     const cJSON *dv = obj(&c, o, "divergences");
     snprintf(c.path, sizeof c.path, ".divergences");
@@ -132,6 +151,7 @@ sd_status sdtest_bench_report_from_json(const char *text, sd_bench_report *r) {
     i = 0;
     for (const cJSON *e = first ? first->child : NULL; e && !c.st && i < SD_BENCH_MAX_DIVERGENCES; e = e->next, i++) {
         snprintf(c.path, sizeof c.path, ".divergences.first[%d]", i);
+        r->div[i].strategy = strategy(&c, e);
         r->div[i].prompt = inum(&c, e, "prompt");
         r->div[i].k = inum(&c, e, "k");
         r->div[i].rep = inum(&c, e, "rep");
