@@ -181,7 +181,7 @@ static void act_r_token(sd_type t, const float *x, int64_t cols, uint8_t *out) {
 /* act_k_block with 16 lanes at a time, the same values: the scalar version was ~7% of a Q4_K
  * decode step, run on one thread while the other waited. The scale comes from the first
  * element of largest magnitude, as in the scalar loop; q = round-to-even(x * -127/mx) clamped
- * to +-127 (cvtps_epi32 rounds to even, like rne). */
+ * to +-127 (cvtps_epi32 rounds to even, like nearest_int). */
 static void act_k_block_fast(const float *x, act_k *a) {
     __m512 v[16];
     __m512 amax = _mm512_setzero_ps();

@@ -116,15 +116,6 @@ int sd_quant_dequant_row_ref(sd_type t, const void *src, float *dst, int64_t n) 
 /* Scales below this make a group "all zero" (ggml's GROUP_MAX_EPS). */
 #define GROUP_MAX_EPS 1e-15f
 
-/* ggml's nearest_int: round to nearest, ties to even, for |v| < 2^22, by the float-add trick
- * (no UB for out-of-range input, where it returns garbage exactly as ggml's does). */
-static inline int nearest_int(float v) {
-    float f = v + 12582912.0f;
-    int32_t i;
-    memcpy(&i, &f, sizeof i);
-    return (i & 0x007fffff) - 0x00400000;
-}
-
 /* (int)v clamped to [0, hi]: ggml's MIN(hi, (int8_t)v) for the v >= 0 it produces, without
  * C's undefined float-to-int conversion when a NaN or infinite weight slips in. */
 static inline int trunc_to(float v, int hi) {

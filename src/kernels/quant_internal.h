@@ -105,8 +105,9 @@ static inline family family_of(sd_type t) {
     }
 }
 
-/* Round to nearest, ties to even, for |v| < 2^22 (ggml's nearest_int): no UB on NaN. */
-static inline int rne(float v) {
+/* ggml's nearest_int: round to nearest, ties to even, for |v| < 2^22, by the float-add trick
+ * (no UB for NaN or out-of-range input, where it returns garbage exactly as ggml's does). */
+static inline int nearest_int(float v) {
     float f = v + 12582912.0f;
     int32_t i;
     memcpy(&i, &f, sizeof i);

@@ -22,7 +22,7 @@ static float act_a_block_ref(const float *x, int8_t *q, int *sum) {
     const float id = d != 0 ? 127.0f / amax : 0.0f;
     int s = 0;
     for (int j = 0; j < 32; j++) {
-        q[j] = (int8_t)clamp127(bad ? 0 : rne(x[j] * id));
+        q[j] = (int8_t)clamp127(bad ? 0 : nearest_int(x[j] * id));
         s += q[j];
     }
     *sum = s;
@@ -49,7 +49,7 @@ static void act_k_block(const float *x, act_k *a) {
     if (amax == 0) return;
     const float iscale = -127.0f / mx;
     if (!(fabsf(iscale) <= FLT_MAX)) return; /* |mx| < 127 / FLT_MAX: too small to scale, adds 0 */
-    for (int j = 0; j < 256; j++) a->q[j] = (int8_t)clamp127(rne(iscale * x[j]));
+    for (int j = 0; j < 256; j++) a->q[j] = (int8_t)clamp127(nearest_int(iscale * x[j]));
     for (int g = 0; g < 16; g++) {
         int s = 0;
         for (int j = 0; j < 16; j++) s += a->q[16 * g + j];
