@@ -35,11 +35,11 @@ static inline __attribute__((always_inline)) void NBF(zero_acc)(__m512 acc[][NB]
 
 /* The Q4_0 (QB = 256 quant bytes per block) or Q8_0 (QB = 512) kernel's step: the blocks of S
  * groups (S a constant once inlined, so the accumulators can stay in registers), one block of
- * each in turn. A step reads one block of each of its groups in turn (a group read whole before
- * the next, one stream per thread, measured 20% slower; two or four blocks per turn 1-10%
- * slower, 6 or 8 streams no better). Per block and token the 8 dpbusd run as two chains of 4
- * (elements 0..15 and 16..31), interleaved across the tokens: a single chain of 8 left the
- * n = 5 kernel latency-bound (25.3 -> 22.1 ns per 512 Q4_0 weights, one thread, in L1). */
+ * each in turn (a group read whole before the next, one stream per thread, measured 20%
+ * slower; two or four blocks per turn 1-10% slower, 6 or 8 streams no better). Per block and
+ * token the 8 dpbusd run as two chains of 4 (elements 0..15 and 16..31), interleaved across the
+ * tokens: a single chain of 8 left the n = 5 kernel latency-bound (25.3 -> 22.1 ns per 512
+ * Q4_0 weights, one thread, in L1). */
 static inline __attribute__((always_inline)) void NBF(r16_step_q)(const uint8_t *const *G, const int S, int64_t nblk,
                                                                   const uint8_t *act, size_t xs, r_layout L,
                                                                   __m512 acc[][NB], const int QB) {
