@@ -1,5 +1,6 @@
 /* Helpers shared by the model writers (synthetic models, the converter, cost twins): seeded
- * uniform noise, float matrices stored in any writable type, and the rotate-half row order. */
+ * uniform noise, float matrices stored in any writable type, the rotate-half row order, and the
+ * row conversion the in-memory quantiser (engine) shares with the converter (tools). */
 #ifndef SD_WRITER_INTERNAL_H
 #define SD_WRITER_INTERNAL_H
 
@@ -31,5 +32,13 @@ sd_status sd_writer_set_meta(sd_gguf_writer *w, const char *arch, const char *na
  * row r of the same matrix in GGUF's interleaved order (pairs 2i, 2i+1): llama.cpp's
  * permute() on the first rope_dim dims of each head. heads == 0: r itself. */
 int64_t sd_writer_rope_half_row(int64_t r, int heads, int head_dim, int rope_dim);
+
+/* Rows of weight v (any readable type) converted to `type` into dst (rows * sd_type_row_bytes),
+ * permuted for GGUF when heads != 0; a view already in `type` is copied byte for byte. name
+ * names the tensor in messages. (quantize.c, in the engine: --draft-type uses it too.) */
+sd_status sd_model_convert_rows(const sd_model *m, const char *name, const sd_tensor *v, sd_type type, int heads,
+                                uint8_t *dst);
+/* Bytes of v stored as type; 0 when it cannot be (rows do not divide, or overflow). */
+size_t sd_model_stored_bytes(const sd_tensor *v, sd_type type);
 
 #endif
