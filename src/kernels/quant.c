@@ -40,7 +40,7 @@ size_t sd_quant_scratch_bytes(sd_type t, int64_t cols, int n) { return act_bytes
  * 0.97, 11: 0.98 / 0.96, 12: 1.00 / 0.98; kernels for 10-12 tokens in one pass spilled and
  * were slower from 12 (1.17 / 1.21). */
 static inline int r16_chunk(int left) {
-    if (left <= 9) return left;
+    if (left <= SD_R16_MAX_TOKENS) return left;
     const int passes = (left + 7) / 8;
     return (left + passes - 1) / passes;
 }
@@ -115,8 +115,8 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
             if (!r16) {
                 for (int j0 = 0; j0 < n; j0 += 8) {
                     const int nb = n - j0 < 8 ? n - j0 : 8;
-                    sd_quant_rows_q5_0(nb, W[i], (const uint8_t *)act + tok * (size_t)j0, xs, Y[i] + (size_t)j0 * rows, r0,
-                                       r1);
+                    sd_quant_rows_q5_0(nb, W[i], (const uint8_t *)act + tok * (size_t)j0, xs,
+                                       Y[i] + (size_t)j0 * rows, r0, r1);
                 }
                 continue;
             }

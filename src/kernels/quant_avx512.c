@@ -235,10 +235,11 @@ void sd_quant_act_token(sd_type t, const float *x, int64_t cols, void *out) {
 
 /* ------------------------------------------------------------------ integer dot kernels
  *
- * A kernel computes rows [r0, r1) for NB <= 8 tokens: every weight vector is unpacked once
- * and multiplied into all NB tokens, so a verify pass of k+1 tokens streams the weights
- * once, like a decode step. The per-(row, token) operation sequence does not depend on NB,
- * which is what makes batched results equal single-token results bit for bit. */
+ * A kernel computes rows [r0, r1) for NB tokens (Q5_0: up to 8, the 16-row kernels: up to
+ * SD_R16_MAX_TOKENS): every weight vector is unpacked once and multiplied into all NB tokens,
+ * so a verify pass of k+1 tokens streams the weights once, like a decode step. The per-(row,
+ * token) operation sequence does not depend on NB, which is what makes batched results equal
+ * single-token results bit for bit. */
 
 /* With 512-bit vectors only two ports execute vector work, so the kernels are counted in
  * vector uops. Q5_0's scales come from an fp16 -> float table (256 KiB, L2-resident) by loads
@@ -316,12 +317,10 @@ static inline __m512 step_a(__m512 acc, __m512i wlo, __m512i whi, __m512 dw, con
  * 2 threads, 1 KiB: ~75%, 8 KiB: about the same as 4 KiB). */
 #define SD_QPREFETCH 4096
 
-/* Prefetches the `bytes` (a compile-time constant) following p + SD_QPREFETCH. */
-#define PREFETCH_AHEAD(p, bytes)                                                               \
-    do {                                                                                       \
-        for (int pf_ = 0; pf_ < (bytes); pf_ += 64)                                            \
-            _mm_prefetch((const char *)(p) + SD_QPREFETCH + pf_, _MM_HINT_T0);                 \
-    } while (0)
+/* Prefetches the `bytes` (a constant once inlined) following p + SD_QPREFETCH. */
+static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *p, const int bytes) {
+    for (int i = 0; i < bytes; i += 64) _mm_prefetch((const char *)p + SD_QPREFETCH + i, _MM_HINT_T0);
+}
 
 /* Weight streams per thread: a thread's rows are visited as QS_STREAMS interleaved
  * sub-ranges so that several sequential weight streams are in flight (see matvec in
@@ -337,45 +336,20 @@ static inline int64_t visit_row(int64_t r0, int64_t per, int64_t i) {
     return i < per * QS_STREAMS ? r0 + (i % QS_STREAMS) * per + i / QS_STREAMS : r0 + i;
 }
 
-/* One weight group (4 Q5_0 blocks) of a row for nb token records. Every kernel accumulates a
- * (row, token) in one register, group by group in order, and sums it with reduce.h's tree, so
- * a row's result is the same whatever the batch or row grouping. */
-#define GROUP_A(T, b, nblocks, X, g, acc, NB)                                                  \
-    do {                                                                                       \
-        __m512i wl_, wh_;                                                                      \
-        __m512 dw_;                                                                            \
-        prep_##T((b), (nblocks), &wl_, &wh_, &dw_);                                            \
-        for (int j_ = 0; j_ < (NB); j_++) (acc)[j_] = step_a((acc)[j_], wl_, wh_, dw_, (X) + j_ * xs + (g)); \
-    } while (0)
+/* Q5_0 weights are read in groups of 4 blocks (one act_quad record). */
+enum { Q5_GROUP_BLOCKS = 4, Q5_GROUP_BYTES = Q5_GROUP_BLOCKS * SD_Q5_0_BYTES };
 
-/* Rows [r0, r1) for NB tokens, one row at a time in visiting order, inside one call (was a
- * call per row, two accumulators per token and _mm512_reduce_add_ps; a 16-row variant with a
- * transposed reduction spilled its accumulators and measured slower than this). GSZ: bytes
- * per group, GB: blocks per group, GROUP_CALL: GROUP_O or GROUP_A(T, ...). */
-#define DEFINE_ROWS(NAME, SUF, XT, GSZ, GB, GROUP_CALL, NB, DATA)                             \
-    static void rows_##NAME##_##SUF(const sd_tensor *W, const void *xa, size_t xs, float *Y,   \
-                                   int64_t r0, int64_t r1) {                                   \
-        const XT *X = xa;                                                                      \
-        const int64_t nblk = W->cols / 32, ng = nblk / (GB);                                   \
-        const int rest = (int)(nblk % (GB));                                                   \
-        const int64_t per = (r1 - r0) / QS_STREAMS;                                            \
-        for (int64_t i = 0; i < r1 - r0; i++) {                                                \
-            const int64_t r = visit_row(r0, per, i);                                           \
-            const uint8_t *row = (const uint8_t *)W->DATA + (size_t)r * W->row_bytes;          \
-            __m512 acc[NB];                                                                    \
-            for (int j = 0; j < NB; j++) acc[j] = _mm512_setzero_ps();                         \
-            for (int64_t g = 0; g < ng; g++) {                                                 \
-                const uint8_t *b = row + (size_t)g * (GSZ);                                    \
-                PREFETCH_AHEAD(b, GSZ);                                                        \
-                GROUP_CALL(b, GB, X, g, acc, NB);                                              \
-            }                                                                                  \
-            if (rest) GROUP_CALL(row + (size_t)ng * (GSZ), rest, X, ng, acc, NB);              \
-            for (int j = 0; j < NB; j++) Y[(size_t)j * W->rows + r] = tree_sum(acc[j]);        \
-        }                                                                                      \
-    }
-
-#define GROUP_Q5(b, nb, X, g, acc, NB) GROUP_A(q5_0, b, nb, X, g, acc, NB)
-#define ROWS_Q5(NB) DEFINE_ROWS(q5_0, NB, act_quad, 4 * SD_Q5_0_BYTES, 4, GROUP_Q5, NB, data)
+/* One weight group (nblocks <= 4 Q5_0 blocks at b) of a row for nb token records (group g of
+ * token j at X + j * xs + g). Every kernel accumulates a (row, token) in one register, group
+ * by group in order, and sums it with reduce.h's tree, so a row's result is the same whatever
+ * the batch or row grouping. */
+static inline __attribute__((always_inline)) void group_q5_0(const uint8_t *b, int nblocks, const act_quad *X,
+                                                              size_t xs, int64_t g, __m512 *acc, const int nb) {
+    __m512i wl, wh;
+    __m512 dw;
+    prep_q5_0(b, nblocks, &wl, &wh, &dw);
+    for (int j = 0; j < nb; j++) acc[j] = step_a(acc[j], wl, wh, dw, X + j * xs + g);
+}
 
 /* ------------------------------------------------------------------ Q4_0 / Q8_0: 16 rows at once
  *
@@ -415,250 +389,89 @@ static inline void r_weights_q8_0(const uint8_t *p, __m512i w[8]) {
     for (int k = 0; k < 8; k++) w[k] = _mm512_loadu_si512(p + 64 * k);
 }
 
-/* The driver of every 16-row kernel: groups [g0, g1) (P is group g0, gbytes per group) in
- * steps of QS_STREAMS groups, one from each of the thread's sub-ranges, so that several
- * sequential weight streams are in flight as in the row-by-row kernels; STEP computes the
- * accumulators of a step's S groups (S a constant there) and the driver stores them, the last
- * group's padding rows masked off. */
-#define R16_DRIVER(NAME, STEP, NB)                                                             \
-    static void NAME(const uint8_t *P, size_t gbytes, int64_t nblk, int64_t rows, const uint8_t *act, \
-                     size_t xs, r_layout L, float *Y, int64_t g0, int64_t g1) {                \
-        const int64_t per = (g1 - g0) / QS_STREAMS, rest = (g1 - g0) - per * QS_STREAMS;      \
-        for (int64_t i = 0; i < per + rest; i++) {                                             \
-            const int S = i < per ? QS_STREAMS : 1;                                            \
-            const uint8_t *G[QS_STREAMS];                                                      \
-            int64_t gi[QS_STREAMS];                                                            \
-            __m512 acc[QS_STREAMS][NB];                                                        \
-            for (int s = 0; s < S; s++) {                                                      \
-                gi[s] = g0 + (i < per ? s * per + i : QS_STREAMS * per + (i - per));           \
-                G[s] = P + (size_t)(gi[s] - g0) * gbytes;                                      \
-            }                                                                                  \
-            if (S == QS_STREAMS) STEP(G, QS_STREAMS, nblk, act, xs, L, acc);                   \
-            else STEP(G, 1, nblk, act, xs, L, acc);                                            \
-            for (int s = 0; s < S; s++) {                                                      \
-                const int64_t r = 16 * gi[s];                                                  \
-                const __mmask16 m = rows - r >= 16 ? 0xFFFF : (__mmask16)((1u << (rows - r)) - 1); \
-                for (int j = 0; j < NB; j++) _mm512_mask_storeu_ps(Y + (size_t)j * rows + r, m, acc[s][j]); \
-            }                                                                                  \
-        }                                                                                      \
-    }
-
-/* The Q4_0/Q8_0 kernels for NB tokens (QB: quant bytes of a block). A step reads one block of
- * each of its groups in turn (a group read whole before the next, one stream per thread,
- * measured 20% slower; two or four blocks per turn 1-10% slower, 6 or 8 streams no better).
- * Per block and token the 8 dpbusd run as two chains of 4 (elements 0..15 and 16..31),
- * interleaved across the tokens: a single chain of 8 left the n = 5 kernel latency-bound
- * (25.3 -> 22.1 ns per 512 Q4_0 weights, one thread, in L1). */
-#define DEFINE_R16(T, QB, NB)                                                                  \
-    /* The blocks of S groups (S a constant once inlined, so the accumulators can stay in      \
-     * registers), one block of each in turn. */                                               \
-    static inline __attribute__((always_inline)) void r16_step_##T##_##NB(                     \
-        const uint8_t *const *G, const int S, int64_t nblk, const uint8_t *act, size_t xs, r_layout L, \
-        __m512 acc[][NB]) {                                                                    \
-        for (int s = 0; s < S; s++)                                                            \
-            for (int j = 0; j < NB; j++) acc[s][j] = _mm512_setzero_ps();                      \
-        for (int64_t b = 0; b < nblk; b++) {                                                   \
-            const size_t qo = r_qoff(b, QB), so = r_soff(b, nblk, QB);                         \
-            for (int s = 0; s < S; s++) {                                                      \
-                PREFETCH_AHEAD(G[s] + qo, (QB) + 32);                                          \
-                __m512i w[8], t[NB], u[NB];                                                    \
-                r_weights_##T(G[s] + qo, w);                                                   \
-                const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(G[s] + so))); \
-                for (int j = 0; j < NB; j++) {                                                 \
-                    t[j] = _mm512_set1_epi32(ld32(act + (size_t)j * xs + L.init + 4 * b));     \
-                    u[j] = _mm512_setzero_si512();                                             \
-                }                                                                              \
-                for (int k = 0; k < 4; k++)                                                    \
-                    for (int j = 0; j < NB; j++) {                                             \
-                        const uint8_t *aq = act + (size_t)j * xs + 32 * b + 4 * k;             \
-                        t[j] = _mm512_dpbusd_epi32(t[j], w[k], _mm512_set1_epi32(ld32(aq)));   \
-                        u[j] = _mm512_dpbusd_epi32(u[j], w[k + 4], _mm512_set1_epi32(ld32(aq + 16))); \
-                    }                                                                          \
-                for (int j = 0; j < NB; j++) {                                                 \
-                    const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(ldf(act + (size_t)j * xs + L.d + 4 * b))); \
-                    acc[s][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(t[j], u[j])), sc, acc[s][j]); \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
-    }                                                                                          \
-    R16_DRIVER(r16_##T##_##NB, r16_step_##T##_##NB, NB)
+/* ------------------------------------------------------------------ Q4_K / Q6_K: 16 rows at once */
 
 /* 32-element sub-blocks (Q4_K) or units (Q6_K) read from one stream before the next: one for
  * decode, whose memory streams want the finest interleave (Q4_K step 0.94-0.96 of two per
  * turn), two for batches, whose per-stream partial sums then move less (verify(5) 1.03-1.04
  * of one per turn). Results do not depend on it. */
-#define R16_VISIT(NB) ((NB) == 1 ? 1 : 2)
+static inline __attribute__((always_inline)) int r16_visit(const int nb) { return nb == 1 ? 1 : 2; }
 
-/* Q4_K, 16 rows at once (layout: r_pack_group_k): per super-block, row and token
- * acc = fma(f, d * dx, acc) - g * (dmin * dx), with f = sum over sub-blocks j in order of
- * fma(float(int dot_j), sc_j, .) and g of fma(m_j, float(sum of the activations of j), .), the
- * dots from 8 dpbusd each (two chains of 4) on unsigned nibbles. Replaces a row-at-a-time
- * kernel with 16-bit products, per-row sums and scale permutes. */
-#define DEFINE_R16K(NB)                                                                        \
-    static inline __attribute__((always_inline)) void r16k_step_##NB(                          \
-        const uint8_t *const *G, const int S, int64_t nblk, const uint8_t *act, size_t xs, r_layout L, \
-        __m512 acc[][NB]) {                                                                    \
-        const __m512i lo = _mm512_set1_epi64(GF_LO), hi = _mm512_set1_epi64(GF_HI);            \
-        const int64_t nsb = nblk / 8;                                                          \
-        (void)L;                                                                               \
-        for (int s = 0; s < S; s++)                                                            \
-            for (int j = 0; j < NB; j++) acc[s][j] = _mm512_setzero_ps();                      \
-        for (int64_t sb = 0; sb < nsb; sb++) {                                                 \
-            __m512 f[QS_STREAMS][NB];                                                          \
-            for (int s = 0; s < S; s++)                                                        \
-                for (int j = 0; j < NB; j++) f[s][j] = _mm512_setzero_ps();                    \
-            for (int v0 = 0; v0 < 8; v0 += R16_VISIT(NB)) /* sub-blocks of each stream in turn */ \
-                for (int s = 0; s < S; s++) {                                                  \
-                    const uint8_t *B = G[s] + (size_t)sb * R16K_SB;                            \
-                    PREFETCH_AHEAD(B + (R16K_SB / 8) * v0, (R16K_SB / 8) * R16_VISIT(NB));     \
-                    for (int q8 = v0; q8 < v0 + R16_VISIT(NB); q8++) {                         \
-                        const int c = q8 / 2, h = q8 % 2; /* sub-block 2c + h: low / high nibbles */ \
-                        __m512i w[8];                                                          \
-                        for (int k = 0; k < 8; k++)                                            \
-                            w[k] = _mm512_gf2p8affine_epi64_epi8(                              \
-                                _mm512_loadu_si512(B + 320 + 512 * c + 64 * k), h ? hi : lo, 0); \
-                        const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(             \
-                            _mm_loadu_si128((const __m128i *)(B + 64 + 16 * (2 * c + h)))));   \
-                        __m512i t[NB], u[NB];                                                  \
-                        for (int j = 0; j < NB; j++) t[j] = u[j] = _mm512_setzero_si512();     \
-                        for (int k = 0; k < 4; k++)                                            \
-                            for (int j = 0; j < NB; j++) {                                     \
-                                const int8_t *aq = ((const act_k *)(act + (size_t)j * xs) + sb)->q + 64 * c + 32 * h + 4 * k; \
-                                t[j] = _mm512_dpbusd_epi32(t[j], w[k], _mm512_set1_epi32(ld32(aq))); \
-                                u[j] = _mm512_dpbusd_epi32(u[j], w[k + 4], _mm512_set1_epi32(ld32(aq + 16))); \
-                            }                                                                  \
-                        for (int j = 0; j < NB; j++)                                           \
-                            f[s][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(t[j], u[j])), sc, f[s][j]); \
-                    }                                                                          \
-                }                                                                              \
-            for (int s = 0; s < S; s++) {                                                      \
-                const uint8_t *B = G[s] + (size_t)sb * R16K_SB;                                \
-                __m512 g[NB];                                                                  \
-                for (int j = 0; j < NB; j++) g[j] = _mm512_setzero_ps();                       \
-                for (int q = 0; q < 8; q++) {                                                  \
-                    const __m512 m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(                  \
-                        _mm_loadu_si128((const __m128i *)(B + 192 + 16 * q))));                \
-                    for (int j = 0; j < NB; j++)                                               \
-                        g[j] = _mm512_fmadd_ps(m, _mm512_set1_ps(((const act_k *)(act + (size_t)j * xs) + sb)->bsf[q]), g[j]); \
-                }                                                                              \
-                const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)B));     \
-                const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(B + 32))); \
-                for (int j = 0; j < NB; j++) {                                                 \
-                    const __m512 ad = _mm512_set1_ps(((const act_k *)(act + (size_t)j * xs) + sb)->d); \
-                    acc[s][j] = _mm512_fmadd_ps(f[s][j], _mm512_mul_ps(dd, ad), acc[s][j]);    \
-                    acc[s][j] = _mm512_fnmadd_ps(g[j], _mm512_mul_ps(dm, ad), acc[s][j]);      \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
-    }                                                                                          \
-    R16_DRIVER(r16_q4_k_##NB, r16k_step_##NB, NB)
+/* Token j's Q8_K record of super-block sb. */
+static inline __attribute__((always_inline)) const act_k *act_k_at(const uint8_t *act, size_t xs, int j, int64_t sb) {
+    return (const act_k *)(act + (size_t)j * xs) + sb;
+}
 
-/* Q6_K, 16 rows at once (layout: r_pack_group_q6): per 32-element unit, the 6-bit values are
- * the low nibbles (one GF(2) affine map) OR'd with the high bits moved to bits 4-5 (another);
- * per token its two 16-element sub-blocks are two chains of 4 dpbusd, each started at
- * -32 * (sum of the activations) for the offset, converted and fma'd with the sub-block scale;
- * per super-block acc = fma(f, d * dx, acc). */
+/* GF(2) affine matrices moving the 2-bit field of unit u % 4 of a Q6_K high-bits byte to bits 4-5. */
 static const int64_t k_gf_q6_hi[4] = {0x01020000ll, 0x04080000ll, 0x10200000ll, 0x40800000ll};
 
-#define DEFINE_R16Q6(NB)                                                                       \
-    static inline __attribute__((always_inline)) void r16q6_step_##NB(                         \
-        const uint8_t *const *G, const int S, int64_t nblk, const uint8_t *act, size_t xs, r_layout L, \
-        __m512 acc[][NB]) {                                                                    \
-        const __m512i lo = _mm512_set1_epi64(GF_LO), hi = _mm512_set1_epi64(GF_HI);            \
-        const int64_t nsb = nblk / 8;                                                          \
-        (void)L;                                                                               \
-        for (int s = 0; s < S; s++)                                                            \
-            for (int j = 0; j < NB; j++) acc[s][j] = _mm512_setzero_ps();                      \
-        for (int64_t sb = 0; sb < nsb; sb++) {                                                 \
-            __m512 f[QS_STREAMS][NB];                                                          \
-            for (int s = 0; s < S; s++)                                                        \
-                for (int j = 0; j < NB; j++) f[s][j] = _mm512_setzero_ps();                    \
-            for (int v0 = 0; v0 < 8; v0 += R16_VISIT(NB)) /* units of each stream in turn */   \
-                for (int s = 0; s < S; s++) {                                                  \
-                    const uint8_t *B = G[s] + (size_t)sb * R16Q6_SB;                           \
-                    PREFETCH_AHEAD(B + (R16Q6_SB / 8) * v0, (R16Q6_SB / 8) * R16_VISIT(NB));   \
-                    for (int u = v0; u < v0 + R16_VISIT(NB); u++) {                            \
-                        const int c = u / 2, h = u % 2;                                        \
-                        const __m512i gh = _mm512_set1_epi64(k_gf_q6_hi[u % 4]);               \
-                        __m512i w[8];                                                          \
-                        for (int k = 0; k < 8; k++) {                                          \
-                            const __m512i l4 = _mm512_gf2p8affine_epi64_epi8(                  \
-                                _mm512_loadu_si512(B + R16Q6_V(c) + 64 * k), h ? hi : lo, 0);  \
-                            const __m512i h2 = _mm512_gf2p8affine_epi64_epi8(                  \
-                                _mm512_loadu_si512(B + R16Q6_H(u / 4) + 64 * k), gh, 0);       \
-                            w[k] = _mm512_or_si512(l4, h2);                                    \
-                        }                                                                      \
-                        const __m512 sc0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(            \
-                            _mm_loadu_si128((const __m128i *)(B + 32 + 16 * (2 * u)))));       \
-                        const __m512 sc1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(            \
-                            _mm_loadu_si128((const __m128i *)(B + 32 + 16 * (2 * u + 1)))));   \
-                        __m512i t[NB], v[NB];                                                  \
-                        for (int j = 0; j < NB; j++) {                                         \
-                            const act_k *a = (const act_k *)(act + (size_t)j * xs) + sb;       \
-                            t[j] = _mm512_set1_epi32(32 * a->nbs[2 * u]);                      \
-                            v[j] = _mm512_set1_epi32(32 * a->nbs[2 * u + 1]);                  \
-                        }                                                                      \
-                        for (int k = 0; k < 4; k++)                                            \
-                            for (int j = 0; j < NB; j++) {                                     \
-                                const int8_t *aq = ((const act_k *)(act + (size_t)j * xs) + sb)->q + 32 * u + 4 * k; \
-                                t[j] = _mm512_dpbusd_epi32(t[j], w[k], _mm512_set1_epi32(ld32(aq))); \
-                                v[j] = _mm512_dpbusd_epi32(v[j], w[k + 4], _mm512_set1_epi32(ld32(aq + 16))); \
-                            }                                                                  \
-                        for (int j = 0; j < NB; j++) {                                         \
-                            f[s][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t[j]), sc0, f[s][j]); \
-                            f[s][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v[j]), sc1, f[s][j]); \
-                        }                                                                      \
-                    }                                                                          \
-                }                                                                              \
-            for (int s = 0; s < S; s++) {                                                      \
-                const __m512 dd =                                                              \
-                    _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(G[s] + (size_t)sb * R16Q6_SB))); \
-                for (int j = 0; j < NB; j++) {                                                 \
-                    const __m512 ad = _mm512_set1_ps(((const act_k *)(act + (size_t)j * xs) + sb)->d); \
-                    acc[s][j] = _mm512_fmadd_ps(f[s][j], _mm512_mul_ps(dd, ad), acc[s][j]);    \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
-    }                                                                                          \
-    R16_DRIVER(r16_q6_k_##NB, r16q6_step_##NB, NB)
+/* ------------------------------------------------------------------ the kernels for each token count
+ *
+ * quant_avx512_nb.h holds the kernels' bodies with the token count NB a macro; it is included
+ * once per NB (a template), so that every loop over the tokens has a constant bound, unrolls,
+ * and keeps its accumulators in registers, while debuggers and sanitizers see real lines. */
 
-#define DEFINE_ALL_NB(M, ...)                                                                  \
-    M(__VA_ARGS__ 1) M(__VA_ARGS__ 2) M(__VA_ARGS__ 3) M(__VA_ARGS__ 4)                        \
-    M(__VA_ARGS__ 5) M(__VA_ARGS__ 6) M(__VA_ARGS__ 7) M(__VA_ARGS__ 8)
+enum { R16_Q4_0, R16_Q8_0, R16_Q4_K, R16_Q6_K, R16_TYPES }; /* the 16-row kernels' weight types */
+#define ROWS_MAX_NB 8 /* Q5_0 kernels: 1..8 tokens; the 16-row ones: 1..SD_R16_MAX_TOKENS */
+#define NB_CAT_(name, nb) name##_##nb
+#define NB_CAT(name, nb) NB_CAT_(name, nb)
+#define NBF(name) NB_CAT(name, NB)
 
-DEFINE_ALL_NB(DEFINE_R16, q4_0, 256, )
-DEFINE_ALL_NB(DEFINE_R16, q8_0, 512, )
-DEFINE_R16(q4_0, 256, 9)
-DEFINE_R16(q8_0, 512, 9)
-DEFINE_ALL_NB(DEFINE_R16K,)
-DEFINE_R16K(9)
-DEFINE_ALL_NB(DEFINE_R16Q6,)
-DEFINE_R16Q6(9)
-ROWS_Q5(1) ROWS_Q5(2) ROWS_Q5(3) ROWS_Q5(4) ROWS_Q5(5) ROWS_Q5(6) ROWS_Q5(7) ROWS_Q5(8)
+#define NB 1
+#include "kernels/quant_avx512_nb.h"
+#undef NB
+#define NB 2
+#include "kernels/quant_avx512_nb.h"
+#undef NB
+#define NB 3
+#include "kernels/quant_avx512_nb.h"
+#undef NB
+#define NB 4
+#include "kernels/quant_avx512_nb.h"
+#undef NB
+#define NB 5
+#include "kernels/quant_avx512_nb.h"
+#undef NB
+#define NB 6
+#include "kernels/quant_avx512_nb.h"
+#undef NB
+#define NB 7
+#include "kernels/quant_avx512_nb.h"
+#undef NB
+#define NB 8
+#include "kernels/quant_avx512_nb.h"
+#undef NB
+#define NB 9
+#include "kernels/quant_avx512_nb.h"
+#undef NB
+_Static_assert(SD_R16_MAX_TOKENS == 9, "one include of quant_avx512_nb.h per token count");
 
 typedef void (*rows_fn)(const sd_tensor *, const void *, size_t, float *, int64_t, int64_t);
-#define TABLE(T) {NULL, rows_##T##_1, rows_##T##_2, rows_##T##_3, rows_##T##_4, rows_##T##_5, \
-                  rows_##T##_6, rows_##T##_7, rows_##T##_8}
-static const rows_fn k_rows_q5_0[9] = TABLE(q5_0);
+static const rows_fn k_rows_q5_0[ROWS_MAX_NB + 1] = {NULL,        rows_q5_0_1, rows_q5_0_2, rows_q5_0_3, rows_q5_0_4,
+                                                     rows_q5_0_5, rows_q5_0_6, rows_q5_0_7, rows_q5_0_8};
 
 typedef void (*r16_fn)(const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, size_t, r_layout, float *, int64_t,
                        int64_t);
-#define R16_TABLE(T) {NULL, r16_##T##_1, r16_##T##_2, r16_##T##_3, r16_##T##_4, r16_##T##_5, r16_##T##_6, \
-                      r16_##T##_7, r16_##T##_8, r16_##T##_9}
-static const r16_fn k_r16_q4_0[10] = R16_TABLE(q4_0);
-static const r16_fn k_r16_q8_0[10] = R16_TABLE(q8_0);
-static const r16_fn k_r16_q4_k[10] = R16_TABLE(q4_k);
-static const r16_fn k_r16_q6_k[10] = R16_TABLE(q6_k);
+static const r16_fn k_r16[R16_TYPES][SD_R16_MAX_TOKENS + 1] = {
+    [R16_Q4_0] = {NULL, r16_q4_0_1, r16_q4_0_2, r16_q4_0_3, r16_q4_0_4, r16_q4_0_5, r16_q4_0_6, r16_q4_0_7, r16_q4_0_8,
+                  r16_q4_0_9},
+    [R16_Q8_0] = {NULL, r16_q8_0_1, r16_q8_0_2, r16_q8_0_3, r16_q8_0_4, r16_q8_0_5, r16_q8_0_6, r16_q8_0_7, r16_q8_0_8,
+                  r16_q8_0_9},
+    [R16_Q4_K] = {NULL, r16_q4_k_1, r16_q4_k_2, r16_q4_k_3, r16_q4_k_4, r16_q4_k_5, r16_q4_k_6, r16_q4_k_7, r16_q4_k_8,
+                  r16_q4_k_9},
+    [R16_Q6_K] = {NULL, r16_q6_k_1, r16_q6_k_2, r16_q6_k_3, r16_q6_k_4, r16_q6_k_5, r16_q6_k_6, r16_q6_k_7, r16_q6_k_8,
+                  r16_q6_k_9},
+};
 
 void sd_quant_rows_q5_0(int nb, const sd_tensor *W, const void *act, size_t xs, float *Y, int64_t r0, int64_t r1) {
     k_rows_q5_0[nb](W, act, xs, Y, r0, r1);
 }
 
 void sd_quant_r16(sd_type t, int nb, const sd_r16_job *j) {
-    const r16_fn *tab = t == SD_TYPE_Q4_0   ? k_r16_q4_0
-                        : t == SD_TYPE_Q8_0 ? k_r16_q8_0
-                        : t == SD_TYPE_Q4_K ? k_r16_q4_k
-                                            : k_r16_q6_k;
-    tab[nb](j->P, j->gbytes, j->nblk, j->rows, j->act, j->xs, j->L, j->Y, j->g0, j->g1);
+    const int K = t == SD_TYPE_Q4_0   ? R16_Q4_0
+                  : t == SD_TYPE_Q8_0 ? R16_Q8_0
+                  : t == SD_TYPE_Q4_K ? R16_Q4_K
+                                      : R16_Q6_K;
+    k_r16[K][nb](j->P, j->gbytes, j->nblk, j->rows, j->act, j->xs, j->L, j->Y, j->g0, j->g1);
 }
 #endif /* SD_QDOT */

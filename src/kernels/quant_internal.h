@@ -213,7 +213,10 @@ typedef struct {
     int64_t g0, g1;
 } sd_r16_job;
 
-/* The 16-row kernel of type t (Q4_0, Q8_0, Q4_K, Q6_K) for nb (1..9) tokens. */
+/* Most tokens of one pass of a 16-row kernel (a k = 8 verify). */
+#define SD_R16_MAX_TOKENS 9
+
+/* The 16-row kernel of type t (Q4_0, Q8_0, Q4_K, Q6_K) for nb (1..SD_R16_MAX_TOKENS) tokens. */
 void sd_quant_r16(sd_type t, int nb, const sd_r16_job *job);
 #endif
 
