@@ -75,11 +75,8 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
     const int r16 = sd_quant_can_pack(type); /* else Q5_0's row-at-a-time kernel */
     const int64_t cols = W[0]->cols;
     if (fam == FAM_NONE || cols <= 0) return -1;
-    int all_packed = 1;
-    for (int i = 0; i < count; i++) {
+    for (int i = 0; i < count; i++)
         if (W[i]->type != type || W[i]->cols != cols) return -1;
-        all_packed = all_packed && W[i]->packed;
-    }
     sd_quant_kernels_init();
     const size_t tok = act_bytes(type, cols);
     if (tok == 0) return -1;
@@ -145,7 +142,6 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
         }
         free(grp);
     }
-    (void)all_packed;
     free(tmp);
     return failed ? -1 : 0;
 #else
