@@ -10,12 +10,9 @@
 #include "core/fp16.h"
 #include "kernels/quant.h"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
-    defined(__AVX512DQ__) && defined(__AVX512VNNI__) && defined(__AVX512VBMI__) && defined(__GFNI__)
+#include "kernels/cpu.h"
+#if SD_QDOT
 #include <immintrin.h>
-#define SD_QDOT 1
-#else
-#define SD_QDOT 0
 #endif
 
 /* The fp16 at p as a float. */
