@@ -136,7 +136,7 @@ static void usage(FILE *f) {
             "  info         describe a model file (hyperparameters, tensors, vocabulary, sizes)\n"
             "  bench-decode measure prefill, decode and verify speed against memory bandwidth\n"
             "  bench        speculative vs plain decoding for a pair over draft lengths (JSON config)\n"
-            "  mkmodel      write a random-weight Llama GGUF of any shape (for benchmarks)\n"
+            "  mkmodel      write a random-weight Llama GGUF of any shape, or a cost twin of a trained model\n"
             "  convert      write a model as a llama.cpp GGUF in f32/f16/bf16 or quantised (q8_0, q4_0, ...)\n"
             "\n"
             "Run 'specdec <command> --help' for the options of a command.\n");
