@@ -112,15 +112,19 @@ static void test_config_generate(void **state) {
     sd_bench_config_free(&c);
 }
 
+/* Loads configs/NAME.json of the source tree (fails the test on error). */
+static void load_shipped(const char *name, sd_bench_config *c) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "configs/%s.json", name);
+    if (sd_bench_config_load(sdtest_source_path(rel), c) != SD_OK) fail_msg("%s: %s", rel, sd_last_error());
+}
+
 static void test_config_shipped(void **state) {
     (void)state;
     const char *names[] = {"stories-greedy", "stories-t1", "self-draft-110m", "random-110m-15m"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char rel[128];
-        snprintf(rel, sizeof rel, "configs/%s.json", names[i]);
         sd_bench_config c;
-        sd_status st = sd_bench_config_load(sdtest_source_path(rel), &c);
-        if (st != SD_OK) fail_msg("%s: %s", rel, sd_last_error());
+        load_shipped(names[i], &c);
         assert_string_equal(c.name, names[i]);
         assert_true(c.n_k >= 1);
         assert_true(c.n_prompts > 0 || c.prompt_file);
@@ -149,11 +153,8 @@ static void test_config_shipped(void **state) {
                  {"twin-self-q4_0", "stories260K", 768, SD_TYPE_Q4_0, 0.0f},
                  {"twin-self-q8_0", "stories260K", 768, SD_TYPE_Q8_0, 0.0f}};
     for (size_t i = 0; i < sizeof twins / sizeof twins[0]; i++) {
-        char rel[128];
-        snprintf(rel, sizeof rel, "configs/%s.json", twins[i].name);
         sd_bench_config c;
-        sd_status st = sd_bench_config_load(sdtest_source_path(rel), &c);
-        if (st != SD_OK) fail_msg("%s: %s", rel, sd_last_error());
+        load_shipped(twins[i].name, &c);
         assert_string_equal(c.name, twins[i].name);
         assert_true(c.target.twin && c.draft.twin && !c.target.generated && !c.draft.generated);
         assert_string_equal(c.target.twin_of, "stories260K");
@@ -177,11 +178,8 @@ static void test_config_shipped(void **state) {
                 {"tinystories656k-self-q4_0", "q4_0", 0},
                 {"stories110m-self-q4_0", "q4_0", 0}};
     for (size_t i = 0; i < sizeof self / sizeof self[0]; i++) {
-        char rel[128];
-        snprintf(rel, sizeof rel, "configs/%s.json", self[i].name);
         sd_bench_config c;
-        sd_status st = sd_bench_config_load(sdtest_source_path(rel), &c);
-        if (st != SD_OK) fail_msg("%s: %s", rel, sd_last_error());
+        load_shipped(self[i].name, &c);
         assert_int_equal(c.draft.generated, self[i].generated);
         if (self[i].generated) { /* same weights (seed, shape), quantised */
             assert_int_equal(c.draft.synth.seed, c.target.synth.seed);
@@ -885,37 +883,32 @@ static void write_cache_index(const char *dir, int i, const char *level, const c
  * where glibc's sysconf says 320 MiB of L3), and what the parser must skip. */
 static void test_cache_sizes_sysfs(void **state) {
     (void)state;
-    char dir[256];
-    snprintf(dir, sizeof dir, "%s", sdtest_tmp_path("cpu0-cache"));
-    mkdir(dir, 0700);
+    /* indexN entries (level, type, size; NULL: no size file) and what must be found */
+    static const struct {
+        const char *entries[4][3];
+        size_t l2, l3;
+    } cases[] = {
+        {{{NULL}}, 0, 0}, /* empty: nothing found */
+        {{{"1", "Data", "32K"}, {"1", "Instruction", "32K"}, {"2", "Unified", "1024K"}, {"3", "Unified", "32768K"}},
+         (size_t)1 << 20, (size_t)32 << 20},
+        /* an instruction cache is not where weights live; sizes in M and in bytes */
+        {{{"2", "Instruction", "8M"}, {"2", "Data", "524288"}, {"3", "Unified", "16M"}}, (size_t)512 << 10,
+         (size_t)16 << 20},
+        /* malformed or missing entries count as absent */
+        {{{"2", "Unified", "lots"}, {"3", "Unified", "-5K"}, {"3", "Unified", NULL}, {"3", "Unified", "12Q"}}, 0, 0},
+    };
     size_t l2 = 1, l3 = 1;
-    assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), 0); /* empty: nothing found, zeros */
-    assert_true(l2 == 0 && l3 == 0);
-    write_cache_index(dir, 0, "1", "Data", "32K");
-    write_cache_index(dir, 1, "1", "Instruction", "32K");
-    write_cache_index(dir, 2, "2", "Unified", "1024K");
-    write_cache_index(dir, 3, "3", "Unified", "32768K");
-    assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), 2);
-    assert_int_equal(l2, (size_t)1 << 20);
-    assert_int_equal(l3, (size_t)32 << 20);
-    /* an instruction cache is not where weights live; sizes in M and in bytes */
-    snprintf(dir, sizeof dir, "%s", sdtest_tmp_path("cpu0-cache-b"));
-    mkdir(dir, 0700);
-    write_cache_index(dir, 0, "2", "Instruction", "8M");
-    write_cache_index(dir, 1, "2", "Data", "524288");
-    write_cache_index(dir, 2, "3", "Unified", "16M");
-    assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), 2);
-    assert_int_equal(l2, (size_t)512 << 10);
-    assert_int_equal(l3, (size_t)16 << 20);
-    /* malformed or missing entries count as absent */
-    snprintf(dir, sizeof dir, "%s", sdtest_tmp_path("cpu0-cache-c"));
-    mkdir(dir, 0700);
-    write_cache_index(dir, 0, "2", "Unified", "lots");
-    write_cache_index(dir, 1, "3", "Unified", "-5K");
-    write_cache_index(dir, 2, "3", "Unified", NULL);
-    write_cache_index(dir, 3, "3", "Unified", "12Q");
-    assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), 0);
-    assert_true(l2 == 0 && l3 == 0);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char name[32], dir[256];
+        snprintf(name, sizeof name, "cpu0-cache-%zu", c);
+        snprintf(dir, sizeof dir, "%s", sdtest_tmp_path(name));
+        mkdir(dir, 0700);
+        for (int i = 0; i < 4 && cases[c].entries[i][0]; i++)
+            write_cache_index(dir, i, cases[c].entries[i][0], cases[c].entries[i][1], cases[c].entries[i][2]);
+        assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), (cases[c].l2 > 0) + (cases[c].l3 > 0));
+        assert_int_equal(l2, cases[c].l2);
+        assert_int_equal(l3, cases[c].l3);
+    }
     assert_int_equal(sd_cache_sizes_sysfs("/nonexistent", &l2, &l3), 0);
     /* the machine's own figure is the sysfs one where sysfs has it */
     if (sd_cache_sizes_sysfs("/sys/devices/system/cpu/cpu0/cache", &l2, &l3) == 2) {

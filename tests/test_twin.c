@@ -134,6 +134,16 @@ static void check_same_function(const reference *r, sd_model *twin, const sd_twi
     assert_int_equal(same, N_GREEDY);
 }
 
+/* Builds small's twin of shape p and checks it computes small's function. */
+static void check_twin_of(sd_model *small, const sd_twin_params *p, const char *file, const char *what) {
+    sd_model *twin = make_twin(small, p, file);
+    reference r;
+    reference_make(small, &r);
+    check_same_function(&r, twin, p, what);
+    reference_free(&r);
+    sd_model_free(twin);
+}
+
 /* Quantising the twin costs about what quantising the small model costs. The small model's own
  * copy is not quantised everywhere: rows that do not divide into 32-blocks stay F16
  * (stories-draft's 48-wide stream: every matrix but ffn_down; stories260K's 172-wide
@@ -166,35 +176,34 @@ static void check_quantised(const reference *r, sd_model *twin, const char *tag)
     }
 }
 
-static void test_twin_stories260k_110m(void **state) {
-    (void)state;
-    sd_model *small = sdtest_shared_model(S260, TOK512);
-    const sd_twin_params p = shape("stories110M");
+/* A shared trained model's twin at a named shape: the same function, F32 and quantised. */
+static void check_shared_twin(const char *small_rel, const char *shape_name, const char *tag) {
+    sd_model *small = sdtest_shared_model(small_rel, TOK512);
+    const sd_twin_params p = shape(shape_name);
+    char file[64], what[128];
+    snprintf(file, sizeof file, "%s.gguf", tag);
     double t = now();
-    sd_model *twin = make_twin(small, &p, "t260-110M.gguf");
-    printf("  stories260K -> stories110M shape: %.0f MB of F32 weights written and loaded in %.1f s\n",
+    sd_model *twin = make_twin(small, &p, file);
+    printf("  %s -> %s shape: %.0f MB of F32 weights written and loaded in %.1f s\n", small_rel, shape_name,
            sd_model_weight_bytes(twin) / 1e6, now() - t);
     reference r;
     reference_make(small, &r);
-    check_same_function(&r, twin, &p, "stories260K twin at stories110M");
-    check_quantised(&r, twin, "t260-110M");
+    snprintf(what, sizeof what, "%s twin", tag);
+    check_same_function(&r, twin, &p, what);
+    check_quantised(&r, twin, tag);
     reference_free(&r);
     sd_model_free(twin);
     sd_model_free(small);
 }
 
+static void test_twin_stories260k_110m(void **state) {
+    (void)state;
+    check_shared_twin(S260, "stories110M", "t260-110M");
+}
+
 static void test_twin_draft_15m(void **state) {
     (void)state;
-    sd_model *small = sdtest_shared_model(DRAFT, TOK512);
-    const sd_twin_params p = shape("stories15M");
-    sd_model *twin = make_twin(small, &p, "draft-15M.gguf");
-    reference r;
-    reference_make(small, &r);
-    check_same_function(&r, twin, &p, "stories-draft twin at stories15M");
-    check_quantised(&r, twin, "draft-15M");
-    reference_free(&r);
-    sd_model_free(twin);
-    sd_model_free(small);
+    check_shared_twin(DRAFT, "stories15M", "draft-15M");
 }
 
 /* A twin of a model at its own shape is the model (c = 1, no head dims added). */
@@ -205,12 +214,7 @@ static void test_twin_same_shape(void **state) {
     sd_twin_params p = sd_twin_default_params();
     p.dim = h->dim, p.n_layers = h->n_layers, p.n_heads = h->n_heads, p.n_kv_heads = h->n_kv_heads;
     p.hidden_dim = h->hidden_dim;
-    sd_model *twin = make_twin(small, &p, "t260-same.gguf");
-    reference r;
-    reference_make(small, &r);
-    check_same_function(&r, twin, &p, "stories260K twin at its own shape");
-    reference_free(&r);
-    sd_model_free(twin);
+    check_twin_of(small, &p, "t260-same.gguf", "stories260K twin at its own shape");
     sd_model_free(small);
 }
 
@@ -257,12 +261,7 @@ static void test_twin_synthetic(void **state) {
     sd_model *small = tiny_small();
     sd_twin_params p = sd_twin_default_params();
     p.dim = 192, p.n_layers = 3, p.n_heads = 12, p.n_kv_heads = 6, p.hidden_dim = 160; /* head size 16, GQA 12:6 */
-    sd_model *twin = make_twin(small, &p, "tiny-twin.gguf");
-    reference r;
-    reference_make(small, &r);
-    check_same_function(&r, twin, &p, "random 64-dim model twin at 192 dims, GQA 12:6");
-    reference_free(&r);
-    sd_model_free(twin);
+    check_twin_of(small, &p, "tiny-twin.gguf", "random 64-dim model twin at 192 dims, GQA 12:6");
     sd_model_free(small);
 }
 

@@ -111,6 +111,7 @@ check "info twin"             0 "^twin: +cost twin of .*tiny.gguf \(dim 32, 1 la
 "$BIN" generate -m "$TMP/tiny.gguf" -n 12 --ignore-eos --no-stream 2>/dev/null >"$TMP/tiny.txt"
 "$BIN" generate -m "$TMP/twin.gguf" -n 12 --ignore-eos --no-stream 2>/dev/null >"$TMP/twin.txt"
 [ -s "$TMP/tiny.txt" ] && cmp -s "$TMP/tiny.txt" "$TMP/twin.txt" && { echo "ok   twin generates the tiny model's text"; pass=$((pass+1)); } || { echo "FAIL twin text differs from the tiny model's"; fail=$((fail+1)); }
+check "mkmodel --help twin"   0 "--twin SMALL \[-z TOKENIZER\]" -- "$BIN" mkmodel --help
 check "twin needs a shape"    2 "--twin needs the large shape: --shape NAME, or --dim/--layers/--heads/--hidden" -- "$BIN" mkmodel "$TMP/x.gguf" --twin "$TMP/tiny.gguf"
 check "twin with --vocab"     2 "--vocab cannot be used with --twin \(a twin keeps SMALL's vocabulary, context and separate classifier\)" -- "$BIN" mkmodel "$TMP/x.gguf" --twin "$TMP/tiny.gguf" --shape stories15M --vocab 512
 check "twin with --tied"      2 "--tied cannot be used with --twin" -- "$BIN" mkmodel "$TMP/x.gguf" --twin "$TMP/tiny.gguf" --shape stories15M --tied
