@@ -108,15 +108,17 @@ int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer
     return 0;
 }
 
-/* libgomp's default wait spins up to 300000 times before sleeping. On a shared machine, when a
- * neighbour holds one of the two cores, every parallel region then waits a scheduler time slice
- * for the descheduled thread while the other spins: measured here, Q4_0 110M decode at 2
- * threads fell from ~200 to 2-3 tokens/s, where passive waiting kept 179. libgomp reads its
- * settings when it loads, before main, so they are set here and the process re-executes itself
- * once; a user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is left alone. */
+/* libgomp's default wait spins up to 300000 times before sleeping. When two such programs
+ * share the two cores (two specdec processes, or specdec beside another OpenMP program), each
+ * spins for a thread the other has descheduled, and every parallel region waits a time slice:
+ * Q4_0 110M decode at 2 threads fell from ~200 to 2 tokens/s. Spinning 1000 times keeps the
+ * quiet-machine speed (the same figures within noise; passive waiting halved it) and kept 113
+ * tokens/s beside a spinning neighbour (147 beside a plain CPU hog, where the default gave
+ * 141). libgomp reads the setting when it loads, before main, so it is set here and the
+ * process re-executes itself once; a user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept. */
 static void omp_wait_policy(char **argv) {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv("SPECDEC_OMP_SET")) return;
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+    setenv("GOMP_SPINCOUNT", "1000", 0);
     setenv("SPECDEC_OMP_SET", "1", 1); /* once: no loop if the exec fails halfway */
     execv("/proc/self/exe", argv);
     /* exec failed (no /proc): go on with the defaults */
