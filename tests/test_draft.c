@@ -52,19 +52,32 @@ static void test_adaptive_decisions(void **state) {
     costs(&a, 1, 1.0);
     assert_int_equal(round_of(&a, 8, sure), 0);
 
-    /* a cache-resident target (a pass of n tokens costs n steps): never, but for one exploring
-     * draft every 32 rounds */
+    /* a cache-resident target (a pass of n tokens costs n steps): never, but for one probing
+     * draft after 32 plain rounds, then after 64, 128, ... while the probes keep failing */
     sd_adaptive_init(&a);
     costs(&a, 0, 0.3);
-    int drafted = 0, rounds_with = 0;
+    int rounds_with = 0, at[8];
     for (int r = 0; r < 320; r++) {
         const int d = round_of(&a, 4, sure);
-        drafted += d;
+        if (d > 0 && rounds_with < 8) at[rounds_with] = r;
         rounds_with += d > 0;
         assert_true(d <= 1);
     }
-    printf("  cache-resident target: %d of 320 rounds draft (one draft each)\n", rounds_with);
-    assert_int_equal(rounds_with, 10);
+    printf("  cache-resident target: %d of 320 rounds draft (one draft each, at rounds %d, %d, %d)\n", rounds_with,
+           at[0], at[1], at[2]);
+    assert_int_equal(rounds_with, 3);
+    assert_int_equal(at[0], 31);
+    assert_int_equal(at[1], 95);
+    assert_int_equal(at[2], 223);
+    /* when drafting pays again (costs drift: the running averages follow), the wait starts over
+     * from 32 */
+    for (int i = 0; i < 200; i++) costs(&a, 1, 0.05);
+    assert_true(round_of(&a, 4, sure) > 0);
+    for (int i = 0; i < 200; i++) costs(&a, 0, 0.3);
+    int first = -1;
+    for (int r = 0; r < 64 && first < 0; r++)
+        if (round_of(&a, 4, sure) > 0) first = r;
+    assert_int_equal(first, 31);
 
     /* learning: a drafter whose 0.95-confident drafts are always rejected stops being trusted */
     sd_adaptive_init(&a);

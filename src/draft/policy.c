@@ -30,8 +30,12 @@ void sd_pmin_policy_init(sd_pmin_policy *p, float p_min) {
 /* Weight of a new measurement in the running pass costs (noisy machines: ~20 samples). */
 #define COST_EMA 0.05
 /* A round that drafts after this many plain ones keeps the estimates alive where drafting
- * stopped paying (costs drift, a draft may improve with the text). */
+ * stopped paying (costs drift, a draft may improve with the text). Each probe that finds
+ * drafting still unprofitable doubles the wait, up to EXPLORE_MAX: a probe costs the draft
+ * catching up on every token since the last one (on the tiny stories pair, 32 tokens of draft
+ * prefill, about 11 target steps), which at a fixed interval cost 15% of the run. */
 #define EXPLORE_EVERY 32
+#define EXPLORE_MAX 1024
 
 static double accept_est(const sd_adaptive *a, int source, float conf) {
     int b = (int)(conf * SD_ADAPT_BINS);
@@ -93,12 +97,20 @@ int sd_adaptive_begin_round(sd_adaptive *a, int k_max) {
     /* Does even one draft pay? Its acceptance before seeing it: the first position's record. */
     const double first = a->first_tried > 0 ? (a->first_acc + PRIOR_N * 0.5) / (a->first_tried + PRIOR_N) : 0.5;
     const int pays = (1 + first) / (a->t_draft + verify_cost(a, 2)) > 1 / verify_cost(a, 1);
+    if (!a->explore_every) a->explore_every = EXPLORE_EVERY;
     if (pays) {
         a->plain_run = 0;
+        a->explore_every = EXPLORE_EVERY;
+        a->probing = 0;
         return k_max;
     }
-    if (++a->plain_run >= EXPLORE_EVERY) {
+    if (a->probing) { /* the last probe did not make drafting pay: wait longer next time */
+        a->probing = 0;
+        if (a->explore_every < EXPLORE_MAX) a->explore_every *= 2;
+    }
+    if (++a->plain_run >= a->explore_every) {
         a->plain_run = 0;
+        a->probing = 1;
         return 1;
     }
     return 0;

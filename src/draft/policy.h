@@ -22,6 +22,8 @@ typedef struct {
     double t_pass[SD_ADAPT_MAX_N + 1]; /* seconds of a target pass of n tokens (0: not measured) */
     double t_draft;                    /* seconds per proposal */
     int plain_run;                     /* rounds without drafts in a row */
+    int explore_every;                 /* plain rounds between probes (doubles while they fail) */
+    int probing;                       /* the last round was a probe */
     double cum, e;                     /* this round: P(all so far accepted), expected tokens */
 } sd_adaptive;
 
