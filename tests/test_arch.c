@@ -226,11 +226,8 @@ static void test_zoo_speculative_greedy(void **state) {
  * tokens against their exact joint (temperature 1, top-k 4: 16 cells), by Pearson's chi-square.
  * The random draft's top-4 never meets the target's, so this exercises the padded q and the
  * residual draws; acceptance itself is covered by test_spec's exactness tests. */
-#ifdef __SANITIZE_ADDRESS__
-#define PAD_N 250
-#else
+/* both builds: at 250 pooling left 3 degrees of freedom, too few to test anything */
 #define PAD_N 800
-#endif
 static void test_zoo_padded_pair_sampling(void **state) {
     (void)state;
     sd_model *t = sdtest_shared_model(ZOO "zoo-qwen2.gguf", NULL), *d = sdtest_shared_model(ZOO "zoo-qwen2-draft.gguf", NULL);
