@@ -391,7 +391,9 @@ static void *engine_main(void *arg) {
             sl->req = NULL;
             s->n_busy--;
             srv_req_unref_locked(r);
+            const srv_buf keep = o->pending; /* emptied by deliver; its memory serves the next request */
             memset(o, 0, sizeof *o);
+            o->pending = keep;
         }
     }
     pthread_mutex_unlock(&s->mu);

@@ -27,7 +27,7 @@ export SPECDEC_MODEL_PATH="$SHARED/models"
 ulimit -n 4096 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 ok() { echo "ok   $1"; pass=$((pass+1)); }
-bad() { echo "FAIL $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | head -c 600 | sed 's/^/  /'; echo; fail=$((fail+1)); }
+bad() { echo "FAIL $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | head -c 2500 | sed 's/^/  /'; echo; fail=$((fail+1)); }
 expect() { # name got want
   if [ "$2" = "$3" ]; then ok "$1"; else bad "$1" "got:  $(printf '%s' "$2" | head -c 300)
 want: $(printf '%s' "$3" | head -c 300)"; fi
