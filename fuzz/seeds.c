@@ -427,6 +427,10 @@ static const char *const k_configs[] = {
     " \"ignore_eos\": false, \"sweep\": {\"k\": [1, 32]}, \"sampling\": {\"temperature\": 0.8, \"top_k\": 40,"
     " \"top_p\": 0.9, \"seed\": 1}, \"threads\": 2, \"repetitions\": 1,"
     " \"output\": {\"json\": \"o.json\", \"svg\": \"o.svg\"}}",
+    "{\"target\": {\"twin\": {\"of\": \"stories260K\", \"shape\": \"stories110M\", \"type\": \"q4_0\", \"seed\": 2,"
+    " \"dim\": 1536, \"layers\": 14, \"heads\": 24, \"kv_heads\": 8, \"hidden\": 4096}},"
+    " \"draft\": {\"twin\": {\"of\": \"stories-draft\", \"tokenizer\": \"tok512.bin\", \"shape\": \"stories15M\"}},"
+    " \"prompts\": {\"text\": [\"a\"]}, \"sweep\": {\"k\": [4]}}",
     "{\"target\": {\"model\": 1}}",
     "[1, 2, {\"a\": [true, false, null, -1.5e300, \"\\u00e9\\ud83d\\ude42\"]}]",
 };

@@ -9,8 +9,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "specdec/bench.h"
 #include "specdec/bench_config.h"
 #include "specdec/bench_report.h"
+#include "sdtest_report.h"
 #include "specdec/model.h"
 #include "specdec/types.h"
 
@@ -71,7 +73,8 @@ static void test_config_valid_defaults(void **state) {
 static void test_config_generate(void **state) {
     (void)state;
     sd_bench_config c;
-    const char *t = "{\"target\": {\"generate\": {\"shape\": \"stories110M\", \"type\": \"f16\", \"seed\": 7}},\n"
+    const char *t = "{\"target\": {\"generate\": {\"shape\": \"stories110M\", \"type\": \"f16\", \"seed\": 7, "
+                    "\"arch\": \"qwen3\", \"head_dim\": 128}},\n"
                     " \"draft\": {\"generate\": {\"shape\": \"stories15M\", \"dim\": 96, \"layers\": 2, \"heads\": 2,"
                     " \"kv_heads\": 1, \"tied\": true}},\n"
                     " \"prompts\": {\"file\": \"p.txt\", \"count\": 2, \"first_sentence\": true},\n"
@@ -86,6 +89,9 @@ static void test_config_generate(void **state) {
     assert_int_equal(c.target.synth.vocab_size, 32000);
     assert_int_equal(c.target.synth.wtype, SD_TYPE_F16);
     assert_int_equal(c.target.synth.seed, 7);
+    assert_string_equal(c.target.synth.arch, "qwen3");
+    assert_int_equal(c.target.synth.head_dim, 128);
+    assert_null(c.draft.synth.arch); /* llama */
     assert_int_equal(c.draft.synth.dim, 96); /* overrides on top of the shape */
     assert_int_equal(c.draft.synth.n_kv_heads, 1);
     assert_int_equal(c.draft.synth.hidden_dim, 768);
@@ -130,6 +136,34 @@ static void test_config_shipped(void **state) {
             assert_string_equal(c.draft.model, "stories-draft");
         }
         if (i == 1) assert_true(c.sampling.temperature == 1.0f);
+        sd_bench_config_free(&c);
+    }
+    /* The cost-twin pairs: stories260K's twin at the 110M shape, drafted by stories-draft's
+     * twin at the 15M shape or by its own quantised self (the same twin, written quantised). */
+    const struct {
+        const char *name, *draft_of;
+        int draft_dim, draft_type;
+        float temp;
+    } twins[] = {{"twin-greedy", "stories-draft", 288, SD_TYPE_F32, 0.0f},
+                 {"twin-t1", "stories-draft", 288, SD_TYPE_F32, 1.0f},
+                 {"twin-self-q4_0", "stories260K", 768, SD_TYPE_Q4_0, 0.0f},
+                 {"twin-self-q8_0", "stories260K", 768, SD_TYPE_Q8_0, 0.0f}};
+    for (size_t i = 0; i < sizeof twins / sizeof twins[0]; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "configs/%s.json", twins[i].name);
+        sd_bench_config c;
+        sd_status st = sd_bench_config_load(sdtest_source_path(rel), &c);
+        if (st != SD_OK) fail_msg("%s: %s", rel, sd_last_error());
+        assert_string_equal(c.name, twins[i].name);
+        assert_true(c.target.twin && c.draft.twin && !c.target.generated && !c.draft.generated);
+        assert_string_equal(c.target.twin_of, "stories260K");
+        assert_int_equal(c.target.synth.dim, 768);
+        assert_int_equal(c.target.synth.wtype, SD_TYPE_F32);
+        assert_string_equal(c.draft.twin_of, twins[i].draft_of);
+        assert_int_equal(c.draft.synth.dim, twins[i].draft_dim);
+        assert_int_equal(c.draft.synth.wtype, twins[i].draft_type);
+        assert_int_equal(c.draft.synth.seed, c.target.synth.seed);
+        assert_true(c.sampling.temperature == twins[i].temp);
         sd_bench_config_free(&c);
     }
     /* The self-speculation pairs: a target and its own quantised copy. */
@@ -196,6 +230,10 @@ static void test_config_errors(void **state) {
     expect_error("{\"target\": {\"generate\": {\"shape\": \"stories7B\"}}}", A,
                  "configs/x.json: .target.generate.shape: expected one of stories260K, stories15M, stories42M, "
                  "stories110M, got \"stories7B\"");
+    expect_error("{\"target\": {\"generate\": {\"shape\": \"stories15M\", \"arch\": \"gpt2\"}}}", A,
+                 "configs/x.json: .target.generate.arch: expected one of \"llama\", \"qwen2\", \"qwen3\", got \"gpt2\"");
+    expect_error("{\"target\": {\"generate\": {\"shape\": \"stories15M\", \"head_dim\": 7}}}", A,
+                 "configs/x.json: .target.generate: not a buildable shape: synth: head_dim 7 must be even for RoPE");
     expect_error("{\"target\": {\"generate\": {\"shape\": \"stories15M\", \"type\": \"q4\"}}}", A,
                  "configs/x.json: .target.generate.type: expected one of \"f32\", \"f16\", \"bf16\", \"q8_0\", "
                  "\"q4_0\", \"q5_0\", \"q4_k\", \"q6_k\", got \"q4\"");
@@ -219,11 +257,31 @@ static void test_config_errors(void **state) {
     expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
                  " \"sweep\": {}}",
                  A, "configs/x.json: .sweep: missing required key \"k\"");
-    expect_error("{\"target\": {}}", A, "configs/x.json: .target: missing required key \"model\" (or \"generate\")");
+    expect_error("{\"target\": {}}", A,
+                 "configs/x.json: .target: missing required key \"model\" (or \"generate\" or \"twin\")");
     expect_error("{\"target\": {\"generate\": {\"seed\": 1}}}", A,
                  "configs/x.json: .target.generate: missing required key \"shape\"");
     expect_error("{\"target\": {\"model\": \"a\", \"generate\": {\"shape\": \"stories15M\"}}}", A,
-                 "configs/x.json: .target: give \"model\" or \"generate\", not both");
+                 "configs/x.json: .target: give one of \"model\", \"generate\" and \"twin\"");
+    /* Cost twins. */
+    expect_error("{\"target\": {\"twin\": {\"shape\": \"stories110M\"}}}", A,
+                 "configs/x.json: .target.twin: missing required key \"of\"");
+    expect_error("{\"target\": {\"twin\": {\"of\": \"stories260K\"}}}", A,
+                 "configs/x.json: .target.twin: missing required key \"shape\"");
+    expect_error("{\"target\": {\"twin\": {\"of\": \"stories260K\", \"shape\": \"stories110M\", \"vocab\": 512}}}", A,
+                 "configs/x.json: .target.twin.vocab: unknown key (expected one of: of, tokenizer, shape, type, seed, dim, "
+                 "layers, heads, kv_heads, hidden)");
+    expect_error("{\"target\": {\"twin\": {\"of\": \"\", \"shape\": \"stories110M\"}}}", A,
+                 "configs/x.json: .target.twin.of: expected a non-empty string, got \"\"");
+    expect_error("{\"target\": {\"twin\": {\"of\": \"a\", \"shape\": \"stories110M\", \"heads\": 5}}}", A,
+                 "configs/x.json: .target.twin: not a buildable shape: synth: dim 768 is not divisible by n_heads 5");
+    expect_error("{\"target\": {\"twin\": {\"of\": \"a\", \"shape\": \"stories110M\"}, \"tokenizer\": \"t.bin\"}}", A,
+                 "configs/x.json: .target.tokenizer: a twin model has its own vocabulary; remove \"tokenizer\" "
+                 "(twin.tokenizer is the small model's)");
+    expect_error("{\"target\": {\"twin\": {\"of\": \"a\", \"shape\": \"stories110M\"}, \"quantize\": \"q4_0\"}}", A,
+                 "configs/x.json: .target.quantize: a twin model takes its type from twin.type");
+    expect_error("{\"target\": {\"model\": \"a\", \"twin\": {\"of\": \"a\", \"shape\": \"stories110M\"}}}", A,
+                 "configs/x.json: .target: give one of \"model\", \"generate\" and \"twin\"");
     /* Bad JSON syntax, with its position: on line 3, `  "n_predict": 12,,` has its second
      * comma in column 19. */
     expect_error("{\n  \"name\": \"x\",\n  \"n_predict\": 12,,\n}\n", SD_ERR_FORMAT,
@@ -243,6 +301,49 @@ static void test_config_errors(void **state) {
 }
 
 /* ---- prompts and the model cache ---- */
+
+/* sweep.strategies and prompts.template: parsed, checked, applied. */
+static void test_config_strategies_template(void **state) {
+    (void)state;
+    sd_bench_config c;
+    const char *t = "{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"},\n"
+                    " \"prompts\": {\"text\": [\"One day. Then more.\"], \"template\": \"{text}\\n\\nAgain: {first_sentence}\"},\n"
+                    " \"sweep\": {\"k\": [2, 1], \"strategies\": [\"adaptive\", \"fixed\", \"ngram\", \"tree\"], "
+                    "\"tree_budget\": 12, \"p_min\": 0.5}}";
+    assert_int_equal(parse(t, &c), SD_OK);
+    assert_int_equal(c.n_strategies, 4);
+    assert_int_equal(c.strategies[0], SD_BENCH_ADAPTIVE);
+    assert_int_equal(c.strategies[3], SD_BENCH_TREE);
+    assert_int_equal(c.tree_budget, 12);
+    assert_true(c.p_min == 0.5f);
+    assert_int_equal(sd_bench_apply_template(c.prompt_template, c.prompts, c.n_prompts), SD_OK);
+    assert_string_equal(c.prompts[0], "One day. Then more.\n\nAgain: One day.");
+    sd_bench_config_free(&c);
+    /* defaults: the fixed sweep alone */
+    assert_int_equal(parse("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": "
+                           "{\"text\": [\"p\"]}, \"sweep\": {\"k\": [1]}}", &c), SD_OK);
+    assert_int_equal(c.n_strategies, 1);
+    assert_int_equal(c.strategies[0], SD_BENCH_FIXED);
+    assert_int_equal(c.tree_budget, 16);
+    sd_bench_config_free(&c);
+    const sd_status A = SD_ERR_INVALID_ARG;
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {\"k\": [1], \"strategies\": [\"fixed\", \"lookahead\"]}}",
+                 A, "configs/x.json: .sweep.strategies[1]: expected one of \"fixed\", \"adaptive\", \"p_min\", \"ngram\", "
+                    "\"model+ngram\", \"tree\", got \"lookahead\"");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {\"k\": [1], \"strategies\": [\"ngram\", \"ngram\"]}}",
+                 A, "configs/x.json: .sweep.strategies[1]: expected a strategy not listed before, got \"ngram\"");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {\"k\": [1], \"strategies\": []}}",
+                 A, "configs/x.json: .sweep.strategies: expected a non-empty array of strategies, got an array");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"],"
+                 " \"template\": \"no placeholder\"}, \"sweep\": {\"k\": [1]}}",
+                 A, "configs/x.json: .prompts.template: expected a template holding {text} or {first_sentence}, got \"no placeholder\"");
+    expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
+                 " \"sweep\": {\"k\": [1], \"tree_budget\": 40}}",
+                 A, "configs/x.json: .sweep.tree_budget: expected an integer in 1..32, got 40");
+}
 
 static void test_prompt_file(void **state) {
     (void)state;
@@ -366,6 +467,62 @@ static sd_bench_run_params tiny_params(tiny_pair *tp) {
     return p;
 }
 
+/* A twin spec: written into the cache on first use from its small model (here a random one
+ * written by the test), named by its parameters, reused after; its errors come at that point. */
+static void test_config_twin_cache(void **state) {
+    (void)state;
+    setenv("SPECDEC_CACHE", sdtest_tmp_path("cache/models"), 1);
+    const char *small_path = sdtest_tmp_path("small.gguf");
+    char small[512];
+    snprintf(small, sizeof small, "%s", small_path);
+    sd_synth_params sp = sd_synth_default_params(); /* dim 64, 4 heads of 16 (GQA 4:2), hidden 172 */
+    sp.n_layers = 2, sp.n_heads = 4, sp.n_kv_heads = 2, sp.ctx_len = 64;
+    assert_int_equal(sd_synth_write_file(&sp, small), SD_OK);
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"target\": {\"twin\": {\"of\": \"%s\", \"shape\": \"stories15M\", \"type\": \"q8_0\", \"seed\": 5, "
+             "\"layers\": 3}},\n \"draft\": {\"twin\": {\"of\": \"%s\", \"shape\": \"stories15M\", \"dim\": 48}},\n"
+             " \"prompts\": {\"text\": [\"a\"]}, \"sweep\": {\"k\": [1]}}",
+             small, small);
+    sd_bench_config c;
+    assert_int_equal(parse(text, &c), SD_OK);
+    assert_true(c.target.twin && !c.target.generated);
+    assert_string_equal(c.target.shape, "stories15M");
+    assert_true(c.target.synth.dim == 288 && c.target.synth.n_layers == 3 && c.target.synth.n_heads == 6);
+    assert_true(c.target.synth.wtype == SD_TYPE_Q8_0 && c.target.synth.seed == 5);
+    assert_int_equal(c.draft.synth.seed, 1); /* default seed */
+    char path[4096];
+    int created = -1;
+    if (sd_bench_model_path(&c.target, path, sizeof path, &created) != SD_OK) fail_msg("%s", sd_last_error());
+    assert_int_equal(created, 1);
+    assert_non_null(strstr(path, "cache/models/twin-"));
+    assert_non_null(strstr(path, "small.gguf-stories15M-d288-l3-h6-kv6-f768-q8_0-s5.gguf"));
+    assert_null(strchr(strstr(path, "twin-"), '/')); /* the source path is flattened into the name */
+    sd_model *m = NULL;
+    assert_int_equal(sd_model_load(path, NULL, &m), SD_OK);
+    assert_int_equal(sd_model_hparams(m)->dim, 288);
+    assert_int_equal(sd_model_hparams(m)->vocab_size, 512);
+    assert_int_equal(sd_model_hparams(m)->ctx_len, 64);
+    sd_model_free(m);
+    assert_int_equal(sd_bench_model_path(&c.target, path, sizeof path, &created), SD_OK);
+    assert_int_equal(created, 0);
+    /* dim 48 is below the source's 64: refused when the file would be written, leaving none */
+    assert_int_equal(sd_bench_model_path(&c.draft, path, sizeof path, &created), SD_ERR_INVALID_ARG);
+    assert_non_null(strstr(sd_last_error(), "twin: dim 48 is smaller than"));
+    assert_int_equal(created, 0);
+    struct stat sb;
+    assert_int_not_equal(stat(path, &sb), 0); /* nothing left behind */
+    sd_bench_config_free(&c);
+    /* a source that is not there */
+    assert_int_equal(parse("{\"target\": {\"twin\": {\"of\": \"/nonexistent.bin\", \"shape\": \"stories15M\"}},"
+                           " \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"a\"]}, \"sweep\": {\"k\": [1]}}",
+                           &c),
+                     SD_OK);
+    assert_int_equal(sd_bench_model_path(&c.target, path, sizeof path, NULL), SD_ERR_IO);
+    assert_non_null(strstr(sd_last_error(), "model '/nonexistent.bin' not found"));
+    sd_bench_config_free(&c);
+}
+
 /* A broken verifier: lets the real speculative run happen but emits token 5 wrong. */
 typedef struct {
     sd_token_cb cb;
@@ -408,6 +565,48 @@ static void test_run_greedy_identical(void **state) {
         assert_true(r->k[i].predicted_speedup > 0);
         assert_true(r->k[i].kv_bytes_target > 0 && r->k[i].kv_bytes_draft > 0);
     }
+    free(r);
+    tiny_free(&tp);
+}
+
+/* Every strategy side by side in one run on the tiny pair: one result per fixed k, then one per
+ * other strategy at the largest k; each greedy run identical to plain decoding; the cost model
+ * only for fixed k; prompt lookup alone drafts without the draft model. */
+static void test_run_strategies(void **state) {
+    (void)state;
+    tiny_pair tp;
+    tiny_load(&tp, 0);
+    const sd_bench_strategy all[] = {SD_BENCH_TREE, SD_BENCH_FIXED, SD_BENCH_ADAPTIVE, SD_BENCH_PMIN, SD_BENCH_NGRAM,
+                                     SD_BENCH_MODEL_NGRAM};
+    tp.cfg.n_strategies = 6;
+    memcpy(tp.cfg.strategies, all, sizeof all);
+    tp.cfg.tree_budget = 6;
+    sd_bench_run_params p = tiny_params(&tp);
+    sd_bench_report *r = calloc(1, sizeof *r);
+    assert_int_equal(sd_bench_run(&p, r), SD_OK);
+    assert_int_equal(r->n_divergences, 0);
+    assert_int_equal(r->n_k, 2 + 5);
+    const sd_bench_strategy want[] = {SD_BENCH_FIXED, SD_BENCH_FIXED, SD_BENCH_TREE, SD_BENCH_ADAPTIVE,
+                                      SD_BENCH_PMIN, SD_BENCH_NGRAM, SD_BENCH_MODEL_NGRAM};
+    for (int i = 0; i < r->n_k; i++) {
+        const sd_bench_k_result *k = &r->k[i];
+        printf("  %-11s k=%d: %.2fx, mean accepted length %.2f, acceptance %.0f%%\n", sd_bench_strategy_name(k->strategy),
+               k->k, k->speedup, k->mean_accepted, 100 * k->acceptance);
+        assert_int_equal(k->strategy, want[i]);
+        assert_int_equal(k->k, i == 0 ? 1 : 3);
+        assert_int_equal(k->runs, 4);
+        assert_true(k->tps_spec > 0 && k->speedup > 0);
+        assert_true(k->mean_accepted == 0 || k->mean_accepted >= 1);
+        assert_true(k->strategy == SD_BENCH_FIXED ? k->predicted_speedup > 0 : isnan(k->predicted_speedup));
+    }
+    assert_true(r->k[5].kv_bytes_draft == 0); /* ngram alone: no draft model, no draft cache */
+    assert_true(r->k[6].kv_bytes_draft > 0);
+    char *js = sd_bench_report_json(r);
+    sd_bench_report *b = calloc(1, sizeof *b);
+    assert_int_equal(sdtest_bench_report_from_json(js, b), SD_OK);
+    assert_int_equal(b->k[6].strategy, SD_BENCH_MODEL_NGRAM);
+    free(b);
+    free(js);
     free(r);
     tiny_free(&tp);
 }
@@ -552,10 +751,19 @@ static void fill_report(sd_bench_report *r) {
         k->kv_bytes_target = 72000;
         k->kv_bytes_draft = 41000;
         k->diverged = i;
+        k->mean_accepted = 1.0 + 0.5 * i;
     }
+    /* a strategy besides the fixed sweep: no cost-model figures (null in the JSON) */
+    r->k[3] = r->k[2];
+    r->k[3].strategy = SD_BENCH_MODEL_NGRAM;
+    r->k[3].predicted_speedup = r->k[3].break_even_alpha = r->k[3].t_verify_s = NAN;
+    r->k[3].speedup = 1.5;
+    r->n_k = 4;
+    r->best = 3;
     r->best_k = 3;
     r->n_divergences = 3;
     for (int i = 0; i < 3; i++) {
+        r->div[i].strategy = i == 2 ? SD_BENCH_MODEL_NGRAM : SD_BENCH_FIXED;
         r->div[i].prompt = i;
         r->div[i].k = 3;
         r->div[i].rep = 2 - i;
@@ -576,13 +784,13 @@ static void expect_same_report(const sd_bench_report *a, const sd_bench_report *
     assert_string_equal(a->draft_label, b->draft_label);
     assert_string_equal(a->date, b->date);
     assert_string_equal(a->cpu, b->cpu);
-#define SAME(f) assert_true(a->f == b->f)
+#define SAME(f) assert_true(a->f == b->f || (isnan((double)a->f) && isnan((double)b->f)))
     SAME(cores); SAME(threads); SAME(bandwidth); SAME(cost_only); SAME(self_draft); SAME(greedy); SAME(quick);
     SAME(n_prompts); SAME(n_predict); SAME(repetitions); SAME(temperature); SAME(top_p); SAME(top_k); SAME(seed);
-    SAME(cost_pos); SAME(t_decode_target_s); SAME(t_decode_draft_s); SAME(peak_rss_bytes); SAME(n_k); SAME(best_k);
+    SAME(cost_pos); SAME(t_decode_target_s); SAME(t_decode_draft_s); SAME(peak_rss_bytes); SAME(n_k); SAME(best_k); SAME(best);
     SAME(n_divergences);
     for (int i = 0; i < a->n_k; i++) {
-        SAME(k[i].k); SAME(k[i].runs); SAME(k[i].acceptance); SAME(k[i].alpha); SAME(k[i].tokens_per_pass);
+        SAME(k[i].strategy); SAME(k[i].mean_accepted); SAME(k[i].k); SAME(k[i].runs); SAME(k[i].acceptance); SAME(k[i].alpha); SAME(k[i].tokens_per_pass);
         SAME(k[i].expected_tokens); SAME(k[i].ttft_plain_s); SAME(k[i].ttft_spec_s); SAME(k[i].tps_plain);
         SAME(k[i].tps_spec); SAME(k[i].speedup); SAME(k[i].predicted_speedup); SAME(k[i].break_even_alpha);
         SAME(k[i].t_verify_s); SAME(k[i].draft_share); SAME(k[i].verify_share); SAME(k[i].kv_bytes_target);
@@ -590,7 +798,7 @@ static void expect_same_report(const sd_bench_report *a, const sd_bench_report *
         for (int j = 0; j < SD_MAX_DRAFT; j++) SAME(k[i].accept_at[j]);
     }
     for (int i = 0; i < SD_BENCH_MAX_DIVERGENCES; i++) {
-        SAME(div[i].prompt); SAME(div[i].k); SAME(div[i].rep); SAME(div[i].index); SAME(div[i].plain_token);
+        SAME(div[i].strategy); SAME(div[i].prompt); SAME(div[i].k); SAME(div[i].rep); SAME(div[i].index); SAME(div[i].plain_token);
         SAME(div[i].spec_token);
     }
 #undef SAME
@@ -602,7 +810,7 @@ static void test_report_json_round_trip(void **state) {
     fill_report(a);
     char *js = sd_bench_report_json(a);
     assert_non_null(js);
-    assert_int_equal(sd_bench_report_from_json(js, b), SD_OK);
+    assert_int_equal(sdtest_bench_report_from_json(js, b), SD_OK);
     expect_same_report(a, b);
     /* Written again, the text is the same. */
     char *js2 = sd_bench_report_json(b);
@@ -612,10 +820,10 @@ static void test_report_json_round_trip(void **state) {
     char *cut = strstr(js, "\"tokens_per_s_spec\"");
     assert_non_null(cut);
     memcpy(cut, "\"tokens_per_s_XXXX\"", 19);
-    assert_int_equal(sd_bench_report_from_json(js, b), SD_ERR_FORMAT);
+    assert_int_equal(sdtest_bench_report_from_json(js, b), SD_ERR_FORMAT);
     assert_string_equal(sd_last_error(), "bench report: .results[0].tokens_per_s_spec: expected a number");
-    assert_int_equal(sd_bench_report_from_json("{\"schema\": \"other/2\"}", b), SD_ERR_UNSUPPORTED);
-    assert_int_equal(sd_bench_report_from_json("not json", b), SD_ERR_FORMAT);
+    assert_int_equal(sdtest_bench_report_from_json("{\"schema\": \"other/2\"}", b), SD_ERR_UNSUPPORTED);
+    assert_int_equal(sdtest_bench_report_from_json("not json", b), SD_ERR_FORMAT);
     free(js);
     free(a);
     free(b);
@@ -634,6 +842,7 @@ static void test_report_svg_and_table(void **state) {
     assert_non_null(strstr(svg, "Test CPU @ 3.0GHz"));
     assert_non_null(strstr(svg, "draft length k"));
     assert_non_null(strstr(svg, "plain decoding (the 1.00x baseline)"));
+    assert_non_null(strstr(svg, ">model+ngram 1.50x</text>")); /* its level line's label */
     /* Text is escaped: no raw < or & from the strings reaches the markup. */
     snprintf(r->cpu, sizeof r->cpu, "A<B & C");
     free(svg);
@@ -646,9 +855,74 @@ static void test_report_svg_and_table(void **state) {
     fclose(f);
     char *text = sdtest_read_file(path, NULL);
     assert_non_null(strstr(text, "best k:   3: 1.23x plain decoding measured"));
+    assert_non_null(strstr(text, "best:     model+ngram (k up to 5): 1.50x plain decoding at 2.00 mean accepted length, "
+                                 "ahead of every fixed k"));
+    assert_non_null(strstr(text, "model+ngram   5   34.3%  0.780   2.00   3.50      -     333.3    1200.5    1.50x         -")); /* its row: no cost-model columns */
+    assert_non_null(strstr(text, "model+ngram, prompt 3, k=3, rep 1: first difference"));
     assert_non_null(strstr(text, "A<B & C, 16 cores, 8 threads, 12.3 GB/s"));
     free(text);
     free(r);
+}
+
+/* ---- cache sizes ---- */
+
+static void write_cache_index(const char *dir, int i, const char *level, const char *type, const char *size) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/index%d", dir, i);
+    mkdir(path, 0700);
+    const char *names[3] = {"level", "type", "size"}, *vals[3] = {level, type, size};
+    for (int k = 0; k < 3; k++) {
+        if (!vals[k]) continue;
+        snprintf(path, sizeof path, "%s/index%d/%s", dir, i, names[k]);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fprintf(f, "%s\n", vals[k]);
+        fclose(f);
+    }
+}
+
+/* The sysfs layout of this machine kind (AMD EPYC guest: 32K L1d/L1i, 1024K L2, 32768K L3,
+ * where glibc's sysconf says 320 MiB of L3), and what the parser must skip. */
+static void test_cache_sizes_sysfs(void **state) {
+    (void)state;
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", sdtest_tmp_path("cpu0-cache"));
+    mkdir(dir, 0700);
+    size_t l2 = 1, l3 = 1;
+    assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), 0); /* empty: nothing found, zeros */
+    assert_true(l2 == 0 && l3 == 0);
+    write_cache_index(dir, 0, "1", "Data", "32K");
+    write_cache_index(dir, 1, "1", "Instruction", "32K");
+    write_cache_index(dir, 2, "2", "Unified", "1024K");
+    write_cache_index(dir, 3, "3", "Unified", "32768K");
+    assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), 2);
+    assert_int_equal(l2, (size_t)1 << 20);
+    assert_int_equal(l3, (size_t)32 << 20);
+    /* an instruction cache is not where weights live; sizes in M and in bytes */
+    snprintf(dir, sizeof dir, "%s", sdtest_tmp_path("cpu0-cache-b"));
+    mkdir(dir, 0700);
+    write_cache_index(dir, 0, "2", "Instruction", "8M");
+    write_cache_index(dir, 1, "2", "Data", "524288");
+    write_cache_index(dir, 2, "3", "Unified", "16M");
+    assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), 2);
+    assert_int_equal(l2, (size_t)512 << 10);
+    assert_int_equal(l3, (size_t)16 << 20);
+    /* malformed or missing entries count as absent */
+    snprintf(dir, sizeof dir, "%s", sdtest_tmp_path("cpu0-cache-c"));
+    mkdir(dir, 0700);
+    write_cache_index(dir, 0, "2", "Unified", "lots");
+    write_cache_index(dir, 1, "3", "Unified", "-5K");
+    write_cache_index(dir, 2, "3", "Unified", NULL);
+    write_cache_index(dir, 3, "3", "Unified", "12Q");
+    assert_int_equal(sd_cache_sizes_sysfs(dir, &l2, &l3), 0);
+    assert_true(l2 == 0 && l3 == 0);
+    assert_int_equal(sd_cache_sizes_sysfs("/nonexistent", &l2, &l3), 0);
+    /* the machine's own figure is the sysfs one where sysfs has it */
+    if (sd_cache_sizes_sysfs("/sys/devices/system/cpu/cpu0/cache", &l2, &l3) == 2) {
+        assert_true(sd_cache_bytes(2) == (double)l3 + 2.0 * (double)l2);
+        printf("  this machine: L2 %zu KiB per core, L3 %zu MiB (sysfs)\n", l2 >> 10, l3 >> 20);
+    }
+    assert_true(sd_cache_bytes(1) > 0);
 }
 
 int main(void) {
@@ -657,9 +931,11 @@ int main(void) {
         cmocka_unit_test(test_config_shipped),        cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_prompt_file),           cmocka_unit_test(test_cost_model),
         cmocka_unit_test(test_first_divergence),      cmocka_unit_test(test_run_greedy_identical),
+        cmocka_unit_test(test_run_strategies),        cmocka_unit_test(test_config_strategies_template),
         cmocka_unit_test(test_run_self_draft_bound),  cmocka_unit_test(test_run_broken_verifier_diverges),
         cmocka_unit_test(test_run_draft_larger_vocab),
         cmocka_unit_test(test_report_json_round_trip), cmocka_unit_test(test_report_svg_and_table),
+        cmocka_unit_test(test_cache_sizes_sysfs),     cmocka_unit_test(test_config_twin_cache),
     };
     return cmocka_run_group_tests_name("bench", tests, NULL, NULL);
 }

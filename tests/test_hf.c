@@ -558,7 +558,7 @@ static void test_bad_checkpoints(void **state) {
     (void)state;
     hf_spec s = tiny_spec();
     s.drop_key = "hidden_size";
-    expect_load_fail("no-key", &s, SD_ERR_FORMAT, "missing key \"hidden_size\"");
+    expect_load_fail("no-key", &s, SD_ERR_FORMAT, "config.json: .: missing required key \"hidden_size\"");
     s = tiny_spec();
     s.arch = "GPT2LMHeadModel";
     expect_load_fail("arch", &s, SD_ERR_UNSUPPORTED, "architecture 'GPT2LMHeadModel'");
@@ -588,9 +588,22 @@ static void test_bad_checkpoints(void **state) {
     s.extra_cfg = "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}";
     expect_load_fail("rope-scaling", &s, SD_ERR_UNSUPPORTED, "rope_scaling type 'yarn' is not supported (default, linear, llama3)");
     s.extra_cfg = "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}";
-    expect_load_fail("rope-llama3-partial", &s, SD_ERR_FORMAT, "rope_scaling.low_freq_factor is missing, expected a positive number");
+    expect_load_fail("rope-llama3-partial", &s, SD_ERR_FORMAT, "config.json: .rope_scaling: missing required key \"low_freq_factor\"");
     s.extra_cfg = "\"rope_scaling\": {\"type\": \"linear\", \"factor\": -2}";
-    expect_load_fail("rope-linear-negative", &s, SD_ERR_FORMAT, "rope_scaling.factor is not a positive number");
+    expect_load_fail("rope-linear-negative", &s, SD_ERR_FORMAT, "config.json: .rope_scaling.factor: expected a number > 0, got -2");
+    s.extra_cfg = "\"rope_scaling\": [1, 2]";
+    expect_load_fail("rope-not-object", &s, SD_ERR_FORMAT, "config.json: .rope_scaling: expected an object, got an array");
+    /* every value typed: a string where a number or a boolean belongs is named, never read as 0 */
+    s.extra_cfg = "\"head_dim\": \"64\"";
+    expect_load_fail("head-dim-string", &s, SD_ERR_FORMAT, "config.json: .head_dim: expected an integer in 2..65536, got \"64\"");
+    s.extra_cfg = "\"attention_bias\": \"no\"";
+    expect_load_fail("bool-string", &s, SD_ERR_FORMAT, "config.json: .attention_bias: expected true or false, got \"no\"");
+    /* a key given twice is ambiguous (readers disagree on which one wins) */
+    s.extra_cfg = "\"rms_norm_eps\": 0.5";
+    expect_load_fail("duplicate", &s, SD_ERR_FORMAT, "config.json: .rms_norm_eps: duplicate key");
+    /* a JSON syntax error is located */
+    s.extra_cfg = "\"rope_theta\": 10000.0,";
+    expect_load_fail("trailing-comma", &s, SD_ERR_FORMAT, "invalid JSON: expected a key string, got '}'");
     s = tiny_spec();
     s.kv_heads = 3;
     expect_load_fail("kv-heads", &s, SD_ERR_FORMAT, "num_key_value_heads=3 does not divide");

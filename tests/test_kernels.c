@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/fp16.h"
+#include "kernels/cpu.h"
 #include "kernels/kernels.h"
 #include "sdtest.h"
 
@@ -304,8 +305,20 @@ static void test_rmsnorm_rope_swiglu(void **state) {
     for (int i = 0; i < 5; i++) assert_true(fabs(g[i] - gi[i] / (1 + exp(-gi[i])) * u[i]) < TOL_ELEMENTWISE);
 }
 
+/* The build machine runs what it compiled for (-march=native); the message is empty then, and a
+ * too-small buffer is never overrun. */
+static void test_cpu_check(void **state) {
+    (void)state;
+    char why[64] = "x";
+    assert_int_equal(sd_cpu_check(why, sizeof why), 0);
+    assert_string_equal(why, "");
+    assert_int_equal(sd_cpu_check(why, 0), 0);
+    printf("  built for: avx512 %d, integer dot kernels %d\n", SD_HAVE_AVX512, SD_QDOT);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cpu_check),
         cmocka_unit_test(test_matmul_f32),
         cmocka_unit_test(test_matmul_f16),
         cmocka_unit_test(test_matmul_group),

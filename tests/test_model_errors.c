@@ -47,29 +47,57 @@ typedef struct {
     uint32_t q_type;     /* type of blk.0.attn_q.weight */
     uint64_t q_rows;     /* rows of blk.0.attn_q.weight (dim when consistent) */
     uint32_t rope_dim;   /* llama.rope.dimension_count; 0 leaves it out */
+    uint32_t key_length; /* <arch>.attention.key_length; 0 leaves it out (head_dim = dim / heads) */
+    int biases;          /* q/k/v biases (Qwen2) */
+    /* one extra key of each kind (the name after "<arch>."; NULL: none) and extra f32 vectors */
+    const char *str_key, *str_val;
+    const char *u32_key;
+    uint32_t u32_val;
+    const char *f32_key;
+    float f32_val;
+    struct { const char *name; uint64_t n; } vec[3];
 } hand_spec;
 
 static hand_spec hand_default(void) {
-    hand_spec h = {256, 4, 4, 256, 260, "llama", SD_TYPE_F32, 256, 0};
+    hand_spec h = {256, 4, 4, 256, 260, "llama", SD_TYPE_F32, 256, 0, 0, 0, NULL, NULL, NULL, 0, NULL, 0, {{NULL, 0}}};
     return h;
+}
+
+static void set_u32(sd_gguf_writer *w, const char *arch, const char *key, uint32_t v) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    assert_int_equal(sd_gguf_set_u32(w, k, v), SD_OK);
 }
 
 static const char *hand_gguf(const hand_spec *h, const char *name) {
     sd_gguf_writer *w = sd_gguf_writer_create();
     assert_non_null(w);
-    sd_gguf_set_str(w, "general.architecture", h->arch);
-    sd_gguf_set_u32(w, "llama.embedding_length", h->dim);
-    sd_gguf_set_u32(w, "llama.block_count", 1);
-    sd_gguf_set_u32(w, "llama.feed_forward_length", h->hidden);
-    sd_gguf_set_u32(w, "llama.attention.head_count", h->heads);
-    sd_gguf_set_u32(w, "llama.attention.head_count_kv", h->kv_heads);
-    sd_gguf_set_u32(w, "llama.context_length", 64);
-    if (h->rope_dim) sd_gguf_set_u32(w, "llama.rope.dimension_count", h->rope_dim);
+    const char *a = h->arch;
+    sd_gguf_set_str(w, "general.architecture", a);
+    set_u32(w, a, "embedding_length", h->dim);
+    set_u32(w, a, "block_count", 1);
+    set_u32(w, a, "feed_forward_length", h->hidden);
+    set_u32(w, a, "attention.head_count", h->heads);
+    set_u32(w, a, "attention.head_count_kv", h->kv_heads);
+    set_u32(w, a, "context_length", 64);
+    if (h->rope_dim) set_u32(w, a, "rope.dimension_count", h->rope_dim);
+    if (h->key_length) set_u32(w, a, "attention.key_length", h->key_length);
+    if (h->u32_key) set_u32(w, a, h->u32_key, h->u32_val);
+    char k[128];
+    if (h->str_key) {
+        snprintf(k, sizeof k, "%s.%s", a, h->str_key);
+        assert_int_equal(sd_gguf_set_str(w, k, h->str_val), SD_OK);
+    }
+    if (h->f32_key) {
+        snprintf(k, sizeof k, "%s.%s", a, h->f32_key);
+        assert_int_equal(sd_gguf_set_f32(w, k, h->f32_val), SD_OK);
+    }
     assert_int_equal(sd_synth_add_tokenizer(w, (int)h->vocab), SD_OK);
     size_t big = (size_t)h->dim * (h->vocab > h->hidden ? h->vocab : h->hidden) * 4;
     if ((size_t)h->dim * h->q_rows * 4 > big) big = (size_t)h->dim * h->q_rows * 4;
-    float *zeros = calloc(1, big);
-    uint32_t kvd = h->heads ? h->dim / h->heads * h->kv_heads : 0;
+    float *zeros = calloc(1, big), ones[1024];
+    for (int i = 0; i < 1024; i++) ones[i] = 1; /* extra vectors: norms and rope_freqs factors of 1 */
+    uint32_t kvd = h->key_length ? h->key_length * h->kv_heads : h->heads ? h->dim / h->heads * h->kv_heads : 0;
     struct { const char *n; uint32_t type; uint64_t ne0, ne1; } t[] = {
         {"token_embd.weight", SD_TYPE_F32, h->dim, h->vocab},
         {"output_norm.weight", SD_TYPE_F32, h->dim, 1},
@@ -78,15 +106,24 @@ static const char *hand_gguf(const hand_spec *h, const char *name) {
         {"blk.0.attn_q.weight", h->q_type, h->dim, h->q_rows},
         {"blk.0.attn_k.weight", SD_TYPE_F32, h->dim, kvd},
         {"blk.0.attn_v.weight", SD_TYPE_F32, h->dim, kvd},
-        {"blk.0.attn_output.weight", SD_TYPE_F32, h->dim, h->dim},
+        {"blk.0.attn_output.weight", SD_TYPE_F32, h->q_rows, h->dim},
         {"blk.0.ffn_gate.weight", SD_TYPE_F32, h->dim, h->hidden},
         {"blk.0.ffn_up.weight", SD_TYPE_F32, h->dim, h->hidden},
         {"blk.0.ffn_down.weight", SD_TYPE_F32, h->hidden, h->dim},
+        {h->biases ? "blk.0.attn_q.bias" : NULL, SD_TYPE_F32, h->q_rows, 1},
+        {h->biases ? "blk.0.attn_k.bias" : NULL, SD_TYPE_F32, kvd, 1},
+        {h->biases ? "blk.0.attn_v.bias" : NULL, SD_TYPE_F32, kvd, 1},
+        {h->vec[0].name, SD_TYPE_F32, h->vec[0].n, 1},
+        {h->vec[1].name, SD_TYPE_F32, h->vec[1].n, 1},
+        {h->vec[2].name, SD_TYPE_F32, h->vec[2].n, 1},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        if (!t[i].n) continue;
         uint64_t ne[2] = {t[i].ne0, t[i].ne1};
         size_t nb = sd_type_row_bytes(t[i].type, (int64_t)ne[0]) * ne[1];
-        assert_int_equal(sd_gguf_add_tensor(w, t[i].n, t[i].type, ne[1] == 1 ? 1 : 2, ne, zeros, nb), SD_OK);
+        const void *data = i >= sizeof t / sizeof t[0] - 3 ? (const void *)ones : zeros;
+        assert_true(data == zeros || nb <= sizeof ones);
+        assert_int_equal(sd_gguf_add_tensor(w, t[i].n, t[i].type, ne[1] == 1 ? 1 : 2, ne, data, nb), SD_OK);
     }
     const char *path = sdtest_tmp_path(name);
     assert_int_equal(sd_gguf_write_file(w, path), SD_OK);
@@ -199,6 +236,87 @@ static void test_odd_head_dim(void **state) {
     h = hand_default();
     h.rope_dim = 63;
     expect_load_error(hand_gguf(&h, "rope63.gguf"), SD_ERR_FORMAT, "RoPE dimension 63 must be even and in 2..head_dim=64");
+}
+
+static void expect_loads(const hand_spec *h, const char *name) {
+    sd_model *m = NULL;
+    const char *path = hand_gguf(h, name);
+    sd_status st = sd_model_load(path, NULL, &m);
+    if (st != SD_OK) fail_msg("%s: %s", name, sd_last_error());
+    sd_model_free(m);
+}
+
+/* The tensors each family needs, and nothing else: a Qwen3 q/k norm of the wrong length, a
+ * Llama 3 rope_freqs of the wrong length, a Qwen2 without its biases or a Llama with a tensor
+ * of another family each fail naming the tensor; the same files made right load (so the
+ * failures are these tensors, not the hand-built file). */
+static void test_family_tensors(void **state) {
+    (void)state;
+    const int hd = 64; /* 256 / 4 heads */
+    hand_spec h = hand_default();
+    h.arch = "qwen3";
+    h.vec[0].name = "blk.0.attn_q_norm.weight", h.vec[0].n = hd;
+    h.vec[1].name = "blk.0.attn_k_norm.weight", h.vec[1].n = hd;
+    expect_loads(&h, "qwen3-ok.gguf");
+    h.vec[0].n = 256;
+    expect_load_error(hand_gguf(&h, "qwen3-qnorm.gguf"), SD_ERR_FORMAT,
+                      "tensor blk.0.attn_q_norm.weight has shape [256, 1, 1, 1], expected [64] from the hyperparameters");
+    h.vec[0].name = NULL;
+    expect_load_error(hand_gguf(&h, "qwen3-nonorm.gguf"), SD_ERR_FORMAT, "missing tensor blk.0.attn_q_norm.weight");
+
+    h = hand_default();
+    h.arch = "qwen2";
+    h.biases = 1;
+    expect_loads(&h, "qwen2-ok.gguf");
+    h.biases = 0;
+    expect_load_error(hand_gguf(&h, "qwen2-nobias.gguf"), SD_ERR_FORMAT, "missing tensor blk.0.attn_q.bias");
+
+    h = hand_default();
+    h.vec[0].name = "rope_freqs.weight", h.vec[0].n = hd / 2;
+    expect_loads(&h, "llama3-freqs-ok.gguf");
+    h.vec[0].n = 10;
+    expect_load_error(hand_gguf(&h, "llama3-freqs.gguf"), SD_ERR_FORMAT,
+                      "tensor rope_freqs.weight has shape [10, 1, 1, 1], expected [32]");
+    h = hand_default();
+    h.vec[0].name = "blk.0.attn_q_norm.weight", h.vec[0].n = hd;
+    expect_load_error(hand_gguf(&h, "llama-qnorm.gguf"), SD_ERR_UNSUPPORTED,
+                      "tensor blk.0.attn_q_norm.weight (query norm) is not part of a 'llama' model as specdec computes it");
+}
+
+/* Metadata that changes the computation: an explicit head size the matrices do not have, value
+ * heads of another size, RoPE scaling other than linear, a non-positive factor, and keys of
+ * features specdec does not compute are each refused naming the key and its value. */
+static void test_family_metadata(void **state) {
+    (void)state;
+    hand_spec h = hand_default();
+    h.key_length = 48; /* q has 4 x 64 rows, not 4 x 48 */
+    expect_load_error(hand_gguf(&h, "klen.gguf"), SD_ERR_FORMAT,
+                      "tensor blk.0.attn_q.weight has shape [256, 256, 1, 1], expected [256, 192]");
+    h.q_rows = 192; /* the Qwen3 way: heads x key_length need not be the embedding width */
+    expect_loads(&h, "klen-ok.gguf");
+    h = hand_default();
+    h.u32_key = "attention.key_length", h.u32_val = 0;
+    expect_load_error(hand_gguf(&h, "klen0.gguf"), SD_ERR_FORMAT,
+                      "llama.attention.key_length=0 is not a plausible head size for 4 heads");
+    h = hand_default();
+    h.u32_key = "attention.value_length", h.u32_val = 32;
+    expect_load_error(hand_gguf(&h, "vlen.gguf"), SD_ERR_UNSUPPORTED,
+                      "llama.attention.value_length=32 differs from key_length=64");
+    h = hand_default();
+    h.str_key = "rope.scaling.type", h.str_val = "yarn";
+    expect_load_error(hand_gguf(&h, "yarn.gguf"), SD_ERR_UNSUPPORTED,
+                      "llama.rope.scaling.type = 'yarn' is not implemented by specdec (supported: none, linear)");
+    h.str_val = "linear";
+    h.f32_key = "rope.scaling.factor", h.f32_val = -2;
+    expect_load_error(hand_gguf(&h, "factor.gguf"), SD_ERR_FORMAT, "llama.rope.scaling.factor = -2 is not a positive factor");
+    h.f32_val = 4;
+    expect_loads(&h, "linear-ok.gguf");
+    h = hand_default();
+    h.u32_key = "expert_count", h.u32_val = 8;
+    expect_load_error(hand_gguf(&h, "moe.gguf"), SD_ERR_UNSUPPORTED,
+                      "llama.expert_count = 8 (mixture of experts) is not implemented by specdec");
+    h.u32_val = 0; /* the neutral value says nothing: it loads */
+    expect_loads(&h, "moe0.gguf");
 }
 
 static double now_s(void) {
@@ -369,6 +487,8 @@ int main(void) {
         cmocka_unit_test(test_heads_not_dividing_dim),
         cmocka_unit_test(test_kv_heads_not_dividing_heads),
         cmocka_unit_test(test_odd_head_dim),
+        cmocka_unit_test(test_family_tensors),
+        cmocka_unit_test(test_family_metadata),
         cmocka_unit_test(test_llama2c_absurd_header),
         cmocka_unit_test(test_kv_too_large),
         cmocka_unit_test(test_vocab_ids_out_of_range),

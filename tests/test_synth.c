@@ -1,6 +1,7 @@
 /* Synthetic Llama GGUF models: parameter validation, llama.cpp key/tensor naming and shapes,
  * weight scales, the vocabulary, and determinism in the seed. */
 #include "sdtest.h"
+#include "sdtest_models.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -47,6 +48,10 @@ static void test_params_validation(void **state) {
     expect_invalid(p, "synth: n_heads 4 is not divisible by n_kv_heads 3");
     p = tiny(), p.dim = 12;
     expect_invalid(p, "synth: head_dim 3 (dim 12 / n_heads 4) must be even");
+    p = tiny(), p.head_dim = 7;
+    expect_invalid(p, "synth: head_dim 7 must be even for RoPE");
+    p = tiny(), p.arch = "gpt2";
+    expect_invalid(p, "synth: unknown arch 'gpt2' (llama, qwen2, qwen3)");
     p = tiny(), p.n_layers = 0;
     expect_invalid(p, "synth: n_layers = 0 must be in [1, ");
     p = tiny(), p.hidden_dim = -5;
@@ -326,12 +331,44 @@ static void test_vocab(void **state) {
     sd_synth_vocab_free(&v);
 }
 
+/* Every family the table knows: the file holds exactly the tensors the family requires (qwen2's
+ * biases, qwen3's q/k norms of head_dim, which need not be dim / heads), loads as that family,
+ * and computes batched == stepwise. */
+static void test_archs(void **state) {
+    (void)state;
+    static const struct {
+        const char *arch;
+        int head_dim, per_layer; /* tensors per layer */
+    } cases[] = {{"llama", 0, 9}, {"qwen2", 0, 12}, {"qwen3", 16, 11}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sd_synth_params p = tiny();
+        p.arch = cases[i].arch;
+        p.head_dim = cases[i].head_dim; /* qwen3: 4 heads x 16 = 64 wide attention on dim 32 */
+        p.ctx_len = 128;                /* room for the batched check (30 + 48 tokens) */
+        void *buf = NULL;
+        size_t len = 0;
+        assert_int_equal(sd_synth_write_mem(&p, &buf, &len), SD_OK);
+        sd_model *m = NULL;
+        sd_status st = sd_model_load_gguf_mem(buf, len, cases[i].arch, NULL, &m);
+        if (st != SD_OK) fail_msg("%s: %s", cases[i].arch, sd_last_error());
+        assert_string_equal(sd_model_arch(m), cases[i].arch);
+        const sd_hparams *hp = sd_model_hparams(m);
+        assert_int_equal(hp->head_dim, cases[i].head_dim ? cases[i].head_dim : p.dim / p.n_heads);
+        /* token_embd, output_norm, output + the layers */
+        assert_int_equal(sd_model_n_tensors(m), 3 + p.n_layers * cases[i].per_layer);
+        printf("  %s: %d tensors, head_dim %d\n", cases[i].arch, sd_model_n_tensors(m), hp->head_dim);
+        sdtest_check_batched(m, 0);
+        sd_model_free(m);
+        free(buf);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_params_validation), cmocka_unit_test(test_tiny_f32),
         cmocka_unit_test(test_tiny_f16),          cmocka_unit_test(test_tiny_tied),
         cmocka_unit_test(test_determinism),       cmocka_unit_test(test_build_and_override),
-        cmocka_unit_test(test_vocab),
+        cmocka_unit_test(test_vocab),             cmocka_unit_test(test_archs),
     };
     return cmocka_run_group_tests_name("synth", tests, NULL, NULL);
 }

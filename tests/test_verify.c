@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "specdec/verify.h"
+#include "sdtest_ref.h"
 
 enum { NT = 8 }; /* vocabulary of the empirical tests */
 
@@ -144,7 +145,7 @@ static void test_output_distribution_is_p(void **state) {
         const int kind = trial % KINDS;
         const int n = 2 + (int)(sd_rng_next(&r) % (MAXN - 1));
         make_pair(&r, kind, p, q, n);
-        sd_verify_output_distribution(p, q, n, out);
+        sdtest_verify_output_distribution(p, q, n, out);
         double diff = sdtest_max_abs_diff(out, p, (size_t)n);
         if (diff > 1e-6)
             fail_msg("trial %d kind %d n %d: max |out - p| = %g", trial, kind, n, diff);

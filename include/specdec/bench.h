@@ -38,6 +38,17 @@ sd_status sd_bench_time_forward(sd_context *c, const int32_t *tok, int pos, int 
 sd_status sd_bench_batch_rounds(sd_context *c, int pos, const int *seqs, int n_s, int m, int reps, double *t_dec,
                                 double *t_batch);
 
+/* Sizes in bytes of a CPU's level-2 and level-3 caches from its Linux sysfs cache directory
+ * (DIR/indexN/level, type and size, e.g. /sys/devices/system/cpu/cpu0/cache): unified or data
+ * caches only; a size is "1024K", "32M" or plain bytes. 0 where a level is absent or
+ * unreadable. Returns the number of the two levels found. */
+int sd_cache_sizes_sysfs(const char *dir, size_t *l2, size_t *l3);
+
+/* Bytes of last-level cache plus the L2 of `threads` cores, the most weights that can stay
+ * cached between decode steps: sysfs first (on AMD EPYC guests glibc's sysconf reports a
+ * 320 MiB L3 where sysfs says 32 MiB), then sysconf, then 32 MiB of L3. */
+double sd_cache_bytes(int threads);
+
 /* Median of n doubles (sorts them in place). */
 double sd_median(double *v, int n);
 

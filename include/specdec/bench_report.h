@@ -12,7 +12,9 @@
 #include "specdec/model.h"
 #include "specdec/spec.h"
 
-#define SD_BENCH_SCHEMA "specdec-bench/1"
+#define SD_BENCH_SCHEMA "specdec-bench/2"
+/* One result per fixed k, one per other strategy. */
+#define SD_BENCH_MAX_RESULTS (SD_MAX_DRAFT + SD_BENCH_N_STRATEGIES - 1)
 #define SD_BENCH_MAX_DIVERGENCES 16
 
 /* ---- cost model (Leviathan et al. 2023, section 3.4, with measured costs) ---- */
@@ -43,22 +45,26 @@ int sd_bench_first_divergence(const int32_t *a, int na, const int32_t *b, int nb
 /* ---- report ---- */
 
 typedef struct {
+    sd_bench_strategy strategy;
     int prompt, k, rep; /* which run */
     int index;          /* first differing generated token */
     int32_t plain_token, spec_token; /* -1 where that output had already ended */
 } sd_bench_divergence;
 
 typedef struct {
-    int k;
+    sd_bench_strategy strategy;
+    int k;                    /* the draft length (fixed), else the cap on it */
     int runs;                 /* speculative runs (prompts x repetitions) */
     double acceptance;        /* accepted / drafted, pooled over runs */
     double alpha;             /* per-token acceptance probability (sd_bench_alpha) */
     double tokens_per_pass;   /* measured: tokens after the first / target passes */
+    double mean_accepted;     /* 1 + accepted / verify passes (vLLM's mean acceptance length) */
     double expected_tokens;   /* E(alpha, k) */
     double accept_at[SD_MAX_DRAFT]; /* acceptance rate at draft position i (k entries) */
     double ttft_plain_s, ttft_spec_s; /* medians */
     double tps_plain, tps_spec;       /* medians of decode tokens/s */
     double speedup;           /* median over runs of spec tokens/s / the paired plain run's */
+    /* fixed k only (NAN for the others, whose draft length varies per pass): */
     double predicted_speedup; /* cost model at the measured alpha */
     double break_even_alpha;  /* alpha needed to beat plain decoding at this k */
     double t_verify_s;        /* T_verify(k+1) of the target */
@@ -87,9 +93,10 @@ typedef struct {
     double cost_pos;               /* context length at which the costs were measured */
     double t_decode_target_s, t_decode_draft_s; /* T_decode(1) medians */
     double peak_rss_bytes;
-    int n_k;
-    sd_bench_k_result k[SD_MAX_DRAFT];
-    int best_k;                    /* the fastest measured k; 0 when plain decoding is fastest */
+    int n_k;                       /* results: the fixed sweep first (k ascending), then the strategies */
+    sd_bench_k_result k[SD_BENCH_MAX_RESULTS];
+    int best_k;                    /* the fastest fixed k; 0 when plain decoding beats them all */
+    int best;                      /* the fastest result of all; -1 when plain decoding is fastest */
     int n_divergences;             /* all of them; the first SD_BENCH_MAX_DIVERGENCES are listed */
     sd_bench_divergence div[SD_BENCH_MAX_DIVERGENCES];
 } sd_bench_report;
@@ -124,9 +131,8 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *out);
 /* CPU model and online cores. */
 void sd_bench_machine(char *cpu, size_t cap, int *cores);
 
-/* JSON (cJSON) and back. The string from sd_bench_report_json is malloc'd; NULL on failure. */
+/* The report as JSON (schema SD_BENCH_SCHEMA): malloc'd; NULL on failure. */
 char *sd_bench_report_json(const sd_bench_report *r);
-sd_status sd_bench_report_from_json(const char *text, sd_bench_report *out);
 
 /* Hand-written SVG: speedup (measured and predicted) and acceptance rate against k, with plain
  * decoding as the line y = 1. malloc'd; NULL on failure. */

@@ -1,5 +1,6 @@
-/* Synthetic Llama models: random weights of any shape in llama.cpp's GGUF layout, with a
- * SentencePiece-style vocabulary, for tests (tiny models) and benchmarks (real-sized shapes). */
+/* Synthetic models: random weights of any shape and architecture (llama, qwen2, qwen3) in
+ * llama.cpp's GGUF layout, with a SentencePiece-style vocabulary, for tests (tiny models) and
+ * benchmarks (real-sized shapes). */
 #ifndef SPECDEC_SYNTH_H
 #define SPECDEC_SYNTH_H
 
@@ -10,10 +11,14 @@
 #include "specdec/status.h"
 
 typedef struct {
+    const char *arch; /* "llama" (NULL too), "qwen2" (q/k/v biases) or "qwen3" (q/k norms): the
+                       * tensors are those the architecture table requires */
     int dim;          /* embedding length */
     int n_layers;
     int n_heads;
     int n_kv_heads;   /* divides n_heads (grouped-query attention) */
+    int head_dim;     /* 0: dim / n_heads; else written as attention.key_length (Qwen3: 128
+                       * with dim 1024 and 16 heads) */
     int hidden_dim;   /* feed-forward length */
     int vocab_size;   /* >= 3; byte tokens are included from 259 up */
     int ctx_len;
@@ -35,8 +40,8 @@ sd_synth_params sd_synth_default_params(void);
 #define SD_SYNTH_SHAPES "stories260K, stories15M, stories42M, stories110M"
 sd_status sd_synth_shape(const char *name, sd_synth_params *p);
 
-/* SD_ERR_INVALID_ARG naming the offending field unless the shape is buildable:
- * positive sizes, dim % n_heads == 0, n_heads % n_kv_heads == 0, even head_dim,
+/* SD_ERR_INVALID_ARG naming the offending field unless the shape is buildable: a known arch,
+ * positive sizes, dim % n_heads == 0 (without head_dim), n_heads % n_kv_heads == 0, even head_dim,
  * vocab_size >= 3, finite positive theta and eps, a writable wtype (sd_quant_can_write), sizes that
  * fit in memory. */
 sd_status sd_synth_validate(const sd_synth_params *p);

@@ -50,9 +50,5 @@ int sd_verify_tree_stochastic(const int32_t *tok, const int32_t *par, int n, con
  * mass). */
 int32_t sd_sample_residual_onehot(const float *p, int32_t d, int n, sd_rng *rng, float *residual);
 
-/* The analytic output distribution of one speculative step at a single position:
- * P(out = x) = q(x) min(1, p(x)/q(x)) + (1 - sum_y q(y) min(1, p(y)/q(y))) * residual(x).
- * Used by tests to prove the kernel preserves p. */
-void sd_verify_output_distribution(const float *p, const float *q, int n, float *out);
 
 #endif

@@ -1,5 +1,6 @@
-/* Bench configs: strict JSON parsing (every error names the file, the JSON path, what was
- * expected and what was found), prompt files, and the cache of generated random models. */
+/* Bench configs: read strictly (core/json: every error names the file, the JSON path, what was
+ * expected and what was found), prompt files, and the cache of generated random models and
+ * cost twins. */
 #include "specdec/bench_config.h"
 
 #include <cjson/cJSON.h>
@@ -12,269 +13,152 @@
 #include <unistd.h>
 
 #include "core/io.h"
+#include "core/json.h"
 #include "specdec/convert.h"
+#include "specdec/twin.h"
 #include "specdec/types.h"
 
 #define MAX_SEED 9007199254740992.0 /* 2^53: seeds stay exact in the JSON report */
 
-typedef struct {
-    const char *file;
-    char path[256]; /* JSON path of the value being checked, ".sweep.k[2]" */
-} ctx;
-
-/* A short description of a JSON value for "got ..." (strings quoted and cut at 40 bytes). */
-static void describe(const cJSON *v, char *buf, size_t cap) {
-    if (!v) snprintf(buf, cap, "nothing");
-    else if (cJSON_IsString(v)) {
-        const char *s = v->valuestring;
-        size_t n = strlen(s);
-        snprintf(buf, cap, "\"%.*s%s\"", (int)(n > 40 ? 40 : n), s, n > 40 ? "..." : "");
-    } else if (cJSON_IsNumber(v)) snprintf(buf, cap, "%.17g", v->valuedouble);
-    else if (cJSON_IsTrue(v)) snprintf(buf, cap, "true");
-    else if (cJSON_IsFalse(v)) snprintf(buf, cap, "false");
-    else if (cJSON_IsNull(v)) snprintf(buf, cap, "null");
-    else if (cJSON_IsArray(v)) snprintf(buf, cap, "an array");
-    else if (cJSON_IsObject(v)) snprintf(buf, cap, "an object");
-    else snprintf(buf, cap, "an invalid value");
-}
-
-static sd_status expected(const ctx *c, const char *what, const cJSON *got) {
-    char g[64];
-    describe(got, g, sizeof g);
-    return sd_fail(SD_ERR_INVALID_ARG, "%s: %s: expected %s, got %s", c->file, c->path[0] ? c->path : ".", what, g);
-}
-
-/* Descends into a key or index of the current path; restore with leave(). */
-static size_t enter_key(ctx *c, const char *key) {
-    size_t n = strlen(c->path);
-    snprintf(c->path + n, sizeof c->path - n, ".%s", key);
-    return n;
-}
-static size_t enter_index(ctx *c, int i) {
-    size_t n = strlen(c->path);
-    snprintf(c->path + n, sizeof c->path - n, "[%d]", i);
-    return n;
-}
-static void leave(ctx *c, size_t n) { c->path[n] = 0; }
-
-/* Every key of obj must be in `allowed` (NULL-terminated) and appear once. */
-static sd_status check_keys(ctx *c, const cJSON *obj, const char *const *allowed) {
-    for (const cJSON *it = obj->child; it; it = it->next) {
-        int ok = 0;
-        for (int i = 0; allowed[i]; i++)
-            if (!strcmp(it->string, allowed[i])) ok = 1;
-        size_t n = enter_key(c, it->string);
-        if (!ok) {
-            char list[512] = "";
-            for (int i = 0; allowed[i]; i++) {
-                size_t l = strlen(list);
-                snprintf(list + l, sizeof list - l, "%s%s", i ? ", " : "", allowed[i]);
-            }
-            sd_status st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s: unknown key (expected one of: %s)", c->file, c->path, list);
-            leave(c, n);
-            return st;
-        }
-        for (const cJSON *p = obj->child; p != it; p = p->next)
-            if (!strcmp(p->string, it->string)) {
-                sd_status st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s: duplicate key", c->file, c->path);
-                leave(c, n);
-                return st;
-            }
-        leave(c, n);
-    }
-    return SD_OK;
-}
-
-static sd_status missing(const ctx *c, const char *key) {
-    return sd_fail(SD_ERR_INVALID_ARG, "%s: %s: missing required key \"%s\"", c->file, c->path[0] ? c->path : ".", key);
-}
-
-/* Typed field readers: absent keys leave *out alone (the default); present ones must fit. */
-static sd_status get_int(ctx *c, const cJSON *obj, const char *key, long lo, long hi, int *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v) return SD_OK;
-    size_t n = enter_key(c, key);
-    char what[96];
-    snprintf(what, sizeof what, "an integer in %ld..%ld", lo, hi);
-    sd_status st = SD_OK;
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < (double)lo ||
-        v->valuedouble > (double)hi)
-        st = expected(c, what, v);
-    else *out = (int)v->valuedouble;
-    leave(c, n);
-    return st;
-}
-
-static sd_status get_num(ctx *c, const cJSON *obj, const char *key, double lo, double hi, int lo_open,
-                         double *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v) return SD_OK;
-    size_t n = enter_key(c, key);
-    char what[96];
-    snprintf(what, sizeof what, "a number in %s%g, %g]", lo_open ? "(" : "[", lo, hi);
-    sd_status st = SD_OK;
-    double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
-    if (!cJSON_IsNumber(v) || !isfinite(x) || x < lo || x > hi || (lo_open && x == lo)) st = expected(c, what, v);
-    else *out = x;
-    leave(c, n);
-    return st;
-}
-
-static sd_status get_bool(ctx *c, const cJSON *obj, const char *key, int *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v) return SD_OK;
-    size_t n = enter_key(c, key);
-    sd_status st = SD_OK;
-    if (!cJSON_IsBool(v)) st = expected(c, "true or false", v);
-    else *out = cJSON_IsTrue(v);
-    leave(c, n);
-    return st;
-}
-
-static sd_status get_str(ctx *c, const cJSON *obj, const char *key, char **out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v) return SD_OK;
-    size_t n = enter_key(c, key);
-    sd_status st = SD_OK;
-    if (!cJSON_IsString(v) || !v->valuestring[0]) st = expected(c, "a non-empty string", v);
-    else {
-        free(*out);
-        *out = strdup(v->valuestring);
-        if (!*out) st = sd_fail(SD_ERR_NOMEM, "out of memory");
-    }
-    leave(c, n);
-    return st;
-}
-
-/* The object at key (required or not); *out NULL when absent and optional. */
-static sd_status get_obj(ctx *c, const cJSON *obj, const char *key, int required, const cJSON **out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    *out = NULL;
-    if (!v) return required ? missing(c, key) : SD_OK;
-    if (!cJSON_IsObject(v)) {
-        size_t n = enter_key(c, key);
-        sd_status st = expected(c, "an object", v);
-        leave(c, n);
-        return st;
-    }
-    *out = v;
-    return SD_OK;
-}
-
-static sd_status parse_generate(ctx *c, const cJSON *g, sd_bench_model_spec *m) {
-    static const char *const keys[] = {"shape", "type", "seed", "dim", "layers", "heads", "kv_heads",
-                                       "hidden", "vocab", "ctx", "tied", NULL};
+/* "generate" (a random model) or "twin" (a cost twin of "of"): a shape with optional size
+ * overrides, "type" and "seed". A twin keeps its small model's vocabulary and context, so it
+ * takes "of" and "tokenizer" instead of "vocab", "ctx" and "tied". */
+static sd_status parse_generate(sd_json_ctx *c, const cJSON *g, int twin, sd_bench_model_spec *m) {
+    static const char *const gen_keys[] = {"shape", "arch", "head_dim", "type", "seed", "dim", "layers", "heads", "kv_heads",
+                                           "hidden", "vocab", "ctx", "tied", NULL};
+    static const char *const twin_keys[] = {"of", "tokenizer", "shape", "type", "seed", "dim", "layers", "heads",
+                                            "kv_heads", "hidden", NULL};
     sd_status st;
-    if ((st = check_keys(c, g, keys))) return st;
+    if ((st = sd_json_check_keys(c, g, twin ? twin_keys : gen_keys))) return st;
+    if (twin) {
+        if (!cJSON_GetObjectItemCaseSensitive(g, "of")) return sd_json_missing(c, "of");
+        if ((st = sd_json_str(c, g, "of", &m->twin_of)) || (st = sd_json_str(c, g, "tokenizer", &m->twin_tokenizer)))
+            return st;
+    }
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(g, "shape");
-    if (!shape) return missing(c, "shape");
-    if ((st = get_str(c, g, "shape", &m->shape))) return st;
+    if (!shape) return sd_json_missing(c, "shape");
+    if ((st = sd_json_str(c, g, "shape", &m->shape))) return st;
     m->synth = sd_synth_default_params();
     m->synth.seed = 1;
     if (sd_synth_shape(m->shape, &m->synth) != SD_OK) {
-        size_t n = enter_key(c, "shape");
-        st = expected(c, "one of " SD_SYNTH_SHAPES, shape);
-        leave(c, n);
+        size_t n = sd_json_enter_key(c, "shape");
+        st = sd_json_expected(c, "one of " SD_SYNTH_SHAPES, shape);
+        sd_json_leave(c, n);
         return st;
     }
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(g, "type");
     if (type) {
-        size_t n = enter_key(c, "type");
+        size_t n = sd_json_enter_key(c, "type");
         const int t = cJSON_IsString(type) ? sd_type_from_name(type->valuestring) : -1;
         if (t >= 0) m->synth.wtype = (uint32_t)t;
-        else st = expected(c, "one of \"f32\", \"f16\", \"bf16\", \"q8_0\", \"q4_0\", \"q5_0\", \"q4_k\", \"q6_k\"", type);
-        leave(c, n);
+        else st = sd_json_expected(c, "one of \"f32\", \"f16\", \"bf16\", \"q8_0\", \"q4_0\", \"q5_0\", \"q4_k\", \"q6_k\"", type);
+        sd_json_leave(c, n);
         if (st) return st;
     }
     double seed = (double)m->synth.seed;
     int tied = m->synth.tied_output;
-    if ((st = get_num(c, g, "seed", 0, MAX_SEED, 0, &seed))) return st;
+    if ((st = sd_json_num(c, g, "seed", 0, MAX_SEED, 0, &seed))) return st;
     const cJSON *sv = cJSON_GetObjectItemCaseSensitive(g, "seed");
     if (sv && seed != floor(seed)) {
-        size_t n = enter_key(c, "seed");
-        st = expected(c, "an integer in 0..2^53", sv);
-        leave(c, n);
+        size_t n = sd_json_enter_key(c, "seed");
+        st = sd_json_expected(c, "an integer in 0..2^53", sv);
+        sd_json_leave(c, n);
         return st;
     }
     m->synth.seed = (uint64_t)seed;
     const long big = 1 << 20;
-    if ((st = get_int(c, g, "dim", 1, big, &m->synth.dim)) || (st = get_int(c, g, "layers", 1, big, &m->synth.n_layers)) ||
-        (st = get_int(c, g, "heads", 1, big, &m->synth.n_heads)) ||
-        (st = get_int(c, g, "kv_heads", 1, big, &m->synth.n_kv_heads)) ||
-        (st = get_int(c, g, "hidden", 1, big, &m->synth.hidden_dim)) ||
-        (st = get_int(c, g, "vocab", 3, big, &m->synth.vocab_size)) || (st = get_int(c, g, "ctx", 2, big, &m->synth.ctx_len)) ||
-        (st = get_bool(c, g, "tied", &tied)))
+    if ((st = sd_json_int(c, g, "dim", 1, big, &m->synth.dim)) || (st = sd_json_int(c, g, "layers", 1, big, &m->synth.n_layers)) ||
+        (st = sd_json_int(c, g, "heads", 1, big, &m->synth.n_heads)) ||
+        (st = sd_json_int(c, g, "kv_heads", 1, big, &m->synth.n_kv_heads)) ||
+        (st = sd_json_int(c, g, "hidden", 1, big, &m->synth.hidden_dim)) ||
+        (st = sd_json_int(c, g, "vocab", 3, big, &m->synth.vocab_size)) || (st = sd_json_int(c, g, "ctx", 2, big, &m->synth.ctx_len)) ||
+        (st = sd_json_bool(c, g, "tied", &tied)) || (st = sd_json_int(c, g, "head_dim", 2, 65536, &m->synth.head_dim)))
         return st;
     m->synth.tied_output = tied;
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(g, "arch");
+    if (arch) {
+        if ((st = sd_json_str(c, g, "arch", &m->arch))) return st;
+        if (strcmp(m->arch, "llama") && strcmp(m->arch, "qwen2") && strcmp(m->arch, "qwen3")) {
+            size_t n = sd_json_enter_key(c, "arch");
+            st = sd_json_expected(c, "one of \"llama\", \"qwen2\", \"qwen3\"", arch);
+            sd_json_leave(c, n);
+            return st;
+        }
+        m->synth.arch = m->arch;
+    }
     if (sd_synth_validate(&m->synth) != SD_OK) {
         char why[512];
         snprintf(why, sizeof why, "%s", sd_last_error());
         return sd_fail(SD_ERR_INVALID_ARG, "%s: %s: not a buildable shape: %s", c->file, c->path, why);
     }
-    m->generated = 1;
+    if (twin) m->twin = 1;
+    else m->generated = 1;
     return SD_OK;
 }
 
-static sd_status parse_model(ctx *c, const cJSON *root, const char *key, sd_bench_model_spec *m) {
+static sd_status parse_model(sd_json_ctx *c, const cJSON *root, const char *key, sd_bench_model_spec *m) {
     const cJSON *o;
     sd_status st;
-    if ((st = get_obj(c, root, key, 1, &o))) return st;
-    size_t n = enter_key(c, key);
-    static const char *const keys[] = {"model", "tokenizer", "generate", "quantize", NULL};
+    if ((st = sd_json_obj(c, root, key, 1, &o))) return st;
+    size_t n = sd_json_enter_key(c, key);
+    static const char *const keys[] = {"model", "tokenizer", "generate", "twin", "quantize", NULL};
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     const cJSON *gen = cJSON_GetObjectItemCaseSensitive(o, "generate");
-    if ((st = check_keys(c, o, keys))) goto out;
-    if (model && gen) {
-        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s: give \"model\" or \"generate\", not both", c->file, c->path);
+    const cJSON *twin = cJSON_GetObjectItemCaseSensitive(o, "twin");
+    const char *made = gen ? "generate" : "twin"; /* the key of a model the bench writes itself */
+    if ((st = sd_json_check_keys(c, o, keys))) goto out;
+    if (!!model + !!gen + !!twin > 1) {
+        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s: give one of \"model\", \"generate\" and \"twin\"", c->file, c->path);
         goto out;
     }
-    if (!model && !gen) {
-        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s: missing required key \"model\" (or \"generate\")", c->file, c->path);
+    if (!model && !gen && !twin) {
+        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s: missing required key \"model\" (or \"generate\" or \"twin\")", c->file,
+                     c->path);
         goto out;
     }
-    if (gen && cJSON_GetObjectItemCaseSensitive(o, "tokenizer")) {
-        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s.tokenizer: a generated model has its own vocabulary; remove \"tokenizer\"",
-                     c->file, c->path);
+    if ((gen || twin) && cJSON_GetObjectItemCaseSensitive(o, "tokenizer")) {
+        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s.tokenizer: a %s model has its own vocabulary; remove \"tokenizer\"%s",
+                     c->file, c->path, gen ? "generated" : "twin", twin ? " (twin.tokenizer is the small model's)" : "");
         goto out;
     }
     const cJSON *quant = cJSON_GetObjectItemCaseSensitive(o, "quantize");
-    if (gen && quant) {
-        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s.quantize: a generated model takes its type from generate.type",
-                     c->file, c->path);
+    if ((gen || twin) && quant) {
+        st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s.quantize: a %s model takes its type from %s.type", c->file, c->path,
+                     gen ? "generated" : "twin", made);
         goto out;
     }
     if (quant) {
-        size_t n2 = enter_key(c, "quantize");
+        size_t n2 = sd_json_enter_key(c, "quantize");
         const int t = cJSON_IsString(quant) ? sd_type_from_name(quant->valuestring) : -1;
         if (t < 0 || !sd_quant_can_write((sd_type)t))
-            st = expected(c, "one of \"f32\", \"f16\", \"bf16\", \"q8_0\", \"q4_0\", \"q5_0\", \"q4_k\", \"q6_k\"", quant);
-        leave(c, n2);
+            st = sd_json_expected(c, "one of \"f32\", \"f16\", \"bf16\", \"q8_0\", \"q4_0\", \"q5_0\", \"q4_k\", \"q6_k\"", quant);
+        sd_json_leave(c, n2);
         if (st) goto out;
     }
-    if ((st = get_str(c, o, "model", &m->model)) || (st = get_str(c, o, "tokenizer", &m->tokenizer)) ||
-        (st = get_str(c, o, "quantize", &m->quantize)))
+    if ((st = sd_json_str(c, o, "model", &m->model)) || (st = sd_json_str(c, o, "tokenizer", &m->tokenizer)) ||
+        (st = sd_json_str(c, o, "quantize", &m->quantize)))
         goto out;
-    if (gen) {
+    if (gen || twin) {
         const cJSON *g;
-        if ((st = get_obj(c, o, "generate", 1, &g))) goto out;
-        size_t n2 = enter_key(c, "generate");
-        st = parse_generate(c, g, m);
-        leave(c, n2);
+        if ((st = sd_json_obj(c, o, made, 1, &g))) goto out;
+        size_t n2 = sd_json_enter_key(c, made);
+        st = parse_generate(c, g, twin != NULL, m);
+        sd_json_leave(c, n2);
     }
 out:
-    leave(c, n);
+    sd_json_leave(c, n);
     return st;
 }
 
-static sd_status parse_prompts(ctx *c, const cJSON *root, sd_bench_config *cf) {
+static sd_status parse_prompts(sd_json_ctx *c, const cJSON *root, sd_bench_config *cf) {
     const cJSON *o;
     sd_status st;
-    if ((st = get_obj(c, root, "prompts", 1, &o))) return st;
-    size_t n = enter_key(c, "prompts");
-    static const char *const keys[] = {"text", "file", "count", "first_sentence", NULL};
+    if ((st = sd_json_obj(c, root, "prompts", 1, &o))) return st;
+    size_t n = sd_json_enter_key(c, "prompts");
+    static const char *const keys[] = {"text", "file", "count", "first_sentence", "template", NULL};
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(o, "text");
     const cJSON *file = cJSON_GetObjectItemCaseSensitive(o, "file");
-    if ((st = check_keys(c, o, keys))) goto out;
+    if ((st = sd_json_check_keys(c, o, keys))) goto out;
     if (text && file) {
         st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s: give \"text\" or \"file\", not both", c->file, c->path);
         goto out;
@@ -283,121 +167,165 @@ static sd_status parse_prompts(ctx *c, const cJSON *root, sd_bench_config *cf) {
         st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s: missing required key \"text\" (or \"file\")", c->file, c->path);
         goto out;
     }
+    if ((st = sd_json_str(c, o, "template", &cf->prompt_template))) goto out;
+    if (cf->prompt_template && !strstr(cf->prompt_template, "{text}") && !strstr(cf->prompt_template, "{first_sentence}")) {
+        size_t n2 = sd_json_enter_key(c, "template");
+        st = sd_json_expected(c, "a template holding {text} or {first_sentence}",
+                              cJSON_GetObjectItemCaseSensitive(o, "template"));
+        sd_json_leave(c, n2);
+        goto out;
+    }
     if (text) {
         if (cJSON_GetObjectItemCaseSensitive(o, "count") || cJSON_GetObjectItemCaseSensitive(o, "first_sentence")) {
             st = sd_fail(SD_ERR_INVALID_ARG, "%s: %s: \"count\" and \"first_sentence\" go with \"file\", not \"text\"",
                          c->file, c->path);
             goto out;
         }
-        size_t n2 = enter_key(c, "text");
+        size_t n2 = sd_json_enter_key(c, "text");
         int len = cJSON_GetArraySize(text);
         if (!cJSON_IsArray(text) || len < 1 || len > 10000) {
-            st = expected(c, "an array of 1..10000 prompt strings", text);
-            leave(c, n2);
+            st = sd_json_expected(c, "an array of 1..10000 prompt strings", text);
+            sd_json_leave(c, n2);
             goto out;
         }
         cf->prompts = calloc((size_t)len, sizeof(char *));
         if (!cf->prompts) st = sd_fail(SD_ERR_NOMEM, "out of memory");
         int i = 0;
         for (const cJSON *it = text->child; it && !st; it = it->next, i++) {
-            size_t n3 = enter_index(c, i);
-            if (!cJSON_IsString(it) || !it->valuestring[0]) st = expected(c, "a non-empty string", it);
+            size_t n3 = sd_json_enter_index(c, i);
+            if (!cJSON_IsString(it) || !it->valuestring[0]) st = sd_json_expected(c, "a non-empty string", it);
             else if (!(cf->prompts[i] = strdup(it->valuestring))) st = sd_fail(SD_ERR_NOMEM, "out of memory");
             else cf->n_prompts = i + 1;
-            leave(c, n3);
+            sd_json_leave(c, n3);
         }
-        leave(c, n2);
+        sd_json_leave(c, n2);
     } else {
-        if ((st = get_str(c, o, "file", &cf->prompt_file)) ||
-            (st = get_int(c, o, "count", 1, 100000, &cf->prompt_count)) ||
-            (st = get_bool(c, o, "first_sentence", &cf->first_sentence)))
+        if ((st = sd_json_str(c, o, "file", &cf->prompt_file)) ||
+            (st = sd_json_int(c, o, "count", 1, 100000, &cf->prompt_count)) ||
+            (st = sd_json_bool(c, o, "first_sentence", &cf->first_sentence)))
             goto out;
     }
 out:
-    leave(c, n);
+    sd_json_leave(c, n);
     return st;
 }
 
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
-static sd_status parse_sweep(ctx *c, const cJSON *root, sd_bench_config *cf) {
+static const char *const k_strategy_names[SD_BENCH_N_STRATEGIES] = {"fixed", "adaptive", "p_min", "ngram", "model+ngram",
+                                                                     "tree"};
+
+const char *sd_bench_strategy_name(sd_bench_strategy s) {
+    return (unsigned)s < SD_BENCH_N_STRATEGIES ? k_strategy_names[s] : "?";
+}
+
+static sd_status parse_strategies(sd_json_ctx *c, const cJSON *o, sd_bench_config *cf) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "strategies");
+    if (!a) return SD_OK;
+    size_t n = sd_json_enter_key(c, "strategies");
+    sd_status st = SD_OK;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) < 1) st = sd_json_expected(c, "a non-empty array of strategies", a);
+    cf->n_strategies = 0;
+    int i = 0;
+    for (const cJSON *it = st ? NULL : a->child; it && !st; it = it->next, i++) {
+        size_t n2 = sd_json_enter_index(c, i);
+        int found = -1;
+        for (int s = 0; s < SD_BENCH_N_STRATEGIES; s++)
+            if (cJSON_IsString(it) && !strcmp(it->valuestring, k_strategy_names[s])) found = s;
+        if (found < 0)
+            st = sd_json_expected(c, "one of \"fixed\", \"adaptive\", \"p_min\", \"ngram\", \"model+ngram\", \"tree\"", it);
+        for (int j = 0; j < cf->n_strategies && !st; j++)
+            if ((int)cf->strategies[j] == found) st = sd_json_expected(c, "a strategy not listed before", it);
+        if (!st) cf->strategies[cf->n_strategies++] = (sd_bench_strategy)found;
+        sd_json_leave(c, n2);
+    }
+    sd_json_leave(c, n);
+    return st;
+}
+
+static sd_status parse_sweep(sd_json_ctx *c, const cJSON *root, sd_bench_config *cf) {
     const cJSON *o;
     sd_status st;
-    if ((st = get_obj(c, root, "sweep", 1, &o))) return st;
-    size_t n = enter_key(c, "sweep");
-    static const char *const keys[] = {"k", NULL};
+    if ((st = sd_json_obj(c, root, "sweep", 1, &o))) return st;
+    size_t n = sd_json_enter_key(c, "sweep");
+    static const char *const keys[] = {"k", "strategies", "tree_budget", "p_min", NULL};
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "k");
-    if ((st = check_keys(c, o, keys))) goto out;
+    double p_min = cf->p_min;
+    if ((st = sd_json_check_keys(c, o, keys)) || (st = parse_strategies(c, o, cf)) ||
+        (st = sd_json_int(c, o, "tree_budget", 1, SD_MAX_DRAFT, &cf->tree_budget)) ||
+        (st = sd_json_num(c, o, "p_min", 0, 1, 0, &p_min)))
+        goto out;
+    cf->p_min = (float)p_min;
     if (!k) {
-        st = missing(c, "k");
+        st = sd_json_missing(c, "k");
         goto out;
     }
-    size_t n2 = enter_key(c, "k");
+    size_t n2 = sd_json_enter_key(c, "k");
     int len = cJSON_GetArraySize(k);
     if (!cJSON_IsArray(k) || len < 1 || len > SD_MAX_DRAFT) {
         char what[64];
         snprintf(what, sizeof what, "an array of 1..%d draft lengths", SD_MAX_DRAFT);
-        st = expected(c, what, k);
+        st = sd_json_expected(c, what, k);
     }
     int i = 0;
     for (const cJSON *it = k->child; it && !st; it = it->next, i++) {
-        size_t n3 = enter_index(c, i);
+        size_t n3 = sd_json_enter_index(c, i);
         char what[64];
         snprintf(what, sizeof what, "an integer in 1..%d", SD_MAX_DRAFT);
         if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 1 ||
             it->valuedouble > SD_MAX_DRAFT)
-            st = expected(c, what, it);
+            st = sd_json_expected(c, what, it);
         else {
             int v = (int)it->valuedouble;
             for (int j = 0; j < cf->n_k && !st; j++)
-                if (cf->k[j] == v) st = expected(c, "a draft length not listed before", it);
+                if (cf->k[j] == v) st = sd_json_expected(c, "a draft length not listed before", it);
             if (!st) cf->k[cf->n_k++] = v;
         }
-        leave(c, n3);
+        sd_json_leave(c, n3);
     }
-    leave(c, n2);
+    sd_json_leave(c, n2);
     /* The chart and the table read left to right in k. */
     if (!st) qsort(cf->k, (size_t)cf->n_k, sizeof cf->k[0], cmp_int);
 out:
-    leave(c, n);
+    sd_json_leave(c, n);
     return st;
 }
 
-static sd_status parse_sampling(ctx *c, const cJSON *root, sd_bench_config *cf) {
+static sd_status parse_sampling(sd_json_ctx *c, const cJSON *root, sd_bench_config *cf) {
     const cJSON *o;
     sd_status st;
-    if ((st = get_obj(c, root, "sampling", 0, &o)) || !o) return st;
-    size_t n = enter_key(c, "sampling");
+    if ((st = sd_json_obj(c, root, "sampling", 0, &o)) || !o) return st;
+    size_t n = sd_json_enter_key(c, "sampling");
     static const char *const keys[] = {"temperature", "top_k", "top_p", "seed", NULL};
     double t = cf->sampling.temperature, p = cf->sampling.top_p, seed = (double)cf->sampling.seed;
-    if ((st = check_keys(c, o, keys)) || (st = get_num(c, o, "temperature", 0, 1000, 0, &t)) ||
-        (st = get_int(c, o, "top_k", 0, 1 << 24, &cf->sampling.top_k)) || (st = get_num(c, o, "top_p", 0, 1, 1, &p)) ||
-        (st = get_num(c, o, "seed", 0, MAX_SEED, 0, &seed)))
+    if ((st = sd_json_check_keys(c, o, keys)) || (st = sd_json_num(c, o, "temperature", 0, 1000, 0, &t)) ||
+        (st = sd_json_int(c, o, "top_k", 0, 1 << 24, &cf->sampling.top_k)) || (st = sd_json_num(c, o, "top_p", 0, 1, 1, &p)) ||
+        (st = sd_json_num(c, o, "seed", 0, MAX_SEED, 0, &seed)))
         goto out;
     const cJSON *sv = cJSON_GetObjectItemCaseSensitive(o, "seed");
     if (sv && seed != floor(seed)) {
-        size_t n2 = enter_key(c, "seed");
-        st = expected(c, "an integer in 0..2^53", sv);
-        leave(c, n2);
+        size_t n2 = sd_json_enter_key(c, "seed");
+        st = sd_json_expected(c, "an integer in 0..2^53", sv);
+        sd_json_leave(c, n2);
         goto out;
     }
     cf->sampling.temperature = (float)t;
     cf->sampling.top_p = (float)p;
     cf->sampling.seed = (uint64_t)seed;
 out:
-    leave(c, n);
+    sd_json_leave(c, n);
     return st;
 }
 
-static sd_status parse_output(ctx *c, const cJSON *root, sd_bench_config *cf) {
+static sd_status parse_output(sd_json_ctx *c, const cJSON *root, sd_bench_config *cf) {
     const cJSON *o;
     sd_status st;
-    if ((st = get_obj(c, root, "output", 0, &o)) || !o) return st;
-    size_t n = enter_key(c, "output");
+    if ((st = sd_json_obj(c, root, "output", 0, &o)) || !o) return st;
+    size_t n = sd_json_enter_key(c, "output");
     static const char *const keys[] = {"json", "svg", NULL};
-    if (!(st = check_keys(c, o, keys)) && !(st = get_str(c, o, "json", &cf->out_json)))
-        st = get_str(c, o, "svg", &cf->out_svg);
-    leave(c, n);
+    if (!(st = sd_json_check_keys(c, o, keys)) && !(st = sd_json_str(c, o, "json", &cf->out_json)))
+        st = sd_json_str(c, o, "svg", &cf->out_svg);
+    sd_json_leave(c, n);
     return st;
 }
 
@@ -410,189 +338,39 @@ static char *base_name(const char *file) {
     return strndup(b, n);
 }
 
-/* A JSON syntax check that stops at the first offending byte and says what it expected
- * there (cJSON only reports roughly where it gave up). */
-typedef struct {
-    const char *p, *end;
-    const char *what;
-    int depth;
-} jscan;
-
-static void js_ws(jscan *j) {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
-}
-static int js_fail(jscan *j, const char *what) {
-    j->what = what;
-    return -1;
-}
-
-static int is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
-
-static int js_string(jscan *j) {
-    if (j->p >= j->end || *j->p != '"') return js_fail(j, "a string");
-    j->p++;
-    while (j->p < j->end && *j->p != '"') {
-        unsigned char ch = (unsigned char)*j->p;
-        if (ch < 0x20) return js_fail(j, "a closing '\"' (control characters in strings must be escaped)");
-        if (ch == '\\') {
-            j->p++;
-            if (j->p >= j->end) break;
-            if (*j->p == 'u') {
-                for (int i = 0; i < 4; i++) {
-                    j->p++;
-                    if (j->p >= j->end || !is_hex(*j->p)) return js_fail(j, "four hex digits after \\u");
-                }
-            } else if (!*j->p || !strchr("\"\\/bfnrt", *j->p))
-                return js_fail(j, "an escape (\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)");
-        }
-        j->p++;
-    }
-    if (j->p >= j->end) return js_fail(j, "a closing '\"'");
-    j->p++;
-    return 0;
-}
-
-static int js_digits(jscan *j) {
-    if (j->p >= j->end || *j->p < '0' || *j->p > '9') return js_fail(j, "a digit");
-    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
-    return 0;
-}
-
-static int js_number(jscan *j) {
-    if (*j->p == '-') j->p++;
-    if (j->p < j->end && *j->p == '0') j->p++;
-    else if (js_digits(j)) return -1;
-    if (j->p < j->end && *j->p == '.') {
-        j->p++;
-        if (js_digits(j)) return -1;
-    }
-    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-        j->p++;
-        if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
-        if (js_digits(j)) return -1;
-    }
-    return 0;
-}
-
-static int js_word(jscan *j, const char *w) {
-    size_t n = strlen(w);
-    if ((size_t)(j->end - j->p) < n || memcmp(j->p, w, n) != 0) return js_fail(j, "a value");
-    j->p += n;
-    return 0;
-}
-
-/* Members of an object or elements of an array after the opening bracket. */
-static int js_value(jscan *j);
-static int js_container(jscan *j, char close) {
-    js_ws(j);
-    if (j->p < j->end && *j->p == close) {
-        j->p++;
-        return 0;
-    }
-    for (;;) {
-        if (close == '}') {
-            js_ws(j);
-            if (j->p >= j->end || *j->p != '"') return js_fail(j, "a key string");
-            if (js_string(j)) return -1;
-            js_ws(j);
-            if (j->p >= j->end || *j->p != ':') return js_fail(j, "':'");
-            j->p++;
-        }
-        if (js_value(j)) return -1;
-        js_ws(j);
-        if (j->p < j->end && *j->p == ',') {
-            j->p++;
-            continue;
-        }
-        if (j->p < j->end && *j->p == close) {
-            j->p++;
-            return 0;
-        }
-        return js_fail(j, close == '}' ? "',' or '}'" : "',' or ']'");
-    }
-}
-
-static int js_value(jscan *j) {
-    js_ws(j);
-    if (j->p >= j->end) return js_fail(j, "a value");
-    if (j->depth >= 256) return js_fail(j, "at most 256 levels of nesting");
-    char c = *j->p;
-    int rc;
-    j->depth++;
-    if (c == '{' || c == '[') {
-        j->p++;
-        rc = js_container(j, c == '{' ? '}' : ']');
-    } else if (c == '"') rc = js_string(j);
-    else if (c == '-' || (c >= '0' && c <= '9')) rc = js_number(j);
-    else if (c == 't') rc = js_word(j, "true");
-    else if (c == 'f') rc = js_word(j, "false");
-    else if (c == 'n') rc = js_word(j, "null");
-    else rc = js_fail(j, "a value");
-    j->depth--;
-    return rc;
-}
-
-/* "FILE: line L, column C: invalid JSON: expected X, got 'text'" at the first bad byte. */
-static sd_status json_syntax_error(const char *text, size_t len, const char *file, const char *at, const char *what) {
-    if (!at || at < text || at > text + len) at = text + len;
-    int line = 1, col = 1;
-    for (const char *p = text; p < at; p++) {
-        if (*p == '\n') {
-            line++;
-            col = 1;
-        } else col++;
-    }
-    char got[48];
-    size_t k = 0;
-    got[k++] = '\'';
-    for (const char *p = at; p < text + len && *p && *p != '\n' && *p != '\r' && k < 13; p++) got[k++] = *p;
-    got[k++] = '\'';
-    got[k] = 0;
-    if (at >= text + len) snprintf(got, sizeof got, "the end of the file");
-    else if (k == 2) snprintf(got, sizeof got, "a line break");
-    return sd_fail(SD_ERR_FORMAT, "%s: line %d, column %d: invalid JSON: expected %s, got %s", file, line, col, what, got);
-}
-
-static sd_status json_check(const char *text, size_t len, const char *file) {
-    jscan j = {text, text + len, NULL, 0};
-    if (js_value(&j) == 0) {
-        js_ws(&j);
-        if (j.p == j.end) return SD_OK;
-        j.what = "the end of the file after the top-level value";
-    }
-    return json_syntax_error(text, len, file, j.p, j.what);
-}
-
 sd_status sd_bench_config_parse(const char *text, size_t len, const char *file, sd_bench_config *cf) {
     memset(cf, 0, sizeof *cf);
-    ctx c = {file, ""};
-    sd_status st = json_check(text, len, file);
+    sd_json_ctx c = sd_json_ctx_make(file, SD_ERR_INVALID_ARG, 0);
+    cJSON *root = NULL;
+    sd_status st = sd_json_parse(text, len, file, &root);
     if (st) return st;
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    if (!root) return sd_fail(SD_ERR_FORMAT, "%s: invalid JSON (cJSON could not parse it)", file);
     if (!cJSON_IsObject(root)) {
-        st = expected(&c, "an object", root);
+        st = sd_json_expected(&c, "an object", root);
         goto out;
     }
     static const char *const keys[] = {"name", "description", "target", "draft", "prompts", "n_predict", "ignore_eos",
                                        "sweep", "sampling", "threads", "repetitions", "output", NULL};
-    if ((st = check_keys(&c, root, keys))) goto out;
+    if ((st = sd_json_check_keys(&c, root, keys))) goto out;
     cf->file = strdup(file);
     cf->prompt_count = 4;
     cf->n_predict = 128;
     cf->ignore_eos = 1;
     cf->sampling = sd_sampler_default_params();
     cf->repetitions = 3;
+    cf->strategies[0] = SD_BENCH_FIXED;
+    cf->n_strategies = 1;
+    cf->tree_budget = 16;
+    cf->p_min = 0.75f;
     if (!cf->file) {
         st = sd_fail(SD_ERR_NOMEM, "out of memory");
         goto out;
     }
-    if ((st = get_str(&c, root, "name", &cf->name)) || (st = get_str(&c, root, "description", &cf->description)) ||
+    if ((st = sd_json_str(&c, root, "name", &cf->name)) || (st = sd_json_str(&c, root, "description", &cf->description)) ||
         (st = parse_model(&c, root, "target", &cf->target)) || (st = parse_model(&c, root, "draft", &cf->draft)) ||
-        (st = parse_prompts(&c, root, cf)) || (st = get_int(&c, root, "n_predict", 1, 1 << 16, &cf->n_predict)) ||
-        (st = get_bool(&c, root, "ignore_eos", &cf->ignore_eos)) || (st = parse_sweep(&c, root, cf)) ||
-        (st = parse_sampling(&c, root, cf)) || (st = get_int(&c, root, "threads", 0, 1024, &cf->threads)) ||
-        (st = get_int(&c, root, "repetitions", 1, 1000, &cf->repetitions)) || (st = parse_output(&c, root, cf)))
+        (st = parse_prompts(&c, root, cf)) || (st = sd_json_int(&c, root, "n_predict", 1, 1 << 16, &cf->n_predict)) ||
+        (st = sd_json_bool(&c, root, "ignore_eos", &cf->ignore_eos)) || (st = parse_sweep(&c, root, cf)) ||
+        (st = parse_sampling(&c, root, cf)) || (st = sd_json_int(&c, root, "threads", 0, 1024, &cf->threads)) ||
+        (st = sd_json_int(&c, root, "repetitions", 1, 1000, &cf->repetitions)) || (st = parse_output(&c, root, cf)))
         goto out;
     if (!cf->name && !(cf->name = base_name(file))) st = sd_fail(SD_ERR_NOMEM, "out of memory");
     char buf[1024];
@@ -635,6 +413,9 @@ static void free_model(sd_bench_model_spec *m) {
     free(m->tokenizer);
     free(m->quantize);
     free(m->shape);
+    free(m->arch);
+    free(m->twin_of);
+    free(m->twin_tokenizer);
 }
 
 void sd_bench_config_free(sd_bench_config *c) {
@@ -646,6 +427,7 @@ void sd_bench_config_free(sd_bench_config *c) {
     free_model(&c->draft);
     sd_bench_free_prompts(c->prompts, c->n_prompts);
     free(c->prompt_file);
+    free(c->prompt_template);
     free(c->out_json);
     free(c->out_svg);
     memset(c, 0, sizeof *c);
@@ -669,6 +451,42 @@ static void first_sentence(char *s) {
             return;
         }
     }
+}
+
+sd_status sd_bench_apply_template(const char *tmpl, char **prompts, int n) {
+    for (int i = 0; tmpl && i < n; i++) {
+        char *first = strdup(prompts[i]);
+        if (!first) return sd_fail(SD_ERR_NOMEM, "out of memory");
+        first_sentence(first);
+        /* the length: the template with each placeholder replaced */
+        size_t len = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            char *out = pass ? malloc(len + 1) : NULL;
+            if (pass && !out) {
+                free(first);
+                return sd_fail(SD_ERR_NOMEM, "out of memory");
+            }
+            size_t o = 0;
+            for (const char *t = tmpl; *t;) {
+                const char *rep = NULL;
+                size_t skip = 0;
+                if (!strncmp(t, "{text}", 6)) rep = prompts[i], skip = 6;
+                else if (!strncmp(t, "{first_sentence}", 16)) rep = first, skip = 16;
+                size_t rl = rep ? strlen(rep) : 1;
+                if (pass) memcpy(out + o, rep ? rep : t, rl);
+                o += rl;
+                t += rep ? skip : 1;
+            }
+            if (!pass) len = o;
+            else {
+                out[o] = 0;
+                free(prompts[i]);
+                prompts[i] = out;
+            }
+        }
+        free(first);
+    }
+    return SD_OK;
 }
 
 sd_status sd_bench_read_prompts(const char *path, int count, int first_sent, char ***out, int *n_out) {
@@ -770,24 +588,77 @@ static const char *type_name(uint32_t t) {
     }
 }
 
-sd_status sd_bench_model_path(const sd_bench_model_spec *m, char *buf, size_t cap, int *created) {
-    if (created) *created = 0;
-    if (!m->generated) return sd_model_resolve(m->model, buf, cap);
+/* Characters safe in a file name; the others become '_'. */
+static void sanitize(char *dst, size_t cap, const char *src) {
+    size_t i = 0;
+    for (; src[i] && i + 1 < cap; i++) {
+        const char ch = src[i];
+        dst[i] = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+                         ch == '-' || ch == '_'
+                     ? ch
+                     : '_';
+    }
+    dst[i] = 0;
+}
+
+/* The cache file of a generated model or a twin: every parameter is in the name, so a
+ * different shape, source or seed never reuses a file. */
+static sd_status cache_name(const sd_bench_model_spec *m, char *buf, size_t cap) {
     const sd_synth_params *s = &m->synth;
     const char *dir = sd_bench_cache_dir();
-    /* Every parameter is in the name, so a different shape or seed never reuses a file. */
-    int n = snprintf(buf, cap, "%s/synth-%s-d%d-l%d-h%d-kv%d-f%d-v%d-c%d-%s%s-s%llu.gguf", dir, m->shape, s->dim,
-                     s->n_layers, s->n_heads, s->n_kv_heads, s->hidden_dim, s->vocab_size, s->ctx_len,
-                     type_name(s->wtype), s->tied_output ? "-tied" : "",
+    int n;
+    if (m->twin) {
+        char of[256], tok[256] = "";
+        sanitize(of, sizeof of, m->twin_of);
+        if (m->twin_tokenizer) {
+            const char *b = strrchr(m->twin_tokenizer, '/');
+            tok[0] = '-', tok[1] = 'z';
+            sanitize(tok + 2, sizeof tok - 2, b ? b + 1 : m->twin_tokenizer);
+        }
+        n = snprintf(buf, cap, "%s/twin-%s%s-%s-d%d-l%d-h%d-kv%d-f%d-%s-s%llu.gguf", dir, of, tok, m->shape, s->dim,
+                     s->n_layers, s->n_heads, s->n_kv_heads, s->hidden_dim, type_name(s->wtype),
                      (unsigned long long)s->seed);
+    } else {
+        char arch[48] = "";
+        if (s->arch && strcmp(s->arch, "llama") != 0) snprintf(arch, sizeof arch, "%s-", s->arch);
+        if (s->head_dim) snprintf(arch + strlen(arch), sizeof arch - strlen(arch), "hd%d-", s->head_dim);
+        n = snprintf(buf, cap, "%s/synth-%s%s-d%d-l%d-h%d-kv%d-f%d-v%d-c%d-%s%s-s%llu.gguf", dir, arch, m->shape, s->dim,
+                     s->n_layers, s->n_heads, s->n_kv_heads, s->hidden_dim, s->vocab_size, s->ctx_len,
+                     type_name(s->wtype), s->tied_output ? "-tied" : "", (unsigned long long)s->seed);
+    }
     if (n < 0 || (size_t)n >= cap) return sd_fail(SD_ERR_INVALID_ARG, "cache path too long under %s", dir);
+    return SD_OK;
+}
+
+/* Writes the twin of m into path: loads the small model, builds, writes. */
+static sd_status write_twin(const sd_bench_model_spec *m, const char *path) {
+    char small[4096];
+    sd_status st = sd_model_resolve(m->twin_of, small, sizeof small);
+    if (st) return st;
+    sd_model_params mp = sd_model_default_params();
+    mp.tokenizer_path = m->twin_tokenizer;
+    sd_model *sm = NULL;
+    if ((st = sd_model_load(small, &mp, &sm))) return st;
+    sd_twin_params tp = sd_twin_default_params();
+    const sd_synth_params *s = &m->synth;
+    tp.dim = s->dim, tp.n_layers = s->n_layers, tp.n_heads = s->n_heads, tp.n_kv_heads = s->n_kv_heads;
+    tp.hidden_dim = s->hidden_dim, tp.wtype = (sd_type)s->wtype, tp.seed = s->seed, tp.name = m->twin_of;
+    st = sd_twin_write_file(sm, &tp, path);
+    sd_model_free(sm);
+    return st;
+}
+
+sd_status sd_bench_model_path(const sd_bench_model_spec *m, char *buf, size_t cap, int *created) {
+    if (created) *created = 0;
+    if (!m->generated && !m->twin) return sd_model_resolve(m->model, buf, cap);
+    sd_status st = cache_name(m, buf, cap);
+    if (st) return st;
     struct stat stt;
     if (stat(buf, &stt) == 0 && S_ISREG(stt.st_mode) && stt.st_size > 0) return SD_OK;
-    sd_status st = make_dirs(dir);
-    if (st) return st;
+    if ((st = make_dirs(sd_bench_cache_dir()))) return st;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp%ld", buf, (long)getpid());
-    if ((st = sd_synth_write_file(s, tmp)) != SD_OK) {
+    if ((st = m->twin ? write_twin(m, tmp) : sd_synth_write_file(&m->synth, tmp)) != SD_OK) {
         remove(tmp);
         return st;
     }

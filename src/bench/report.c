@@ -28,11 +28,13 @@ static void add_number(cJSON *o, const char *key, double v) { cJSON_AddItemToObj
 static cJSON *k_json(const sd_bench_k_result *k) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
+    cJSON_AddStringToObject(o, "strategy", sd_bench_strategy_name(k->strategy));
     add_number(o, "k", k->k);
     add_number(o, "runs", k->runs);
     add_number(o, "acceptance_rate", k->acceptance);
     add_number(o, "alpha", k->alpha);
     add_number(o, "tokens_per_pass", k->tokens_per_pass);
+    add_number(o, "mean_accepted_length", k->mean_accepted);
     add_number(o, "expected_tokens_per_pass", k->expected_tokens);
     cJSON *a = cJSON_AddArrayToObject(o, "acceptance_by_position");
     for (int i = 0; a && i < k->k && i < SD_MAX_DRAFT; i++) cJSON_AddItemToArray(a, number(k->accept_at[i]));
@@ -87,8 +89,9 @@ char *sd_bench_report_json(const sd_bench_report *r) {
     add_number(c, "t_decode_target_s", r->t_decode_target_s);
     add_number(c, "t_decode_draft_s", r->t_decode_draft_s);
     cJSON *res = cJSON_AddArrayToObject(o, "results");
-    for (int i = 0; res && i < r->n_k && i < SD_MAX_DRAFT; i++) cJSON_AddItemToArray(res, k_json(&r->k[i]));
+    for (int i = 0; res && i < r->n_k && i < SD_BENCH_MAX_RESULTS; i++) cJSON_AddItemToArray(res, k_json(&r->k[i]));
     add_number(o, "best_k", r->best_k);
+    add_number(o, "best_result", r->best);
     add_number(o, "peak_rss_bytes", r->peak_rss_bytes);
     cJSON *dv = cJSON_AddObjectToObject(o, "divergences");
     add_number(dv, "count", r->n_divergences);
@@ -96,6 +99,7 @@ char *sd_bench_report_json(const sd_bench_report *r) {
     int nd = r->n_divergences < SD_BENCH_MAX_DIVERGENCES ? r->n_divergences : SD_BENCH_MAX_DIVERGENCES;
     for (int i = 0; first && i < nd; i++) {
         cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "strategy", sd_bench_strategy_name(r->div[i].strategy));
         add_number(d, "prompt", r->div[i].prompt);
         add_number(d, "k", r->div[i].k);
         add_number(d, "rep", r->div[i].rep);
@@ -107,141 +111,6 @@ char *sd_bench_report_json(const sd_bench_report *r) {
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     return s;
-}
-
-/* Reading back: every field is required and typed; the first problem names its path. */
-typedef struct {
-    sd_status st;
-    char path[128];
-} rd;
-
-static const cJSON *item(rd *c, const cJSON *o, const char *key, int (*is)(const cJSON *), const char *what) {
-    if (c->st) return NULL;
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v || !is(v)) {
-        c->st = sd_fail(SD_ERR_FORMAT, "bench report: %s.%s: expected %s", c->path, key, what);
-        return NULL;
-    }
-    return v;
-}
-static double num(rd *c, const cJSON *o, const char *key) {
-    const cJSON *v = item(c, o, key, cJSON_IsNumber, "a number");
-    return v ? v->valuedouble : 0;
-}
-static int inum(rd *c, const cJSON *o, const char *key) { return (int)num(c, o, key); }
-static int boolean(rd *c, const cJSON *o, const char *key) {
-    const cJSON *v = item(c, o, key, cJSON_IsBool, "true or false");
-    return v ? cJSON_IsTrue(v) : 0;
-}
-static void str(rd *c, const cJSON *o, const char *key, char *dst, size_t cap) {
-    const cJSON *v = item(c, o, key, cJSON_IsString, "a string");
-    if (v) snprintf(dst, cap, "%s", v->valuestring);
-}
-static const cJSON *obj(rd *c, const cJSON *o, const char *key) { return item(c, o, key, cJSON_IsObject, "an object"); }
-static const cJSON *arr(rd *c, const cJSON *o, const char *key) { return item(c, o, key, cJSON_IsArray, "an array"); }
-
-sd_status sd_bench_report_from_json(const char *text, sd_bench_report *r) {
-    memset(r, 0, sizeof *r);
-    cJSON *o = cJSON_Parse(text);
-    if (!o) return sd_fail(SD_ERR_FORMAT, "bench report: invalid JSON");
-    rd c = {SD_OK, ""};
-    if (!cJSON_IsObject(o)) c.st = sd_fail(SD_ERR_FORMAT, "bench report: expected an object");
-    str(&c, o, "schema", r->schema, sizeof r->schema);
-    if (!c.st && strcmp(r->schema, SD_BENCH_SCHEMA) != 0)
-        c.st = sd_fail(SD_ERR_UNSUPPORTED, "bench report: schema '%s', expected '%s'", r->schema, SD_BENCH_SCHEMA);
-    str(&c, o, "config", r->config, sizeof r->config);
-    str(&c, o, "name", r->name, sizeof r->name);
-    str(&c, o, "description", r->description, sizeof r->description);
-    str(&c, o, "date", r->date, sizeof r->date);
-    const cJSON *pair = obj(&c, o, "pair");
-    snprintf(c.path, sizeof c.path, ".pair");
-    str(&c, pair, "target", r->target, sizeof r->target);
-    str(&c, pair, "draft", r->draft, sizeof r->draft);
-    str(&c, pair, "target_label", r->target_label, sizeof r->target_label);
-    str(&c, pair, "draft_label", r->draft_label, sizeof r->draft_label);
-    r->cost_only = boolean(&c, pair, "cost_only");
-    r->self_draft = boolean(&c, pair, "self_draft");
-    c.path[0] = 0;
-    const cJSON *m = obj(&c, o, "machine");
-    snprintf(c.path, sizeof c.path, ".machine");
-    str(&c, m, "cpu", r->cpu, sizeof r->cpu);
-    r->cores = inum(&c, m, "cores");
-    r->threads = inum(&c, m, "threads");
-    r->bandwidth = num(&c, m, "bandwidth_bytes_per_s");
-    c.path[0] = 0;
-    const cJSON *run = obj(&c, o, "run");
-    snprintf(c.path, sizeof c.path, ".run");
-    r->quick = boolean(&c, run, "quick");
-    r->n_prompts = inum(&c, run, "prompts");
-    r->n_predict = inum(&c, run, "n_predict");
-    r->repetitions = inum(&c, run, "repetitions");
-    r->greedy = boolean(&c, run, "greedy");
-    r->temperature = num(&c, run, "temperature");
-    r->top_k = inum(&c, run, "top_k");
-    r->top_p = num(&c, run, "top_p");
-    r->seed = num(&c, run, "seed");
-    c.path[0] = 0;
-    const cJSON *cost = obj(&c, o, "costs");
-    snprintf(c.path, sizeof c.path, ".costs");
-    r->cost_pos = num(&c, cost, "context");
-    r->t_decode_target_s = num(&c, cost, "t_decode_target_s");
-    r->t_decode_draft_s = num(&c, cost, "t_decode_draft_s");
-    c.path[0] = 0;
-    const cJSON *res = arr(&c, o, "results");
-    if (!c.st && cJSON_GetArraySize(res) > SD_MAX_DRAFT)
-        c.st = sd_fail(SD_ERR_FORMAT, "bench report: .results: more than %d entries", SD_MAX_DRAFT);
-    int i = 0;
-    for (const cJSON *e = res ? res->child : NULL; e && !c.st; e = e->next, i++) {
-        sd_bench_k_result *k = &r->k[i];
-        snprintf(c.path, sizeof c.path, ".results[%d]", i);
-        if (!cJSON_IsObject(e)) {
-            c.st = sd_fail(SD_ERR_FORMAT, "bench report: %s: expected an object", c.path);
-            break;
-        }
-        k->k = inum(&c, e, "k");
-        k->runs = inum(&c, e, "runs");
-        k->acceptance = num(&c, e, "acceptance_rate");
-        k->alpha = num(&c, e, "alpha");
-        k->tokens_per_pass = num(&c, e, "tokens_per_pass");
-        k->expected_tokens = num(&c, e, "expected_tokens_per_pass");
-        const cJSON *a = arr(&c, e, "acceptance_by_position");
-        int j = 0;
-        for (const cJSON *x = a ? a->child : NULL; x && j < SD_MAX_DRAFT; x = x->next, j++)
-            k->accept_at[j] = cJSON_IsNumber(x) ? x->valuedouble : 0;
-        k->ttft_plain_s = num(&c, e, "ttft_plain_s");
-        k->ttft_spec_s = num(&c, e, "ttft_spec_s");
-        k->tps_plain = num(&c, e, "tokens_per_s_plain");
-        k->tps_spec = num(&c, e, "tokens_per_s_spec");
-        k->speedup = num(&c, e, "speedup");
-        k->predicted_speedup = num(&c, e, "predicted_speedup");
-        k->break_even_alpha = num(&c, e, "break_even_alpha");
-        k->t_verify_s = num(&c, e, "t_verify_s");
-        k->draft_share = num(&c, e, "draft_time_share");
-        k->verify_share = num(&c, e, "verify_time_share");
-        k->kv_bytes_target = num(&c, e, "kv_bytes_target");
-        k->kv_bytes_draft = num(&c, e, "kv_bytes_draft");
-        k->diverged = inum(&c, e, "greedy_divergences");
-    }
-    r->n_k = i;
-    c.path[0] = 0;
-    r->best_k = inum(&c, o, "best_k");
-    r->peak_rss_bytes = num(&c, o, "peak_rss_bytes");
-    const cJSON *dv = obj(&c, o, "divergences");
-    snprintf(c.path, sizeof c.path, ".divergences");
-    r->n_divergences = inum(&c, dv, "count");
-    const cJSON *first = arr(&c, dv, "first");
-    i = 0;
-    for (const cJSON *e = first ? first->child : NULL; e && !c.st && i < SD_BENCH_MAX_DIVERGENCES; e = e->next, i++) {
-        snprintf(c.path, sizeof c.path, ".divergences.first[%d]", i);
-        r->div[i].prompt = inum(&c, e, "prompt");
-        r->div[i].k = inum(&c, e, "k");
-        r->div[i].rep = inum(&c, e, "rep");
-        r->div[i].index = inum(&c, e, "index");
-        r->div[i].plain_token = inum(&c, e, "plain_token");
-        r->div[i].spec_token = inum(&c, e, "spec_token");
-    }
-    cJSON_Delete(o);
-    return c.st;
 }
 
 /* ---- SVG ---- */
@@ -304,11 +173,14 @@ enum { W = 760, H = 510, X0 = 70, X1 = 660, Y0 = 92, Y1 = 392 };
 
 char *sd_bench_report_svg(const sd_bench_report *r) {
     sbuf b = {0};
-    int kmin = r->n_k ? r->k[0].k : 1, kmax = r->n_k ? r->k[r->n_k - 1].k : 1;
+    /* The fixed sweep is drawn against k; every other strategy as a level line across the plot. */
+    int nf = 0;
+    while (nf < r->n_k && r->k[nf].strategy == SD_BENCH_FIXED) nf++;
+    int kmin = nf ? r->k[0].k : 1, kmax = nf ? r->k[nf - 1].k : 1;
     double smax = 1.25;
     for (int i = 0; i < r->n_k; i++) {
         if (r->k[i].speedup > smax) smax = r->k[i].speedup;
-        if (r->k[i].predicted_speedup > smax) smax = r->k[i].predicted_speedup;
+        if (isfinite(r->k[i].predicted_speedup) && r->k[i].predicted_speedup > smax) smax = r->k[i].predicted_speedup;
     }
     /* A round top for the speedup axis, in steps of 0.25, 0.5 or 1. */
     double step = smax <= 2 ? 0.25 : smax <= 4 ? 0.5 : 1.0;
@@ -345,11 +217,11 @@ char *sd_bench_report_svg(const sd_bench_report *r) {
     sb_printf(&b, "</g>\n<g fill=\"#c60\" text-anchor=\"start\">\n");
     for (int a = 0; a <= 100; a += 25) sb_printf(&b, "<text x=\"%d\" y=\"%.1f\">%d%%</text>\n", X1 + 6, YA(a / 100.0) + 4, a);
     sb_printf(&b, "</g>\n<g fill=\"#333\" text-anchor=\"middle\">\n");
-    for (int i = 0; i < r->n_k; i++) sb_printf(&b, "<text x=\"%.1f\" y=\"%d\">%d</text>\n", XK(r->k[i].k), Y1 + 18, r->k[i].k);
+    for (int i = 0; i < nf; i++) sb_printf(&b, "<text x=\"%.1f\" y=\"%d\">%d</text>\n", XK(r->k[i].k), Y1 + 18, r->k[i].k);
     sb_printf(&b, "</g>\n");
     sb_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#333\"/>\n", X0, Y0, X1 - X0, Y1 - Y0);
-    sb_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">draft length k (tokens drafted per verify pass)</text>\n",
-              (X0 + X1) / 2, Y1 + 38);
+    sb_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", (X0 + X1) / 2, Y1 + 38,
+              nf ? "draft length k (tokens drafted per verify pass; fixed k)" : "strategies (level lines)");
     sb_printf(&b, "<text transform=\"translate(20 %d) rotate(-90)\" text-anchor=\"middle\">speedup over plain decoding "
                   "(decode tokens/s ratio)</text>\n", (Y0 + Y1) / 2);
     sb_printf(&b, "<text transform=\"translate(%d %d) rotate(90)\" text-anchor=\"middle\" fill=\"#c60\">acceptance rate "
@@ -367,17 +239,17 @@ char *sd_bench_report_svg(const sd_bench_report *r) {
         {"#d07000", "", "acceptance rate", 2},
     };
     for (size_t s = 0; s < sizeof series / sizeof series[0]; s++) {
-        if (r->n_k > 1) {
+        if (nf > 1) {
             sb_printf(&b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s%s%s points=\"", series[s].color,
                       series[s].dash[0] ? " stroke-dasharray=\"" : "", series[s].dash, series[s].dash[0] ? "\"" : "");
-            for (int i = 0; i < r->n_k; i++) {
+            for (int i = 0; i < nf; i++) {
                 const sd_bench_k_result *k = &r->k[i];
                 double y = series[s].which == 0 ? YS(k->speedup) : series[s].which == 1 ? YS(k->predicted_speedup) : YA(k->acceptance);
                 sb_printf(&b, "%s%.1f,%.1f", i ? " " : "", XK(k->k), y);
             }
             sb_printf(&b, "\"/>\n");
         }
-        for (int i = 0; i < r->n_k; i++) {
+        for (int i = 0; i < nf; i++) {
             const sd_bench_k_result *k = &r->k[i];
             double x = XK(k->k);
             if (series[s].which == 0)
@@ -391,6 +263,18 @@ char *sd_bench_report_svg(const sd_bench_report *r) {
                 sb_printf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"7\" height=\"7\" fill=\"%s\"><title>k=%d: %.1f%% accepted"
                               "</title></rect>\n", x - 3.5, YA(k->acceptance) - 3.5, series[s].color, k->k, 100 * k->acceptance);
         }
+    }
+    /* The other strategies: a labelled level line each at its measured speedup. */
+    static const char *const level_colors[] = {"#2a9d3a", "#8e44ad", "#c0392b", "#16a085", "#7f6000"};
+    for (int i = nf; i < r->n_k; i++) {
+        const sd_bench_k_result *k = &r->k[i];
+        const char *col = level_colors[(i - nf) % 5];
+        const char *nm = sd_bench_strategy_name(k->strategy);
+        sb_printf(&b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\" "
+                      "stroke-dasharray=\"8 3\"><title>%s (k up to %d): %.2fx measured, %.2f mean accepted length</title></line>\n",
+                  X0, YS(k->speedup), X1, YS(k->speedup), col, nm, k->k, k->speedup, k->mean_accepted);
+        sb_printf(&b, "<text x=\"%d\" y=\"%.1f\" fill=\"%s\" text-anchor=\"end\">%s %.2fx</text>\n", X1 - 4,
+                  YS(k->speedup) - 4 - 12 * ((i - nf) % 2), col, nm, k->speedup);
     }
     /* Legend: two rows under the axis label, clear of the data. */
     for (size_t s = 0; s < 4; s++) {
@@ -439,22 +323,32 @@ void sd_bench_report_print(const sd_bench_report *r, FILE *f) {
         fprintf(f, "note:     cost only: %s\n", r->self_draft
                     ? "random weights; the target drafts for itself, so every draft is accepted: the upper bound"
                     : "random weights, so acceptance means nothing; read the costs and the break-even alpha");
-    fprintf(f, "\n%3s %7s %6s %6s %6s %9s %9s %8s %9s %8s %7s %7s %7s %15s\n", "k", "accept", "alpha", "tok/vp", "E[tok]",
-            "plain t/s", "spec t/s", "speedup", "predicted", "Tver/Tt", "be.alpha", "draft%", "verif%", "TTFT plain/spec");
+    fprintf(f, "\n%-11s %3s %7s %6s %6s %6s %6s %9s %9s %8s %9s %8s %7s %7s %7s %15s\n", "strategy", "k", "accept",
+            "alpha", "mal", "tok/vp", "E[tok]", "plain t/s", "spec t/s", "speedup", "predicted", "Tver/Tt", "be.alpha",
+            "draft%", "verif%", "TTFT plain/spec");
     for (int i = 0; i < r->n_k; i++) {
         const sd_bench_k_result *k = &r->k[i];
-        fprintf(f, "%3d %6.1f%% %6.3f %6.2f %6.2f %9.1f %9.1f %7.2fx %8.2fx %8.2f %7.3f %6.1f%% %6.1f%% %7.2f/%.2f ms\n", k->k,
-                100 * k->acceptance, k->alpha, k->tokens_per_pass, k->expected_tokens, k->tps_plain, k->tps_spec, k->speedup,
-                k->predicted_speedup, r->t_decode_target_s > 0 ? k->t_verify_s / r->t_decode_target_s : 0.0,
-                k->break_even_alpha, 100 * k->draft_share, 100 * k->verify_share, k->ttft_plain_s * 1e3, k->ttft_spec_s * 1e3);
+        char pred[16] = "-", tv[16] = "-", be[16] = "-", e[16] = "-";
+        if (k->strategy == SD_BENCH_FIXED) { /* the cost model assumes k drafts every pass */
+            snprintf(pred, sizeof pred, "%.2fx", k->predicted_speedup);
+            snprintf(tv, sizeof tv, "%.2f", r->t_decode_target_s > 0 ? k->t_verify_s / r->t_decode_target_s : 0.0);
+            snprintf(be, sizeof be, "%.3f", k->break_even_alpha);
+            snprintf(e, sizeof e, "%.2f", k->expected_tokens);
+        }
+        fprintf(f, "%-11s %3d %6.1f%% %6.3f %6.2f %6.2f %6s %9.1f %9.1f %7.2fx %9s %8s %8s %6.1f%% %6.1f%% %7.2f/%.2f ms\n",
+                sd_bench_strategy_name(k->strategy), k->k, 100 * k->acceptance, k->alpha, k->mean_accepted,
+                k->tokens_per_pass, e, k->tps_plain, k->tps_spec, k->speedup, pred, tv, be, 100 * k->draft_share,
+                100 * k->verify_share, k->ttft_plain_s * 1e3, k->ttft_spec_s * 1e3);
     }
-    fprintf(f, "\ncolumns: accept = accepted/drafted; alpha = per-token acceptance given the earlier drafts were accepted;\n"
+    fprintf(f, "\ncolumns: strategy: fixed k, or what else drafts with k as its cap (adaptive length, p_min threshold,\n"
+               "prompt-lookup ngram, model+ngram, tree); accept = accepted/drafted; alpha = per-token acceptance given\n"
+               "the earlier drafts were accepted; mal = mean accepted length, 1 + accepted per verify pass;\n"
                "tok/vp = tokens per target pass (measured), E[tok] = (1-alpha^(k+1))/(1-alpha); t/s = decode tokens/s\n"
                "(medians); speedup = median of paired spec/plain ratios; predicted = E[tok] / (k*Tdraft/Tt + Tver/Tt);\n"
                "be.alpha = alpha at which speculation breaks even; draft%%/verif%% = share of speculative wall time.\n");
     fprintf(f, "\nacceptance by draft position:\n");
     for (int i = 0; i < r->n_k; i++) {
-        fprintf(f, "  k=%-2d", r->k[i].k);
+        fprintf(f, "  %-11s k=%-2d", sd_bench_strategy_name(r->k[i].strategy), r->k[i].k);
         for (int j = 0; j < r->k[i].k && j < SD_MAX_DRAFT; j++) fprintf(f, " %d:%.0f%%", j + 1, 100 * r->k[i].accept_at[j]);
         fprintf(f, "\n");
     }
@@ -473,29 +367,37 @@ void sd_bench_report_print(const sd_bench_report *r, FILE *f) {
             fprintf(f, "greedy:   FAILED: %d of %d speculative runs differ from plain decoding (a bug)\n", r->n_divergences, runs);
             int nd = r->n_divergences < SD_BENCH_MAX_DIVERGENCES ? r->n_divergences : SD_BENCH_MAX_DIVERGENCES;
             for (int i = 0; i < nd; i++)
-                fprintf(f, "          prompt %d, k=%d, rep %d: first difference at generated token %d (plain %d, speculative %d)\n",
-                        r->div[i].prompt + 1, r->div[i].k, r->div[i].rep + 1, r->div[i].index, (int)r->div[i].plain_token,
+                fprintf(f, "          %s, prompt %d, k=%d, rep %d: first difference at generated token %d (plain %d, speculative %d)\n",
+                        sd_bench_strategy_name(r->div[i].strategy), r->div[i].prompt + 1, r->div[i].k, r->div[i].rep + 1, r->div[i].index, (int)r->div[i].plain_token,
                         (int)r->div[i].spec_token);
         }
     }
     /* Recommendation and the reading of the gap between measurement and model. */
+    int nf = 0; /* the fixed sweep comes first */
+    while (nf < r->n_k && r->k[nf].strategy == SD_BENCH_FIXED) nf++;
     const sd_bench_k_result *best = NULL;
-    for (int i = 0; i < r->n_k; i++)
+    for (int i = 0; i < nf; i++)
         if (r->k[i].k == r->best_k) best = &r->k[i];
     if (r->cost_only && !r->self_draft)
         fprintf(f, "best k:   none recommended: random weights, so the measured acceptance is not a real draft's\n");
     else if (best)
         fprintf(f, "best k:   %d: %.2fx plain decoding measured (%.2fx predicted) at %.0f%% acceptance%s\n", best->k, best->speedup,
                 best->predicted_speedup, 100 * best->acceptance, r->self_draft ? " (the self-draft bound)" : "");
-    else {
+    else if (r->best < nf) { /* neither a fixed k nor another strategy beats plain decoding */
         const sd_bench_k_result *top = NULL;
         for (int i = 0; i < r->n_k; i++)
             if (!top || r->k[i].speedup > top->speedup) top = &r->k[i];
-        fprintf(f, "best k:   none: plain decoding is fastest here");
-        if (top) fprintf(f, " (best speculative: k=%d at %.2fx)", top->k, top->speedup);
+        fprintf(f, "best:     none: plain decoding is fastest here");
+        if (top) fprintf(f, " (best speculative: %s k=%d at %.2fx)", sd_bench_strategy_name(top->strategy), top->k, top->speedup);
         fprintf(f, "\n");
     }
-    for (int i = 0; i < r->n_k; i++) {
+    if (r->best >= nf && r->best < r->n_k) { /* a strategy beats every fixed k */
+        const sd_bench_k_result *b = &r->k[r->best];
+        fprintf(f, "best:     %s (k up to %d): %.2fx plain decoding at %.2f mean accepted length%s\n",
+                sd_bench_strategy_name(b->strategy), b->k, b->speedup, b->mean_accepted,
+                best ? ", ahead of every fixed k" : "");
+    }
+    for (int i = 0; i < nf; i++) {
         const sd_bench_k_result *k = &r->k[i];
         if (k->predicted_speedup > 0 && k->speedup < 0.8 * k->predicted_speedup) {
             fprintf(f, "reading:  at k=%d the measured speedup is %.0f%% of the predicted one: time outside the draft and\n"
@@ -507,11 +409,11 @@ void sd_bench_report_print(const sd_bench_report *r, FILE *f) {
     }
     /* The k that needs the least acceptance to pay for itself. */
     const sd_bench_k_result *easiest = NULL;
-    for (int i = 0; i < r->n_k; i++)
+    for (int i = 0; i < nf; i++)
         if (!easiest || r->k[i].break_even_alpha < easiest->break_even_alpha) easiest = &r->k[i];
     if (easiest && easiest->break_even_alpha >= 1.0) {
         double vlo = 1e30, vhi = 0;
-        for (int i = 0; i < r->n_k; i++) {
+        for (int i = 0; i < nf; i++) {
             double v = r->t_decode_target_s > 0 ? r->k[i].t_verify_s / r->t_decode_target_s : 0;
             vlo = v < vlo ? v : vlo;
             vhi = v > vhi ? v : vhi;

@@ -168,9 +168,15 @@ static void copy_str(char *dst, size_t cap, const char *src) { snprintf(dst, cap
 
 static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
-/* A model's name for titles: the file name, or the shape of a generated one (its cache file
- * name spells out every parameter and is too long for a chart). */
+/* A model's name for titles: the file name, or the shape of a generated one or a twin (their
+ * cache file names spell out every parameter and are too long for a chart). */
 static void label(char *dst, size_t cap, const sd_bench_model_spec *m, const char *path) {
+    if (m->twin) {
+        const sd_type_traits *ti = sd_type_info(m->synth.wtype);
+        const char *b = strrchr(m->twin_of, '/');
+        snprintf(dst, cap, "%s twin (%s shape, %s)", b ? b + 1 : m->twin_of, m->shape, ti ? ti->name : "?");
+        return;
+    }
     if (m->generated) {
         sd_synth_params named = m->synth;
         const sd_type_traits *ti = sd_type_info(m->synth.wtype);
@@ -224,8 +230,9 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
     r->top_k = cfg->sampling.top_k;
     r->top_p = cfg->sampling.top_p;
     r->seed = (double)cfg->sampling.seed;
-    r->n_k = cfg->n_k;
-    if (p->n_prompts < 1 || cfg->n_k < 1) return sd_fail(SD_ERR_INVALID_ARG, "bench: no prompts or no draft lengths");
+    r->best = -1;
+    if (p->n_prompts < 1 || cfg->n_k < 1 || cfg->n_strategies < 1)
+        return sd_fail(SD_ERR_INVALID_ARG, "bench: no prompts, draft lengths or strategies");
 
     sd_bench_gen_fn gen = p->spec_generate ? p->spec_generate : default_gen;
     const int reps = cfg->repetitions, n_runs = p->n_prompts * reps;
@@ -310,29 +317,52 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
         goto out;
     }
 
-    int done = 0, total = cfg->n_k * n_runs;
-    for (int ki = 0; ki < cfg->n_k; ki++) {
-        sd_bench_k_result *kr = &r->k[ki];
-        const int k = cfg->k[ki];
+    /* What runs: the fixed sweep first, then each other strategy at the largest k as its cap. */
+    struct {
+        sd_bench_strategy s;
+        int k, ki; /* ki: the index into cfg->k of a fixed k, else -1 */
+    } var[SD_BENCH_MAX_RESULTS];
+    int nv = 0;
+    for (int si = 0; si < cfg->n_strategies; si++)
+        if (cfg->strategies[si] == SD_BENCH_FIXED)
+            for (int ki = 0; ki < cfg->n_k; ki++) var[nv].s = SD_BENCH_FIXED, var[nv].k = cfg->k[ki], var[nv++].ki = ki;
+    for (int si = 0; si < cfg->n_strategies; si++)
+        if (cfg->strategies[si] != SD_BENCH_FIXED) var[nv].s = cfg->strategies[si], var[nv].k = kmax, var[nv++].ki = -1;
+    r->n_k = nv;
+    int done = 0, total = nv * n_runs;
+    for (int vi = 0; vi < nv; vi++) {
+        sd_bench_k_result *kr = &r->k[vi];
+        const int k = var[vi].k, ki = var[vi].ki;
+        const sd_bench_strategy strat = var[vi].s;
+        const char *sname = sd_bench_strategy_name(strat);
+        kr->strategy = strat;
         kr->k = k;
-        kr->t_verify_s = t_verify[ki];
-        sp.draft_max = k;
+        kr->t_verify_s = ki >= 0 ? t_verify[ki] : NAN;
+        sd_spec_params vp = sp;
+        vp.draft_max = k;
+        vp.draft_mode = strat == SD_BENCH_FIXED ? SD_DRAFT_FIXED : strat == SD_BENCH_PMIN ? SD_DRAFT_PMIN : SD_DRAFT_ADAPTIVE;
+        vp.p_min = cfg->p_min;
+        vp.ngram = strat == SD_BENCH_NGRAM || strat == SD_BENCH_MODEL_NGRAM;
+        vp.tree_budget = strat == SD_BENCH_TREE ? cfg->tree_budget : 0;
+        sd_model *dm = strat == SD_BENCH_NGRAM ? NULL : p->draft;
         sd_spec_free(spec);
         spec = NULL;
-        if ((st = sd_spec_create(p->target, p->draft, &sp, &spec)) != SD_OK) goto out;
+        if ((st = sd_spec_create(p->target, dm, &vp, &spec)) != SD_OK) goto out;
 
         /* Warm both paths (page faults, thread pools) so neither timed run pays them alone. */
-        sd_spec_params wp = sp;
+        sd_spec_params wp = vp;
         wp.n_predict = 8;
         sd_spec *w = NULL;
-        if (sd_spec_create(p->target, p->draft, &wp, &w) == SD_OK) sd_spec_generate(w, ids[0], n_ids[0], NULL, NULL, NULL);
+        if (sd_spec_create(p->target, dm, &wp, &w) == SD_OK) sd_spec_generate(w, ids[0], n_ids[0], NULL, NULL, NULL);
         sd_spec_free(w);
         w = NULL;
+        wp = sp;
+        wp.n_predict = 8;
         if (sd_spec_create(p->target, NULL, &wp, &w) == SD_OK) sd_spec_generate(w, ids[0], n_ids[0], NULL, NULL, NULL);
         sd_spec_free(w);
 
         long drafted_at[SD_MAX_DRAFT] = {0}, accepted_at[SD_MAX_DRAFT] = {0};
-        long drafted = 0, accepted = 0, gen_after_first = 0, passes = 0;
+        long drafted = 0, accepted = 0, gen_after_first = 0, passes = 0, verify_passes = 0;
         int nr = 0;
         for (int pi = 0; pi < p->n_prompts; pi++) {
             for (int rep = 0; rep < reps; rep++) {
@@ -342,7 +372,8 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
                 }
                 if (p->progress) {
                     char what[96];
-                    snprintf(what, sizeof what, "k=%d prompt %d/%d rep %d/%d", k, pi + 1, p->n_prompts, rep + 1, reps);
+                    snprintf(what, sizeof what, "%s k=%d prompt %d/%d rep %d/%d", sname, k, pi + 1, p->n_prompts, rep + 1,
+                             reps);
                     p->progress(done, total, what, p->progress_user);
                 }
                 /* Plain then speculative, back to back with the same seed: slow drift of the
@@ -363,6 +394,7 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
                         kr->diverged++;
                         if (r->n_divergences < SD_BENCH_MAX_DIVERGENCES) {
                             sd_bench_divergence *dv = &r->div[r->n_divergences];
+                            dv->strategy = strat;
                             dv->prompt = pi;
                             dv->k = k;
                             dv->rep = rep;
@@ -390,6 +422,7 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
                 accepted += ss.n_accepted;
                 gen_after_first += ss.n_generated > 0 ? ss.n_generated - 1 : 0;
                 passes += ss.n_verify + ss.n_target_steps;
+                verify_passes += ss.n_verify;
                 kr->kv_bytes_target = (double)ss.kv_bytes_target;
                 kr->kv_bytes_draft = (double)ss.kv_bytes_draft;
             }
@@ -398,6 +431,7 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
         kr->acceptance = drafted ? (double)accepted / (double)drafted : 0.0;
         kr->alpha = sd_bench_alpha(drafted_at, accepted_at, k);
         kr->tokens_per_pass = passes ? (double)gen_after_first / (double)passes : 0.0;
+        kr->mean_accepted = verify_passes ? 1.0 + (double)accepted / (double)verify_passes : 0.0;
         kr->expected_tokens = sd_bench_expected_tokens(kr->alpha, k);
         for (int i = 0; i < k; i++) kr->accept_at[i] = drafted_at[i] ? (double)accepted_at[i] / (double)drafted_at[i] : 0.0;
         kr->tps_plain = sd_median(v_tps_p, nr);
@@ -407,19 +441,25 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
         kr->speedup = sd_median(v_speed, nr);
         kr->draft_share = sd_median(v_draft, nr);
         kr->verify_share = sd_median(v_verify, nr);
-        kr->predicted_speedup = sd_bench_predicted_speedup(kr->alpha, k, draft_ratio, verify_ratio[ki]);
-        kr->break_even_alpha = sd_bench_break_even_alpha(k, draft_ratio, verify_ratio[ki]);
+        kr->predicted_speedup = ki >= 0 ? sd_bench_predicted_speedup(kr->alpha, k, draft_ratio, verify_ratio[ki]) : NAN;
+        kr->break_even_alpha = ki >= 0 ? sd_bench_break_even_alpha(k, draft_ratio, verify_ratio[ki]) : NAN;
     }
     if (p->progress) p->progress(done, total, NULL, p->progress_user);
 
     /* Recommend the fastest k, if any beats plain decoding; not for a random pair, whose
      * acceptance (and so speed) says nothing about a real draft of that size. */
-    double best = 1.0;
-    for (int i = 0; i < r->n_k && !(r->cost_only && !r->self_draft); i++)
+    double best = 1.0, best_fixed = 1.0;
+    r->best = -1;
+    for (int i = 0; i < r->n_k && !(r->cost_only && !r->self_draft); i++) {
         if (r->k[i].speedup > best) {
             best = r->k[i].speedup;
+            r->best = i;
+        }
+        if (r->k[i].strategy == SD_BENCH_FIXED && r->k[i].speedup > best_fixed) {
+            best_fixed = r->k[i].speedup;
             r->best_k = r->k[i].k;
         }
+    }
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0) r->peak_rss_bytes = (double)ru.ru_maxrss * 1024.0; /* Linux: KiB */
 

@@ -28,8 +28,8 @@ int cli_parse_u64(const char *flag, const char *s, uint64_t *out);
  * buffer or NULL (with an error printed listing where it looked). */
 const char *cli_resolve_model(const char *arg, char *buf, size_t cap);
 
-/* Bytes of last-level cache plus the L2 of `threads` cores (32 MiB of L3 when sysconf does not
- * know): weights smaller than this can stay cached between decode steps. */
+/* sd_cache_bytes: last-level cache plus the L2 of `threads` cores, from sysfs, else sysconf:
+ * weights smaller than this can stay cached between decode steps. */
 double cli_cache_bytes(int threads);
 
 /* Loads a model with a tokenizer override; prints the error. */

@@ -60,10 +60,13 @@ static const char *base(const char *p) {
 
 /* The model file of a spec (generating a random one into the cache on first use). */
 static int model_path(const char *which, const sd_bench_model_spec *m, char *buf, size_t cap) {
-    if (m->generated) {
-        fprintf(stderr, "%s: random %s (%s, seed %llu), cached under %s\n", which, m->shape,
-                m->synth.wtype == SD_TYPE_F16 ? "f16" : "f32", (unsigned long long)m->synth.seed, sd_bench_cache_dir());
-    }
+    const sd_type_traits *ti = sd_type_info(m->synth.wtype);
+    if (m->generated)
+        fprintf(stderr, "%s: random %s (%s, seed %llu), cached under %s\n", which, m->shape, ti ? ti->name : "?",
+                (unsigned long long)m->synth.seed, sd_bench_cache_dir());
+    if (m->twin)
+        fprintf(stderr, "%s: cost twin of %s at the %s shape (%s, seed %llu), cached under %s\n", which, m->twin_of,
+                m->shape, ti ? ti->name : "?", (unsigned long long)m->synth.seed, sd_bench_cache_dir());
     int created = 0;
     double t = sd_now();
     sd_status st = sd_bench_model_path(m, buf, cap, &created);
@@ -137,6 +140,10 @@ int cmd_bench(int argc, char **argv) {
         }
         own_prompts = 1;
     }
+    if ((st = sd_bench_apply_template(cfg.prompt_template, prompts, n_prompts)) != SD_OK) {
+        rc = cli_error_status(st);
+        goto done;
+    }
 
     char tpath[4096], dpath[4096];
     if ((rc = model_path("target", &cfg.target, tpath, sizeof tpath))) goto done;
@@ -191,12 +198,12 @@ int cmd_bench(int argc, char **argv) {
         if (rp.progress) progress(0, 0, NULL, NULL);
         /* Partial results: the draft lengths whose runs all finished before Ctrl-C. */
         int n_done = 0;
-        for (int i = 0; i < rep->n_k && i < SD_MAX_DRAFT; i++) {
+        for (int i = 0; i < rep->n_k && i < SD_BENCH_MAX_RESULTS; i++) {
             const sd_bench_k_result *kr = &rep->k[i];
             if (kr->runs < 1) continue;
-            if (!n_done++) printf("partial results (draft lengths completed before the interrupt):\n");
-            printf("  k=%d: %d runs, acceptance %.1f%%, decode %.1f tok/s speculative vs %.1f plain (%.2fx)\n", kr->k,
-                   kr->runs, 100.0 * kr->acceptance, kr->tps_spec, kr->tps_plain, kr->speedup);
+            if (!n_done++) printf("partial results (runs completed before the interrupt):\n");
+            printf("  %s k=%d: %d runs, acceptance %.1f%%, decode %.1f tok/s speculative vs %.1f plain (%.2fx)\n", sd_bench_strategy_name(kr->strategy),
+                   kr->k, kr->runs, 100.0 * kr->acceptance, kr->tps_spec, kr->tps_plain, kr->speedup);
         }
         if (!n_done) printf("partial results: no draft length completed before the interrupt\n");
         fflush(stdout);

@@ -258,7 +258,8 @@ int cmd_generate(int argc, char **argv) {
                     "note: the target reads only %.1f MB of weights per token, which stay in the CPU caches: its\n"
                     "      decode step is compute-bound, so verifying k+1 tokens costs about k+1 steps and\n"
                     "      speculation cannot win; it pays off for targets whose decode streams weights from\n"
-                    "      memory (README, Benchmarks: 1.7x for a 110M-shape F32 target with its Q8_0 copy).\n",
+                    "      memory (scripts/demo.sh runs cost twins of stories260K and stories-draft: the same\n"
+                    "      predictions at the cost of 110M/15M shapes; specdec mkmodel --twin).\n",
                     tb / 1e6);
         cJSON_AddItemToObject(root, "plain", stats_json(&ps));
         cJSON_AddNumberToObject(root, "speedup", tp > 0 ? ts / tp : 0.0);

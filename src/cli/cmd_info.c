@@ -4,6 +4,7 @@
 
 #include "cli/cli.h"
 #include "cli/options.h"
+#include "specdec/twin.h"
 
 int cmd_info(int argc, char **argv) {
     cli_opts o;
@@ -16,6 +17,8 @@ int cmd_info(int argc, char **argv) {
     int rc = cli_load_model(model, tokp, NULL, &m);
     if (rc) return rc;
     sd_model_describe(m, stdout);
+    char twin[1024];
+    if (sd_model_twin_of(m, twin, sizeof twin)) printf("twin:           cost twin of %s\n", twin);
     sd_model_free(m);
     return 0;
 }

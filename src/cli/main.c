@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "specdec/convert.h"
 #include "cli/options.h"
+#include "specdec/bench.h"
 
 volatile sig_atomic_t cli_interrupted = 0;
 
@@ -95,10 +96,7 @@ const char *cli_resolve_model(const char *arg, char *buf, size_t cap) {
     return buf;
 }
 
-double cli_cache_bytes(int threads) {
-    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return (double)(l3 > 0 ? l3 : 32L << 20) + (double)(l2 > 0 ? l2 : 0) * threads;
-}
+double cli_cache_bytes(int threads) { return sd_cache_bytes(threads); }
 
 int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer_fallback, sd_model **out) {
     char path[4096];
@@ -133,7 +131,22 @@ int cli_load_pair(const cli_opts *o, sd_model **tm, sd_model **dm) {
     return rc;
 }
 
+/* libgomp's default wait spins up to 300000 times before sleeping. On a shared machine, when a
+ * neighbour holds one of the two cores, every parallel region then waits a scheduler time slice
+ * for the descheduled thread while the other spins: measured here, Q4_0 110M decode at 2
+ * threads fell from ~200 to 2-3 tokens/s, where passive waiting kept 179. libgomp reads its
+ * settings when it loads, before main, so they are set here and the process re-executes itself
+ * once; a user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is left alone. */
+static void omp_wait_policy(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv("SPECDEC_OMP_SET")) return;
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+    setenv("SPECDEC_OMP_SET", "1", 1); /* once: no loop if the exec fails halfway */
+    execv("/proc/self/exe", argv);
+    /* exec failed (no /proc): go on with the defaults */
+}
+
 int main(int argc, char **argv) {
+    omp_wait_policy(argv);
     if (argc < 2) {
         cli_usage(stderr);
         return 2;

@@ -78,7 +78,7 @@ static const cli_opt k_opts[] = {
      "target model (.gguf, llama2.c .bin or Hugging Face directory)", NULL},
     {"--model-draft", "-md", OPT_STR, GEN_LIKE, "models", "PATH", 0, 0, 0, F(draft), NULL,
      "draft model; without it (and without --draft ngram), plain decoding", NULL},
-    {"--tokenizer", "-z", OPT_STR, GEN_LIKE | CMD_BENCH_DECODE | CMD_INFO | CMD_CONVERT, "models", "PATH", 0, 0, 0,
+    {"--tokenizer", "-z", OPT_STR, GEN_LIKE | CMD_BENCH_DECODE | CMD_INFO | CMD_CONVERT | CMD_MKMODEL, "models", "PATH", 0, 0, 0,
      F(tokenizer), NULL, "tokenizer of a llama2.c (tokenizer.bin) or HF (tokenizer.json) model", "beside it"},
     {"--draft-tokenizer", "-zd", OPT_STR, GEN_LIKE, "models", "PATH", 0, 0, 0, F(draft_tokenizer), NULL,
      "tokenizer of a llama2.c draft", "beside it, else the target's"},
@@ -228,6 +228,8 @@ static const cli_opt k_opts[] = {
     {"--heads", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(heads), NULL, "attention heads", NULL},
     {"--kv-heads", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(kv_heads), NULL,
      "key/value heads (dividing --heads)", "--heads"},
+    {"--head-dim", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 2, 65536, 0, F(head_dim), NULL,
+     "attention head size when not dim / heads (as Qwen3's 128 at dim 1024 with 16 heads)", "dim / heads"},
     {"--hidden", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(hidden), NULL, "feed-forward width", NULL},
     {"--vocab", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(vocab), NULL, "vocabulary size", NULL},
     {"--ctx", NULL, OPT_INT, CMD_MKMODEL, "shape", "N", 1, 1 << 24, 0, F(ctx), NULL, "training context", NULL},
@@ -286,7 +288,8 @@ static const cli_cmd k_cmds[] = {
     {CMD_INFO, "info", "specdec info [-z TOKENIZER] MODEL",
      "Prints the architecture, hyperparameters, tensor types and counts, vocabulary size, special\n"
      "tokens, bytes of weights (and bytes read per decoded token) and the KV cache bytes per token\n"
-     "of MODEL (.gguf, llama2.c .bin with its tokenizer, or a Hugging Face directory).",
+     "of MODEL (.gguf, llama2.c .bin with its tokenizer, or a Hugging Face directory), and for a\n"
+     "cost twin (specdec mkmodel --twin) what it is a twin of.",
      NULL,
      "describe a model file (hyperparameters, tensors, vocabulary, sizes)", cmd_info},
     {CMD_CONVERT, "convert", "specdec convert IN OUT.gguf [--type T] [-z TOKENIZER]",
@@ -294,9 +297,18 @@ static const cli_cmd k_cmds[] = {
      "llama.cpp reads (<arch>.* and tokenizer.ggml.* metadata, llama.cpp tensor names).",
      NULL,
      "write a model as a llama.cpp GGUF in f32/f16/bf16 or quantised (q8_0, q4_0, ...)", cmd_convert},
-    {CMD_MKMODEL, "mkmodel", "specdec mkmodel OUT.gguf [--shape NAME | --dim N --layers N --heads N --hidden N --vocab N] [options]",
-     "Writes a GGUF with random weights of any shape (cost measurements only: its text is noise), or\n"
-     "with --twin SMALL a cost twin: that shape computing the trained SMALL model's function.",
+    {CMD_MKMODEL, "mkmodel",
+     "specdec mkmodel OUT.gguf [--shape NAME | --dim N --layers N --heads N --hidden N --vocab N] [options]\n"
+     "       specdec mkmodel OUT.gguf --twin SMALL [-z TOKENIZER] (--shape NAME | --dim N --layers N --heads N\n"
+     "                       --hidden N) [--type T] [--seed S]",
+     "Writes a GGUF with random weights of any shape (cost measurements only: its text is noise).\n"
+     "\n"
+     "--twin SMALL writes a cost twin instead: a model of the given shape that computes the same\n"
+     "function as SMALL (a path or name as for generate -m; -z: the tokenizer.bin of a llama2.c\n"
+     "SMALL), so it decodes with the large shape's cost and SMALL's predictions. It keeps SMALL's\n"
+     "vocabulary, context, RoPE base and epsilon (so no --vocab, --ctx, --tied); every size must be\n"
+     "at least SMALL's and the head size (dim / heads) a multiple of SMALL's. --seed seeds the random\n"
+     "input weights of its extra heads, units and layers.",
      NULL,
      "write a random-weight GGUF of any shape, or a cost twin (for benchmarks)", cmd_mkmodel},
     {CMD_BENCH, "bench", "specdec bench CONFIG [--quick] [--out DIR] [-t N]",

@@ -45,7 +45,7 @@ typedef struct {
     /* convert, mkmodel */
     int type;
     const char *twin, *shape;
-    int dim, layers, heads, kv_heads, hidden, vocab, ctx, tied;
+    int dim, layers, heads, kv_heads, head_dim, hidden, vocab, ctx, tied;
     uint64_t model_seed;
     const char *arch;
     /* bench */

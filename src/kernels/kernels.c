@@ -12,13 +12,11 @@
 #include "core/fp16.h"
 #include "kernels/quant.h"
 
-#if defined(__AVX512F__)
+#include "kernels/cpu.h"
+#if SD_HAVE_AVX512
 #include <immintrin.h>
 
 #include "kernels/reduce.h"
-#define SD_HAVE_AVX512 1
-#else
-#define SD_HAVE_AVX512 0
 #endif
 
 /* Below this many multiply-adds (~20 us of one core) a parallel region's fork/join, and on a
@@ -1041,4 +1039,49 @@ double sd_stream_read(const float *buf, size_t n) {
         total += s;
     }
     return total;
+}
+
+int sd_cpu_check(char *why, size_t cap) {
+    size_t o = 0;
+    int missing = 0;
+    if (cap) why[0] = 0;
+    __builtin_cpu_init();
+    /* __builtin_cpu_supports takes a string literal, hence one line per feature */
+#define NEED(name)                                                                                        \
+    if (!__builtin_cpu_supports(name)) {                                                                  \
+        missing++;                                                                                        \
+        if (o < cap) o += (size_t)snprintf(why + o, cap - o, "%s%s", missing > 1 ? ", " : "", name);      \
+    }
+#if defined(__AVX512F__)
+    NEED("avx512f")
+#endif
+#if defined(__AVX512BW__)
+    NEED("avx512bw")
+#endif
+#if defined(__AVX512VL__)
+    NEED("avx512vl")
+#endif
+#if defined(__AVX512DQ__)
+    NEED("avx512dq")
+#endif
+#if defined(__AVX512VNNI__)
+    NEED("avx512vnni")
+#endif
+#if defined(__AVX512VBMI__)
+    NEED("avx512vbmi")
+#endif
+#if defined(__GFNI__)
+    NEED("gfni")
+#endif
+#if defined(__F16C__)
+    NEED("f16c")
+#endif
+#if defined(__FMA__)
+    NEED("fma")
+#endif
+#if defined(__AVX2__)
+    NEED("avx2")
+#endif
+#undef NEED
+    return missing ? -1 : 0;
 }

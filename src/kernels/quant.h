@@ -57,8 +57,8 @@ size_t sd_quant_packed_bytes(sd_type t, int64_t rows, size_t row_bytes);
 
 /* Writes t-typed rows from src into dst (sd_quant_packed_bytes) in the kernels' layout: groups
  * of 16 rows whose blocks are interleaved so that each int32 lane of a vector belongs to one
- * row (quant.c describes it). Set sd_tensor.packed to dst; results are bit-identical to the
- * file layout's, which the kernels pack 16 rows at a time on the fly. */
+ * row (quant_internal.h describes it). Set sd_tensor.packed to dst; results are bit-identical
+ * to the file layout's, which the kernels pack 16 rows at a time on the fly. */
 void sd_quant_pack_rows(sd_type t, const void *src, void *dst, int64_t rows, size_t row_bytes, int64_t cols);
 
 /* Naive reference of what sd_quant_matmul computes for row r and one token x: the same

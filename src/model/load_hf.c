@@ -13,6 +13,7 @@
 
 #include "core/fp16.h"
 #include "core/io.h"
+#include "core/json.h"
 #include "model/model_internal.h"
 
 /* Caps each dimension so that products of a few of them stay far from overflow. */
@@ -201,49 +202,30 @@ static sd_status path_join(char *out, size_t cap, const char *dir, const char *n
 
 /* ---- JSON files ---------------------------------------------------------------------------- */
 
-static sd_status read_json(const char *path, cJSON **out) {
-    *out = NULL;
-    char *buf;
-    size_t n;
-    sd_status st = sd_file_read(path, HF_MAX_JSON, &buf, &n);
-    if (st != SD_OK) return st;
-    if (!(*out = cJSON_ParseWithLength(buf, n))) st = sd_fail(SD_ERR_FORMAT, "%s: not valid JSON", path);
-    free(buf);
-    return st;
-}
-
-/* Integer config value in [lo, hi]; absent (or null) gives def, or an error when def < 0. */
-static sd_status cfg_int(const cJSON *cfg, const char *path, const char *key, int64_t def, int64_t lo,
-                         int64_t hi, int64_t *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
-    if (!v || cJSON_IsNull(v)) {
-        if (def < 0) return sd_fail(SD_ERR_FORMAT, "%s: missing key \"%s\"", path, key);
+/* Integer config value in [lo, hi]: absent or null gives def, which must be given when def < 0
+ * (a required key). eos_token_id may list several ids: the first is read. */
+static sd_status cfg_int(sd_json_ctx *c, const cJSON *cfg, const char *key, int64_t def, int64_t lo, int64_t hi,
+                         int64_t *out) {
+    const cJSON *v = sd_json_item(c, cfg, key);
+    if (!v) {
+        if (def < 0) return sd_json_missing(c, key);
         *out = def;
         return SD_OK;
     }
-    if (cJSON_IsArray(v)) v = cJSON_GetArrayItem(v, 0); /* eos_token_id may list several */
-    int64_t x = json_u53(v);
-    if (x < lo || x > hi) {
-        if (cJSON_IsNumber(v))
-            return sd_fail(SD_ERR_FORMAT, "%s: \"%s\" = %g is not an integer in %lld..%lld", path, key, v->valuedouble,
-                           (long long)lo, (long long)hi);
-        return sd_fail(SD_ERR_FORMAT, "%s: \"%s\" is not an integer in %lld..%lld", path, key, (long long)lo,
-                       (long long)hi);
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0) {
+        size_t n = sd_json_enter_key(c, key);
+        sd_json_enter_index(c, 0);
+        sd_status st = sd_json_i64_at(c, cJSON_GetArrayItem(v, 0), lo, hi, out);
+        sd_json_leave(c, n);
+        return st;
     }
-    *out = x;
-    return SD_OK;
+    return sd_json_i64(c, cfg, key, lo, hi, out);
 }
 
-static sd_status cfg_float(const cJSON *cfg, const char *path, const char *key, double def, double *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
-    if (!v || cJSON_IsNull(v)) {
-        *out = def;
-        return SD_OK;
-    }
-    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble))
-        return sd_fail(SD_ERR_FORMAT, "%s: \"%s\" is not a positive number", path, key);
-    *out = v->valuedouble;
-    return SD_OK;
+/* A positive config number; absent or null gives def. */
+static sd_status cfg_pos(sd_json_ctx *c, const cJSON *cfg, const char *key, double def, double *out) {
+    *out = def;
+    return sd_json_num(c, cfg, key, 0, INFINITY, 1, out);
 }
 
 /* ---- tensors -------------------------------------------------------------------------------- */
@@ -366,7 +348,7 @@ static sd_status open_weights(sd_model *m, struct sd_hf_files *f, const char *di
     struct stat sb;
     if (stat(path, &sb) == 0) {
         cJSON *idx;
-        st = read_json(path, &idx);
+        st = sd_json_parse_file(path, HF_MAX_JSON, &idx);
         if (st != SD_OK) return st;
         const cJSON *wm = cJSON_GetObjectItemCaseSensitive(idx, "weight_map");
         if (!cJSON_IsObject(wm)) {
@@ -428,46 +410,40 @@ typedef struct {
     int tied;
 } hf_extra;
 
-/* A positive number of the rope_scaling object (absent: def, or an error when def <= 0). */
-static sd_status rs_num(const char *path, const cJSON *rs, const char *key, double def, double *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(rs, key);
-    if (!v && def > 0) {
-        *out = def;
-        return SD_OK;
-    }
-    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble))
-        return sd_fail(SD_ERR_FORMAT, "%s: rope_scaling.%s is %s, expected a positive number", path, key,
-                       v ? "not a positive number" : "missing");
-    *out = v->valuedouble;
-    return SD_OK;
-}
-
 /* rope_scaling: default (or null) is plain RoPE; linear divides positions by factor; llama3
  * divides the low frequencies by factor and blends the middle band (transformers'
  * _compute_llama3_parameters), which becomes per-pair factors: the rope_freqs weight llama.cpp's
  * converter writes. Any other type is refused by name. */
-static sd_status rope_scaling(sd_model *m, const char *path, const cJSON *rs) {
-    if (!rs || cJSON_IsNull(rs)) return SD_OK;
-    if (!cJSON_IsObject(rs)) return sd_fail(SD_ERR_FORMAT, "%s: rope_scaling is not an object", path);
+static sd_status rope_scaling(sd_model *m, sd_json_ctx *c, const cJSON *cfg) {
+    const char *path = c->file;
+    const cJSON *rs;
+    sd_status st = sd_json_obj(c, cfg, "rope_scaling", 0, &rs);
+    if (st != SD_OK || !rs) return st;
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
     if (!ty) ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
     const char *name = cJSON_IsString(ty) ? ty->valuestring : "?";
     sd_hparams *hp = &m->hp;
     double factor = 1, low = 0, high = 0, orig = 0;
-    sd_status st;
     if (strcmp(name, "default") == 0) return SD_OK;
+    const size_t at = sd_json_enter_key(c, "rope_scaling");
     if (strcmp(name, "linear") == 0) {
-        if ((st = rs_num(path, rs, "factor", 0, &factor)) != SD_OK) return st;
+        if ((st = sd_json_require(c, rs, "factor")) == SD_OK) st = cfg_pos(c, rs, "factor", 1, &factor);
+        sd_json_leave(c, at);
+        if (st != SD_OK) return st;
         hp->rope_scale = (float)factor;
         return SD_OK;
     }
-    if (strcmp(name, "llama3") != 0)
+    if (strcmp(name, "llama3") != 0) {
+        sd_json_leave(c, at);
         return sd_fail(SD_ERR_UNSUPPORTED, "%s: rope_scaling type '%.32s' is not supported (default, linear, llama3)", path,
                        name);
-    if ((st = rs_num(path, rs, "factor", 0, &factor)) != SD_OK || (st = rs_num(path, rs, "low_freq_factor", 0, &low)) ||
-        (st = rs_num(path, rs, "high_freq_factor", 0, &high)) ||
-        (st = rs_num(path, rs, "original_max_position_embeddings", 0, &orig)))
-        return st;
+    }
+    static const char *const need[] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+    double *val[] = {&factor, &low, &high, &orig};
+    for (int i = 0; i < 4 && st == SD_OK; i++)
+        if ((st = sd_json_require(c, rs, need[i])) == SD_OK) st = cfg_pos(c, rs, need[i], 1, val[i]);
+    sd_json_leave(c, at);
+    if (st != SD_OK) return st;
     if (!(high > low))
         return sd_fail(SD_ERR_FORMAT, "%s: rope_scaling.high_freq_factor %g must exceed low_freq_factor %g", path, high, low);
     const int n = hp->rope_dim / 2;
@@ -491,6 +467,9 @@ static sd_status rope_scaling(sd_model *m, const char *path, const cJSON *rs) {
 
 static sd_status parse_config(sd_model *m, const char *path, const cJSON *cfg, hf_extra *x) {
     sd_hparams *hp = &m->hp;
+    sd_json_ctx jc = sd_json_ctx_make(path, SD_ERR_FORMAT, 1), *c = &jc;
+    sd_status st0 = sd_json_check_unique(c, cfg);
+    if (st0 != SD_OK) return st0;
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(cfg, "architectures");
     const cJSON *a0 = cJSON_GetArrayItem(archs, 0);
     if (!cJSON_IsString(a0)) return sd_fail(SD_ERR_FORMAT, "%s: missing key \"architectures\"", path);
@@ -503,27 +482,26 @@ static sd_status parse_config(sd_model *m, const char *path, const cJSON *cfg, h
     double eps = 0, theta = 0;
     sd_status st;
     /* defaults are those of the transformers config classes */
-    if ((st = cfg_int(cfg, path, "hidden_size", -1, 1, HF_MAX_DIM, &dim)) != SD_OK ||
-        (st = cfg_int(cfg, path, "num_hidden_layers", -1, 1, 4096, &nl)) != SD_OK ||
-        (st = cfg_int(cfg, path, "num_attention_heads", -1, 1, 65536, &nh)) != SD_OK ||
-        (st = cfg_int(cfg, path, "num_key_value_heads", nh, 1, nh, &nkv)) != SD_OK ||
-        (st = cfg_int(cfg, path, "intermediate_size", -1, 1, HF_MAX_DIM, &hid)) != SD_OK ||
-        (st = cfg_int(cfg, path, "vocab_size", -1, 1, HF_MAX_DIM, &vocab)) != SD_OK ||
-        (st = cfg_int(cfg, path, "max_position_embeddings", mistral ? 131072 : m->arch->hf_ctx_default, 1, HF_MAX_DIM,
+    if ((st = cfg_int(c, cfg, "hidden_size", -1, 1, HF_MAX_DIM, &dim)) != SD_OK ||
+        (st = cfg_int(c, cfg, "num_hidden_layers", -1, 1, 4096, &nl)) != SD_OK ||
+        (st = cfg_int(c, cfg, "num_attention_heads", -1, 1, 65536, &nh)) != SD_OK ||
+        (st = cfg_int(c, cfg, "num_key_value_heads", nh, 1, nh, &nkv)) != SD_OK ||
+        (st = cfg_int(c, cfg, "intermediate_size", -1, 1, HF_MAX_DIM, &hid)) != SD_OK ||
+        (st = cfg_int(c, cfg, "vocab_size", -1, 1, HF_MAX_DIM, &vocab)) != SD_OK ||
+        (st = cfg_int(c, cfg, "max_position_embeddings", mistral ? 131072 : m->arch->hf_ctx_default, 1, HF_MAX_DIM,
                       &ctx)) != SD_OK ||
-        (st = cfg_float(cfg, path, "rms_norm_eps", 1e-6, &eps)) != SD_OK ||
-        (st = cfg_float(cfg, path, "rope_theta", 10000.0, &theta)) != SD_OK ||
-        (st = cfg_int(cfg, path, "bos_token_id", INT64_MAX, 0, vocab - 1, &x->bos)) != SD_OK ||
-        (st = cfg_int(cfg, path, "eos_token_id", INT64_MAX, 0, vocab - 1, &x->eos)) != SD_OK)
+        (st = cfg_pos(c, cfg, "rms_norm_eps", 1e-6, &eps)) != SD_OK ||
+        (st = cfg_pos(c, cfg, "rope_theta", 10000.0, &theta)) != SD_OK ||
+        (st = cfg_int(c, cfg, "bos_token_id", INT64_MAX, 0, vocab - 1, &x->bos)) != SD_OK ||
+        (st = cfg_int(c, cfg, "eos_token_id", INT64_MAX, 0, vocab - 1, &x->eos)) != SD_OK)
         return st;
     if (x->bos == INT64_MAX) x->bos = -1; /* absent: none */
     if (x->eos == INT64_MAX) x->eos = -1;
     if (nh % nkv != 0)
         return sd_fail(SD_ERR_FORMAT, "%s: num_key_value_heads=%lld does not divide num_attention_heads=%lld", path,
                        (long long)nkv, (long long)nh);
-    const cJSON *hd = cJSON_GetObjectItemCaseSensitive(cfg, "head_dim");
-    if (hd && !cJSON_IsNull(hd)) {
-        if ((st = cfg_int(cfg, path, "head_dim", -1, 2, 65536, &head_dim)) != SD_OK) return st;
+    if (sd_json_item(c, cfg, "head_dim")) {
+        if ((st = cfg_int(c, cfg, "head_dim", -1, 2, 65536, &head_dim)) != SD_OK) return st;
     } else {
         if (dim % nh != 0)
             return sd_fail(SD_ERR_FORMAT, "%s: num_attention_heads=%lld does not divide hidden_size=%lld", path,
@@ -537,20 +515,22 @@ static sd_status parse_config(sd_model *m, const char *path, const cJSON *cfg, h
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
         return sd_fail(SD_ERR_UNSUPPORTED, "%s: hidden_act '%.32s' is not supported (silu only)", path,
                        cJSON_IsString(act) ? act->valuestring : "?");
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "mlp_bias")))
-        return sd_fail(SD_ERR_UNSUPPORTED, "%s: mlp_bias is not supported", path);
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "attention_bias")))
-        return sd_fail(SD_ERR_UNSUPPORTED, "%s: attention_bias (an o_proj bias) is not supported", path);
+    int mlp_bias = 0, attn_bias = 0, use_sw = 0;
+    x->tied = 0;
+    if ((st = sd_json_bool(c, cfg, "mlp_bias", &mlp_bias)) != SD_OK ||
+        (st = sd_json_bool(c, cfg, "attention_bias", &attn_bias)) != SD_OK ||
+        (st = sd_json_bool(c, cfg, "use_sliding_window", &use_sw)) != SD_OK ||
+        (st = sd_json_bool(c, cfg, "tie_word_embeddings", &x->tied)) != SD_OK)
+        return st;
+    if (mlp_bias) return sd_fail(SD_ERR_UNSUPPORTED, "%s: mlp_bias is not supported", path);
+    if (attn_bias) return sd_fail(SD_ERR_UNSUPPORTED, "%s: attention_bias (an o_proj bias) is not supported", path);
     /* Sliding-window attention equals full attention while the context fits in the window,
      * so the usable context is capped there instead of masking. */
-    const cJSON *swv = cJSON_GetObjectItemCaseSensitive(cfg, "sliding_window");
-    int windowed = mistral || (!llama && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "use_sliding_window")));
-    if (windowed && swv && !cJSON_IsNull(swv)) {
-        if ((st = cfg_int(cfg, path, "sliding_window", -1, 1, HF_MAX_DIM, &sw)) != SD_OK) return st;
+    int windowed = mistral || (!llama && use_sw);
+    if (windowed && sd_json_item(c, cfg, "sliding_window")) {
+        if ((st = cfg_int(c, cfg, "sliding_window", -1, 1, HF_MAX_DIM, &sw)) != SD_OK) return st;
         if (sw < ctx) ctx = sw;
     }
-    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings");
-    x->tied = cJSON_IsTrue(tie);
 
     hp->dim = (int)dim;
     hp->n_layers = (int)nl;
@@ -565,7 +545,7 @@ static sd_status parse_config(sd_model *m, const char *path, const cJSON *cfg, h
     hp->norm_eps = (float)eps;
     hp->rope_style = SD_ROPE_HALF; /* HF's rotate_half: pairs (i, i + d/2), no permutation */
     hp->rope_scale = 1;
-    return rope_scaling(m, path, cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling"));
+    return rope_scaling(m, c, cfg);
 }
 
 /* Directory of an HF model from the path given: the directory itself, or the directory of a
@@ -588,11 +568,13 @@ sd_status sd_model_load_hf(sd_model *m, const char *path, const sd_model_params 
     sd_status st = path_join(file, sizeof file, dir, "config.json");
     if (st != SD_OK) return st;
     cJSON *cfg = NULL;
-    st = read_json(file, &cfg);
+    st = sd_json_parse_file(file, HF_MAX_JSON, &cfg);
     if (st != SD_OK) return st;
     if (!cJSON_IsObject(cfg)) {
+        sd_json_ctx c = sd_json_ctx_make(file, SD_ERR_FORMAT, 0);
+        st = sd_json_expected(&c, "an object", cfg);
         cJSON_Delete(cfg);
-        return sd_fail(SD_ERR_FORMAT, "%s: not a JSON object", file);
+        return st;
     }
     hf_extra x = {-1, -1, 0};
     st = parse_config(m, file, cfg, &x);

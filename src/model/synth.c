@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "core/fp16.h"
+#include "model/arch.h"
+#include "model/writer_internal.h"
 #include "specdec/convert.h"
 #include "specdec/types.h"
 
@@ -65,14 +67,21 @@ sd_status sd_synth_validate(const sd_synth_params *p) {
         (st = check_size("hidden_dim", p->hidden_dim)) || (st = check_size("vocab_size", p->vocab_size)) ||
         (st = check_size("ctx_len", p->ctx_len)))
         return st;
-    if (p->dim % p->n_heads != 0)
+    if (p->arch && !sd_arch_by_name(p->arch, strlen(p->arch)))
+        return sd_fail(SD_ERR_INVALID_ARG, "synth: unknown arch '%s' (%s)", p->arch, sd_arch_list());
+    if (p->head_dim < 0 || p->head_dim > SYNTH_MAX_DIM || (uint64_t)p->head_dim * (uint64_t)p->n_heads > SYNTH_MAX_DIM)
+        return sd_fail(SD_ERR_INVALID_ARG, "synth: head_dim %d must be in [0, %d / n_heads]", p->head_dim, SYNTH_MAX_DIM);
+    if (!p->head_dim && p->dim % p->n_heads != 0)
         return sd_fail(SD_ERR_INVALID_ARG, "synth: dim %d is not divisible by n_heads %d", p->dim, p->n_heads);
     if (p->n_heads % p->n_kv_heads != 0)
         return sd_fail(SD_ERR_INVALID_ARG, "synth: n_heads %d is not divisible by n_kv_heads %d", p->n_heads,
                        p->n_kv_heads);
-    if ((p->dim / p->n_heads) % 2 != 0)
-        return sd_fail(SD_ERR_INVALID_ARG, "synth: head_dim %d (dim %d / n_heads %d) must be even for RoPE",
-                       p->dim / p->n_heads, p->dim, p->n_heads);
+    const int hd = p->head_dim ? p->head_dim : p->dim / p->n_heads;
+    if (hd % 2 != 0 && p->head_dim)
+        return sd_fail(SD_ERR_INVALID_ARG, "synth: head_dim %d must be even for RoPE", hd);
+    if (hd % 2 != 0)
+        return sd_fail(SD_ERR_INVALID_ARG, "synth: head_dim %d (dim %d / n_heads %d) must be even for RoPE", hd,
+                       p->dim, p->n_heads);
     if (p->vocab_size < 3)
         return sd_fail(SD_ERR_INVALID_ARG, "synth: vocab_size %d must be >= 3 (<unk>, <s>, </s>)", p->vocab_size);
     if (!(isfinite(p->rope_theta) && p->rope_theta > 0))
@@ -213,6 +222,31 @@ static uint64_t stream_for(uint64_t seed, const char *name) {
     return s;
 }
 
+void sd_writer_fill_uniform(float *buf, size_t n, float mean, float std, uint64_t seed, const char *key) {
+    uint64_t s = stream_for(seed, key);
+    float half_width = std * 1.7320508f; /* uniform on [-a, a] has std a / sqrt(3) */
+    for (size_t i = 0; i < n; i++) {
+        float u = (float)(splitmix64(&s) >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
+        buf[i] = mean + (2.0f * u - 1.0f) * half_width;
+    }
+}
+
+sd_status sd_writer_add_floats(sd_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, int64_t cols,
+                               int64_t rows, const float *buf) {
+    const uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
+    const size_t n = (size_t)cols * (size_t)rows;
+    if (type == SD_TYPE_F32) return sd_gguf_add_tensor(w, name, type, n_dims, ne, buf, n * sizeof(float));
+    const sd_type t = sd_quant_fallback((sd_type)type, cols);
+    const size_t rb = sd_type_row_bytes(t, cols);
+    uint8_t *q = malloc(rb * (size_t)rows);
+    sd_status st = q ? SD_OK : sd_fail(SD_ERR_NOMEM, "writer: no memory for tensor %s", name);
+    for (int64_t r = 0; r < rows && st == SD_OK; r++)
+        st = sd_quantize_row(t, buf + (size_t)r * cols, q + (size_t)r * rb, cols);
+    if (st == SD_OK) st = sd_gguf_add_tensor(w, name, t, n_dims, ne, q, rb * (size_t)rows);
+    free(q);
+    return st;
+}
+
 /* Fills rows x cols with mean + uniform noise of standard deviation std, stored as `type`
  * (quantised types through the writer's row quantiser; rows that do not divide into its
  * blocks fall back as llama.cpp's quantizer does, see sd_quant_fallback). */
@@ -221,32 +255,10 @@ static sd_status add_random(sd_gguf_writer *w, const char *name, uint32_t type, 
     size_t n = (size_t)cols * (size_t)rows; /* bounded by sd_synth_validate */
     float *buf = malloc(n * sizeof(float));
     if (!buf) return sd_fail(SD_ERR_NOMEM, "synth: no memory for tensor %s (%zu elements)", name, n);
-    uint64_t s = stream_for(seed, name);
-    float half_width = std * 1.7320508f; /* uniform on [-a, a] has std a / sqrt(3) */
-    for (size_t i = 0; i < n; i++) {
-        float u = (float)(splitmix64(&s) >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
-        buf[i] = mean + (2.0f * u - 1.0f) * half_width;
-    }
-    uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
-    sd_status st;
-    if (type == SD_TYPE_F32) {
-        st = sd_gguf_add_tensor(w, name, type, n_dims, ne, buf, n * sizeof(float));
-    } else {
-        const sd_type t = sd_quant_fallback((sd_type)type, cols);
-        const size_t rb = sd_type_row_bytes(t, cols);
-        uint8_t *q = malloc(rb * (size_t)rows);
-        st = q ? SD_OK : sd_fail(SD_ERR_NOMEM, "synth: no memory for tensor %s", name);
-        for (int64_t r = 0; r < rows && st == SD_OK; r++)
-            st = sd_quantize_row(t, buf + (size_t)r * cols, q + (size_t)r * rb, cols);
-        if (st == SD_OK) st = sd_gguf_add_tensor(w, name, t, n_dims, ne, q, rb * (size_t)rows);
-        free(q);
-    }
+    sd_writer_fill_uniform(buf, n, mean, std, seed, name);
+    sd_status st = sd_writer_add_floats(w, name, type, n_dims, cols, rows, buf);
     free(buf);
     return st;
-}
-
-static sd_status add_norm(sd_gguf_writer *w, const char *name, int dim, uint64_t seed) {
-    return add_random(w, name, SD_TYPE_F32, 1, dim, 1, 1.0f, 0.02f, seed);
 }
 
 /* A GGUF matrix with ne = {cols, rows}: y = W x takes x of length cols. */
@@ -255,44 +267,39 @@ static sd_status add_matrix(const sd_synth_params *p, sd_gguf_writer *w, const c
     return add_random(w, name, p->wtype, 2, cols, rows, 0.0f, std, p->seed);
 }
 
-static sd_status add_metadata(const sd_synth_params *p, sd_gguf_writer *w) {
-    uint32_t head_dim = (uint32_t)(p->dim / p->n_heads);
-    sd_status st;
-    if ((st = sd_gguf_set_str(w, "general.architecture", "llama")) ||
-        (st = sd_gguf_set_str(w, "general.name", "specdec-synth")) ||
-        (st = sd_gguf_set_u32(w, "general.file_type", sd_quant_file_type((sd_type)p->wtype))) ||
-        (st = sd_gguf_set_u32(w, "llama.context_length", (uint32_t)p->ctx_len)) ||
-        (st = sd_gguf_set_u32(w, "llama.embedding_length", (uint32_t)p->dim)) ||
-        (st = sd_gguf_set_u32(w, "llama.block_count", (uint32_t)p->n_layers)) ||
-        (st = sd_gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)p->hidden_dim)) ||
-        (st = sd_gguf_set_u32(w, "llama.attention.head_count", (uint32_t)p->n_heads)) ||
-        (st = sd_gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)p->n_kv_heads)) ||
-        (st = sd_gguf_set_u32(w, "llama.rope.dimension_count", head_dim)) ||
-        (st = sd_gguf_set_f32(w, "llama.rope.freq_base", p->rope_theta)) ||
-        (st = sd_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", p->norm_eps)) ||
-        (st = sd_gguf_set_u32(w, "llama.vocab_size", (uint32_t)p->vocab_size)))
-        return st;
-    return sd_synth_add_tokenizer(w, p->vocab_size);
+/* The hyperparameters the architecture table sizes the tensors from. */
+static sd_hparams synth_hparams(const sd_synth_params *p) {
+    sd_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.dim = p->dim;
+    hp.n_layers = p->n_layers;
+    hp.n_heads = p->n_heads;
+    hp.n_kv_heads = p->n_kv_heads;
+    hp.head_dim = p->head_dim ? p->head_dim : p->dim / p->n_heads;
+    hp.hidden_dim = p->hidden_dim;
+    hp.vocab_size = p->vocab_size;
+    hp.ctx_len = p->ctx_len;
+    hp.rope_dim = hp.head_dim;
+    hp.rope_theta = p->rope_theta;
+    hp.norm_eps = p->norm_eps;
+    hp.rope_scale = 1;
+    return hp;
 }
 
-static sd_status add_layer(const sd_synth_params *p, sd_gguf_writer *w, int l) {
-    int head_dim = p->dim / p->n_heads;
-    int q_dim = p->n_heads * head_dim, kv_dim = p->n_kv_heads * head_dim;
-    char name[64];
-    sd_status st;
-#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
-    if ((st = add_norm(w, NAME("attn_norm.weight"), p->dim, p->seed)) ||
-        (st = add_matrix(p, w, NAME("attn_q.weight"), p->dim, q_dim)) ||
-        (st = add_matrix(p, w, NAME("attn_k.weight"), p->dim, kv_dim)) ||
-        (st = add_matrix(p, w, NAME("attn_v.weight"), p->dim, kv_dim)) ||
-        (st = add_matrix(p, w, NAME("attn_output.weight"), q_dim, p->dim)) ||
-        (st = add_norm(w, NAME("ffn_norm.weight"), p->dim, p->seed)) ||
-        (st = add_matrix(p, w, NAME("ffn_gate.weight"), p->dim, p->hidden_dim)) ||
-        (st = add_matrix(p, w, NAME("ffn_up.weight"), p->dim, p->hidden_dim)) ||
-        (st = add_matrix(p, w, NAME("ffn_down.weight"), p->hidden_dim, p->dim)))
-        return st;
-#undef NAME
-    return SD_OK;
+/* Weight w of layer l: norm gains near 1, biases small, matrices by their fan-in (the
+ * embeddings as given). */
+static sd_status add_weight(const sd_synth_params *p, const sd_hparams *hp, sd_gguf_writer *w, sd_weight id, int l,
+                            float emb_std) {
+    const sd_weight_info *wi = &sd_weight_table[id];
+    char name[96];
+    if (sd_weight_name(id, l, 0, name, sizeof name) != 0) return sd_fail(SD_ERR_INVALID_ARG, "synth: weight name");
+    const int64_t cols = sd_dim_value(hp, wi->cols);
+    if (sd_weight_is_vector(id)) {
+        const int norm = strstr(name, "norm") != NULL;
+        return add_random(w, name, SD_TYPE_F32, 1, cols, 1, norm ? 1.0f : 0.0f, 0.02f, p->seed);
+    }
+    if (id == SD_W_TOKEN_EMBD) return add_random(w, name, p->wtype, 2, cols, sd_dim_value(hp, wi->rows), 0.0f, emb_std, p->seed);
+    return add_matrix(p, w, name, (int)cols, (int)sd_dim_value(hp, wi->rows));
 }
 
 sd_status sd_synth_build(const sd_synth_params *p, sd_gguf_writer **out) {
@@ -300,6 +307,9 @@ sd_status sd_synth_build(const sd_synth_params *p, sd_gguf_writer **out) {
     *out = NULL;
     sd_status st = sd_synth_validate(p);
     if (st) return st;
+    const char *an = p->arch ? p->arch : "llama";
+    const sd_arch *arch = sd_arch_by_name(an, strlen(an));
+    const sd_hparams hp = synth_hparams(p);
     sd_gguf_writer *w = sd_gguf_writer_create();
     if (!w) return sd_fail(SD_ERR_NOMEM, "synth: no memory for the writer");
 
@@ -308,11 +318,15 @@ sd_status sd_synth_build(const sd_synth_params *p, sd_gguf_writer **out) {
     float emb_std = p->weight_scale > 0 ? p->weight_scale
                     : p->tied_output    ? 1.0f / sqrtf((float)p->dim)
                                         : 0.02f;
-    st = add_metadata(p, w);
-    if (!st) st = add_random(w, "token_embd.weight", p->wtype, 2, p->dim, p->vocab_size, 0.0f, emb_std, p->seed);
-    for (int l = 0; !st && l < p->n_layers; l++) st = add_layer(p, w, l);
-    if (!st) st = add_norm(w, "output_norm.weight", p->dim, p->seed);
-    if (!st && !p->tied_output) st = add_matrix(p, w, "output.weight", p->dim, p->vocab_size);
+    st = sd_writer_set_meta(w, an, "specdec-synth", (sd_type)p->wtype, &hp, NULL);
+    if (!st) st = sd_synth_add_tokenizer(w, p->vocab_size);
+    /* the weights the architecture requires, in llama.cpp's order */
+    if (!st) st = add_weight(p, &hp, w, SD_W_TOKEN_EMBD, 0, emb_std);
+    for (int l = 0; !st && l < p->n_layers; l++)
+        for (int id = SD_W_LAYER0; !st && id < SD_W_COUNT; id++)
+            if (arch->need[id] == SD_NEED_YES) st = add_weight(p, &hp, w, (sd_weight)id, l, emb_std);
+    if (!st) st = add_weight(p, &hp, w, SD_W_OUTPUT_NORM, 0, emb_std);
+    if (!st && !p->tied_output) st = add_weight(p, &hp, w, SD_W_OUTPUT, 0, emb_std);
     if (st) {
         sd_gguf_writer_free(w);
         return st;

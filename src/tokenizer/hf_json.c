@@ -1,5 +1,7 @@
 /* Hugging Face tokenizer.json with model.type "BPE": vocabulary, merges and added tokens,
  * and the normalizer / pre-tokenizer / decoder / post-processor pieces bpe.c implements. */
+#include "core/io.h"
+#include "core/json.h"
 #include "tok_internal.h"
 
 #include <cjson/cJSON.h>
@@ -379,12 +381,9 @@ sd_status sd_tokenizer_from_hf_json(const char *json, size_t len, const char *wh
     if (!what) what = "tokenizer.json";
     if (!json) return sd_fail(SD_ERR_INVALID_ARG, "%s: NULL buffer", what);
     if (bos < -1 || eos < -1) return sd_fail(SD_ERR_INVALID_ARG, "%s: BOS %d / EOS %d", what, (int)bos, (int)eos);
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        size_t off = at && at >= json && at <= json + len ? (size_t)(at - json) : 0;
-        return sd_fail(SD_ERR_FORMAT, "%s: not valid JSON (near byte %zu)", what, off);
-    }
+    cJSON *root = NULL;
+    sd_status pst = sd_json_parse(json, len, what, &root);
+    if (pst != SD_OK) return pst;
     hf_ctx c = {what, NULL, NULL};
     sd_status st = from_json(&c, root, bos, eos, out);
     sd_tokenizer_free(c.t);
@@ -399,7 +398,7 @@ sd_status sd_tokenizer_load_hf_json(const char *path, int32_t bos, int32_t eos, 
     if (!path) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: path is NULL");
     char *buf;
     size_t len;
-    sd_status st = sd_tok_read_file(path, &buf, &len);
+    sd_status st = sd_file_read(path, (size_t)1 << 30, &buf, &len);
     if (st == SD_OK) st = sd_tokenizer_from_hf_json(buf, len, path, bos, eos, out);
     free(buf);
     return st;
@@ -422,10 +421,14 @@ static int32_t config_id(const sd_tokenizer *t, const cJSON *v, const char *what
 sd_status sd_tokenizer_apply_hf_config(sd_tokenizer *t, const char *json, size_t len, const char *what) {
     if (!what) what = "tokenizer config";
     if (!t || (!json && len)) return sd_fail(SD_ERR_INVALID_ARG, "%s: bad arguments", what);
-    cJSON *root = cJSON_ParseWithLength(json ? json : "", len);
+    cJSON *root = NULL;
+    sd_status pst = sd_json_parse(json ? json : "", len, what, &root);
+    if (pst != SD_OK) return pst;
     if (!cJSON_IsObject(root)) {
+        sd_json_ctx jc = sd_json_ctx_make(what, SD_ERR_FORMAT, 0);
+        pst = sd_json_expected(&jc, "an object", root);
         cJSON_Delete(root);
-        return sd_fail(SD_ERR_FORMAT, "%s: not a JSON object", what);
+        return pst;
     }
     /* Everything is checked before t changes. */
     enum { MAX_EOS = 64 };
@@ -509,7 +512,7 @@ sd_status sd_tokenizer_load_hf_config(sd_tokenizer *t, const char *dir) {
         if (access(path, F_OK) != 0) continue; /* optional */
         char *buf;
         size_t len;
-        sd_status st = sd_tok_read_file(path, &buf, &len);
+        sd_status st = sd_file_read(path, (size_t)1 << 30, &buf, &len);
         if (st == SD_OK) st = sd_tokenizer_apply_hf_config(t, buf, len, path);
         free(buf);
         if (st != SD_OK) return st;

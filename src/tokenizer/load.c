@@ -1,6 +1,7 @@
 /* Tokenizer loaders: llama2.c tokenizer.bin and GGUF "llama" (SentencePiece) and "gpt2"
  * (byte-level BPE, set up by bpe.c) metadata.
  * Both produce the same canonical pieces ("▁the", "<s>") so vocabularies from either compare equal. */
+#include "core/io.h"
 #include "tok_internal.h"
 
 #include <errno.h>
@@ -164,7 +165,7 @@ sd_status sd_tokenizer_load_llama2c(const char *path, int vocab_size, sd_tokeniz
     if (!path) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: path is NULL");
     char *buf;
     size_t len;
-    sd_status st = sd_tok_read_file(path, &buf, &len);
+    sd_status st = sd_file_read(path, (size_t)1 << 30, &buf, &len);
     if (st == SD_OK) st = sd_tokenizer_from_llama2c_buf(buf, len, vocab_size, path, out);
     free(buf);
     return st;
@@ -458,21 +459,15 @@ sd_status sd_tokenizer_from_gguf(const sd_gguf *g, const char *what, sd_tokenize
 /* A GGUF's tokenizer without its weights: the file is mapped, and the parser reads only the
  * header and metadata pages of it (it checks tensor extents against the size, not the data). */
 static sd_status from_gguf_file(const char *path, sd_tokenizer **out) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return sd_fail(SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size <= 0) {
-        close(fd);
-        return sd_fail(SD_ERR_IO, "%s: cannot determine the size: %s", path, strerror(errno));
-    }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return sd_fail(SD_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+    void *map;
+    size_t len;
+    sd_status s = sd_file_map(path, &map, &len);
+    if (s != SD_OK) return s;
     sd_gguf *g = NULL;
-    sd_status s = sd_gguf_parse(map, (size_t)st.st_size, path, &g);
+    s = sd_gguf_parse(map, len, path, &g);
     if (s == SD_OK) s = sd_tokenizer_from_gguf(g, path, out);
     sd_gguf_free(g);
-    munmap(map, (size_t)st.st_size);
+    sd_file_unmap(map, len);
     return s;
 }
 
@@ -492,7 +487,7 @@ sd_status sd_tokenizer_load(const char *path, sd_tokenizer **out) {
     if (!path) return sd_fail(SD_ERR_INVALID_ARG, "tokenizer: path is NULL");
     char buf[4096];
     struct stat st;
-    if (stat(path, &st) != 0) return sd_fail(SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (stat(path, &st) != 0) return sd_fail(SD_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) {
         if (snprintf(buf, sizeof buf, "%s/tokenizer.json", path) >= (int)sizeof buf)
             return sd_fail(SD_ERR_INVALID_ARG, "%s: path too long", path);
@@ -503,7 +498,7 @@ sd_status sd_tokenizer_load(const char *path, sd_tokenizer **out) {
     /* the first bytes tell GGUF and JSON apart; anything else is read as tokenizer.bin */
     unsigned char head[16] = {0};
     FILE *f = fopen(path, "rb");
-    if (!f) return sd_fail(SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!f) return sd_fail(SD_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     size_t got = fread(head, 1, sizeof head, f);
     fclose(f);
     if (got >= 4 && memcmp(head, "GGUF", 4) == 0) return from_gguf_file(path, out);

@@ -109,8 +109,6 @@ typedef struct {
  * become control tokens, and EOS) and the special-token list (encode.c). roles may be NULL. */
 sd_status sd_tok_finish_special(sd_tokenizer *t, const sd_tok_eog_roles *roles, const char *what);
 
-/* Reads a whole file into a malloc'd buffer with a NUL after its len bytes. */
-sd_status sd_tok_read_file(const char *path, char **buf, size_t *len);
 
 /* Replaces the chat template with a copy of s[0..n). */
 sd_status sd_tok_set_chat_template(sd_tokenizer *t, const char *s, size_t n, const char *what);

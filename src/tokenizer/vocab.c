@@ -158,32 +158,6 @@ sd_status sd_tok_finish(sd_tokenizer *t, const char *what) {
     return SD_OK;
 }
 
-sd_status sd_tok_read_file(const char *path, char **buf, size_t *len) {
-    *buf = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return sd_fail(SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    long n = -1;
-    sd_status st = SD_OK;
-    char *b = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n < 0 || fseek(f, 0, SEEK_SET) != 0)
-        st = sd_fail(SD_ERR_IO, "%s: cannot determine the size: %s", path, strerror(errno));
-    else if (!(b = malloc((size_t)n + 1)))
-        st = sd_fail(SD_ERR_NOMEM, "%s: out of memory for %ld bytes", path, n);
-    else if (fread(b, 1, (size_t)n, f) != (size_t)n)
-        st = sd_fail(SD_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-    fclose(f);
-    if (st != SD_OK) {
-        free(b);
-        return st;
-    }
-    b[n] = '\0';
-    *buf = b;
-    *len = (size_t)n;
-    return SD_OK;
-}
-
 sd_status sd_tok_set_chat_template(sd_tokenizer *t, const char *s, size_t n, const char *what) {
     char *c = malloc(n + 1);
     if (!c) return sd_fail(SD_ERR_NOMEM, "%s: out of memory for a chat template of %zu bytes", what, n);

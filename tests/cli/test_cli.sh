@@ -110,6 +110,22 @@ else
   echo "skip f16 cache self-draft: this build has no AVX-512 kernels"; skip=$((skip+1))
 fi
 
+# Cost twins: a twin of the tiny model says what it is and generates the tiny model's text;
+# every flag a twin cannot take, and every shape it cannot have, is refused by name.
+check "mkmodel twin"          0 "wrote .*: cost twin of .*tiny.gguf \(dim 32 -> 64, 1 -> 2 layers, 4 -> 4 heads, 2 -> 4 kv heads, hidden 64 -> 128; vocab 300\)" -- "$BIN" mkmodel "$TMP/twin.gguf" --twin "$TMP/tiny.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 4 --hidden 128
+check "info twin"             0 "^twin: +cost twin of .*tiny.gguf \(dim 32, 1 layers, 4 heads, 2 kv heads, hidden 64\) at dim 64, 2 layers" -- "$BIN" info "$TMP/twin.gguf"
+"$BIN" generate -m "$TMP/tiny.gguf" -n 12 --ignore-eos --no-stream 2>/dev/null >"$TMP/tiny.txt"
+"$BIN" generate -m "$TMP/twin.gguf" -n 12 --ignore-eos --no-stream 2>/dev/null >"$TMP/twin.txt"
+[ -s "$TMP/tiny.txt" ] && cmp -s "$TMP/tiny.txt" "$TMP/twin.txt" && { echo "ok   twin generates the tiny model's text"; pass=$((pass+1)); } || { echo "FAIL twin text differs from the tiny model's"; fail=$((fail+1)); }
+check "twin needs a shape"    2 "--twin needs the large shape: --shape NAME, or --dim/--layers/--heads/--hidden" -- "$BIN" mkmodel "$TMP/x.gguf" --twin "$TMP/tiny.gguf"
+check "twin with --vocab"     2 "--vocab cannot be used with --twin \(a twin keeps SMALL's vocabulary, context and separate classifier\)" -- "$BIN" mkmodel "$TMP/x.gguf" --twin "$TMP/tiny.gguf" --shape stories15M --vocab 512
+check "twin with --tied"      2 "--tied cannot be used with --twin" -- "$BIN" mkmodel "$TMP/x.gguf" --twin "$TMP/tiny.gguf" --shape stories15M --tied
+check "-z without twin"       2 "-z goes with --twin" -- "$BIN" mkmodel "$TMP/x.gguf" -z tok.bin
+check "twin smaller shape"    1 "twin: dim 16 is smaller than .*tiny.gguf's 32 \(a twin is at least the small model in every size\)" -- "$BIN" mkmodel "$TMP/x.gguf" --twin "$TMP/tiny.gguf" --dim 16 --heads 2 --kv-heads 2
+check "twin head size"        1 "twin: head size 12 \(dim 48 / 4 heads\) is not a multiple of .*tiny.gguf's head size 8" -- "$BIN" mkmodel "$TMP/x.gguf" --twin "$TMP/tiny.gguf" --dim 48 --heads 4 --kv-heads 4
+check "twin GQA groups"       1 "twin: kv_heads 2 does not fit .*tiny.gguf's grouped-query attention" -- "$BIN" mkmodel "$TMP/x.gguf" --twin "$TMP/tiny.gguf" --dim 96 --heads 12 --kv-heads 2 --layers 1 --hidden 64
+check "twin missing small"    1 "model '/nonexistent.bin' not found" -- "$BIN" mkmodel "$TMP/x.gguf" --twin /nonexistent.bin --shape stories15M
+
 # specdec bench: config errors name file and JSON path; a tiny generated pair runs end to end.
 printf '{"target": {"model": "x"}, "draft": {"model": "y"}, "prompts": {"text": ["a"]}, "sweep": {"k": [1, "four"]}}' >"$TMP/bad.json"
 check "bench bad config"      2 "bad.json: .sweep.k\[1\]: expected an integer in 1..32, got \"four\"" -- "$BIN" bench "$TMP/bad.json"
@@ -121,6 +137,16 @@ cat >"$TMP/tinybench.json" <<'EOF'
 EOF
 check "bench tiny self-draft" 0 "identical to plain decoding in all 4 runs" -- env SPECDEC_CACHE="$TMP/cache" "$BIN" bench "$TMP/tinybench.json" --quick --out "$TMP/res" -t 1
 { [ -s "$TMP/res/tinybench.json" ] && grep -q '</svg>' "$TMP/res/tinybench.svg"; } && { echo "ok   bench report files"; pass=$((pass+1)); } || { echo "FAIL bench report files"; fail=$((fail+1)); }
+
+# A bench pair of cost twins (of the tiny model, made on first use): real acceptance, so not
+# labelled cost only.
+cat >"$TMP/twinbench.json" <<EOF
+{"target": {"twin": {"of": "$TMP/tiny.gguf", "shape": "stories260K", "dim": 64, "layers": 2, "heads": 4, "kv_heads": 4, "hidden": 128}},
+ "draft": {"twin": {"of": "$TMP/tiny.gguf", "shape": "stories260K", "dim": 64, "layers": 2, "heads": 4, "kv_heads": 4, "hidden": 128, "type": "q8_0"}},
+ "prompts": {"text": ["a b"]}, "n_predict": 8, "sweep": {"k": [2]}, "repetitions": 1}
+EOF
+check "bench twin pair"       0 "target: cost twin of .*tiny.gguf at the stories260K shape \(f32, seed 1\), cached under" -- env SPECDEC_CACHE="$TMP/cache" "$BIN" bench "$TMP/twinbench.json" --quick --out "$TMP/twres" -t 1
+grep -q '"cost_only":.*false' "$TMP/twres/twinbench.json" && grep -q 'tiny.gguf twin (stories260K shape, q8_0)' "$TMP/twres/twinbench.svg" && { echo "ok   twin bench is not cost only, labelled as twins"; pass=$((pass+1)); } || { echo "FAIL twin bench report"; fail=$((fail+1)); }
 
 # Ctrl-C during a long generation: stops at the next token, prints statistics, exits 130.
 "$BIN" mkmodel "$TMP/slow.gguf" --dim 256 --layers 6 --heads 8 --hidden 768 --vocab 300 --ctx 8192 2>/dev/null
@@ -160,6 +186,12 @@ if [ -f "$SHARED/models/stories260K/stories260K.bin" ] && [ -f "$SHARED/models/s
   export SPECDEC_MODEL_PATH="$SHARED/models"
   check "real pair --compare"  0 "greedy outputs identical: yes" -- "$BIN" generate -m stories260K -md stories-draft -n 64 --compare
   check "real pair stdout"     0 "Once upon a time, there was a little girl named Lily" -- "$BIN" generate -m stories260K -md stories-draft -n 32
+  # stories-draft's cost twin drafts exactly as stories-draft does: the same acceptance at a fixed k
+  # (the adaptive default drafts less for the costlier twin).
+  check "twin of stories-draft" 0 "cost twin of stories-draft" -- "$BIN" mkmodel "$TMP/d15.gguf" --twin stories-draft -z "$SHARED/models/stories260K/tok512.bin" --shape stories15M
+  "$BIN" generate -m stories260K -md stories-draft -n 64 --draft-fixed --no-stream 2>&1 >/dev/null | grep "^acceptance rate" >"$TMP/acc.small"
+  "$BIN" generate -m stories260K -md "$TMP/d15.gguf" -n 64 --draft-fixed --no-stream 2>&1 >/dev/null | grep "^acceptance rate" >"$TMP/acc.twin"
+  [ -s "$TMP/acc.small" ] && cmp -s "$TMP/acc.small" "$TMP/acc.twin" && { echo "ok   twin draft accepts as stories-draft: $(cat "$TMP/acc.twin")"; pass=$((pass+1)); } || { echo "FAIL twin draft acceptance: $(cat "$TMP/acc.small") vs $(cat "$TMP/acc.twin")"; fail=$((fail+1)); }
   # Same vocabulary size (512), different pieces: the pair check must refuse it.
   "$BIN" mkmodel "$TMP/other512.gguf" --dim 32 --layers 1 --heads 4 --hidden 64 --vocab 512 --ctx 64 2>/dev/null
   check "incompatible pair"    1 "differ at id [0-9]+" -- "$BIN" generate -m stories260K -md "$TMP/other512.gguf"

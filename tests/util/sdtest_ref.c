@@ -57,3 +57,20 @@ double sdtest_check_reference_logits(sd_model *m, const cJSON *ref, const char *
     free(tok);
     return d_batched > d_step ? d_batched : d_step;
 }
+
+void sdtest_verify_output_distribution(const float *p, const float *q, int n, float *out) {
+    /* q(x) min(1, p(x)/q(x)) = min(p(x), q(x)) (0 when q(x) = 0: x is never drafted). */
+    double accepted = 0, resid_mass = 0;
+    for (int i = 0; i < n; i++) {
+        accepted += p[i] < q[i] ? p[i] : q[i];
+        if (p[i] > q[i]) resid_mass += (double)p[i] - (double)q[i];
+    }
+    const double reject = 1.0 - accepted;
+    for (int i = 0; i < n; i++) {
+        double acc = p[i] < q[i] ? p[i] : q[i];
+        /* Mirrors sd_sample_residual, including its fall-back to p when the residual is empty. */
+        double res = resid_mass > 0 ? (p[i] > q[i] ? ((double)p[i] - q[i]) / resid_mass : 0.0)
+                                    : p[i];
+        out[i] = (float)(acc + reject * res);
+    }
+}

@@ -21,4 +21,9 @@ int32_t *sdtest_json_ints(const cJSON *arr, int *n);
  * returns the larger of the two max differences. */
 double sdtest_check_reference_logits(sd_model *m, const cJSON *ref, const char *label, double tol);
 
+/* The analytic output distribution of one speculative step at a single position:
+ * P(out = x) = q(x) min(1, p(x)/q(x)) + (1 - sum_y q(y) min(1, p(y)/q(y))) * residual(x),
+ * written from the rule, not from the kernel, so tests can hold the kernel to it. */
+void sdtest_verify_output_distribution(const float *p, const float *q, int n, float *out);
+
 #endif

@@ -1,26 +1,120 @@
-/* Row quantisers in ggml's block layouts, reproducing ggml's reference algorithms (the ones
- * llama.cpp's quantizer runs without an importance matrix) operation for operation, so a
- * model quantised here and one quantised by llama.cpp agree block for block. */
-#include <ctype.h>
+/* ggml's block formats of the weight types in scalar code: the quantisers (ggml's reference
+ * algorithms, for convert and --draft-type) and the dequantisers the fast paths are held to. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
 #include "core/fp16.h"
-#include "kernels/quant.h"
+#include "kernels/quant_internal.h"
 #include "specdec/convert.h"
+
+/* ------------------------------------------------------------------ reference dequantisation */
+
+static void deq_q8_0_ref(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += SD_Q8_0_BYTES, y += 32) {
+        const float d = h2f(b);
+        const int8_t *q = (const int8_t *)(b + 2);
+        for (int j = 0; j < 32; j++) y[j] = q[j] * d;
+    }
+}
+
+static void deq_q4_0_ref(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += SD_Q4_0_BYTES, y += 32) {
+        const float d = h2f(b);
+        const uint8_t *q = b + 2;
+        for (int j = 0; j < 16; j++) {
+            y[j] = ((q[j] & 0x0F) - 8) * d;
+            y[j + 16] = ((q[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+static void deq_q5_0_ref(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += SD_Q5_0_BYTES, y += 32) {
+        const float d = h2f(b);
+        const uint32_t qh = le32(b + 2);
+        const uint8_t *q = b + 6;
+        for (int j = 0; j < 16; j++) {
+            const int h0 = (int)((qh >> j) & 1u) << 4, h1 = (int)((qh >> (j + 16)) & 1u) << 4;
+            y[j] = (((q[j] & 0x0F) | h0) - 16) * d;
+            y[j + 16] = (((q[j] >> 4) | h1) - 16) * d;
+        }
+    }
+}
+
+static void deq_q4_k_ref(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += SD_Q4_K_BYTES) {
+        const float d = h2f(b), dmin = h2f(b + 2);
+        uint8_t sm[16];
+        q4_k_scales(b + 4, sm);
+        const uint8_t *q = b + 16;
+        for (int c = 0; c < 4; c++, q += 32) {
+            const float d1 = d * sm[2 * c], m1 = dmin * sm[8 + 2 * c];
+            const float d2 = d * sm[2 * c + 1], m2 = dmin * sm[8 + 2 * c + 1];
+            for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0x0F) - m1;
+            for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
+        }
+    }
+}
+
+static void deq_q6_k_ref(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += SD_Q6_K_BYTES) {
+        const float d = h2f(b + 208);
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        for (int n = 0; n < 256; n += 128, ql += 64, qh += 32, sc += 8, y += 128) {
+            for (int l = 0; l < 32; l++) {
+                const int is = l / 16;
+                const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l] = d * sc[is] * q1;
+                y[l + 32] = d * sc[is + 2] * q2;
+                y[l + 64] = d * sc[is + 4] * q3;
+                y[l + 96] = d * sc[is + 6] * q4;
+            }
+        }
+    }
+}
+
+static void deq_bf16_ref(const uint8_t *b, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, b + 2 * i, sizeof h);
+        uint32_t u = (uint32_t)h << 16;
+        memcpy(&y[i], &u, sizeof u);
+    }
+}
+
+int sd_quant_has_dequant(sd_type t) {
+    return t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_0 || t == SD_TYPE_Q5_0 || t == SD_TYPE_Q4_K ||
+           t == SD_TYPE_Q6_K || t == SD_TYPE_BF16;
+}
+
+int sd_quant_dequant_row_ref(sd_type t, const void *src, float *dst, int64_t n) {
+    const int64_t nb = blocks_of(t, n);
+    if (nb < 0) return -1;
+    const uint8_t *b = src;
+    switch (t) {
+    case SD_TYPE_Q8_0: deq_q8_0_ref(b, dst, nb); return 0;
+    case SD_TYPE_Q4_0: deq_q4_0_ref(b, dst, nb); return 0;
+    case SD_TYPE_Q5_0: deq_q5_0_ref(b, dst, nb); return 0;
+    case SD_TYPE_Q4_K: deq_q4_k_ref(b, dst, nb); return 0;
+    case SD_TYPE_Q6_K: deq_q6_k_ref(b, dst, nb); return 0;
+    case SD_TYPE_BF16: deq_bf16_ref(b, dst, nb); return 0;
+    default: return -1;
+    }
+}
+
+/* ------------------------------------------------------------------ quantisation
+ *
+ * Row quantisers in ggml's block layouts, reproducing ggml's reference algorithms (the ones
+ * llama.cpp's quantizer runs without an importance matrix) operation for operation, so a
+ * model quantised here and one quantised by llama.cpp agree block for block. */
 
 /* Scales below this make a group "all zero" (ggml's GROUP_MAX_EPS). */
 #define GROUP_MAX_EPS 1e-15f
-
-/* ggml's nearest_int: round to nearest, ties to even, for |v| < 2^22, by the float-add trick
- * (no UB for out-of-range input, where it returns garbage exactly as ggml's does). */
-static inline int nearest_int(float v) {
-    float f = v + 12582912.0f;
-    int32_t i;
-    memcpy(&i, &f, sizeof i);
-    return (i & 0x007fffff) - 0x00400000;
-}
 
 /* (int)v clamped to [0, hi]: ggml's MIN(hi, (int8_t)v) for the v >= 0 it produces, without
  * C's undefined float-to-int conversion when a NaN or infinite weight slips in. */
@@ -386,38 +480,4 @@ sd_status sd_quantize_row(sd_type t, const float *x, void *dst, int64_t n) {
     default: break;
     }
     return SD_OK;
-}
-
-sd_type sd_quant_fallback(sd_type want, int64_t cols) {
-    if (sd_type_row_bytes(want, cols)) return want;
-    if (want == SD_TYPE_Q4_K && sd_type_row_bytes(SD_TYPE_Q5_0, cols)) return SD_TYPE_Q5_0;
-    if (want == SD_TYPE_Q6_K && sd_type_row_bytes(SD_TYPE_Q8_0, cols)) return SD_TYPE_Q8_0;
-    return SD_TYPE_F16;
-}
-
-int sd_type_from_name(const char *s) {
-    static const sd_type k[] = {SD_TYPE_F32,  SD_TYPE_F16,  SD_TYPE_BF16, SD_TYPE_Q8_0,
-                                SD_TYPE_Q4_0, SD_TYPE_Q5_0, SD_TYPE_Q4_K, SD_TYPE_Q6_K};
-    if (!s) return -1;
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        const char *n = sd_type_info(k[i])->name;
-        size_t j = 0;
-        while (n[j] && s[j] && tolower((unsigned char)n[j]) == tolower((unsigned char)s[j])) j++;
-        if (!n[j] && !s[j]) return (int)k[i];
-    }
-    return -1;
-}
-
-uint32_t sd_quant_file_type(sd_type t) {
-    switch (t) {
-    case SD_TYPE_F32: return 0;  /* LLAMA_FTYPE_ALL_F32 */
-    case SD_TYPE_F16: return 1;  /* MOSTLY_F16 */
-    case SD_TYPE_Q4_0: return 2; /* MOSTLY_Q4_0 */
-    case SD_TYPE_Q8_0: return 7; /* MOSTLY_Q8_0 */
-    case SD_TYPE_Q5_0: return 8; /* MOSTLY_Q5_0 */
-    case SD_TYPE_Q4_K: return 14; /* MOSTLY_Q4_K_S: every matrix q4_K */
-    case SD_TYPE_Q6_K: return 18; /* MOSTLY_Q6_K */
-    case SD_TYPE_BF16: return 32; /* MOSTLY_BF16 */
-    default: return 0;
-    }
 }

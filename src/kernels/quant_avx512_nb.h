@@ -1,0 +1,252 @@
+/* The integer kernels for NB tokens: quant_avx512.c defines NB and includes this file once for
+ * each NB = 1..9 (so no include guard). With NB a constant, every loop over the tokens unrolls
+ * and each (row or group, token) accumulator can stay in a register. NBF(name) is name_NB. */
+
+#if NB <= ROWS_MAX_NB
+/* Q5_0 rows [r0, r1) for NB tokens, one row at a time in visiting order, inside one call (was
+ * a call per row, two accumulators per token and _mm512_reduce_add_ps; a 16-row variant with a
+ * transposed reduction spilled its accumulators and measured slower than this). */
+static void NBF(rows_q5_0)(const sd_tensor *W, const void *xa, size_t xs, float *Y, int64_t r0, int64_t r1) {
+    const act_quad *X = xa;
+    const int64_t nblk = W->cols / 32, ng = nblk / Q5_GROUP_BLOCKS;
+    const int rest = (int)(nblk % Q5_GROUP_BLOCKS);
+    const int64_t per = (r1 - r0) / QS_STREAMS;
+    for (int64_t i = 0; i < r1 - r0; i++) {
+        const int64_t r = visit_row(r0, per, i);
+        const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
+        __m512 acc[NB];
+        for (int j = 0; j < NB; j++) acc[j] = _mm512_setzero_ps();
+        for (int64_t g = 0; g < ng; g++) {
+            const uint8_t *b = row + (size_t)g * Q5_GROUP_BYTES;
+            prefetch_ahead(b, Q5_GROUP_BYTES);
+            group_q5_0(b, Q5_GROUP_BLOCKS, X, xs, g, acc, NB);
+        }
+        if (rest) group_q5_0(row + (size_t)ng * Q5_GROUP_BYTES, rest, X, xs, ng, acc, NB);
+        for (int j = 0; j < NB; j++) Y[(size_t)j * W->rows + r] = tree_sum(acc[j]);
+    }
+}
+#endif
+
+/* acc[s][j] = 0 for the S groups of a step. */
+static inline __attribute__((always_inline)) void NBF(zero_acc)(__m512 acc[][NB], const int S) {
+    for (int s = 0; s < S; s++)
+        for (int j = 0; j < NB; j++) acc[s][j] = _mm512_setzero_ps();
+}
+
+/* The Q4_0 (QB = 256 quant bytes per block) or Q8_0 (QB = 512) kernel's step: the blocks of S
+ * groups (S a constant once inlined, so the accumulators can stay in registers), one block of
+ * each in turn (a group read whole before the next, one stream per thread, measured 20%
+ * slower; two or four blocks per turn 1-10% slower, 6 or 8 streams no better). Per block and
+ * token the 8 dpbusd run as two chains of 4 (elements 0..15 and 16..31), interleaved across the
+ * tokens: a single chain of 8 left the n = 5 kernel latency-bound (25.3 -> 22.1 ns per 512
+ * Q4_0 weights, one thread, in L1). */
+static inline __attribute__((always_inline)) void NBF(r16_step_q)(const uint8_t *const *G, const int S, int64_t nblk,
+                                                                  const uint8_t *act, size_t xs, r_layout L,
+                                                                  __m512 acc[][NB], const int QB) {
+    NBF(zero_acc)(acc, S);
+    for (int64_t b = 0; b < nblk; b++) {
+        const size_t qo = r_qoff(b, QB), so = r_soff(b, nblk, QB);
+        for (int s = 0; s < S; s++) {
+            prefetch_ahead(G[s] + qo, QB + 32);
+            __m512i w[8], t[NB], u[NB];
+            if (QB == 256) r_weights_q4_0(G[s] + qo, w);
+            else r_weights_q8_0(G[s] + qo, w);
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(G[s] + so)));
+            for (int j = 0; j < NB; j++) {
+                t[j] = _mm512_set1_epi32(ld32(act + (size_t)j * xs + L.init + 4 * b));
+                u[j] = _mm512_setzero_si512();
+            }
+            for (int k = 0; k < 4; k++)
+                for (int j = 0; j < NB; j++) {
+                    const uint8_t *aq = act + (size_t)j * xs + 32 * b + 4 * k;
+                    t[j] = _mm512_dpbusd_epi32(t[j], w[k], _mm512_set1_epi32(ld32(aq)));
+                    u[j] = _mm512_dpbusd_epi32(u[j], w[k + 4], _mm512_set1_epi32(ld32(aq + 16)));
+                }
+            for (int j = 0; j < NB; j++) {
+                const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(ldf(act + (size_t)j * xs + L.d + 4 * b)));
+                acc[s][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(t[j], u[j])), sc, acc[s][j]);
+            }
+        }
+    }
+}
+
+/* Q4_K, 16 rows at once (layout: r_pack_group_k): per super-block, row and token
+ * acc = fma(f, d * dx, acc) - g * (dmin * dx), with f = sum over sub-blocks j in order of
+ * fma(float(int dot_j), sc_j, .) and g of fma(m_j, float(sum of the activations of j), .), the
+ * dots from 8 dpbusd each (two chains of 4) on unsigned nibbles. Replaces a row-at-a-time
+ * kernel with 16-bit products, per-row sums and scale permutes. */
+static inline __attribute__((always_inline)) void NBF(r16_step_q4_k)(const uint8_t *const *G, const int S,
+                                                                     int64_t nblk, const uint8_t *act, size_t xs,
+                                                                     __m512 acc[][NB]) {
+    const __m512i lo = _mm512_set1_epi64(GF_LO), hi = _mm512_set1_epi64(GF_HI);
+    const int64_t nsb = nblk / 8;
+    const int visit = r16_visit(NB);
+    NBF(zero_acc)(acc, S);
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        __m512 f[QS_STREAMS][NB];
+        NBF(zero_acc)(f, S);
+        for (int v0 = 0; v0 < 8; v0 += visit) /* sub-blocks of each stream in turn */
+            for (int s = 0; s < S; s++) {
+                const uint8_t *B = G[s] + (size_t)sb * R16K_SB;
+                prefetch_ahead(B + (R16K_SB / 8) * v0, (R16K_SB / 8) * visit);
+                for (int q8 = v0; q8 < v0 + visit; q8++) {
+                    const int c = q8 / 2, h = q8 % 2; /* sub-block 2c + h: low / high nibbles */
+                    __m512i w[8];
+                    for (int k = 0; k < 8; k++)
+                        w[k] = _mm512_gf2p8affine_epi64_epi8(_mm512_loadu_si512(B + 320 + 512 * c + 64 * k),
+                                                             h ? hi : lo, 0);
+                    const __m512 sc = _mm512_cvtepi32_ps(
+                        _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(B + 64 + 16 * (2 * c + h)))));
+                    __m512i t[NB], u[NB];
+                    for (int j = 0; j < NB; j++) t[j] = u[j] = _mm512_setzero_si512();
+                    for (int k = 0; k < 4; k++)
+                        for (int j = 0; j < NB; j++) {
+                            const int8_t *aq = act_k_at(act, xs, j, sb)->q + 64 * c + 32 * h + 4 * k;
+                            t[j] = _mm512_dpbusd_epi32(t[j], w[k], _mm512_set1_epi32(ld32(aq)));
+                            u[j] = _mm512_dpbusd_epi32(u[j], w[k + 4], _mm512_set1_epi32(ld32(aq + 16)));
+                        }
+                    for (int j = 0; j < NB; j++)
+                        f[s][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(t[j], u[j])), sc, f[s][j]);
+                }
+            }
+        for (int s = 0; s < S; s++) {
+            const uint8_t *B = G[s] + (size_t)sb * R16K_SB;
+            __m512 g[NB];
+            for (int j = 0; j < NB; j++) g[j] = _mm512_setzero_ps();
+            for (int q = 0; q < 8; q++) {
+                const __m512 m =
+                    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(B + 192 + 16 * q))));
+                for (int j = 0; j < NB; j++)
+                    g[j] = _mm512_fmadd_ps(m, _mm512_set1_ps(act_k_at(act, xs, j, sb)->bsf[q]), g[j]);
+            }
+            const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)B));
+            const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(B + 32)));
+            for (int j = 0; j < NB; j++) {
+                const __m512 ad = _mm512_set1_ps(act_k_at(act, xs, j, sb)->d);
+                acc[s][j] = _mm512_fmadd_ps(f[s][j], _mm512_mul_ps(dd, ad), acc[s][j]);
+                acc[s][j] = _mm512_fnmadd_ps(g[j], _mm512_mul_ps(dm, ad), acc[s][j]);
+            }
+        }
+    }
+}
+
+/* Q6_K, 16 rows at once (layout: r_pack_group_q6): per 32-element unit, the 6-bit values are
+ * the low nibbles (one GF(2) affine map) OR'd with the high bits moved to bits 4-5 (another);
+ * per token its two 16-element sub-blocks are two chains of 4 dpbusd, each started at
+ * -32 * (sum of the activations) for the offset, converted and fma'd with the sub-block scale;
+ * per super-block acc = fma(f, d * dx, acc). */
+static inline __attribute__((always_inline)) void NBF(r16_step_q6_k)(const uint8_t *const *G, const int S,
+                                                                     int64_t nblk, const uint8_t *act, size_t xs,
+                                                                     __m512 acc[][NB]) {
+    const __m512i lo = _mm512_set1_epi64(GF_LO), hi = _mm512_set1_epi64(GF_HI);
+    const int64_t nsb = nblk / 8;
+    const int visit = r16_visit(NB);
+    NBF(zero_acc)(acc, S);
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        __m512 f[QS_STREAMS][NB];
+        NBF(zero_acc)(f, S);
+        for (int v0 = 0; v0 < 8; v0 += visit) /* units of each stream in turn */
+            for (int s = 0; s < S; s++) {
+                const uint8_t *B = G[s] + (size_t)sb * R16Q6_SB;
+                prefetch_ahead(B + (R16Q6_SB / 8) * v0, (R16Q6_SB / 8) * visit);
+                for (int u = v0; u < v0 + visit; u++) {
+                    const int c = u / 2, h = u % 2;
+                    const __m512i gh = _mm512_set1_epi64(k_gf_q6_hi[u % 4]);
+                    __m512i w[8];
+                    for (int k = 0; k < 8; k++) {
+                        const __m512i l4 =
+                            _mm512_gf2p8affine_epi64_epi8(_mm512_loadu_si512(B + R16Q6_V(c) + 64 * k), h ? hi : lo, 0);
+                        const __m512i h2 =
+                            _mm512_gf2p8affine_epi64_epi8(_mm512_loadu_si512(B + R16Q6_H(u / 4) + 64 * k), gh, 0);
+                        w[k] = _mm512_or_si512(l4, h2);
+                    }
+                    const __m512 sc0 = _mm512_cvtepi32_ps(
+                        _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(B + 32 + 16 * (2 * u)))));
+                    const __m512 sc1 = _mm512_cvtepi32_ps(
+                        _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(B + 32 + 16 * (2 * u + 1)))));
+                    __m512i t[NB], v[NB];
+                    for (int j = 0; j < NB; j++) {
+                        const act_k *a = act_k_at(act, xs, j, sb);
+                        t[j] = _mm512_set1_epi32(32 * a->nbs[2 * u]);
+                        v[j] = _mm512_set1_epi32(32 * a->nbs[2 * u + 1]);
+                    }
+                    for (int k = 0; k < 4; k++)
+                        for (int j = 0; j < NB; j++) {
+                            const int8_t *aq = act_k_at(act, xs, j, sb)->q + 32 * u + 4 * k;
+                            t[j] = _mm512_dpbusd_epi32(t[j], w[k], _mm512_set1_epi32(ld32(aq)));
+                            v[j] = _mm512_dpbusd_epi32(v[j], w[k + 4], _mm512_set1_epi32(ld32(aq + 16)));
+                        }
+                    for (int j = 0; j < NB; j++) {
+                        f[s][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t[j]), sc0, f[s][j]);
+                        f[s][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v[j]), sc1, f[s][j]);
+                    }
+                }
+            }
+        for (int s = 0; s < S; s++) {
+            const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(G[s] + (size_t)sb * R16Q6_SB)));
+            for (int j = 0; j < NB; j++) {
+                const __m512 ad = _mm512_set1_ps(act_k_at(act, xs, j, sb)->d);
+                acc[s][j] = _mm512_fmadd_ps(f[s][j], _mm512_mul_ps(dd, ad), acc[s][j]);
+            }
+        }
+    }
+}
+
+/* The step of weight type K (a constant once inlined). */
+static inline __attribute__((always_inline)) void NBF(r16_step)(const int K, const uint8_t *const *G, const int S,
+                                                                int64_t nblk, const uint8_t *act, size_t xs, r_layout L,
+                                                                __m512 acc[][NB]) {
+    switch (K) {
+    case R16_Q4_0: NBF(r16_step_q)(G, S, nblk, act, xs, L, acc, 256); break;
+    case R16_Q8_0: NBF(r16_step_q)(G, S, nblk, act, xs, L, acc, 512); break;
+    case R16_Q4_K: NBF(r16_step_q4_k)(G, S, nblk, act, xs, acc); break;
+    default: NBF(r16_step_q6_k)(G, S, nblk, act, xs, acc);
+    }
+}
+
+/* The driver of every 16-row kernel for weight type K (a constant once inlined): groups
+ * [g0, g1) (P is group g0, gbytes per group) in steps of QS_STREAMS groups, one from each of
+ * the thread's sub-ranges, so that several sequential weight streams are in flight as in the
+ * row-by-row kernels; the step computes the accumulators of its S groups (S a constant there)
+ * and the driver stores them, the last group's padding rows masked off. */
+static inline __attribute__((always_inline)) void NBF(r16_run)(const int K, const uint8_t *P, size_t gbytes,
+                                                               int64_t nblk, int64_t rows, const uint8_t *act,
+                                                               size_t xs, r_layout L, float *Y, int64_t g0,
+                                                               int64_t g1) {
+    const int64_t per = (g1 - g0) / QS_STREAMS, rest = (g1 - g0) - per * QS_STREAMS;
+    for (int64_t i = 0; i < per + rest; i++) {
+        const int S = i < per ? QS_STREAMS : 1;
+        const uint8_t *G[QS_STREAMS];
+        int64_t gi[QS_STREAMS];
+        __m512 acc[QS_STREAMS][NB];
+        for (int s = 0; s < S; s++) {
+            gi[s] = g0 + (i < per ? s * per + i : QS_STREAMS * per + (i - per));
+            G[s] = P + (size_t)(gi[s] - g0) * gbytes;
+        }
+        if (S == QS_STREAMS) NBF(r16_step)(K, G, QS_STREAMS, nblk, act, xs, L, acc);
+        else NBF(r16_step)(K, G, 1, nblk, act, xs, L, acc);
+        for (int s = 0; s < S; s++) {
+            const int64_t r = 16 * gi[s];
+            const __mmask16 m = rows - r >= 16 ? 0xFFFF : (__mmask16)((1u << (rows - r)) - 1);
+            for (int j = 0; j < NB; j++) _mm512_mask_storeu_ps(Y + (size_t)j * rows + r, m, acc[s][j]);
+        }
+    }
+}
+
+/* The kernels of the table k_r16 for NB tokens. */
+static void NBF(r16_q4_0)(const uint8_t *P, size_t gbytes, int64_t nblk, int64_t rows, const uint8_t *act, size_t xs,
+                          r_layout L, float *Y, int64_t g0, int64_t g1) {
+    NBF(r16_run)(R16_Q4_0, P, gbytes, nblk, rows, act, xs, L, Y, g0, g1);
+}
+static void NBF(r16_q8_0)(const uint8_t *P, size_t gbytes, int64_t nblk, int64_t rows, const uint8_t *act, size_t xs,
+                          r_layout L, float *Y, int64_t g0, int64_t g1) {
+    NBF(r16_run)(R16_Q8_0, P, gbytes, nblk, rows, act, xs, L, Y, g0, g1);
+}
+static void NBF(r16_q4_k)(const uint8_t *P, size_t gbytes, int64_t nblk, int64_t rows, const uint8_t *act, size_t xs,
+                          r_layout L, float *Y, int64_t g0, int64_t g1) {
+    NBF(r16_run)(R16_Q4_K, P, gbytes, nblk, rows, act, xs, L, Y, g0, g1);
+}
+static void NBF(r16_q6_k)(const uint8_t *P, size_t gbytes, int64_t nblk, int64_t rows, const uint8_t *act, size_t xs,
+                          r_layout L, float *Y, int64_t g0, int64_t g1) {
+    NBF(r16_run)(R16_Q6_K, P, gbytes, nblk, rows, act, xs, L, Y, g0, g1);
+}
