@@ -478,6 +478,52 @@ static void test_set_params_between_requests(void **state) {
     sd_model_free(m);
 }
 
+/* sd_spec_set_draft_limit in the middle of a generation: 0 makes plain steps (one token each, no
+ * verify pass), 2 caps the drafts, and the output stays the greedy one; a bad limit is refused. */
+static void test_draft_limit(void **state) {
+    (void)state;
+    enum { N = 30 };
+    sd_model *m = model_of(0);
+    const int32_t prompt[4] = {1, 290, 291, 292};
+    int32_t *want = sdtest_greedy(m, NULL, prompt, 4, N, NULL);
+    sd_spec_params p = sd_spec_default_params();
+    p.n_predict = N;
+    p.stop_at_eos = 0;
+    p.draft_max = 4;
+    p.draft_mode = SD_DRAFT_FIXED;
+    sd_spec *s = NULL;
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_OK);
+    assert_int_equal(sd_spec_begin(s, prompt, 4), SD_OK);
+    int32_t got[N + SD_MAX_DRAFT + 1];
+    int n = 0, k;
+    assert_int_equal(sd_spec_step(s, NULL, NULL, got + n, &k), SD_OK); /* k = 4: all accepted (self-draft) */
+    assert_int_equal(k, 5);
+    n += k;
+    assert_int_equal(sd_spec_set_draft_limit(s, 0), SD_OK);
+    for (int r = 0; r < 5; r++) {
+        assert_int_equal(sd_spec_step(s, NULL, NULL, got + n, &k), SD_OK);
+        assert_int_equal(k, 1);
+        n += k;
+    }
+    sd_spec_stats st;
+    sd_spec_get_stats(s, &st);
+    assert_int_equal(st.n_verify, 1);
+    assert_int_equal(st.n_target_steps, 5);
+    assert_int_equal(sd_spec_set_draft_limit(s, 2), SD_OK);
+    while (!sd_spec_done(s)) {
+        assert_int_equal(sd_spec_step(s, NULL, NULL, got + n, &k), SD_OK);
+        assert_true(k <= 3);
+        n += k;
+    }
+    assert_int_equal(n, N);
+    assert_memory_equal(got, want, N * sizeof(int32_t));
+    assert_int_equal(sd_spec_set_draft_limit(s, -1), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_spec_set_draft_limit(s, SD_MAX_DRAFT + 1), SD_ERR_INVALID_ARG);
+    free(want);
+    sd_spec_free(s);
+    sd_model_free(m);
+}
+
 /* Eight engines drafting 8 tokens each would make a pass of 72 tokens, past the kernels whose
  * rows equal decoding alone: step_many gives each engine an equal share of SD_MAX_DRAFT + 1
  * (4 tokens: 3 drafts) and every engine still emits what it emits alone. */
@@ -625,6 +671,7 @@ int main(void) {
         cmocka_unit_test(test_step_many),
         cmocka_unit_test(test_set_params_between_requests),
         cmocka_unit_test(test_step_many_caps_the_pass),
+        cmocka_unit_test(test_draft_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -99,6 +99,10 @@ void sd_spec_free(sd_spec *s); /* NULL is fine */
  * creation's. A model drafter keeps its own sampling (sd_drafter_model_set_sampling). On error
  * (bad values, a generation running) nothing changes. */
 sd_status sd_spec_set_params(sd_spec *s, const sd_spec_params *p);
+/* Caps the drafts of the rounds that follow at k (0: plain steps), also in the middle of a
+ * generation: a server turns drafting off for rounds where it measures that it does not pay.
+ * The cap stays until changed (SD_MAX_DRAFT: none, the default). */
+sd_status sd_spec_set_draft_limit(sd_spec *s, int k);
 
 /* Starts a generation from prompt (ids, BOS included if wanted): the target's cache keeps the
  * longest prefix it already holds of the prompt (a follow-up turn reuses the conversation),

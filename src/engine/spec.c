@@ -49,6 +49,7 @@ struct sd_spec {
     sd_pmin_policy pmin;
     int costs_known;    /* the adaptive controller has the target's pass costs */
     int k_alloc;        /* rows of p_rows/q_rows/argmax less one: the most drafts set_params allows */
+    int k_limit;        /* sd_spec_set_draft_limit: most drafts of the next rounds */
     /* this engine's last round, for the others of a shared one: tokens in the pass, tokens
      * emitted, seconds of drafting */
     int last_n, last_e;
@@ -143,6 +144,7 @@ sd_status sd_spec_create_with(sd_context *target, int seq, sd_drafter *drafter, 
     const int k = s->p.draft_max > s->p.tree_budget ? s->p.draft_max : s->p.tree_budget; /* rows of p and q */
     const size_t V = (size_t)n_vocab;
     s->k_alloc = k;
+    s->k_limit = SD_MAX_DRAFT;
     st = sd_verify_round_create(target, &s->round);
     s->tokens = malloc((size_t)s->n_ctx * sizeof(int32_t));
     s->p_rows = malloc((size_t)(k + 1) * V * sizeof(float));
@@ -178,6 +180,12 @@ sd_status sd_spec_set_params(sd_spec *s, const sd_spec_params *p) {
     s->p.kv_type = kv_type;
     if (!s->drafter) s->p.draft_max = 0;
     sd_pmin_policy_init(&s->pmin, s->p.p_min);
+    return SD_OK;
+}
+
+sd_status sd_spec_set_draft_limit(sd_spec *s, int k) {
+    if (k < 0 || k > SD_MAX_DRAFT) return sd_fail(SD_ERR_INVALID_ARG, "spec: draft limit %d outside 0..%d", k, SD_MAX_DRAFT);
+    s->k_limit = k;
     return SD_OK;
 }
 
@@ -409,6 +417,7 @@ static int round_plan(sd_spec *s, int k_cap, sd_status *rc) {
     }
     /* Drafts that could still be emitted: context room (the history takes at most n_ctx
      * tokens) and the generation budget, each less the token the target adds itself. */
+    if (k_cap > s->k_limit) k_cap = s->k_limit;
     int k = s->p.draft_max < k_cap ? s->p.draft_max : k_cap;
     const int room = s->n_ctx - n_hist, left = s->p.n_predict - s->st.n_generated;
     if (k > room - 1) k = room - 1;

@@ -119,6 +119,15 @@ typedef struct {
     sd_spec_stats seen;         /* the request's statistics already counted in the metrics */
 } srv_slot;
 
+/* Drafting by batch size: for each count of busy slots, the measured tokens per second of rounds
+ * with drafting allowed (the adaptive policy then drafts what it judges to pay) and of rounds
+ * without; a round takes the better, and the other now and then to keep both current. */
+typedef struct {
+    double rate[2]; /* [0] plain rounds, [1] drafting allowed: tokens per second, running mean */
+    int n[2];       /* rounds measured */
+    int since;      /* rounds since the other mode was last tried */
+} srv_mode;
+
 #define SRV_HTTP_CODES 600
 
 typedef struct {
@@ -155,6 +164,8 @@ struct srv {
     sd_verify_round *round;
     srv_slot *slots;
     int n_slots;
+    srv_mode *modes;  /* [n_slots + 1], by busy slots; engine thread (mu for /metrics) */
+    int auto_spec;    /* a drafter with the adaptive policy: drafting per batch size as measured */
     pthread_t engine;
     int engine_started;
     unsigned long use_clock;

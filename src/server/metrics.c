@@ -69,6 +69,19 @@ char *srv_metrics_text(srv *s) {
         (double)m->rounds_drafting);
     one(&b, "pass_tokens_total", "counter", "Tokens in the rounds' target passes (slots' last tokens and drafts).",
         (double)m->pass_tokens);
+    if (s->auto_spec) {
+        const metric mr = {"round_tokens_per_second", "gauge",
+                           "Tokens per second of recent rounds, by busy slots and by whether drafting was allowed "
+                           "(each round takes the faster mode for its batch size)."};
+        head(&b, &mr);
+        for (int n = 1; n <= s->n_slots; n++)
+            for (int d = 0; d < 2; d++)
+                if (s->modes[n].n[d]) {
+                    char lab[64];
+                    snprintf(lab, sizeof lab, "{slots=\"%d\",drafting=\"%s\"}", n, d ? "allowed" : "off");
+                    value(&b, &mr, lab, s->modes[n].rate[d]);
+                }
+    }
     one(&b, "spec_decode_num_drafts_total", "counter", "Verify passes that carried drafts (per slot).",
         (double)m->drafts);
     one(&b, "spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.", (double)m->draft_tokens);

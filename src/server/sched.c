@@ -257,6 +257,61 @@ static int take_tokens(srv *s, srv_slot *sl, const int32_t *toks, int n, slot_ou
     return 1;
 }
 
+/* Queued requests whose clients left (closed the connection, or timed out) give up their place:
+ * a suspended connection is woken with a last word so that libmicrohttpd closes it. mu held. */
+static void drop_departed(srv *s) {
+    srv_req *prev = NULL;
+    for (srv_req *r = s->q_head, *next; r; r = next) {
+        next = r->q_next;
+        if (!r->cancelled && r->conn && srv_http_client_gone(r)) r->cancelled = 1;
+        if (!r->cancelled) {
+            prev = r;
+            continue;
+        }
+        if (prev) prev->q_next = next;
+        else s->q_head = next;
+        if (s->q_tail == r) s->q_tail = prev;
+        s->q_len--;
+        srv_err e;
+        srv_err_set(&e, 499, "invalid_request_error", NULL, NULL, "the client closed the connection");
+        srv_buf pending = {0};
+        int status;
+        char *body;
+        conclude(s, r, NULL, NULL, &e, &pending, &status, &body);
+        deliver(r, &pending, 1, status, body);
+        srv_buf_free(&pending);
+        count_finish(s, NULL, 0, 1);
+        srv_req_unref_locked(r);
+    }
+}
+
+/* Rounds of each mode measured before comparing, how often the other one is tried, and how
+ * many recent rounds the rates follow (a running mean up to that many, then exponential). */
+#define MODE_MIN 8
+#define MODE_EXPLORE 16
+#define MODE_WINDOW 20
+
+/* Whether a round of b busy slots may draft. */
+static int drafting_allowed(srv *s, int b) {
+    if (!s->auto_spec) return 1;
+    srv_mode *m = &s->modes[b];
+    if (m->n[1] < MODE_MIN) return 1;
+    if (m->n[0] < MODE_MIN) return 0;
+    const int best = m->rate[1] >= m->rate[0];
+    if (++m->since >= MODE_EXPLORE) {
+        m->since = 0;
+        return !best;
+    }
+    return best;
+}
+
+static void mode_record(srv_mode *m, int spec, double tokens, double seconds) {
+    if (!(seconds > 0)) return;
+    const double r = tokens / seconds;
+    const int n = ++m->n[spec];
+    m->rate[spec] += (r - m->rate[spec]) / (n < MODE_WINDOW ? n : MODE_WINDOW);
+}
+
 static void *engine_main(void *arg) {
     srv *s = arg;
     const int N = s->n_slots;
@@ -294,17 +349,13 @@ static void *engine_main(void *arg) {
             for (int i = 0; i < N; i++)
                 if (s->slots[i].req) s->slots[i].stop = 1;
         }
+        drop_departed(s);
         int n_fresh = 0;
         while (s->q_head && s->n_busy < N) {
             srv_req *r = s->q_head;
             s->q_head = r->q_next;
             if (!s->q_head) s->q_tail = NULL;
             s->q_len--;
-            if (r->cancelled) { /* left while waiting */
-                count_finish(s, NULL, 0, 1);
-                srv_req_unref_locked(r);
-                continue;
-            }
             srv_slot *sl = pick_slot(s, r);
             sl->req = r;
             sl->last_used = ++s->use_clock;
@@ -350,8 +401,11 @@ static void *engine_main(void *arg) {
                 busy[n_b] = &s->slots[i];
                 specs[n_b++] = s->slots[i].spec;
             }
+        const int allow = n_b ? drafting_allowed(s, n_b) : 1;
+        for (int i = 0; i < n_b; i++) sd_spec_set_draft_limit(specs[i], allow ? SD_MAX_DRAFT : 0);
         const double t0 = sd_now();
         sd_status st = n_b ? sd_spec_step_many(s->round, specs, n_b, outs, n_outs) : SD_OK;
+        const double t_step = sd_now() - t0;
         const int pass_tokens = n_b ? sd_verify_round_n_tokens(s->round) : 0;
         unsigned long taken = 0;
         for (int i = 0; i < n_b; i++) {
@@ -371,6 +425,7 @@ static void *engine_main(void *arg) {
         const double dt = sd_now() - t0;
 
         pthread_mutex_lock(&s->mu);
+        if (n_b && st == SD_OK && s->auto_spec) mode_record(&s->modes[n_b], allow, (double)taken, t_step);
         if (n_b) {
             s->m.rounds++;
             s->m.gen_s += dt;
@@ -433,6 +488,8 @@ void srv_slots_free(srv *s) {
     }
     free(s->slots);
     s->slots = NULL;
+    free(s->modes);
+    s->modes = NULL;
     sd_verify_round_free(s->round);
     sd_context_free(s->dctx);
     sd_context_free(s->tctx);
@@ -457,7 +514,7 @@ sd_status srv_load(srv *s, const sd_model *tm, const sd_model *dm, sd_chat_forma
     if ((st = sd_context_create(tm, &cp, &s->tctx)) != SD_OK) goto fail;
     if (dm && (st = sd_context_create(dm, &cp, &s->dctx)) != SD_OK) goto fail;
     if ((st = sd_verify_round_create(s->tctx, &s->round)) != SD_OK) goto fail;
-    if (!(s->slots = calloc((size_t)N, sizeof *s->slots))) {
+    if (!(s->slots = calloc((size_t)N, sizeof *s->slots)) || !(s->modes = calloc((size_t)N + 1, sizeof *s->modes))) {
         st = sd_fail(SD_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -487,6 +544,7 @@ sd_status srv_load(srv *s, const sd_model *tm, const sd_model *dm, sd_chat_forma
     }
     s->tm = tm;
     s->dm = dm;
+    s->auto_spec = (dm || s->p.ngram) && s->p.spec.draft_mode == SD_DRAFT_ADAPTIVE;
     s->tok = tt;
     s->chat = chat;
     s->n_ctx = n_ctx;

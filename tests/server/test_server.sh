@@ -269,6 +269,13 @@ hdrs=$(curl -s -D - -o "$TMP/body" "$U/v1/completions" -d '{"prompt": "z", "max_
 if printf '%s' "$hdrs" | grep -q '^HTTP/1.1 429' && printf '%s' "$hdrs" | grep -qi '^Retry-After: 1' &&
    jq -e '.error.code == "queue_full"' "$TMP/body" >/dev/null; then ok "queue full: 429 with Retry-After"
 else bad "queue full" "$hdrs $(cat "$TMP/body")"; fi
+# the waiting client leaves: its place in the queue frees at the next round
+c0=$(metric 'requests_finished_total{reason="cancelled"}')
+kill "$qpid"; wait "$qpid" 2>/dev/null
+for _ in $(seq 100); do [ "$(metric queue_length)" = 0 ] && break; sleep 0.05; done
+expect "a waiting client that leaves frees its place" "$(metric queue_length) $(( $(metric 'requests_finished_total{reason="cancelled"}') - c0 ))" "0 1"
+curl -s -m 60 -o "$TMP/queued.json" "$U/v1/completions" -d '{"prompt": "y", "max_tokens": 3}' & qpid=$!
+for _ in $(seq 100); do [ "$(metric queue_length)" = 1 ] && break; sleep 0.05; done
 kill "$cpid"; wait "$cpid" 2>/dev/null
 wait "$qpid"
 expect "the waiting request is served once the slot frees" "$(jq -r '.usage.completion_tokens' "$TMP/queued.json")" 3
