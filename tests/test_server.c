@@ -171,7 +171,7 @@ static void test_parse_errors(void **state) {
         {0, "{\"prompt\": \"a\", \"seed\": 1.5}", "seed", "seed: must be an integer, got 1.5"},
         {0, "{\"prompt\": \"a\", \"stream\": 1}", "stream", "stream: must be a boolean, got a number"},
         {0, "{\"prompt\": \"a\", \"stream_options\": {\"include_usage\": \"y\"}}", "stream_options",
-         "include_usage: must be a boolean, got a string"},
+         "stream_options: include_usage must be a boolean, got a string"},
         {0, "{\"prompt\": \"a\", \"ignore_eos\": \"y\"}", "ignore_eos", "ignore_eos: must be a boolean, got a string"},
         {0, "{\"prompt\": \"a\", \"stop\": [1]}", "stop", "stop: stop[0] must be a string, got a number"},
         {0, "{\"prompt\": \"a\", \"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
@@ -285,6 +285,12 @@ static void test_parse_values(void **state) {
     free(want);
     free(text);
     srv_gen_free(&g);
+    /* a template that refuses the messages: its own words, naming messages */
+    cc.chat = SD_CHAT_GEMMA;
+    assert_int_equal(srv_parse_gen(&cc, 1, b3, strlen(b3), &g, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, "messages");
+    assert_string_equal(e.msg, "messages: chat template gemma: System role not supported");
     sd_tokenizer_free(t);
 }
 

@@ -318,9 +318,11 @@ int srv_parse_gen(const srv_api_ctx *c, int chat, const char *body, size_t len, 
     if (!rc) rc = refuse_unsupported(o, chat, e);
     if (!rc) rc = get_bool(o, "stream", &g->stream, e);
     if (!rc && (v = field(o, "stream_options"))) {
+        const cJSON *iu = cJSON_IsObject(v) ? field(v, "include_usage") : NULL;
         if (!cJSON_IsObject(v)) rc = bad(e, "stream_options", "must be an object, got %s", type_name(v));
-        else rc = get_bool(v, "include_usage", &g->include_usage, e);
-        if (rc) e->param = "stream_options";
+        else if (iu && !cJSON_IsBool(iu))
+            rc = bad(e, "stream_options", "include_usage must be a boolean, got %s", type_name(iu));
+        else g->include_usage = cJSON_IsTrue(iu);
     }
     if (!rc) rc = get_bool(o, "ignore_eos", &g->ignore_eos, e);
     g->sampling = sd_sampler_default_params();
@@ -440,9 +442,8 @@ char *srv_response_json(const srv_gen *g, const char *id, long created, const ch
     return s;
 }
 
-static void put_event(srv_buf *out, cJSON *o) {
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
+/* One event, "data: JSON\n\n", of JSON text s (freed). */
+static void put_data(srv_buf *out, char *s) {
     if (!s) {
         out->oom = 1;
         return;
@@ -451,6 +452,12 @@ static void put_event(srv_buf *out, cJSON *o) {
     srv_buf_puts(out, s);
     srv_buf_puts(out, "\n\n");
     free(s);
+}
+
+static void put_event(srv_buf *out, cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    put_data(out, s);
 }
 
 void srv_sse_chunk(srv_buf *out, const srv_gen *g, const char *id, long created, const char *model, const char *text,
@@ -476,16 +483,6 @@ void srv_sse_usage(srv_buf *out, const srv_gen *g, const char *id, long created,
     put_event(out, o);
 }
 
-void srv_sse_error(srv_buf *out, const srv_err *e) {
-    char *s = srv_err_json(e);
-    if (!s) {
-        out->oom = 1;
-        return;
-    }
-    srv_buf_puts(out, "data: ");
-    srv_buf_puts(out, s);
-    srv_buf_puts(out, "\n\n");
-    free(s);
-}
+void srv_sse_error(srv_buf *out, const srv_err *e) { put_data(out, srv_err_json(e)); }
 
 void srv_sse_done(srv_buf *out) { srv_buf_puts(out, "data: [DONE]\n\n"); }

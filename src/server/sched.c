@@ -257,6 +257,20 @@ static int take_tokens(srv *s, srv_slot *sl, const int32_t *toks, int n, slot_ou
     return 1;
 }
 
+/* A request taken out of the queue ends with an error (its client gone: status 499, counted as
+ * cancelled; the server stopping: 503). mu held. */
+static void end_queued(srv *s, srv_req *r, int status, const char *type, const char *msg) {
+    srv_err e;
+    srv_err_set(&e, status, type, NULL, NULL, "%s", msg);
+    srv_buf pending = {0};
+    char *body;
+    conclude(s, r, NULL, NULL, &e, &pending, &status, &body);
+    deliver(r, &pending, 1, status, body);
+    srv_buf_free(&pending);
+    count_finish(s, "", !r->cancelled, r->cancelled);
+    srv_req_unref_locked(r);
+}
+
 /* Queued requests whose clients left (closed the connection, or timed out) give up their place:
  * a suspended connection is woken with a last word so that libmicrohttpd closes it. mu held. */
 static void drop_departed(srv *s) {
@@ -272,16 +286,7 @@ static void drop_departed(srv *s) {
         else s->q_head = next;
         if (s->q_tail == r) s->q_tail = prev;
         s->q_len--;
-        srv_err e;
-        srv_err_set(&e, 499, "invalid_request_error", NULL, NULL, "the client closed the connection");
-        srv_buf pending = {0};
-        int status;
-        char *body;
-        conclude(s, r, NULL, NULL, &e, &pending, &status, &body);
-        deliver(r, &pending, 1, status, body);
-        srv_buf_free(&pending);
-        count_finish(s, NULL, 0, 1);
-        srv_req_unref_locked(r);
+        end_queued(s, r, 499, "invalid_request_error", "the client closed the connection");
     }
 }
 
@@ -333,16 +338,7 @@ static void *engine_main(void *arg) {
                 srv_req *r = s->q_head;
                 s->q_head = r->q_next;
                 s->q_len--;
-                srv_err e;
-                srv_err_set(&e, 503, "unavailable_error", NULL, NULL, "the server is shutting down");
-                srv_buf pending = {0};
-                int status;
-                char *body;
-                conclude(s, r, NULL, NULL, &e, &pending, &status, &body);
-                deliver(r, &pending, 1, status, body);
-                srv_buf_free(&pending);
-                count_finish(s, NULL, 1, 0);
-                srv_req_unref_locked(r);
+                end_queued(s, r, 503, "unavailable_error", "the server is shutting down");
             }
             s->q_tail = NULL;
             if (s->n_busy == 0) break;

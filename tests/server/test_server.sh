@@ -320,6 +320,10 @@ check_err "wrong API key"         401 "missing or invalid API key" /v1/completio
 check_err "metrics need the key"  401 "missing or invalid API key" /metrics '' -G
 code=$(status /v1/completions '{"prompt": "a", "max_tokens": 2}' -H 'Authorization: Bearer s3cret key')
 expect "right API key (200)" "$code" 200
+# drafting by batch size: the rounds' rates of the one busy slot, drafting allowed so far
+if curl -s -H 'Authorization: Bearer s3cret key' "$U/metrics" | grep -qE '^specdec:round_tokens_per_second\{slots="1",drafting="allowed"\} [0-9.e+]+$'; then
+  ok "metrics with the key: rates by batch size"
+else bad "metrics: no round_tokens_per_second" "$(curl -s -H 'Authorization: Bearer s3cret key' "$U/metrics" | grep round_tokens)"; fi
 stop_server C
 
 echo "server: $pass passed, $fail failed"
