@@ -2,6 +2,7 @@
  * authentication, bodies up to a size cap, and the responses: JSON at once, a JSON result once
  * the engine has it (the connection suspended meanwhile), or server-sent events as the engine
  * produces them (the connection suspended whenever it has sent everything so far). */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <microhttpd.h>
@@ -125,13 +126,24 @@ static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, int route) {
     if (!ready) return fail(s, c, 503, "unavailable_error", NULL, NULL, NULL, "loading model");
     if (route == R_METRICS)
         return respond(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", srv_metrics_text(s), NULL, NULL);
-    char buf[1024];
-    snprintf(buf, sizeof buf,
-             "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"specdec\","
-             "\"meta\":{\"n_ctx_slot\":%d,\"slots\":%d,\"draft\":%s,\"n_vocab\":%d}}]}",
-             s->model_name, (long)time(NULL), s->n_ctx, s->n_slots, s->dm ? "\"model\"" : s->p.ngram ? "\"ngram\"" : "null",
-             sd_tokenizer_n_vocab(s->tok));
-    return respond(s, c, 200, "application/json", strdup(buf), NULL, NULL);
+    cJSON *o = cJSON_CreateObject(), *m = cJSON_CreateObject(), *meta;
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
+    srv_buf name = {0}; /* the alias is the user's bytes */
+    srv_utf8_append_clean(&name, s->model_name, strlen(s->model_name));
+    cJSON_AddStringToObject(m, "id", name.p ? name.p : "");
+    srv_buf_free(&name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)time(NULL));
+    cJSON_AddStringToObject(m, "owned_by", "specdec");
+    meta = cJSON_AddObjectToObject(m, "meta");
+    cJSON_AddNumberToObject(meta, "n_ctx_slot", s->n_ctx);
+    cJSON_AddNumberToObject(meta, "slots", s->n_slots);
+    cJSON_AddStringToObject(meta, "draft", s->dm && s->p.ngram ? "ngram+model" : s->dm ? "model" : s->p.ngram ? "ngram" : "none");
+    cJSON_AddNumberToObject(meta, "n_vocab", sd_tokenizer_n_vocab(s->tok));
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return respond(s, c, 200, "application/json", js, NULL, NULL);
 }
 
 /* ---- streams ------------------------------------------------------------------------------- */

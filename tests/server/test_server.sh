@@ -309,7 +309,7 @@ expect "SIGTERM: the stream's last chunk" "$(sed -n 's/^data: {/{/p' "$TMP/term.
   "abort data: [DONE]"
 
 # ---- server C: 503 while loading, then API keys ----------------------------------------------
-NOWAIT=1 start_server C -m "$TMP/slow.gguf" --draft-type q8_0 -c 256 -np 1 --api-key 's3cret key'
+NOWAIT=1 start_server C -m "$TMP/slow.gguf" --draft-type q8_0 -c 256 -np 1 --api-key 's3cret key' --alias 'my "model"'
 code=$(curl -s -o "$TMP/body" -w '%{http_code}' "$U/health")
 if [ "$code" = 503 ] && jq -e '.error.message == "loading model"' "$TMP/body" >/dev/null; then ok "health while loading (503)"
 else bad "health while loading: $code" "$(cat "$TMP/body")"; fi
@@ -320,6 +320,8 @@ check_err "wrong API key"         401 "missing or invalid API key" /v1/completio
 check_err "metrics need the key"  401 "missing or invalid API key" /metrics '' -G
 code=$(status /v1/completions '{"prompt": "a", "max_tokens": 2}' -H 'Authorization: Bearer s3cret key')
 expect "right API key (200)" "$code" 200
+expect "--alias names the model" "$(curl -s -H 'Authorization: Bearer s3cret key' "$U/v1/models" | jq -r '.data[0].id')|$(jq -r .model "$TMP/body")" \
+  'my "model"|my "model"'
 # drafting by batch size: the rounds' rates of the one busy slot, drafting allowed so far
 if curl -s -H 'Authorization: Bearer s3cret key' "$U/metrics" | grep -qE '^specdec:round_tokens_per_second\{slots="1",drafting="allowed"\} [0-9.e+]+$'; then
   ok "metrics with the key: rates by batch size"
