@@ -352,6 +352,32 @@ static void test_params_for(void **state) {
     static const int32_t want[] = {128000, 128006, 882, 128007, 271, 9906, 128009, 128006, 78191, 128007, 271};
     assert_int_equal(n, 11);
     assert_memory_equal(ids, want, sizeof want);
+    /* sd_chat_tokenize: the same ids, the BOS the template wrote not doubled (the tokenizer adds
+     * one to plain text) */
+    assert_int_equal(sd_tokenizer_add_bos(t), 1);
+    int32_t *got = NULL;
+    assert_int_equal(sd_chat_tokenize(t, out, len, &got, &n), SD_OK);
+    assert_int_equal(n, 11);
+    assert_memory_equal(got, want, sizeof want);
+    free(got);
+    /* a rendering without it (ChatML) gets the tokenizer's BOS in front */
+    free(out);
+    assert_int_equal(sd_chat_render(SD_CHAT_CHATML, k_conv + 1, 1, &p, &out, &len), SD_OK);
+    assert_int_equal(sd_chat_tokenize(t, out, len, &got, &n), SD_OK);
+    assert_true(n > 2);
+    assert_int_equal(got[0], 128000);
+    assert_int_not_equal(got[1], 128000);
+    free(got);
+    /* sd_tokenizer_tokenize_alloc: exactly the ids; empty text without BOS is none at all */
+    assert_int_equal(sd_tokenizer_tokenize_alloc(t, "Hello", 5, 1, 0, &got, &n), SD_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(got[0], 128000);
+    assert_int_equal(got[1], 9906);
+    free(got);
+    got = (int32_t *)1;
+    assert_int_equal(sd_tokenizer_tokenize_alloc(t, "", 0, 0, 0, &got, &n), SD_OK);
+    assert_int_equal(n, 0);
+    assert_null(got);
     free(out);
     sd_tokenizer_free(t);
     sd_chat_params none = sd_chat_params_for(NULL);

@@ -391,6 +391,201 @@ static void test_begin_reuses_prefix(void **state) {
     sd_model_free(m);
 }
 
+/* A slot's engine serves one request after another (a server): sd_spec_set_params changes the
+ * sampling, the budget and the draft length between generations, sd_drafter_model_set_sampling
+ * the draft model's, and the next prompt still reuses the cache. The sampled output equals a
+ * fresh engine's with the same parameters (fixed draft length: the same random draws). */
+static void test_set_params_between_requests(void **state) {
+    (void)state;
+    sd_model *m = model_of(0);
+    sd_spec_params p = sd_spec_default_params();
+    p.n_predict = 12;
+    p.stop_at_eos = 0;
+    p.draft_max = 4;
+    p.draft_mode = SD_DRAFT_FIXED;
+    sd_context *tc = new_ctx(m, 64, 1), *dc = new_ctx(m, 64, 1), *tc2 = new_ctx(m, 64, 1), *dc2 = new_ctx(m, 64, 1);
+    sd_drafter *d = NULL, *d2 = NULL, *ng = NULL;
+    sd_spec *s = NULL, *fresh = NULL;
+    assert_int_equal(sd_drafter_model_create(dc, 0, 300, &p.sampling, &d), SD_OK);
+    assert_int_equal(sd_spec_create_with(tc, 0, d, &p, &s), SD_OK);
+    const int32_t prompt[4] = {1, 290, 291, 292};
+    sd_spec_stats st;
+    assert_int_equal(sd_spec_generate(s, prompt, 4, NULL, NULL, &st), SD_OK);
+    int n = 0;
+    const int32_t *h = sd_spec_tokens(s, &n);
+    int32_t turn2[40];
+    memcpy(turn2, h, (size_t)n * sizeof *turn2);
+    turn2[n] = 9;
+    const int n2 = n + 1;
+    /* the second request: sampled, a shorter budget, k = 2 */
+    sd_spec_params q = p;
+    q.n_predict = 9;
+    q.draft_max = 2;
+    q.sampling.temperature = 0.9f;
+    q.sampling.top_p = 0.95f;
+    q.sampling.seed = 77;
+    assert_int_equal(sd_spec_set_params(s, &q), SD_OK);
+    assert_int_equal(sd_drafter_model_set_sampling(d, &q.sampling), SD_OK);
+    int32_t a[16], b[16];
+    int na = 0, nb = 0, k;
+    assert_int_equal(sd_spec_begin(s, turn2, n2), SD_OK);
+    sd_spec_get_stats(s, &st);
+    assert_int_equal(st.n_reused, n - 1);
+    assert_int_equal(st.k, 2);
+    /* not while it runs */
+    assert_int_equal(sd_spec_set_params(s, &p), SD_ERR_INVALID_ARG);
+    assert_non_null(strstr(sd_last_error(), "while a generation runs"));
+    while (!sd_spec_done(s)) {
+        assert_int_equal(sd_spec_step(s, NULL, NULL, a + na, &k), SD_OK);
+        assert_true(k <= 3);
+        na += k;
+    }
+    assert_int_equal(sd_drafter_model_create(dc2, 0, 300, &q.sampling, &d2), SD_OK);
+    assert_int_equal(sd_spec_create_with(tc2, 0, d2, &q, &fresh), SD_OK);
+    assert_int_equal(sd_spec_begin(fresh, turn2, n2), SD_OK);
+    while (!sd_spec_done(fresh)) {
+        assert_int_equal(sd_spec_step(fresh, NULL, NULL, b + nb, &k), SD_OK);
+        nb += k;
+    }
+    assert_int_equal(na, 9);
+    assert_int_equal(nb, 9);
+    assert_memory_equal(a, b, sizeof(int32_t) * 9);
+    /* refused, and nothing changes: more drafts than created for, a bad temperature, a drafter
+     * without a model */
+    q.draft_max = 5;
+    assert_int_equal(sd_spec_set_params(s, &q), SD_ERR_INVALID_ARG);
+    assert_non_null(strstr(sd_last_error(), "5 drafts per pass exceed the 4 this engine was created for"));
+    q.draft_max = 2;
+    q.sampling.temperature = -1;
+    assert_int_equal(sd_spec_set_params(s, &q), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_drafter_model_set_sampling(d, &q.sampling), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_drafter_ngram_create(1, 3, 300, &ng), SD_OK);
+    assert_int_equal(sd_drafter_model_set_sampling(ng, &p.sampling), SD_ERR_INVALID_ARG);
+    assert_non_null(strstr(sd_last_error(), "drafter 'ngram' has no draft model"));
+    /* the engine still runs with the parameters it had */
+    assert_int_equal(sd_spec_begin(s, turn2, n2), SD_OK);
+    sd_spec_get_stats(s, &st);
+    assert_int_equal(st.k, 2);
+    sd_drafter_free(ng);
+    sd_spec_free(fresh);
+    sd_spec_free(s);
+    sd_drafter_free(d2);
+    sd_drafter_free(d);
+    sd_context_free(tc);
+    sd_context_free(dc);
+    sd_context_free(tc2);
+    sd_context_free(dc2);
+    sd_model_free(m);
+}
+
+/* sd_spec_set_draft_limit in the middle of a generation: 0 makes plain steps (one token each, no
+ * verify pass), 2 caps the drafts, and the output stays the greedy one; a bad limit is refused. */
+static void test_draft_limit(void **state) {
+    (void)state;
+    enum { N = 30 };
+    sd_model *m = model_of(0);
+    const int32_t prompt[4] = {1, 290, 291, 292};
+    int32_t *want = sdtest_greedy(m, NULL, prompt, 4, N, NULL);
+    sd_spec_params p = sd_spec_default_params();
+    p.n_predict = N;
+    p.stop_at_eos = 0;
+    p.draft_max = 4;
+    p.draft_mode = SD_DRAFT_FIXED;
+    sd_spec *s = NULL;
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_OK);
+    assert_int_equal(sd_spec_begin(s, prompt, 4), SD_OK);
+    int32_t got[N + SD_MAX_DRAFT + 1];
+    int n = 0, k;
+    assert_int_equal(sd_spec_step(s, NULL, NULL, got + n, &k), SD_OK); /* k = 4: all accepted (self-draft) */
+    assert_int_equal(k, 5);
+    n += k;
+    assert_int_equal(sd_spec_set_draft_limit(s, 0), SD_OK);
+    for (int r = 0; r < 5; r++) {
+        assert_int_equal(sd_spec_step(s, NULL, NULL, got + n, &k), SD_OK);
+        assert_int_equal(k, 1);
+        n += k;
+    }
+    sd_spec_stats st;
+    sd_spec_get_stats(s, &st);
+    assert_int_equal(st.n_verify, 1);
+    assert_int_equal(st.n_target_steps, 5);
+    assert_int_equal(sd_spec_set_draft_limit(s, 2), SD_OK);
+    while (!sd_spec_done(s)) {
+        assert_int_equal(sd_spec_step(s, NULL, NULL, got + n, &k), SD_OK);
+        assert_true(k <= 3);
+        n += k;
+    }
+    assert_int_equal(n, N);
+    assert_memory_equal(got, want, N * sizeof(int32_t));
+    assert_int_equal(sd_spec_set_draft_limit(s, -1), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_spec_set_draft_limit(s, SD_MAX_DRAFT + 1), SD_ERR_INVALID_ARG);
+    free(want);
+    sd_spec_free(s);
+    sd_model_free(m);
+}
+
+/* Eight engines drafting 8 tokens each would make a pass of 72 tokens, past the kernels whose
+ * rows equal decoding alone: step_many gives each engine an equal share of SD_MAX_DRAFT + 1
+ * (4 tokens: 3 drafts) and every engine still emits what it emits alone. */
+static void test_step_many_caps_the_pass(void **state) {
+    (void)state;
+    enum { S = 8, N = 24 };
+    sd_model *t = model_of(0);
+    int32_t prompts[S][5], want[S][N];
+    for (int s = 0; s < S; s++) {
+        for (int i = 0; i < 5; i++) prompts[s][i] = (int32_t)((s * 37 + i * 11 + 3) % 300);
+        int32_t *g = sdtest_greedy(t, NULL, prompts[s], 5, N, NULL);
+        memcpy(want[s], g, sizeof want[s]);
+        free(g);
+    }
+    sd_context *tc = new_ctx(t, 64, S), *dc = new_ctx(t, 64, S);
+    sd_drafter *dr[S];
+    sd_spec *sp[S];
+    for (int s = 0; s < S; s++) {
+        sd_spec_params p = sd_spec_default_params();
+        p.n_predict = N;
+        p.stop_at_eos = 0;
+        p.draft_max = 8;
+        p.draft_mode = SD_DRAFT_FIXED;
+        assert_int_equal(sd_drafter_model_create(dc, s, 300, &p.sampling, &dr[s]), SD_OK);
+        assert_int_equal(sd_spec_create_with(tc, s, dr[s], &p, &sp[s]), SD_OK);
+        assert_int_equal(sd_spec_begin(sp[s], prompts[s], 5), SD_OK);
+    }
+    sd_verify_round *vr = NULL;
+    assert_int_equal(sd_verify_round_create(tc, &vr), SD_OK);
+    int32_t got[S][N + SD_MAX_DRAFT + 1], bufs[S][SD_MAX_DRAFT + 1];
+    int n_got[S] = {0}, n_out[S], most = 0;
+    int32_t *outs[S];
+    for (int s = 0; s < S; s++) outs[s] = bufs[s];
+    for (int live = S; live > 0;) {
+        assert_int_equal(sd_spec_step_many(vr, sp, S, outs, n_out), SD_OK);
+        const int n_tok = sd_verify_round_n_tokens(vr);
+        assert_true(n_tok <= SD_MAX_DRAFT + 1);
+        if (n_tok > most) most = n_tok;
+        live = 0;
+        for (int s = 0; s < S; s++) {
+            assert_true(n_out[s] <= (SD_MAX_DRAFT + 1) / S);
+            memcpy(got[s] + n_got[s], bufs[s], (size_t)n_out[s] * sizeof(int32_t));
+            n_got[s] += n_out[s];
+            live += !sd_spec_done(sp[s]);
+        }
+    }
+    printf("  %d engines with k = 8: the largest pass held %d tokens\n", S, most);
+    assert_int_equal(most, S * ((SD_MAX_DRAFT + 1) / S));
+    for (int s = 0; s < S; s++) {
+        assert_int_equal(n_got[s], N);
+        assert_memory_equal(got[s], want[s], sizeof want[s]);
+    }
+    sd_verify_round_free(vr);
+    for (int s = 0; s < S; s++) {
+        sd_spec_free(sp[s]);
+        sd_drafter_free(dr[s]);
+    }
+    sd_context_free(tc);
+    sd_context_free(dc);
+    sd_model_free(t);
+}
+
 /* Several engines on one target context (a sequence each), their draft models sharing one draft
  * context: every round drafts in lockstep and verifies in ONE pass, and each engine emits exactly
  * what it emits alone (greedy; fixed and p_min draft lengths; a plain engine among them). */
@@ -474,6 +669,9 @@ int main(void) {
         cmocka_unit_test(test_bad_batches),
         cmocka_unit_test(test_begin_reuses_prefix),
         cmocka_unit_test(test_step_many),
+        cmocka_unit_test(test_set_params_between_requests),
+        cmocka_unit_test(test_step_many_caps_the_pass),
+        cmocka_unit_test(test_draft_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -96,6 +96,45 @@ static void test_adaptive_decisions(void **state) {
     assert_int_equal(after, 8);
 }
 
+/* A pass of n tokens costs max(1, n / 8) decode steps: memory-bound up to 8 tokens, then
+ * compute-bound (a batch of server slots). */
+static void batch_costs(sd_adaptive *a, double draft) {
+    for (int n = 1; n <= SD_ADAPT_MAX_N; n++) sd_adaptive_time_pass(a, n, n > 8 ? n / 8.0 : 1.0);
+    sd_adaptive_time_draft(a, 1, draft);
+}
+
+/* In a shared round (sd_spec_step_many) a draft must raise the whole round's rate: alone, or
+ * beside a few plain slots while the pass stays memory-bound, drafts pay; beside 24 slots'
+ * tokens, where each more token costs its share of compute, none does. */
+static void test_adaptive_in_a_batch(void **state) {
+    (void)state;
+    const float sure[8] = {0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f};
+    sd_adaptive a;
+    sd_adaptive_init(&a);
+    batch_costs(&a, 0.05);
+    const int alone = round_of(&a, 8, sure);
+    a.others_n = 4; /* four plain slots, a token each */
+    a.others_e = 4;
+    const int beside4 = round_of(&a, 8, sure);
+    a.others_n = 24;
+    a.others_e = 24;
+    int beside24 = 0;
+    for (int r = 0; r < 31; r++) beside24 += round_of(&a, 8, sure);
+    printf("  drafts per round alone %d, beside 4 plain slots %d, beside 24: %d in 31 rounds\n", alone, beside4,
+           beside24);
+    /* alone: 7 drafts keep the pass at 8 tokens; the 8th costs more than its 0.95^8 */
+    assert_int_equal(alone, 7);
+    /* beside 4: (5 + 0.95 + 0.90 + 0.86) / 1.15 = 6.70 against 6.43 for a fourth */
+    assert_int_equal(beside4, 3);
+    assert_int_equal(beside24, 0);
+    /* the others' drafting time counts against the round too: beside 4 slots that spent 2 steps
+     * drafting, the same three drafts still pay (time spent either way) */
+    a.others_n = 4;
+    a.others_e = 4;
+    a.others_t = 2;
+    assert_true(round_of(&a, 8, sure) >= 3);
+}
+
 static void test_pmin_policy(void **state) {
     (void)state;
     sd_pmin_policy p;
@@ -260,6 +299,7 @@ static void test_ngram_engine(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adaptive_decisions),
+        cmocka_unit_test(test_adaptive_in_a_batch),
         cmocka_unit_test(test_pmin_policy),
         cmocka_unit_test(test_policies_lossless),
         cmocka_unit_test(test_ngram_matches_brute_force),

@@ -62,4 +62,8 @@ sd_chat_params sd_chat_params_for(const sd_tokenizer *t);
 sd_status sd_chat_render(sd_chat_format f, const sd_chat_msg *msgs, int n, const sd_chat_params *p, char **out,
                          size_t *out_len);
 
+/* The prompt ids of text rendered by sd_chat_render for tokenizer t: its markers parsed as special
+ * tokens, BOS added (when t adds one) unless the template already wrote it. *ids is malloc'd. */
+sd_status sd_chat_tokenize(const sd_tokenizer *t, const char *text, size_t len, int32_t **ids, int *n_ids);
+
 #endif

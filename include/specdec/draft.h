@@ -90,6 +90,9 @@ struct sd_drafter {
 sd_status sd_drafter_model_create(sd_context *ctx, int seq, int n_vocab, const sd_sampler_params *sp,
                                   sd_drafter **out);
 void sd_drafter_free(sd_drafter *d); /* NULL is fine */
+/* The sampling of the model drafter d, or of the one inside a combined drafter (the next draft()
+ * uses it; its cache is kept). SD_ERR_INVALID_ARG for bad values or a drafter with no model. */
+sd_status sd_drafter_model_set_sampling(sd_drafter *d, const sd_sampler_params *sp);
 
 /* 1 when a and b are model drafters on one context (different sequences): their rounds can
  * draft in lockstep, every draft step of all of them in one pass. */

@@ -93,6 +93,16 @@ sd_status sd_spec_create(sd_model *target, sd_model *draft, const sd_spec_params
 sd_status sd_spec_create_with(sd_context *target, int seq, sd_drafter *drafter, const sd_spec_params *p,
                               sd_spec **out);
 void sd_spec_free(sd_spec *s); /* NULL is fine */
+/* Changes an engine's parameters between generations (a server reusing a slot's engine, and so
+ * its cached prompt, for the next request's sampling, budget and stop flag): every field but
+ * ngram, n_ctx and kv_type, which stay as created. draft_max and tree_budget may not exceed the
+ * creation's. A model drafter keeps its own sampling (sd_drafter_model_set_sampling). On error
+ * (bad values, a generation running) nothing changes. */
+sd_status sd_spec_set_params(sd_spec *s, const sd_spec_params *p);
+/* Caps the drafts of the rounds that follow at k (0: plain steps), also in the middle of a
+ * generation: a server turns drafting off for rounds where it measures that it does not pay.
+ * The cap stays until changed (SD_MAX_DRAFT: none, the default). */
+sd_status sd_spec_set_draft_limit(sd_spec *s, int k);
 
 /* Starts a generation from prompt (ids, BOS included if wanted): the target's cache keeps the
  * longest prefix it already holds of the prompt (a follow-up turn reuses the conversation),
@@ -107,7 +117,12 @@ int sd_spec_done(const sd_spec *s);
 /* One round of several engines that share a target context (each on its own sequence): their
  * drafts and their verify passes go into ONE forward pass over the round (the weights are read
  * once for all of them). outs[i] (room for draft_max + 1, or outs NULL) receives engine i's
- * emitted tokens, n_outs[i] their count (0 for an engine that has ended). */
+ * emitted tokens, n_outs[i] their count (0 for an engine that has ended). The pass holds at most
+ * SD_MAX_DRAFT + 1 tokens while the engines fit in it (each of E engines drafts at most
+ * (SD_MAX_DRAFT + 1) / E - 1 tokens): the kernels whose rows equal decoding each token alone, so
+ * that every engine emits exactly what it emits alone (greedy). The adaptive draft policy weighs
+ * each draft against the rate of the whole round (the others' tokens and costs of their last
+ * round), so drafting stops where the larger pass no longer pays for it. */
 struct sd_verify_round;
 sd_status sd_spec_step_many(struct sd_verify_round *round, sd_spec *const *specs, int n, int32_t *const *outs,
                             int *n_outs);

@@ -91,6 +91,10 @@ int sd_tokenizer_token_type(const sd_tokenizer *t, int32_t id); /* SD_TOKEN_*, -
  * may be NULL with cap 0 to count). Safe to call from several threads. */
 sd_status sd_tokenizer_tokenize(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
                                 int parse_special, int32_t *out, int cap, int *n_out);
+/* sd_tokenizer_tokenize into a malloc'd array of exactly the ids (*ids; NULL when there are none
+ * or on error; the caller frees it). */
+sd_status sd_tokenizer_tokenize_alloc(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
+                                      int parse_special, int32_t **ids, int *n_ids);
 /* sd_tokenizer_tokenize with parse_special off: prompt text is always plain text. */
 sd_status sd_tokenizer_encode(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
                               int32_t *out, int cap, int *n_out);

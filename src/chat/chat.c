@@ -441,3 +441,11 @@ sd_status sd_chat_render(sd_chat_format f, const sd_chat_msg *msgs, int n, const
     if (out_len) *out_len = b.n;
     return SD_OK;
 }
+
+sd_status sd_chat_tokenize(const sd_tokenizer *t, const char *text, size_t len, int32_t **ids, int *n_ids) {
+    int add_bos = sd_tokenizer_add_bos(t);
+    size_t bl = 0; /* templates that write {{ bos_token }} already start with it */
+    const char *bos = sd_tokenizer_piece(t, sd_tokenizer_bos(t), &bl);
+    if (bos && bl && len >= bl && !memcmp(text, bos, bl)) add_bos = 0;
+    return sd_tokenizer_tokenize_alloc(t, text, len, add_bos, 1, ids, n_ids);
+}

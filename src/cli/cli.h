@@ -6,7 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cli/options.h"
 #include "core/io.h"
+#include "specdec/chat.h"
 #include "specdec/model.h"
 #include "specdec/status.h"
 
@@ -33,6 +35,12 @@ double cli_cache_bytes(int threads);
 /* Loads a model with a tokenizer override; prints the error. */
 int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer_fallback, sd_model **out);
 
+/* The target and the draft model of o (-m, -md, -z, -zd, --draft-type): a llama2.c draft without a
+ * tokenizer beside it shares the target's; --draft-type quantises the draft in memory, or the
+ * target itself when -md names it or is absent. *dm is NULL without a draft. 0, or the exit
+ * status after printing the error (nothing loaded). */
+int cli_load_pair(const cli_opts *o, sd_model **tm, sd_model **dm);
+
 /* How generate turns -p into prompt ids (gen_prompt.c). */
 typedef struct {
     int chat;                  /* --chat: the text is one user turn, rendered by the chat template */
@@ -40,6 +48,11 @@ typedef struct {
     const char *template_name; /* --chat-template NAME (NULL: the model's template) */
     int special;               /* --special: parse special tokens written in a plain prompt */
 } cli_prompt_opts;
+
+/* The chat format of tokenizer t of `model`: template_name's (NULL: the model's template,
+ * recognised by its text; ChatML with a warning when it has none). 0, or the exit status after
+ * printing the error. */
+int cli_chat_format(const sd_tokenizer *t, const char *template_name, const char *model, sd_chat_format *f);
 
 /* The prompt ids of text for tokenizer t of `model` (named in messages), malloc'd into *ids.
  * Returns 0, or the exit status after printing the error (1 runtime, 2 usage). */
@@ -58,5 +71,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

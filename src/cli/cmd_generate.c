@@ -165,18 +165,7 @@ int cmd_generate(int argc, char **argv) {
     printer pr = {0};
     cJSON *root = NULL;
 
-    if ((rc = cli_load_model(model, o.tokenizer, NULL, &tm))) goto done;
-    /* A llama2.c draft without a tokenizer beside it shares the target's. */
-    if (draft && !(draft_type >= 0 && !strcmp(draft, model)) &&
-        (rc = cli_load_model(draft, o.draft_tokenizer, sd_model_tokenizer_path(tm), &dm)))
-        goto done;
-    if (draft_type >= 0) { /* the draft (or the target itself) quantised in memory */
-        sd_model *q = NULL;
-        sd_status qs = sd_model_quantize(dm ? dm : tm, (sd_type)draft_type, &q);
-        if (qs != SD_OK) { rc = cli_error_status(qs); goto done; }
-        sd_model_free(dm);
-        dm = q;
-    }
+    if ((rc = cli_load_pair(&o, &tm, &dm))) goto done;
 
     const sd_tokenizer *tok = sd_model_tokenizer(tm);
     int ctx = n_ctx > 0 ? n_ctx : sd_model_hparams(tm)->ctx_len;

@@ -9,9 +9,9 @@
 
 /* The format: --chat-template's, else the one the model's template is recognised as, else
  * (no template at all, as in llama2.c models) ChatML with a warning, as llama.cpp does. */
-static int chat_format(const sd_tokenizer *t, const cli_prompt_opts *o, const char *model, sd_chat_format *f) {
-    if (o->template_name) {
-        if (sd_chat_format_from_name(o->template_name, f) != SD_OK) return cli_usage_error("%s", sd_last_error());
+int cli_chat_format(const sd_tokenizer *t, const char *template_name, const char *model, sd_chat_format *f) {
+    if (template_name) {
+        if (sd_chat_format_from_name(template_name, f) != SD_OK) return cli_usage_error("%s", sd_last_error());
         return 0;
     }
     size_t len = 0;
@@ -33,39 +33,24 @@ int cli_prompt_ids(const sd_tokenizer *t, const char *model, const cli_prompt_op
                    int32_t **ids, int *n_ids) {
     *ids = NULL;
     *n_ids = 0;
-    char *rendered = NULL;
-    size_t len = strlen(text);
-    int add_bos = sd_tokenizer_add_bos(t), parse_special = o->special;
+    sd_status st;
     if (o->chat) {
         sd_chat_format f;
-        int rc = chat_format(t, o, model, &f);
+        int rc = cli_chat_format(t, o->template_name, model, &f);
         if (rc) return rc;
         sd_chat_msg msgs[2] = {{"system", o->system}, {"user", text}};
         const int sys = o->system != NULL;
         sd_chat_params p = sd_chat_params_for(t);
+        char *rendered = NULL;
+        size_t len = 0;
         if (sd_chat_render(f, msgs + !sys, 1 + sys, &p, &rendered, &len) != SD_OK)
             return cli_usage_error("%s", sd_last_error()); /* the template refuses these messages */
-        text = rendered;
-        parse_special = 1; /* the template's markers are special tokens written as text */
-        /* templates that write {{ bos_token }} already start with it */
-        size_t bl = 0;
-        const char *bos = sd_tokenizer_piece(t, sd_tokenizer_bos(t), &bl);
-        if (bos && bl && len >= bl && !memcmp(text, bos, bl)) add_bos = 0;
+        st = sd_chat_tokenize(t, rendered, len, ids, n_ids);
+        free(rendered);
+    } else {
+        st = sd_tokenizer_tokenize_alloc(t, text, strlen(text), sd_tokenizer_add_bos(t), o->special, ids, n_ids);
     }
-    int n = 0;
-    sd_status st = sd_tokenizer_tokenize(t, text, len, add_bos, parse_special, NULL, 0, &n);
-    if (st == SD_ERR_INVALID_ARG && n > 0) { /* counted: now the ids */
-        *ids = malloc((size_t)n * sizeof **ids);
-        st = *ids ? sd_tokenizer_tokenize(t, text, len, add_bos, parse_special, *ids, n, &n)
-                  : sd_fail(SD_ERR_NOMEM, "out of memory for %d prompt tokens", n);
-    }
-    free(rendered);
-    if (st != SD_OK) {
-        free(*ids);
-        *ids = NULL;
-        return cli_error_status(st);
-    }
-    if (n == 0) return cli_usage_error("the prompt encodes to no tokens");
-    *n_ids = n;
+    if (st != SD_OK) return cli_error_status(st);
+    if (*n_ids == 0) return cli_usage_error("the prompt encodes to no tokens");
     return 0;
 }

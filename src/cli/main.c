@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "specdec/convert.h"
 #include "cli/options.h"
 #include "specdec/bench.h"
 
@@ -106,6 +107,28 @@ int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer
     sd_status st = sd_model_load(path, &mp, out);
     if (st != SD_OK) return cli_error_status(st);
     return 0;
+}
+
+int cli_load_pair(const cli_opts *o, sd_model **tm, sd_model **dm) {
+    *tm = *dm = NULL;
+    const char *draft = o->draft ? o->draft : o->draft_type >= 0 ? o->model : NULL;
+    int rc = cli_load_model(o->model, o->tokenizer, NULL, tm);
+    /* A llama2.c draft without a tokenizer beside it shares the target's. */
+    if (!rc && draft && !(o->draft_type >= 0 && !strcmp(draft, o->model)))
+        rc = cli_load_model(draft, o->draft_tokenizer, sd_model_tokenizer_path(*tm), dm);
+    if (!rc && o->draft_type >= 0) { /* the draft (or the target itself) quantised in memory */
+        sd_model *q = NULL;
+        sd_status qs = sd_model_quantize(*dm ? *dm : *tm, (sd_type)o->draft_type, &q);
+        if (qs != SD_OK) rc = cli_error_status(qs);
+        sd_model_free(*dm);
+        *dm = q;
+    }
+    if (rc) {
+        sd_model_free(*dm);
+        sd_model_free(*tm);
+        *tm = *dm = NULL;
+    }
+    return rc;
 }
 
 /* libgomp's default wait spins up to 300000 times before sleeping. When two such programs

@@ -175,6 +175,18 @@ static const cli_opt k_opts[] = {
      "slots: sequences served at once", "4"},
     {"--api-key", NULL, OPT_STR, CMD_SERVE, "server", "KEY", 0, 0, 0, F(api_key), NULL,
      "require Authorization: Bearer KEY on every route but /health", NULL},
+    {"--queue", NULL, OPT_INT, CMD_SERVE, "server", "N", 0, 65536, 0, F(queue), NULL,
+     "requests that may wait for a free slot; more get 429 with Retry-After", "64"},
+    {"--timeout", NULL, OPT_INT, CMD_SERVE, "server", "S", 1, 86400, 0, F(timeout), NULL,
+     "close a connection idle or stalled (not sending its request, not reading its response) for S seconds", "60"},
+    {"--alias", NULL, OPT_STR, CMD_SERVE, "server", "NAME", 0, 0, 0, F(alias), NULL,
+     "the model id /v1/models lists and responses carry", "the -m argument"},
+    {"--chat-template", NULL, OPT_FN, CMD_SERVE, "server", "NAME", 0, 0, 0, 0, fn_chat_template,
+     "render chat requests with NAME instead of the model's template:", NULL},
+    {"--special", NULL, OPT_FLAG, CMD_SERVE, "server", NULL, 0, 0, 0, F(special), NULL,
+     "parse special tokens written in completion prompts (<|im_start|>, <s>, ...) as those tokens; without it they "
+     "are plain text (chat messages are rendered by the template, whose markers are always special)",
+     NULL},
     /* bench-decode */
     {"--prefill", NULL, OPT_INT, CMD_BENCH_DECODE, "measurement", "N", 1, 1 << 20, 0, F(prefill), NULL,
      "prompt length for the prefill figure", "128"},
@@ -245,8 +257,20 @@ static const cli_cmd k_cmds[] = {
      "usage error, 130 when interrupted (Ctrl-C stops at the next token).",
      "generate text from a target model, speculatively with a drafter (-md DRAFT, --draft ngram)", cmd_generate},
     {CMD_SERVE, "serve", "specdec serve -m TARGET [-md DRAFT | --draft ngram] [options]",
-     "An OpenAI-compatible HTTP server with speculative decoding and batched slots.", NULL,
-     "an OpenAI-compatible HTTP server", NULL},
+     "An OpenAI-compatible HTTP server with speculative decoding and batched slots: POST\n"
+     "/v1/completions and /v1/chat/completions (streamed with \"stream\": true), GET /v1/models,\n"
+     "/health and /metrics. Each of --parallel slots is a sequence of TARGET's context (and of\n"
+     "DRAFT's); every round steps all busy slots together, their verify passes in ONE batched\n"
+     "target pass. Requests beyond the slots wait in a queue of --queue. A request whose prompt\n"
+     "extends a slot's cached tokens reuses them. Sampling, max_tokens, stop strings and the seed\n"
+     "come with each request; drafting is set here, as for generate (the adaptive draft length\n"
+     "weighs each draft against the whole batched round, so drafting stops where the batch makes\n"
+     "the pass compute-bound).",
+     "Binds 127.0.0.1 unless --host says otherwise. SIGINT/SIGTERM: stop accepting, end running\n"
+     "requests at their next round (streams get their last chunk, finish_reason \"abort\"), exit 0;\n"
+     "a second signal exits at once (130). Exit status 1 when the models cannot be loaded or the\n"
+     "port cannot be bound, 2 on a usage error.",
+     "an OpenAI-compatible HTTP server with speculative decoding and batched slots", cmd_serve},
     {CMD_BENCH_DECODE, "bench-decode", "specdec bench-decode -m MODEL [options]",
      "Measures, for MODEL:\n"
      "  - the machine's streaming-read bandwidth (its own kernel reading a --bw-mib buffer),\n"
@@ -353,6 +377,8 @@ void cli_opts_default(cli_opts *o) {
     o->host = "127.0.0.1";
     o->port = 8080;
     o->parallel = 4;
+    o->queue = 64;
+    o->timeout = 60;
 }
 
 /* The field an option sets. */

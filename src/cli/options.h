@@ -54,8 +54,8 @@ typedef struct {
     /* tokenize */
     int pieces, no_bos;
     /* serve */
-    const char *host, *api_key;
-    int port, parallel;
+    const char *host, *api_key, *alias;
+    int port, parallel, timeout, queue;
     /* positional arguments */
     const char *pos_args[4];
     int n_pos;

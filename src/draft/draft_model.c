@@ -439,6 +439,14 @@ static const model_drafter *model_of(const sd_drafter *d) {
     return d && d->vt == &k_model_vtbl ? d->impl : NULL;
 }
 
+sd_status sd_drafter_model_set_sampling(sd_drafter *d, const sd_sampler_params *sp) {
+    model_drafter *md = (model_drafter *)model_of(d);
+    if (!md) return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' has no draft model to set sampling for", d ? d->name : "(none)");
+    sd_status st = sd_sampler_params_check(sp);
+    if (st == SD_OK) md->sp = *sp;
+    return st;
+}
+
 sd_context *sd_drafter_model_context(const sd_drafter *d) {
     const model_drafter *md = model_of(d);
     return md ? md->ctx : NULL;

@@ -65,18 +65,24 @@ static double verify_cost(const sd_adaptive *a, int n) {
     return a->t_pass[hi] * n / hi;
 }
 
+/* Expected tokens per second of the whole round when this engine emits e tokens (expected)
+ * after d draft steps and puts n tokens into the pass, beside the other engines' share. */
+static double round_rate(const sd_adaptive *a, double e, int d, int n) {
+    return (a->others_e + e) / (a->others_t + d * a->t_draft + verify_cost(a, a->others_n + n));
+}
+
 static sd_draft_verdict adaptive_judge(sd_draft_policy *p, int source, int i, float conf) {
     sd_adaptive *a = (sd_adaptive *)p;
     const double acc = accept_est(a, source, conf);
     const double cum = a->cum * acc, e_with = a->e + cum;
     /* keep it unless verifying it lowers the round's expected rate (its draft step is spent) */
-    const double r_keep = e_with / ((i + 1) * a->t_draft + verify_cost(a, i + 2));
-    const double r_drop = a->e / ((i + 1) * a->t_draft + verify_cost(a, i + 1));
+    const double r_keep = round_rate(a, e_with, i + 1, i + 2);
+    const double r_drop = round_rate(a, a->e, i + 1, i + 1);
     if (r_keep < r_drop) return SD_DRAFT_DROP;
     a->cum = cum;
     a->e = e_with;
     /* one more, expected to be accepted as often as this one (confidence runs in streaks) */
-    const double r_next = (e_with + cum * acc) / ((i + 2) * a->t_draft + verify_cost(a, i + 3));
+    const double r_next = round_rate(a, e_with + cum * acc, i + 2, i + 3);
     return r_next > r_keep ? SD_DRAFT_MORE : SD_DRAFT_STOP;
 }
 
@@ -96,7 +102,7 @@ int sd_adaptive_begin_round(sd_adaptive *a, int k_max) {
     if (!(a->t_draft > 0)) return k_max < 1 ? k_max : 1;
     /* Does even one draft pay? Its acceptance before seeing it: the first position's record. */
     const double first = a->first_tried > 0 ? (a->first_acc + PRIOR_N * 0.5) / (a->first_tried + PRIOR_N) : 0.5;
-    const int pays = (1 + first) / (a->t_draft + verify_cost(a, 2)) > 1 / verify_cost(a, 1);
+    const int pays = round_rate(a, 1 + first, 1, 2) > round_rate(a, 1, 0, 1);
     if (!a->explore_every) a->explore_every = EXPLORE_EVERY;
     if (pays) {
         a->plain_run = 0;

@@ -25,6 +25,12 @@ typedef struct {
     int explore_every;                 /* plain rounds between probes (doubles while they fail) */
     int probing;                       /* the last round was a probe */
     double cum, e;                     /* this round: P(all so far accepted), expected tokens */
+    /* What the other engines of a shared round (sd_spec_step_many) put into it, from their last
+     * round: tokens in the pass, tokens emitted, seconds of drafting. A draft pays when it raises
+     * the whole round's tokens per second, so the larger the batch, the costlier one more token
+     * in the pass and the less a draft adds; all 0 for an engine alone. */
+    int others_n;
+    double others_e, others_t;
 } sd_adaptive;
 
 void sd_adaptive_init(sd_adaptive *a);

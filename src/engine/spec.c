@@ -36,6 +36,8 @@ struct sd_spec {
     struct {
         int k;           /* most drafts (0: a plain step) */
         int room;        /* positions the history can still take */
+        int cap;         /* most drafts (tree nodes) this engine's share of a shared pass holds */
+        double t_draft0; /* stats.t_draft before the round */
         int tree;        /* a tree round */
         int n_nodes;     /* tree: nodes, root included */
         int max_depth;   /* tree: its depth */
@@ -46,6 +48,12 @@ struct sd_spec {
     sd_adaptive adaptive;
     sd_pmin_policy pmin;
     int costs_known;    /* the adaptive controller has the target's pass costs */
+    int k_alloc;        /* rows of p_rows/q_rows/argmax less one: the most drafts set_params allows */
+    int k_limit;        /* sd_spec_set_draft_limit: most drafts of the next rounds */
+    /* this engine's last round, for the others of a shared one: tokens in the pass, tokens
+     * emitted, seconds of drafting */
+    int last_n, last_e;
+    double last_td;
     sd_rng rng;
     sd_spec_stats st;
     double t0;
@@ -135,6 +143,8 @@ sd_status sd_spec_create_with(sd_context *target, int seq, sd_drafter *drafter, 
     }
     const int k = s->p.draft_max > s->p.tree_budget ? s->p.draft_max : s->p.tree_budget; /* rows of p and q */
     const size_t V = (size_t)n_vocab;
+    s->k_alloc = k;
+    s->k_limit = SD_MAX_DRAFT;
     st = sd_verify_round_create(target, &s->round);
     s->tokens = malloc((size_t)s->n_ctx * sizeof(int32_t));
     s->p_rows = malloc((size_t)(k + 1) * V * sizeof(float));
@@ -149,6 +159,33 @@ sd_status sd_spec_create_with(sd_context *target, int seq, sd_drafter *drafter, 
         return st;
     }
     *out = s;
+    return SD_OK;
+}
+
+sd_status sd_spec_set_params(sd_spec *s, const sd_spec_params *p) {
+    sd_status st = check_params(p, s->drafter != NULL);
+    if (st != SD_OK) return st;
+    if (s->active) return sd_fail(SD_ERR_INVALID_ARG, "spec: parameters cannot change while a generation runs");
+    const int k = s->drafter ? (p->draft_max > p->tree_budget ? p->draft_max : p->tree_budget) : 0;
+    if (k > s->k_alloc)
+        return sd_fail(SD_ERR_INVALID_ARG, "spec: %d drafts per pass exceed the %d this engine was created for", k,
+                       s->k_alloc);
+    if (p->tree_budget > 0 && s->drafter && !s->drafter->vt->draft_tree)
+        return sd_fail(SD_ERR_UNSUPPORTED, "the '%s' drafter proposes no trees (a draft model does)", s->drafter->name);
+    const int ngram = s->p.ngram, n_ctx = s->p.n_ctx;
+    const sd_type kv_type = s->p.kv_type;
+    s->p = *p;
+    s->p.ngram = ngram; /* the drafter and the contexts stay as created */
+    s->p.n_ctx = n_ctx;
+    s->p.kv_type = kv_type;
+    if (!s->drafter) s->p.draft_max = 0;
+    sd_pmin_policy_init(&s->pmin, s->p.p_min);
+    return SD_OK;
+}
+
+sd_status sd_spec_set_draft_limit(sd_spec *s, int k) {
+    if (k < 0 || k > SD_MAX_DRAFT) return sd_fail(SD_ERR_INVALID_ARG, "spec: draft limit %d outside 0..%d", k, SD_MAX_DRAFT);
+    s->k_limit = k;
     return SD_OK;
 }
 
@@ -263,6 +300,8 @@ sd_status sd_spec_begin(sd_spec *s, const int32_t *prompt, int n_prompt) {
     memset(st, 0, sizeof *st);
     st->n_prompt = n_prompt;
     st->k = s->p.draft_max;
+    s->last_n = s->last_e = 0;
+    s->last_td = 0;
     s->t0 = sd_now();
     sd_rng_seed(&s->rng, s->p.sampling.seed);
 
@@ -361,9 +400,9 @@ static sd_status end_round(sd_spec *s, const int32_t *acc, int m, int32_t next, 
 /* Engines whose model drafters draft in one lockstep group at most. */
 #define SD_MAX_BATCH_ENGINES 64
 
-/* Checks and sizes the round: 0 to take part (rnd.k drafts at most), 1 when the generation has
- * ended instead. */
-static int round_plan(sd_spec *s, sd_status *rc) {
+/* Checks and sizes the round: 0 to take part (rnd.k drafts at most, and at most k_cap), 1 when
+ * the generation has ended instead. */
+static int round_plan(sd_spec *s, int k_cap, sd_status *rc) {
     *rc = SD_OK;
     if (!s->active) return 1;
     if (s->p.stop_flag && *s->p.stop_flag) {
@@ -378,13 +417,16 @@ static int round_plan(sd_spec *s, sd_status *rc) {
     }
     /* Drafts that could still be emitted: context room (the history takes at most n_ctx
      * tokens) and the generation budget, each less the token the target adds itself. */
-    int k = s->p.draft_max;
+    if (k_cap > s->k_limit) k_cap = s->k_limit;
+    int k = s->p.draft_max < k_cap ? s->p.draft_max : k_cap;
     const int room = s->n_ctx - n_hist, left = s->p.n_predict - s->st.n_generated;
     if (k > room - 1) k = room - 1;
     if (k > left - 1) k = left - 1;
     memset(&s->rnd, 0, sizeof s->rnd);
     s->rnd.chain[0] = s->tokens[n_hist - 1];
     s->rnd.room = room;
+    s->rnd.cap = k_cap;
+    s->rnd.t_draft0 = s->st.t_draft;
     s->rnd.tree = s->p.tree_budget > 0 && s->drafter && k >= 1;
     if (!s->rnd.tree && s->drafter && k >= 1 && s->p.draft_mode == SD_DRAFT_ADAPTIVE)
         k = sd_adaptive_begin_round(&s->adaptive, k);
@@ -437,6 +479,7 @@ static sd_status round_draft(sd_spec *s) {
         r.n_hist = n_hist;
         r.rng = &s->rng;
         r.budget = s->p.tree_budget < s->rnd.room ? s->p.tree_budget : s->rnd.room; /* its rows must fit */
+        if (r.budget > s->rnd.cap) r.budget = s->rnd.cap;
         r.depth = k;
         r.branch = s->p.tree_branch;
         r.width = s->p.tree_width;
@@ -531,7 +574,13 @@ static sd_status round_finish(sd_spec *s, const sd_verify_round *vr, sd_token_cb
     }
     const int n_drafted = s->rnd.tree ? s->rnd.n_nodes - 1 : s->rnd.req.n_out;
     const int depth = s->rnd.tree ? s->rnd.max_depth : n_drafted;
-    return end_round(s, acc, m, next, n_drafted, depth, s->rnd.tree ? 0 : s->rnd.req.source, cb, user, out, n_out);
+    /* this round as the others of the next shared one see it */
+    s->last_n = n_drafted + 1;
+    s->last_td = s->st.t_draft - s->rnd.t_draft0;
+    const int before = *n_out;
+    rc = end_round(s, acc, m, next, n_drafted, depth, s->rnd.tree ? 0 : s->rnd.req.source, cb, user, out, n_out);
+    s->last_e = *n_out - before;
+    return rc;
 }
 
 sd_status sd_spec_step_many(sd_verify_round *vr, sd_spec *const *specs, int n, int32_t *const *outs, int *n_outs) {
@@ -547,9 +596,29 @@ sd_status sd_spec_step_many(sd_verify_round *vr, sd_spec *const *specs, int n, i
     sd_status rc = SD_OK;
     int *in = malloc((size_t)n * sizeof *in);
     if (!in) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    /* The pass stays within the kernels whose rows equal decoding each token alone (a verify
+     * pass of SD_MAX_DRAFT + 1 tokens is asserted to fit them), so that every engine emits what
+     * it would alone: each engine's share of it is an equal part. */
+    int n_live = 0, sum_n = 0, sum_e = 0;
+    double sum_t = 0;
+    for (int i = 0; i < n; i++)
+        if (specs[i]->active) {
+            n_live++;
+            sum_n += specs[i]->last_n;
+            sum_e += specs[i]->last_e;
+            sum_t += specs[i]->last_td;
+        }
+    const int k_cap = n_live > 0 && n_live <= SD_MAX_DRAFT + 1 ? (SD_MAX_DRAFT + 1) / n_live - 1 : 0;
     int n_in = 0;
-    for (int i = 0; i < n && rc == SD_OK; i++)
-        if (!round_plan(specs[i], &rc)) in[n_in++] = i;
+    for (int i = 0; i < n && rc == SD_OK; i++) {
+        sd_spec *s = specs[i];
+        if (s->active) { /* the adaptive policy weighs a draft against the whole round's rate */
+            s->adaptive.others_n = sum_n - s->last_n;
+            s->adaptive.others_e = sum_e - s->last_e;
+            s->adaptive.others_t = sum_t - s->last_td;
+        }
+        if (!round_plan(s, k_cap, &rc)) in[n_in++] = i;
+    }
     /* chain rounds of model drafters sharing a draft context draft in lockstep */
     int *batched = calloc((size_t)n, sizeof *batched);
     if (!batched) rc = sd_fail(SD_ERR_NOMEM, "out of memory");
@@ -603,7 +672,9 @@ sd_status sd_spec_step_many(sd_verify_round *vr, sd_spec *const *specs, int n, i
 sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, int32_t *out, int *n_out) {
     *n_out = 0;
     sd_status rc;
-    if (round_plan(s, &rc)) return rc;
+    s->adaptive.others_n = 0; /* alone in its pass */
+    s->adaptive.others_e = s->adaptive.others_t = 0;
+    if (round_plan(s, SD_MAX_DRAFT, &rc)) return rc;
     if ((rc = round_draft(s)) != SD_OK) return rc;
     sd_verify_round_clear(s->round);
     if ((rc = round_add(s, s->round)) != SD_OK) return rc;

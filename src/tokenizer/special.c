@@ -244,6 +244,26 @@ sd_status sd_tokenizer_tokenize(const sd_tokenizer *t, const char *text, size_t 
     return SD_OK;
 }
 
+sd_status sd_tokenizer_tokenize_alloc(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
+                                      int parse_special, int32_t **ids, int *n_ids) {
+    *ids = NULL;
+    *n_ids = 0;
+    int n = 0;
+    sd_status st = sd_tokenizer_tokenize(t, text, len, add_bos, parse_special, NULL, 0, &n);
+    if (st == SD_ERR_INVALID_ARG && n > 0) { /* counted: now the ids */
+        int32_t *out = malloc((size_t)n * sizeof *out);
+        if (!out) return sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory for %d tokens", n);
+        st = sd_tokenizer_tokenize(t, text, len, add_bos, parse_special, out, n, &n);
+        if (st != SD_OK) {
+            free(out);
+            return st;
+        }
+        *ids = out;
+    }
+    if (st == SD_OK) *n_ids = n;
+    return st;
+}
+
 sd_status sd_tokenizer_encode(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
                               int32_t *out, int cap, int *n_out) {
     return sd_tokenizer_tokenize(t, text, len, add_bos, 0, out, cap, n_out);

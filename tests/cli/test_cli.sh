@@ -38,10 +38,16 @@ check_out() {
 
 check "top-level help"        0 "commands:"          -- "$BIN" --help
 check "no command"            2 "unknown command|usage" -- "$BIN" bogus
-for c in generate info bench-decode bench mkmodel convert tokenize; do
+for c in generate info bench-decode bench mkmodel convert tokenize serve; do
   check "$c --help"           0 "usage: specdec $c"  -- "$BIN" $c --help
 done
 check "generate needs -m"     2 "-m MODEL is required" -- "$BIN" generate
+check "serve needs -m"        2 "^error: serve: -m MODEL is required \(see specdec serve --help\)$" -- "$BIN" serve
+check "serve has no trees"    2 "^error: serve: unknown option '--draft-tree'" -- "$BIN" serve -m x --draft-tree 4
+check "serve bad port"        2 "^error: --port expects an integer in 0..65535, got '70000'$" -- "$BIN" serve -m x --port 70000
+check "serve bad timeout"     2 "^error: --timeout expects an integer in 1..86400, got '0'$" -- "$BIN" serve -m x --timeout 0
+check "serve bad host"        1 "^error: serve: --host no.such.host.invalid: " -- "$BIN" serve -m x --host no.such.host.invalid
+check "serve missing model"   1 "^error: model '/nonexistent.gguf' not found" -- "$BIN" serve -m /nonexistent.gguf --port 0
 check "unknown option"        2 "unknown option '--frobnicate'" -- "$BIN" generate -m x --frobnicate
 check "missing model"         1 "model '/nonexistent.gguf' not found" -- "$BIN" generate -m /nonexistent.gguf
 check "bad -n"                2 "-n expects an integer" -- "$BIN" generate -m x -n lots

@@ -1,0 +1,94 @@
+/* `specdec serve`: the command around src/server: options, the models, the signals. The HTTP
+ * side starts first, so /health answers 503 while the models load. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/options.h"
+#include "server/server.h"
+
+/* After the first signal, a second one exits at once. */
+static void *second_signal(void *arg) {
+    const sigset_t *set = arg;
+    int sig;
+    if (sigwait(set, &sig) == 0) {
+        fprintf(stderr, "serve: second signal: exiting now\n");
+        _exit(130);
+    }
+    return NULL;
+}
+
+int cmd_serve(int argc, char **argv) {
+    cli_opts o;
+    cli_opts_default(&o);
+    const int pr = cli_parse(argc, argv, CMD_SERVE, &o, 0);
+    if (pr) return pr == 1 ? 0 : 2;
+    if (!o.model) return cli_usage_error("serve: -m MODEL is required (see specdec serve --help)");
+    if (o.draft_fixed && o.p_min_set) return cli_usage_error("serve: give --draft-fixed or --draft-p-min, not both");
+    if (o.ngram_min > o.ngram_max)
+        return cli_usage_error("serve: --ngram-min %d exceeds --ngram-max %d", o.ngram_min, o.ngram_max);
+
+    srv_params p = srv_default_params();
+    p.host = o.host;
+    p.port = o.port;
+    p.parallel = o.parallel;
+    p.n_ctx = o.n_ctx;
+    p.queue_max = o.queue;
+    p.timeout_s = o.timeout;
+    p.api_key = o.api_key;
+    p.model_name = o.alias ? o.alias : o.model;
+    p.special = o.special;
+    p.spec.draft_max = o.draft_max;
+    p.spec.draft_mode = o.draft_fixed ? SD_DRAFT_FIXED : o.p_min_set ? SD_DRAFT_PMIN : SD_DRAFT_ADAPTIVE;
+    p.spec.p_min = o.p_min;
+    p.ngram = o.ngram;
+    p.ngram_min = o.ngram_min;
+    p.ngram_max = o.ngram_max;
+    p.kv_type = o.kv_type;
+    p.verbose = 1;
+
+    /* Signals go to this thread only (sigwait below): every thread inherits the mask. */
+    static sigset_t set; /* the watcher thread reads it after this function returns */
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    sd_set_threads(o.threads);
+
+    srv *s = NULL;
+    sd_status st = srv_start(&p, &s);
+    if (st != SD_OK) return cli_error_status(st);
+    fprintf(stderr, "serve: listening on http://%s:%d (loading %s)\n", o.host, srv_port(s), o.model);
+
+    sd_model *tm = NULL, *dm = NULL;
+    sd_chat_format chat = SD_CHAT_CHATML;
+    int rc = cli_load_pair(&o, &tm, &dm);
+    if (!rc) rc = cli_chat_format(sd_model_tokenizer(tm), o.chat_template, o.model, &chat);
+    if (!rc && (st = srv_load(s, tm, dm, chat)) != SD_OK) rc = cli_error_status(st);
+    if (rc) {
+        srv_free(s);
+        sd_model_free(dm);
+        sd_model_free(tm);
+        return rc;
+    }
+    fprintf(stderr, "serve: ready: %d slots, %s, drafting: %s%s%s, chat template %s\n", o.parallel, o.model,
+            dm ? "draft model" : "", dm && o.ngram ? " + " : "", o.ngram ? "n-gram" : dm ? "" : "none (plain decoding)",
+            sd_chat_name(chat));
+
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "serve: %s: no new requests; ending the running ones\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    pthread_t watcher;
+    if (pthread_create(&watcher, NULL, second_signal, &set) == 0) pthread_detach(watcher);
+    srv_shutdown(s, 10.0);
+    srv_free(s);
+    sd_model_free(dm);
+    sd_model_free(tm);
+    fprintf(stderr, "serve: stopped\n");
+    return 0;
+}

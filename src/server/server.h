@@ -1,0 +1,46 @@
+/* `specdec serve`: an OpenAI-compatible HTTP server (libmicrohttpd) over N slots, each a sequence
+ * of one target context (and of one draft context) with its own engine, all stepped together by
+ * one engine thread so that every round is one batched target pass. */
+#ifndef SD_SERVER_H
+#define SD_SERVER_H
+
+#include <stddef.h>
+
+#include "specdec/chat.h"
+#include "specdec/model.h"
+#include "specdec/spec.h"
+#include "specdec/status.h"
+
+typedef struct {
+    const char *host;       /* address to bind (a numeric IPv4/IPv6 address or a host name) */
+    int port;               /* 0: any free port (srv_port tells which) */
+    int parallel;           /* slots */
+    int n_ctx;              /* positions per slot; 0: the smaller model context */
+    int queue_max;          /* requests waiting for a slot at most; more get 429 */
+    int timeout_s;          /* a connection idle (or stalled) this long is closed */
+    size_t max_body;        /* request bodies larger than this get 413 */
+    const char *api_key;    /* NULL: no authentication */
+    const char *model_name; /* the id /v1/models lists and responses carry */
+    int special;            /* completions: parse special tokens written in a prompt */
+    sd_spec_params spec;    /* draft_max, draft_mode, p_min; a request sets sampling and budget */
+    int ngram, ngram_min, ngram_max; /* prompt-lookup drafting (with or without a draft model) */
+    sd_type kv_type;
+    int verbose;            /* a log line per request on stderr */
+} srv_params;
+
+srv_params srv_default_params(void);
+
+typedef struct srv srv;
+
+/* Binds and starts answering: /health says 503 (loading) until srv_load succeeds. */
+sd_status srv_start(const srv_params *p, srv **out);
+int srv_port(const srv *s);
+/* Takes the models (borrowed: they must outlive the server), creates the contexts, one engine
+ * per slot and the engine thread; then the server is ready. draft may be NULL. */
+sd_status srv_load(srv *s, const sd_model *target, const sd_model *draft, sd_chat_format chat);
+/* Stops accepting, ends every request (queued ones with 503, running ones at their next round
+ * with a final chunk), waits for the responses to go out (at most wait_s seconds) and stops. */
+void srv_shutdown(srv *s, double wait_s);
+void srv_free(srv *s); /* NULL is fine; shuts down first if needed */
+
+#endif

@@ -1,0 +1,65 @@
+// The official OpenAI client (npm "openai") against specdec serve: a streamed chat, a completion
+// that is not streamed, and errors (a field specdec refuses, a wrong API key) as the client's own
+// error classes. Usage: node openai_client.mjs BASE_URL API_KEY EXPECTED_COMPLETION_TEXT
+import OpenAI from 'openai';
+
+const [baseURL, apiKey, expected] = process.argv.slice(2);
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60000 });
+let failed = 0;
+const check = (name, ok, detail) => {
+  console.log(`${ok ? 'ok  ' : 'FAIL'} openai client: ${name}${ok || detail === undefined ? '' : `: ${detail}`}`);
+  if (!ok) failed++;
+};
+
+// a streamed chat: the deltas come as the client's chunk objects, the last with finish_reason
+const stream = await client.chat.completions.create({
+  model: 'stories260K',
+  messages: [{ role: 'system', content: 'You tell stories.' }, { role: 'user', content: 'Tell me a story.' }],
+  max_tokens: 24,
+  temperature: 0,
+  stream: true,
+  stream_options: { include_usage: true },
+});
+let text = '', role = '', finish = null, chunks = 0, usage = null;
+for await (const chunk of stream) {
+  chunks++;
+  if (chunk.usage) usage = chunk.usage;
+  const c = chunk.choices[0];
+  if (!c) continue;
+  if (c.delta.role) role = c.delta.role;
+  if (c.delta.content) text += c.delta.content;
+  if (c.finish_reason) finish = c.finish_reason;
+}
+check('streamed chat', role === 'assistant' && text.length > 0 && finish === 'length' && chunks > 3,
+      JSON.stringify({ role, text, finish, chunks }));
+check('streamed chat usage', usage && usage.completion_tokens === 24, JSON.stringify(usage));
+
+// a completion, not streamed: the greedy text specdec generate gives for the same prompt
+const c = await client.completions.create({ model: 'stories260K', prompt: 'Once upon a time', max_tokens: 32, temperature: 0 });
+check('completion', c.object === 'text_completion' && c.choices[0].text === expected && c.choices[0].finish_reason === 'length' &&
+      c.usage.completion_tokens === 32, JSON.stringify(c.choices[0]));
+
+// errors: the client raises its own classes with the server's status and message
+try {
+  await client.completions.create({ model: 'stories260K', prompt: 'Once', n: 2 });
+  check('n = 2 refused', false, 'accepted');
+} catch (e) {
+  check('n = 2 refused', e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'n' && /only one choice/.test(e.message),
+        `${e.constructor.name} ${e.status} ${e.message}`);
+}
+try {
+  await client.chat.completions.create({ model: 'stories260K', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 100000 });
+  check('max_tokens past the context refused', false, 'accepted');
+} catch (e) {
+  check('max_tokens past the context refused', e instanceof OpenAI.BadRequestError && e.code === 'context_length_exceeded',
+        `${e.constructor.name} ${e.status} ${e.code} ${e.message}`);
+}
+try {
+  await new OpenAI({ baseURL, apiKey: 'wrong', maxRetries: 0 }).models.list();
+  check('wrong API key refused', false, 'accepted');
+} catch (e) {
+  check('wrong API key refused', e instanceof OpenAI.AuthenticationError && e.status === 401, `${e.constructor.name} ${e.status}`);
+}
+const models = await client.models.list();
+check('models', models.data.length === 1 && models.data[0].id === 'stories260K', JSON.stringify(models.data));
+process.exit(failed ? 1 : 0);

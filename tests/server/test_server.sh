@@ -1,0 +1,332 @@
+#!/usr/bin/env bash
+# specdec serve, driven with curl on a free loopback port: completions and chat, streamed and not;
+# greedy output equal to specdec generate; 8 concurrent clients on 4 slots each getting what it
+# gets alone; a client that leaves frees its slot; every bad input and limit answered in OpenAI's
+# error shape while the server keeps serving; a load run of 200 requests from 16 clients with no
+# failure; SIGTERM ends streams with a final chunk and exits 0 (under ASan: with no leak).
+# Usage: test_server.sh SPECDEC_BINARY SOURCE_DIR      (exit 77: skipped)
+set -u
+BIN=$1
+SRC=$2
+SHARED=${SPECDEC_SHARED:-$SRC/../shared}
+pass=0; fail=0
+TMP=$(mktemp -d)
+SPID=
+cleanup() { [ -n "$SPID" ] && kill -9 "$SPID" 2>/dev/null; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+skip_all() {
+  if [ "${SPECDEC_REQUIRE_SHARED:-0}" = 1 ]; then echo "FAIL: $1 (SPECDEC_REQUIRE_SHARED=1)"; exit 1; fi
+  echo "SKIP: $1"; exit 77
+}
+for tool in curl jq; do command -v $tool >/dev/null || skip_all "needs $tool (scripts/setup.sh installs it)"; done
+for f in models/stories260K/stories260K.bin models/stories260K/tok512.bin models/stories-draft/stories-draft.bin; do
+  [ -f "$SHARED/$f" ] || skip_all "needs shared test data $SHARED/$f"
+done
+export SPECDEC_MODEL_PATH="$SHARED/models"
+ulimit -n 4096 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+ok() { echo "ok   $1"; pass=$((pass+1)); }
+bad() { echo "FAIL $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | head -c 2500 | sed 's/^/  /'; echo; fail=$((fail+1)); }
+expect() { # name got want
+  if [ "$2" = "$3" ]; then ok "$1"; else bad "$1" "got:  $(printf '%s' "$2" | head -c 300)
+want: $(printf '%s' "$3" | head -c 300)"; fi
+}
+
+# start_server NAME ARGS...: waits for the "listening" line (the port) and then for /health 200;
+# NOWAIT=1 returns as soon as it listens.
+start_server() {
+  local name=$1; shift
+  LOG=$TMP/$name.log
+  "$BIN" serve --port 0 -t 1 "$@" 2>"$LOG" &
+  SPID=$!
+  PORT=
+  for _ in $(seq 1200); do
+    PORT=$(sed -n 's|^serve: listening on http://[^ ]*:\([0-9][0-9]*\) .*|\1|p' "$LOG" | head -1)
+    [ -n "$PORT" ] && break
+    kill -0 "$SPID" 2>/dev/null || break
+    sleep 0.05
+  done
+  [ -n "$PORT" ] || { bad "$name: server did not start" "$(cat "$LOG")"; exit 1; }
+  U=http://127.0.0.1:$PORT
+  [ "${NOWAIT:-0}" = 1 ] && return
+  for _ in $(seq 1200); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$U/health")" = 200 ] && return
+    sleep 0.05
+  done
+  bad "$name: not ready" "$(cat "$LOG")"; exit 1
+}
+
+# stop_server NAME: SIGTERM, exit status 0 (ASan: LeakSanitizer would make it fail).
+stop_server() {
+  kill -TERM "$SPID"; wait "$SPID"; local rc=$?; SPID=
+  if [ "$rc" = 0 ] && grep -q "^serve: stopped$" "$LOG"; then ok "$1: SIGTERM exits 0"
+  else bad "$1: exit $rc after SIGTERM" "$(tail -n 30 "$LOG")"; fi
+}
+
+post() { curl -s -m 60 "$U$1" -H 'Content-Type: application/json' -d "$2"; }
+# status ROUTE BODY [curl args...]: the HTTP status, the body in $TMP/body
+status() { local r=$1 b=$2; shift 2; curl -s -m 60 -o "$TMP/body" -w '%{http_code}' "$U$r" -d "$b" "$@"; }
+# check_err NAME STATUS PATTERN ROUTE BODY [curl args]: status and an OpenAI error naming it
+check_err() {
+  local name=$1 want=$2 pat=$3; shift 3
+  local got; got=$(status "$@")
+  if [ "$got" = "$want" ] && jq -e '.error.message and .error.type and (.error | has("param")) and (.error | has("code"))' "$TMP/body" >/dev/null 2>&1 &&
+     jq -r .error.message "$TMP/body" | grep -qE -e "$pat"; then ok "$name ($want)"
+  else bad "$name: HTTP $got, want $want and /$pat/" "$(head -c 400 "$TMP/body")"; fi
+}
+# SSE: the text of every chunk of a stream (completion .text or chat .delta.content), joined
+sse_text() { sed -n 's/^data: //p' "$1" | grep -v '^\[DONE\]$' | jq -j '.choices[0]? | (.text // .delta.content // "")'; }
+metric() { curl -s "$U/metrics" | sed -n "s/^specdec:$1 //p"; }
+
+GEN=(-m stories260K -md stories-draft -k 4 --draft-fixed -c 256)
+
+# ---- server A: the real pair, 4 slots, drafting fixed at 4 so every round drafts -------------
+start_server A "${GEN[@]}" -np 4
+expect "health" "$(curl -s "$U/health")" '{"status":"ok"}'
+expect "models" "$(curl -s "$U/v1/models" | jq -r '.object + " " + .data[0].id')" "list stories260K"
+
+gen=$("$BIN" generate "${GEN[@]}" -t 1 -p "Once upon a time" -n 48 --no-stream 2>/dev/null)
+post /v1/completions '{"model": "x", "prompt": "Once upon a time", "max_tokens": 48, "temperature": 0}' >"$TMP/c.json"
+text=$(jq -r '.choices[0].text' "$TMP/c.json")
+expect "completion equals generate (greedy)" "Once upon a time$text" "$gen"
+expect "completion fields" "$(jq -r '[.object, .choices[0].finish_reason, .usage.prompt_tokens, .usage.completion_tokens, .usage.total_tokens] | join(" ")' "$TMP/c.json")" \
+  "text_completion length 5 48 53"
+if jq -e '.timings.draft_n > 0 and .timings.draft_n_accepted > 0 and .timings.verify_n > 0 and .timings.mean_accepted_length > 1 and .timings.predicted_n == 48 and (.timings | has("predicted_per_second") and has("prompt_n") and has("cache_n"))' "$TMP/c.json" >/dev/null; then
+  ok "timings: $(jq -c '.timings | {draft_n, draft_n_accepted, verify_n, mean_accepted_length}' "$TMP/c.json")"
+else bad "timings" "$(cat "$TMP/c.json")"; fi
+
+gen=$("$BIN" generate "${GEN[@]}" -t 1 --chat -p "Tell me a story." -n 40 --no-stream 2>/dev/null)
+post /v1/chat/completions '{"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 40, "temperature": 0}' >"$TMP/chat.json"
+expect "chat equals generate --chat (greedy)" "$(jq -r '.choices[0].message.content' "$TMP/chat.json")" "$gen"
+expect "chat fields" "$(jq -r '[.object, .choices[0].message.role, .choices[0].finish_reason, .usage.completion_tokens] | join(" ")' "$TMP/chat.json")" \
+  "chat.completion assistant length 40"
+# content parts and "developer" render as a plain string and "system" would
+post /v1/chat/completions '{"messages": [{"role": "developer", "content": "Be kind."}, {"role": "user", "content": [{"type": "text", "text": "Tell me "}, {"type": "text", "text": "a story."}]}], "max_tokens": 12, "temperature": 0}' >"$TMP/parts.json"
+post /v1/chat/completions '{"messages": [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "Tell me a story."}], "max_tokens": 12, "temperature": 0}' >"$TMP/plain.json"
+expect "text parts and developer role" "$(jq -r '.usage.prompt_tokens, .choices[0].message.content' "$TMP/parts.json")" \
+  "$(jq -r '.usage.prompt_tokens, .choices[0].message.content' "$TMP/plain.json")"
+
+# streams: the chunks' text joined is the whole response's; a last chunk with finish_reason, usage
+# and timings, then [DONE]
+curl -sN -m 60 "$U/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0, "stream": true}' >"$TMP/s.txt"
+expect "stream text equals the response" "$(sse_text "$TMP/s.txt")" "$text"
+expect "stream ends with [DONE]" "$(tail -n 2 "$TMP/s.txt" | head -n 1)" "data: [DONE]"
+expect "stream last chunk" "$(sed -n 's/^data: {/{/p' "$TMP/s.txt" | tail -n 1 | jq -r '[.object, .choices[0].finish_reason, .usage.completion_tokens, (.timings.draft_n > 0)] | join(" ")')" \
+  "text_completion length 48 true"
+expect "stream chunks are events" "$(grep -cv '^data: \|^$' "$TMP/s.txt")" "0"
+curl -sN -m 60 "$U/v1/chat/completions" -d '{"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 40, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}' >"$TMP/cs.txt"
+expect "chat stream text" "$(sse_text "$TMP/cs.txt")" "$(jq -r '.choices[0].message.content' "$TMP/chat.json")"
+expect "chat stream first chunk" "$(sed -n 's/^data: {/{/p' "$TMP/cs.txt" | head -n 1 | jq -r '.object + " " + .choices[0].delta.role')" "chat.completion.chunk assistant"
+expect "chat stream usage chunk" "$(sed -n 's/^data: {/{/p' "$TMP/cs.txt" | tail -n 1 | jq -c '[(.choices | length), .usage.completion_tokens]')" "[0,40]"
+
+# stop strings: the text ends before the first occurrence, finish_reason stop, streamed alike
+full=$(jq -r '.choices[0].text' "$TMP/c.json")
+want=${full%%.*}
+post /v1/completions '{"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0, "stop": [".", "zzz"]}' >"$TMP/stop.json"
+expect "stop string" "$(jq -r '.choices[0].finish_reason + "|" + .choices[0].text' "$TMP/stop.json")" "stop|$want"
+# a stop string across tokens, streamed: what could be its start is held back, never sent
+curl -sN -m 60 "$U/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0, "stop": "park. One", "stream": true}' >"$TMP/ss.txt"
+want=${full%%park. One*}
+[ "$want" != "$full" ] || bad "the greedy text has no 'park. One' to stop at"
+expect "stop string across tokens, streamed" "$(sse_text "$TMP/ss.txt")|$(sed -n 's/^data: {/{/p' "$TMP/ss.txt" | tail -n 1 | jq -r '.choices[0].finish_reason')" "$want|stop"
+# sampled: the same seed gives the same text
+s1=$(post /v1/completions '{"prompt": "Once", "max_tokens": 24, "temperature": 0.9, "top_p": 0.95, "seed": 7}' | jq -r '.choices[0].text')
+s2=$(post /v1/completions '{"prompt": "Once", "max_tokens": 24, "temperature": 0.9, "top_p": 0.95, "seed": 7}' | jq -r '.choices[0].text')
+expect "sampled, same seed, same text" "$s2" "$s1"
+# prompt as token ids; a follow-up that extends a slot's cache reuses it
+ids=$(post /v1/completions '{"prompt": [1, 403, 407, 261, 378], "max_tokens": 48, "temperature": 0}' | jq -r '.choices[0].text')
+expect "prompt as token ids" "$ids" "$text"
+post /v1/completions "$(jq -n --arg p "Once upon a time$text" '{prompt: $p, max_tokens: 4, temperature: 0}')" >"$TMP/re.json"
+if jq -e '.timings.cache_n > 40' "$TMP/re.json" >/dev/null; then ok "prompt reuse: $(jq -c '.timings | {cache_n, prompt_n}' "$TMP/re.json")"
+else bad "prompt reuse" "$(jq -c .timings "$TMP/re.json")"; fi
+
+# 8 concurrent clients on 4 slots: each gets what it gets alone
+prompts=("Once upon a time" "The little dog" "Lily and Tom went to the park" "One day, a big fish" "The sun was hot" "Tim had a red ball" "There was a tree" "Mom said to Sue")
+for i in "${!prompts[@]}"; do
+  post /v1/completions "$(jq -n --arg p "${prompts[$i]}" '{prompt: $p, max_tokens: 40, temperature: 0, ignore_eos: true}')" | jq -r '.choices[0].text' >"$TMP/alone$i"
+done
+r0=$(metric rounds_total); t0=$(metric generation_tokens_total)
+pids=()
+for i in "${!prompts[@]}"; do
+  post /v1/completions "$(jq -n --arg p "${prompts[$i]}" '{prompt: $p, max_tokens: 40, temperature: 0, ignore_eos: true}')" | jq -r '.choices[0].text' >"$TMP/conc$i" &
+  pids+=($!)
+done
+wait "${pids[@]}"
+same=0
+for i in "${!prompts[@]}"; do cmp -s "$TMP/alone$i" "$TMP/conc$i" && [ -s "$TMP/conc$i" ] && same=$((same+1)); done
+rounds=$(( $(metric rounds_total) - r0 )); toks=$(( $(metric generation_tokens_total) - t0 ))
+expect "8 concurrent clients on 4 slots: outputs equal alone" "$same" 8
+if [ "$toks" = 320 ] && [ "$rounds" -lt 100 ]; then ok "batched: 320 tokens in $rounds rounds"
+else bad "batched rounds" "$toks tokens in $rounds rounds"; fi
+
+# bad input: each answered with its status and OpenAI's error shape; the server keeps serving
+check_err "truncated JSON"        400 "not valid JSON \(at byte" /v1/completions '{"prompt": "abc"'
+check_err "not JSON"              400 "not valid JSON" /v1/completions 'hello'
+check_err "not an object"        400 "must be a JSON object, got an array" /v1/completions '[1, 2]'
+check_err "empty body"            400 "not valid JSON" /v1/completions ''
+check_err "prompt missing"        400 "^prompt: is required" /v1/completions '{"max_tokens": 3}'
+check_err "messages missing"      400 "^messages: is required" /v1/chat/completions '{"prompt": "a"}'
+check_err "max_tokens a string"   400 "^max_tokens: must be an integer, got a string" /v1/completions '{"prompt": "a", "max_tokens": "10"}'
+check_err "max_tokens fraction"   400 "^max_tokens: must be an integer, got 1.5" /v1/completions '{"prompt": "a", "max_tokens": 1.5}'
+check_err "max_tokens negative"   400 "^max_tokens: must be an integer in 1..2147483647, got -5" /v1/completions '{"prompt": "a", "max_tokens": -5}'
+check_err "max_tokens zero"       400 "^max_tokens: must be an integer in 1..2147483647, got 0" /v1/completions '{"prompt": "a", "max_tokens": 0}'
+check_err "max_tokens huge"       400 "^max_tokens: must be an integer in 1..2147483647, got 1000000000000" /v1/completions '{"prompt": "a", "max_tokens": 1e12}'
+check_err "max_tokens past ctx"   400 "^max_tokens: 100000 tokens do not fit the context of 256 tokens per slot: the prompt takes 2, leaving 254$" /v1/completions '{"prompt": "a", "max_tokens": 100000}'
+check_err "temperature a string"  400 "^temperature: must be a number, got a string" /v1/completions '{"prompt": "a", "temperature": "hot"}'
+check_err "temperature range"     400 "^temperature: must be in \[0, 2\], got 3" /v1/completions '{"prompt": "a", "temperature": 3}'
+check_err "top_p zero"            400 "^top_p: must be in \(0, 1\], got 0" /v1/completions '{"prompt": "a", "top_p": 0}'
+check_err "stream not a boolean"  400 "^stream: must be a boolean, got a string" /v1/completions '{"prompt": "a", "stream": "yes"}'
+check_err "stop a number"         400 "^stop: must be a string or an array of strings, got a number" /v1/completions '{"prompt": "a", "stop": 5}'
+check_err "stop empty"            400 "^stop: stop\[1\] must have 1..256 bytes, got 0" /v1/completions '{"prompt": "a", "stop": ["x", ""]}'
+check_err "messages a string"     400 "^messages: must be an array of messages, got a string" /v1/chat/completions '{"messages": "hi"}'
+check_err "messages empty"        400 "^messages: must hold at least one message" /v1/chat/completions '{"messages": []}'
+check_err "role tool"             400 "messages\[0\].role 'tool' is not supported" /v1/chat/completions '{"messages": [{"role": "tool", "content": "x"}]}'
+check_err "image part"            400 "messages\[0\].content\[0\] must be a text part" /v1/chat/completions '{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}'
+check_err "seed a string"         400 "^seed: must be an integer, got a string" /v1/completions '{"prompt": "a", "seed": "x"}'
+check_err "prompt array of many"  400 "^prompt: one prompt per request" /v1/completions '{"prompt": ["a", "b"]}'
+check_err "prompt bad token id"   400 "^prompt: prompt\[1\] must be a token id in 0..511" /v1/completions '{"prompt": [1, 9999]}'
+check_err "n = 2"                 400 "^n: only one choice per request" /v1/completions '{"prompt": "a", "n": 2}'
+check_err "logit_bias"            400 "^logit_bias: logit biases are not supported" /v1/completions '{"prompt": "a", "logit_bias": {"1": 5}}'
+check_err "tools"                 400 "^tools: tool calling is not supported" /v1/chat/completions '{"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function", "function": {"name": "f"}}]}'
+check_err "penalty"               400 "^presence_penalty: penalties are not supported" /v1/completions '{"prompt": "a", "presence_penalty": 0.5}'
+check_err "NUL escape"            400 "escape .u0000 \(byte 13\)" /v1/completions '{"prompt": "a\u0000b"}'
+printf '{"prompt": "a\xff\xfeb"}' >"$TMP/bad-utf8.json"
+check_err "invalid UTF-8"         400 "not valid UTF-8 \(byte 13\)" /v1/completions "@$TMP/bad-utf8.json"
+printf '{"prompt": "a\xed\xa0\x80"}' >"$TMP/surrogate.json"
+check_err "UTF-8 surrogate"       400 "not valid UTF-8 \(byte 13\)" /v1/completions "@$TMP/surrogate.json"
+long=$(printf 'The cat sat on the mat and the dog ran in the park. %.0s' $(seq 30))
+check_err "prompt past the context" 400 "^prompt of [0-9]+ tokens does not fit the context of 256 tokens per slot \(at most 255 prompt tokens\)$" /v1/completions "{\"prompt\": \"$long\"}"
+head -c 5000000 /dev/zero | tr '\0' 'a' >"$TMP/big.txt"
+check_err "body over the cap"     413 "^request body of 5000000 bytes exceeds the limit of 4194304 bytes$" /v1/completions "@$TMP/big.txt" -H 'Expect:'
+check_err "chunked body over the cap" 413 "^request body exceeds the limit of 4194304 bytes$" /v1/completions "@$TMP/big.txt" -H 'Transfer-Encoding: chunked'
+code=$(curl -s -o "$TMP/body" -w '%{http_code}' "$U/v1/nothing")
+[ "$code" = 404 ] && jq -e '.error.code == "not_found"' "$TMP/body" >/dev/null && ok "unknown route (404)" || bad "unknown route: $code" "$(cat "$TMP/body")"
+hdrs=$(curl -s -D - -o "$TMP/body" "$U/v1/completions")
+if printf '%s' "$hdrs" | grep -q '^HTTP/1.1 405' && printf '%s' "$hdrs" | grep -qi '^Allow: POST' &&
+   jq -e '.error.message == "/v1/completions does not take GET"' "$TMP/body" >/dev/null; then ok "wrong method (405, Allow: POST)"
+else bad "wrong method" "$hdrs"; fi
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$U/health")
+expect "POST /health (405)" "$code" 405
+# harmless unknown fields are ignored
+code=$(status /v1/completions '{"prompt": "Once", "max_tokens": 2, "user": "u1", "metadata": {"a": 1}, "frobnicate": [1, 2], "logit_bias": {}, "n": 1, "tools": []}')
+expect "unknown harmless fields ignored (200)" "$code" 200
+# still serving, and the error counts are in the metrics
+expect "still serving after bad input" "$(post /v1/completions '{"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0}' | jq -r '.choices[0].text')" "$text"
+m=$(curl -s "$U/metrics")
+if printf '%s' "$m" | grep -qE '^specdec:spec_decode_num_drafts_total [1-9]' &&
+   printf '%s' "$m" | grep -qE '^specdec:spec_decode_num_draft_tokens_total [1-9]' &&
+   printf '%s' "$m" | grep -qE '^specdec:spec_decode_num_accepted_tokens_total [1-9]' &&
+   printf '%s' "$m" | grep -qE '^specdec:spec_decode_num_accepted_tokens_per_pos_total\{position="3"\} [0-9]' &&
+   printf '%s' "$m" | grep -qE '^specdec:http_responses_total\{code="413"\} 2$' &&
+   printf '%s' "$m" | grep -qE '^specdec:queue_length 0$' && printf '%s' "$m" | grep -qE '^specdec:slots_busy 0$' &&
+   printf '%s' "$m" | grep -qE '^# TYPE specdec:generation_tokens_per_second gauge$'; then ok "metrics"
+else bad "metrics" "$m"; fi
+
+# load: 200 requests from 16 concurrent clients, no failure
+load_one() {
+  curl -s -m 120 -o "$TMP/load.$1" -w '%{http_code}\n' "$U/v1/completions" \
+    -d "{\"prompt\": \"Once upon a time $1\", \"max_tokens\": 16, \"temperature\": 0.7, \"seed\": $1, \"stream\": $([ $(($1 % 2)) = 0 ] && echo true || echo false)}"
+}
+export -f load_one; export U TMP
+seq 200 | xargs -P 16 -I{} bash -c 'load_one {}' >"$TMP/codes"
+n200=$(grep -c '^200$' "$TMP/codes")
+complete=0
+for i in $(seq 200); do
+  if [ $((i % 2)) = 0 ]; then tail -n 2 "$TMP/load.$i" | head -n 1 | grep -q '^data: \[DONE\]$' && complete=$((complete+1))
+  else jq -e '.choices[0].finish_reason' "$TMP/load.$i" >/dev/null 2>&1 && complete=$((complete+1)); fi
+done
+expect "load: 200 requests from 16 clients, all 200 and complete" "$n200 $complete" "200 200"
+expect "load: metrics count them" "$(metric 'requests_finished_total{reason="error"}') $(metric 'requests_finished_total{reason="cancelled"}')" "0 0"
+
+# another server cannot take the port
+"$BIN" serve -m stories260K --port "$PORT" -t 1 >/dev/null 2>"$TMP/busy.err"; rc=$?
+if [ "$rc" = 1 ] && grep -q "^error: serve: cannot listen on 127.0.0.1 port $PORT: Address already in use$" "$TMP/busy.err"; then ok "port in use: exit 1"
+else bad "port in use: exit $rc" "$(cat "$TMP/busy.err")"; fi
+stop_server A
+
+# ---- server B: a slower random model, one slot, a queue of one, 2-second timeouts -----------
+"$BIN" mkmodel "$TMP/slow.gguf" --dim 512 --layers 6 --heads 8 --hidden 1536 --vocab 512 --ctx 4096 2>/dev/null
+start_server B -m "$TMP/slow.gguf" -c 2048 -np 1 --queue 1 --timeout 2
+long_stream() { curl -sN -m 120 "$U/v1/completions" -d '{"prompt": "a b c", "stream": true, "ignore_eos": true}' >"$1" & }
+wait_data() { for _ in $(seq 400); do grep -q '^data: {' "$1" 2>/dev/null && return 0; sleep 0.05; done; return 1; }
+
+# a client that leaves mid-stream frees its slot at the next round
+long_stream "$TMP/leave.txt"; cpid=$!
+wait_data "$TMP/leave.txt" || bad "stream did not start"
+kill "$cpid"; wait "$cpid" 2>/dev/null
+code=$(curl -s -m 15 -o "$TMP/body" -w '%{http_code}' "$U/v1/completions" -d '{"prompt": "x", "max_tokens": 3}')
+expect "a client that leaves frees its slot (the next request is served)" "$code $(metric 'requests_finished_total{reason="cancelled"}')" "200 1"
+gen_left=$(metric generation_tokens_total)
+[ "$gen_left" -lt 1500 ] && ok "its sequence stopped ($gen_left tokens generated in all)" || bad "its sequence ran on: $gen_left tokens"
+
+# queue full: one running, one waiting, the next gets 429 with Retry-After
+long_stream "$TMP/run.txt"; cpid=$!
+wait_data "$TMP/run.txt"
+curl -s -m 60 -o "$TMP/queued.json" "$U/v1/completions" -d '{"prompt": "y", "max_tokens": 3}' & qpid=$!
+for _ in $(seq 100); do [ "$(metric queue_length)" = 1 ] && break; sleep 0.05; done
+hdrs=$(curl -s -D - -o "$TMP/body" "$U/v1/completions" -d '{"prompt": "z", "max_tokens": 3}')
+if printf '%s' "$hdrs" | grep -q '^HTTP/1.1 429' && printf '%s' "$hdrs" | grep -qi '^Retry-After: 1' &&
+   jq -e '.error.code == "queue_full"' "$TMP/body" >/dev/null; then ok "queue full: 429 with Retry-After"
+else bad "queue full" "$hdrs $(cat "$TMP/body")"; fi
+# the waiting client leaves: its place in the queue frees at the next round
+c0=$(metric 'requests_finished_total{reason="cancelled"}')
+kill "$qpid"; wait "$qpid" 2>/dev/null
+for _ in $(seq 100); do [ "$(metric queue_length)" = 0 ] && break; sleep 0.05; done
+expect "a waiting client that leaves frees its place" "$(metric queue_length) $(( $(metric 'requests_finished_total{reason="cancelled"}') - c0 ))" "0 1"
+curl -s -m 60 -o "$TMP/queued.json" "$U/v1/completions" -d '{"prompt": "y", "max_tokens": 3}' & qpid=$!
+for _ in $(seq 100); do [ "$(metric queue_length)" = 1 ] && break; sleep 0.05; done
+kill "$cpid"; wait "$cpid" 2>/dev/null
+wait "$qpid"
+expect "the waiting request is served once the slot frees" "$(jq -r '.usage.completion_tokens' "$TMP/queued.json")" 3
+
+# slow and stalled clients are cut off after the timeout
+stalled() { # NAME REQUEST-BYTES: the server closes the connection within the timeout (2 s) + slack
+  exec 3<>"/dev/tcp/127.0.0.1/$PORT"
+  printf "$2" >&3
+  local t0=$SECONDS
+  timeout 20 cat <&3 >/dev/null; local rc=$?
+  exec 3>&-
+  if [ "$rc" = 0 ] && [ $((SECONDS - t0)) -le 8 ]; then ok "$1: closed after $((SECONDS - t0)) s"; else bad "$1: rc $rc after $((SECONDS - t0)) s"; fi
+}
+stalled "stalled in the headers" 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le'
+stalled "stalled in the body" 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"prompt": "a'
+stalled "idle keep-alive" ''
+
+# 1000 idle connections: the server still serves
+fds=()
+for _ in $(seq 1000); do exec {fd}<>"/dev/tcp/127.0.0.1/$PORT" || break; fds+=("$fd"); done
+code=$(curl -s -m 20 -o /dev/null -w '%{http_code}' "$U/v1/completions" -d '{"prompt": "x", "max_tokens": 3}')
+expect "1000 idle connections: still serving" "${#fds[@]} $code" "1000 200"
+for fd in "${fds[@]}"; do exec {fd}>&-; done
+
+# SIGTERM while streaming: the stream gets its last chunk (finish_reason abort) and [DONE]
+long_stream "$TMP/term.txt"; cpid=$!
+wait_data "$TMP/term.txt"
+stop_server B
+wait "$cpid"
+expect "SIGTERM: the stream's last chunk" "$(sed -n 's/^data: {/{/p' "$TMP/term.txt" | tail -n 1 | jq -r '.choices[0].finish_reason') $(tail -n 2 "$TMP/term.txt" | head -n 1)" \
+  "abort data: [DONE]"
+
+# ---- server C: 503 while loading, then API keys ----------------------------------------------
+NOWAIT=1 start_server C -m "$TMP/slow.gguf" --draft-type q8_0 -c 256 -np 1 --api-key 's3cret key' --alias 'my "model"'
+code=$(curl -s -o "$TMP/body" -w '%{http_code}' "$U/health")
+if [ "$code" = 503 ] && jq -e '.error.message == "loading model"' "$TMP/body" >/dev/null; then ok "health while loading (503)"
+else bad "health while loading: $code" "$(cat "$TMP/body")"; fi
+for _ in $(seq 1200); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$U/health")" = 200 ] && break; sleep 0.05; done
+expect "health once loaded, no key needed (200)" "$(curl -s -w ' %{http_code}' "$U/health")" '{"status":"ok"} 200'
+check_err "no API key"            401 "missing or invalid API key" /v1/completions '{"prompt": "a", "max_tokens": 2}'
+check_err "wrong API key"         401 "missing or invalid API key" /v1/completions '{"prompt": "a", "max_tokens": 2}' -H 'Authorization: Bearer s3cret'
+check_err "metrics need the key"  401 "missing or invalid API key" /metrics '' -G
+code=$(status /v1/completions '{"prompt": "a", "max_tokens": 2}' -H 'Authorization: Bearer s3cret key')
+expect "right API key (200)" "$code" 200
+expect "--alias names the model" "$(curl -s -H 'Authorization: Bearer s3cret key' "$U/v1/models" | jq -r '.data[0].id')|$(jq -r .model "$TMP/body")" \
+  'my "model"|my "model"'
+# drafting by batch size: the rounds' rates of the one busy slot, drafting allowed so far
+if curl -s -H 'Authorization: Bearer s3cret key' "$U/metrics" | grep -qE '^specdec:round_tokens_per_second\{slots="1",drafting="allowed"\} [0-9.e+]+$'; then
+  ok "metrics with the key: rates by batch size"
+else bad "metrics: no round_tokens_per_second" "$(curl -s -H 'Authorization: Bearer s3cret key' "$U/metrics" | grep round_tokens)"; fi
+stop_server C
+
+echo "server: $pass passed, $fail failed"
+[ "$fail" = 0 ]

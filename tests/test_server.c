@@ -1,0 +1,375 @@
+/* The server's parts without HTTP: UTF-8 well-formedness against the Unicode table, the output
+ * text held back while a character or a stop string may be completing, request parsing (each
+ * bad field named, defaults, the chat template), and the response and chunk JSON. The HTTP side
+ * is tests/server/test_server.sh. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sdtest.h"
+#include "sdtest_tok.h"
+#include "server/internal.h"
+#include "specdec/chat.h"
+
+/* ---- UTF-8 --------------------------------------------------------------------------------- */
+
+static void test_utf8_check(void **state) {
+    (void)state;
+    static const struct {
+        const char *s;
+        long bad; /* first ill-formed byte, -1: none */
+    } cases[] = {
+        {"", -1},
+        {"plain ascii", -1},
+        {"\xc2\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf", -1}, /* 2, 3, 4 bytes; U+10FFFF */
+        {"\xed\x9f\xbf", -1},                                          /* U+D7FF, just below the surrogates */
+        {"a\xff", 1},                                                  /* never a lead byte */
+        {"a\x80", 1},                                                  /* a lone continuation */
+        {"\xc0\xaf", 0},                                               /* overlong '/' */
+        {"\xc1\xbf", 0},                                               /* overlong */
+        {"\xe0\x80\xaf", 0},                                           /* overlong 3-byte */
+        {"\xf0\x80\x80\xaf", 0},                                       /* overlong 4-byte */
+        {"ok\xed\xa0\x80", 2},                                         /* U+D800, a surrogate */
+        {"\xf4\x90\x80\x80", 0},                                       /* U+110000 */
+        {"\xf5\x80\x80\x80", 0},                                       /* past any plane */
+        {"abc\xe2\x82", 3},                                            /* truncated at the end */
+        {"\xe2\x28\xa1", 0},                                           /* a bad second byte */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const long got = srv_utf8_check(cases[i].s, strlen(cases[i].s));
+        if (got != cases[i].bad) fail_msg("case %zu: first ill-formed byte %ld, want %ld", i, got, cases[i].bad);
+    }
+    /* what may still complete, at the end */
+    assert_int_equal(srv_utf8_incomplete_tail("ab\xe2\x82", 4), 2);
+    assert_int_equal(srv_utf8_incomplete_tail("ab\xf0", 3), 1);
+    assert_int_equal(srv_utf8_incomplete_tail("ab\xe2\x82\xac", 5), 0); /* complete */
+    assert_int_equal(srv_utf8_incomplete_tail("ab\xed\xa0", 4), 0);    /* a surrogate never completes */
+    assert_int_equal(srv_utf8_incomplete_tail("ab\x82", 3), 0);        /* no lead byte */
+    /* cleaning: each ill-formed sequence becomes one U+FFFD */
+    srv_buf b = {0};
+    srv_utf8_append_clean(&b, "a\xff" "b\xe2\x82" "c\xc0\xaf" "d\xe2\x82\xac", 12);
+    assert_string_equal(b.p, "a\xef\xbf\xbd" "b\xef\xbf\xbd" "c\xef\xbf\xbd" "d\xe2\x82\xac");
+    assert_int_equal(srv_utf8_check(b.p, b.len), -1);
+    srv_buf_free(&b);
+}
+
+/* ---- the output text ------------------------------------------------------------------------ */
+
+static sd_tokenizer *tok512(void) { return sdtest_load_llama2c_tokenizer("models/stories260K/tok512.bin", 0); }
+
+/* The text taken after each of ids is pushed, joined with '|' between the takes that gave
+ * something; the final take marked by '#'. */
+static void run_text(const sd_tokenizer *t, char *const *stops, int n_stops, const int32_t *ids, int n, int *stopped_at,
+                     srv_buf *log) {
+    srv_text x;
+    assert_int_equal(srv_text_init(&x, t, 1, stops, n_stops), 0);
+    *stopped_at = -1;
+    for (int i = 0; i < n; i++) {
+        const int rc = srv_text_push(&x, ids[i]);
+        assert_true(rc >= 0);
+        srv_buf piece = {0};
+        if (srv_text_take(&x, 0, &piece) > 0) {
+            srv_buf_put(log, piece.p, piece.len);
+            srv_buf_puts(log, "|");
+        }
+        srv_buf_free(&piece);
+        if (rc == 1) {
+            *stopped_at = i;
+            break;
+        }
+    }
+    srv_buf rest = {0};
+    srv_text_take(&x, 1, &rest);
+    srv_buf_puts(log, "#");
+    if (rest.p) srv_buf_put(log, rest.p, rest.len);
+    srv_buf_free(&rest);
+    srv_text_free(&x);
+}
+
+static void test_text_holds_back(void **state) {
+    (void)state;
+    sd_tokenizer *t = tok512();
+    int n = 0, at;
+    int32_t *ids = sdtest_encode(t, "Hi. The park. One day", 21, 0, &n);
+    srv_buf log = {0};
+    /* no stops: every token's text goes out at once */
+    run_text(t, NULL, 0, ids, n, &at, &log);
+    printf("  no stop strings: %s\n", log.p);
+    assert_int_equal(at, -1);
+    assert_string_equal(log.p + log.len - 1, "#");
+    srv_buf_free(&log);
+    /* "park. One": the text grows through " p", "ar", "k", "." into "p", "par", "park", "park.",
+     * each a prefix of it, so nothing past "Hi. The " goes out; " One" completes it: the text
+     * ends before it, and what was held back is never sent */
+    char *stops[2] = {"zzz", "park. One"};
+    run_text(t, stops, 2, ids, n, &at, &log);
+    printf("  stop \"park. One\": %s (stopped at token %d of %d)\n", log.p, at, n);
+    assert_string_equal(log.p, "H|i|.| The| |#"); /* the space before "p" goes once "p" is held */
+    assert_int_equal(at, 8);
+    srv_buf_free(&log);
+    /* a prefix that does not become the stop string is released once it cannot */
+    char *late[1] = {"park. Two"};
+    run_text(t, late, 1, ids, n, &at, &log);
+    assert_int_equal(at, -1);
+    assert_non_null(strstr(log.p, "park. One"));
+    srv_buf_free(&log);
+    /* the stop string inside one token's text: cut there */
+    char *mid[1] = {"ar"};
+    run_text(t, mid, 1, ids, n, &at, &log);
+    assert_string_equal(log.p, "H|i|.| The| p|#");
+    srv_buf_free(&log);
+    free(ids);
+    /* UTF-8 from byte tokens (id = byte + 3): held back until the character is whole, an
+     * unfinished one at the end becomes U+FFFD */
+    const int32_t euro[4] = {0xE2 + 3, 0x82 + 3, 0xAC + 3, 0xE2 + 3};
+    run_text(t, NULL, 0, euro, 4, &at, &log);
+    assert_string_equal(log.p, "\xe2\x82\xac|#\xef\xbf\xbd");
+    srv_buf_free(&log);
+    sd_tokenizer_free(t);
+}
+
+/* ---- requests ------------------------------------------------------------------------------ */
+
+static srv_api_ctx api(const sd_tokenizer *t) {
+    srv_api_ctx c = {t, SD_CHAT_CHATML, 64, 0, 1234};
+    return c;
+}
+
+static void test_parse_errors(void **state) {
+    (void)state;
+    sd_tokenizer *t = tok512();
+    const srv_api_ctx c = api(t);
+    static const struct {
+        int chat;
+        const char *body;
+        const char *param; /* NULL: none named */
+        const char *msg;   /* the whole message */
+    } cases[] = {
+        {0, "{\"prompt\": \"a\"", NULL, "request body is not valid JSON (at byte 13 of 14)"},
+        {0, "[]", NULL, "request body must be a JSON object, got an array"},
+        {0, "{\"prompt\": \"a\xc3\"}", NULL, "request body is not valid UTF-8 (byte 13)"},
+        {0, "{\"prompt\": \"a\\\\u0000\"}", NULL, NULL}, /* an escaped backslash: no NUL, fine */
+        {0, "{\"prompt\": \"a\\u0000\"}", NULL, "request body holds the escape \\u0000 (byte 13): text may not contain NUL"},
+        {0, "{}", "prompt", "prompt: is required"},
+        {0, "{\"prompt\": null}", "prompt", "prompt: is required"},
+        {0, "{\"prompt\": 5}", "prompt", "prompt: must be a string or an array of token ids, got a number"},
+        {0, "{\"prompt\": []}", "prompt", "prompt: an array of token ids must not be empty"},
+        {0, "{\"prompt\": [1, 2.5]}", "prompt", "prompt: prompt[1] must be a token id in 0..511"},
+        {0, "{\"prompt\": [\"a\", \"b\"]}", "prompt",
+         "prompt: one prompt per request: a string or an array of token ids (got an array of 2 strings)"},
+        {0, "{\"prompt\": \"a\", \"model\": 3}", "model", "model: must be a string, got a number"},
+        {0, "{\"prompt\": \"a\", \"max_tokens\": 0}", "max_tokens", "max_tokens: must be an integer in 1..2147483647, got 0"},
+        {0, "{\"prompt\": \"a\", \"max_tokens\": true}", "max_tokens", "max_tokens: must be an integer, got a boolean"},
+        {0, "{\"prompt\": \"a\", \"max_tokens\": 63}", "max_tokens",
+         "max_tokens: 63 tokens do not fit the context of 64 tokens per slot: the prompt takes 2, leaving 62"},
+        {0, "{\"prompt\": \"a\", \"max_completion_tokens\": -1}", "max_completion_tokens",
+         "max_completion_tokens: must be an integer in 1..2147483647, got -1"},
+        {0, "{\"prompt\": \"a\", \"temperature\": -0.5}", "temperature", "temperature: must be in [0, 2], got -0.5"},
+        {0, "{\"prompt\": \"a\", \"top_p\": 1.5}", "top_p", "top_p: must be in (0, 1], got 1.5"},
+        {0, "{\"prompt\": \"a\", \"top_k\": -1}", "top_k", "top_k: must be an integer in 0..16777216, got -1"},
+        {0, "{\"prompt\": \"a\", \"seed\": 1.5}", "seed", "seed: must be an integer, got 1.5"},
+        {0, "{\"prompt\": \"a\", \"stream\": 1}", "stream", "stream: must be a boolean, got a number"},
+        {0, "{\"prompt\": \"a\", \"stream_options\": {\"include_usage\": \"y\"}}", "stream_options",
+         "stream_options: include_usage must be a boolean, got a string"},
+        {0, "{\"prompt\": \"a\", \"ignore_eos\": \"y\"}", "ignore_eos", "ignore_eos: must be a boolean, got a string"},
+        {0, "{\"prompt\": \"a\", \"stop\": [1]}", "stop", "stop: stop[0] must be a string, got a number"},
+        {0, "{\"prompt\": \"a\", \"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
+         "stop", "stop: at most 16 stop strings, got 17"},
+        {0, "{\"prompt\": \"a\", \"n\": 3}", "n", "n: only one choice per request is supported (n = 1)"},
+        {0, "{\"prompt\": \"a\", \"best_of\": 2}", "best_of", "best_of: only best_of = 1 is supported"},
+        {0, "{\"prompt\": \"a\", \"echo\": true}", "echo", "echo: echoing the prompt is not supported"},
+        {0, "{\"prompt\": \"a\", \"suffix\": \"z\"}", "suffix", "suffix: suffixes (insertion) are not supported"},
+        {0, "{\"prompt\": \"a\", \"logprobs\": 2}", "logprobs", "logprobs: log probabilities are not supported"},
+        {0, "{\"prompt\": \"a\", \"frequency_penalty\": 1}", "frequency_penalty",
+         "frequency_penalty: penalties are not supported (only 0)"},
+        {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": {\"type\": \"json_object\"}}",
+         "response_format", "response_format: only {\"type\": \"text\"} is supported"},
+        {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"auto\"}", "tool_choice",
+         "tool_choice: tool calling is not supported"},
+        {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"functions\": [{}]}", "functions",
+         "functions: function calling is not supported"},
+        {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"top_logprobs\": 3}", "top_logprobs",
+         "top_logprobs: log probabilities are not supported"},
+        {1, "{\"messages\": [5]}", "messages", "messages: messages[0] must be an object, got a number"},
+        {1, "{\"messages\": [{\"content\": \"a\"}]}", "messages", "messages: messages[0].role must be a string, got nothing"},
+        {1, "{\"messages\": [{\"role\": \"user\"}]}", "messages",
+         "messages: messages[0].content must be a string or an array of text parts, got nothing"},
+        {1, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": 1}]}]}", "messages",
+         "messages: messages[0].content[0].text must be a string, got a number"},
+        {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa bb cc dd ee ff gg hh ii jj kk ll mm nn oo pp qq rr ss tt uu vv ww xx yy zz\"}]}",
+         "messages", NULL}, /* too long for the context: named below */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        srv_gen g;
+        srv_err e;
+        memset(&e, 0, sizeof e);
+        const int rc = srv_parse_gen(&c, cases[i].chat, cases[i].body, strlen(cases[i].body), &g, &e);
+        if (i == 3) { /* the escaped backslash */
+            if (rc != 0) fail_msg("case %zu: refused: %s", i, e.msg);
+            srv_gen_free(&g);
+            continue;
+        }
+        if (rc == 0) fail_msg("case %zu (%s): accepted", i, cases[i].body);
+        assert_int_equal(e.status, 400);
+        assert_string_equal(e.type, "invalid_request_error");
+        if (cases[i].param ? !e.param || strcmp(e.param, cases[i].param) : e.param != NULL)
+            fail_msg("case %zu: param %s, want %s", i, e.param ? e.param : "(none)", cases[i].param ? cases[i].param : "(none)");
+        if (cases[i].msg && strcmp(e.msg, cases[i].msg) != 0) fail_msg("case %zu: message\n  %s\nwant\n  %s", i, e.msg, cases[i].msg);
+        if (!cases[i].msg) {
+            assert_non_null(strstr(e.msg, "does not fit the context of 64 tokens per slot (at most 63 prompt tokens)"));
+            assert_string_equal(e.code, "context_length_exceeded");
+        }
+        /* the error JSON: OpenAI's shape, valid UTF-8 whatever the message quoted */
+        char *js = srv_err_json(&e);
+        cJSON *o = cJSON_Parse(js);
+        assert_non_null(o);
+        const cJSON *err = cJSON_GetObjectItem(o, "error");
+        assert_true(cJSON_IsString(cJSON_GetObjectItem(err, "message")));
+        assert_true(cJSON_HasObjectItem(err, "param") && cJSON_HasObjectItem(err, "code"));
+        assert_int_equal(srv_utf8_check(js, strlen(js)), -1);
+        cJSON_Delete(o);
+        free(js);
+    }
+    sd_tokenizer_free(t);
+}
+
+static void test_parse_values(void **state) {
+    (void)state;
+    sd_tokenizer *t = tok512();
+    const srv_api_ctx c = api(t);
+    srv_gen g;
+    srv_err e;
+    /* defaults: OpenAI's temperature 1, the server's seed, until the context is full */
+    const char *b1 = "{\"prompt\": \"Once upon a time\", \"unknown\": {\"x\": [1]}, \"user\": \"u\", \"n\": 1, \"logit_bias\": {}}";
+    assert_int_equal(srv_parse_gen(&c, 0, b1, strlen(b1), &g, &e), 0);
+    static const int32_t once[5] = {1, 403, 407, 261, 378};
+    assert_int_equal(g.n_ids, 5);
+    assert_memory_equal(g.ids, once, sizeof once);
+    assert_int_equal(g.max_tokens, 64 - 5);
+    assert_true(g.sampling.temperature == 1.0f && g.sampling.top_p == 1.0f && g.sampling.top_k == 0);
+    assert_true(g.sampling.seed == 1234);
+    assert_int_equal(g.stream, 0);
+    assert_int_equal(g.n_stops, 0);
+    srv_gen_free(&g);
+    /* every field given; a negative seed is taken as its two's complement */
+    const char *b2 = "{\"prompt\": [1, 403], \"max_tokens\": 7, \"temperature\": 0, \"top_p\": 0.5, \"top_k\": 3, \"seed\": -2,"
+                     " \"stop\": \"\\n\\n\", \"stream\": true, \"stream_options\": {\"include_usage\": true}, \"ignore_eos\": true}";
+    assert_int_equal(srv_parse_gen(&c, 0, b2, strlen(b2), &g, &e), 0);
+    assert_int_equal(g.n_ids, 2);
+    assert_int_equal(g.max_tokens, 7);
+    assert_true(g.sampling.temperature == 0 && g.sampling.top_p == 0.5f && g.sampling.top_k == 3);
+    assert_true(g.sampling.seed == (uint64_t)-2);
+    assert_int_equal(g.n_stops, 1);
+    assert_string_equal(g.stops[0], "\n\n");
+    assert_true(g.stream && g.include_usage && g.ignore_eos);
+    srv_gen_free(&g);
+    /* chat: the messages through the template (ChatML), as sd_chat_tokenize gives them */
+    const char *b3 = "{\"messages\": [{\"role\": \"developer\", \"content\": \"Be kind.\"}, {\"role\": \"user\", \"content\": "
+                     "[{\"type\": \"text\", \"text\": \"Hi \"}, {\"type\": \"text\", \"text\": \"there\"}]}], \"max_completion_tokens\": 3}";
+    srv_api_ctx cc = c;
+    cc.n_ctx = 256;
+    assert_int_equal(srv_parse_gen(&cc, 1, b3, strlen(b3), &g, &e), 0);
+    sd_chat_msg msgs[2] = {{"system", "Be kind."}, {"user", "Hi there"}};
+    sd_chat_params cp = sd_chat_params_for(t);
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(sd_chat_render(SD_CHAT_CHATML, msgs, 2, &cp, &text, &len), SD_OK);
+    int32_t *want = NULL;
+    int n_want = 0;
+    assert_int_equal(sd_chat_tokenize(t, text, len, &want, &n_want), SD_OK);
+    assert_int_equal(g.n_ids, n_want);
+    assert_memory_equal(g.ids, want, (size_t)n_want * sizeof *want);
+    assert_int_equal(g.max_tokens, 3);
+    assert_int_equal(g.chat, 1);
+    free(want);
+    free(text);
+    srv_gen_free(&g);
+    /* a template that refuses the messages: its own words, naming messages */
+    cc.chat = SD_CHAT_GEMMA;
+    assert_int_equal(srv_parse_gen(&cc, 1, b3, strlen(b3), &g, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, "messages");
+    assert_string_equal(e.msg, "messages: chat template gemma: System role not supported");
+    sd_tokenizer_free(t);
+}
+
+/* ---- responses ----------------------------------------------------------------------------- */
+
+static void test_responses(void **state) {
+    (void)state;
+    srv_gen g;
+    memset(&g, 0, sizeof g);
+    sd_spec_stats st;
+    memset(&st, 0, sizeof st);
+    st.n_prompt = 5;
+    st.n_reused = 2;
+    st.n_drafted = 12;
+    st.n_accepted = 9;
+    st.n_verify = 4;
+    st.t_prefill = 0.002;
+    st.t_total = 0.102;
+    const srv_outcome oc = {"length", 5, 20, &st};
+    /* a completion: its text (model bytes that are not UTF-8 cleaned), usage, llama.cpp's timings */
+    char *js = srv_response_json(&g, "cmpl-1", 1700000000, "m", "Hi\xff", 3, &oc);
+    cJSON *o = cJSON_Parse(js);
+    assert_non_null(o);
+    assert_string_equal(cJSON_GetObjectItem(o, "object")->valuestring, "text_completion");
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+    assert_string_equal(cJSON_GetObjectItem(ch, "text")->valuestring, "Hi\xef\xbf\xbd");
+    assert_string_equal(cJSON_GetObjectItem(ch, "finish_reason")->valuestring, "length");
+    const cJSON *u = cJSON_GetObjectItem(o, "usage"), *tm = cJSON_GetObjectItem(o, "timings");
+    assert_int_equal(cJSON_GetObjectItem(u, "total_tokens")->valueint, 25);
+    assert_int_equal(cJSON_GetObjectItem(tm, "cache_n")->valueint, 2);
+    assert_int_equal(cJSON_GetObjectItem(tm, "prompt_n")->valueint, 3);
+    assert_int_equal(cJSON_GetObjectItem(tm, "predicted_n")->valueint, 20);
+    assert_int_equal(cJSON_GetObjectItem(tm, "draft_n")->valueint, 12);
+    assert_int_equal(cJSON_GetObjectItem(tm, "draft_n_accepted")->valueint, 9);
+    assert_int_equal(cJSON_GetObjectItem(tm, "verify_n")->valueint, 4);
+    assert_true(cJSON_GetObjectItem(tm, "mean_accepted_length")->valuedouble == 1 + 9.0 / 4);
+    assert_true(cJSON_GetObjectItem(tm, "predicted_per_second")->valuedouble > 199.9 &&
+                cJSON_GetObjectItem(tm, "predicted_per_second")->valuedouble < 200.1);
+    cJSON_Delete(o);
+    free(js);
+    /* chat chunks: the role first, then content deltas, the last with an empty delta */
+    g.chat = 1;
+    srv_buf b = {0};
+    srv_sse_chunk(&b, &g, "c-1", 1, "m", "", 0, 1, NULL);
+    srv_sse_chunk(&b, &g, "c-1", 1, "m", "Hi", 2, 0, NULL);
+    srv_sse_chunk(&b, &g, "c-1", 1, "m", NULL, 0, 0, &oc);
+    srv_sse_usage(&b, &g, "c-1", 1, "m", &oc);
+    srv_sse_done(&b);
+    const char *want[] = {"{\"role\":\"assistant\",\"content\":\"\"}", "{\"content\":\"Hi\"}", "{}", NULL};
+    char *p = b.p;
+    for (int i = 0; i < 4; i++) {
+        assert_true(!strncmp(p, "data: ", 6));
+        char *end = strstr(p, "\n\n");
+        assert_non_null(end);
+        *end = 0;
+        cJSON *c = cJSON_Parse(p + 6);
+        assert_non_null(c);
+        assert_string_equal(cJSON_GetObjectItem(c, "object")->valuestring, "chat.completion.chunk");
+        const cJSON *choices = cJSON_GetObjectItem(c, "choices");
+        if (want[i]) {
+            char *d = cJSON_PrintUnformatted(cJSON_GetObjectItem(cJSON_GetArrayItem(choices, 0), "delta"));
+            assert_string_equal(d, want[i]);
+            free(d);
+        } else {
+            assert_int_equal(cJSON_GetArraySize(choices), 0);
+        }
+        assert_int_equal(cJSON_HasObjectItem(c, "usage"), i >= 2);
+        cJSON_Delete(c);
+        p = end + 2;
+    }
+    assert_string_equal(p, "data: [DONE]\n\n");
+    srv_buf_free(&b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_utf8_check),   cmocka_unit_test(test_text_holds_back),
+        cmocka_unit_test(test_parse_errors), cmocka_unit_test(test_parse_values),
+        cmocka_unit_test(test_responses),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
