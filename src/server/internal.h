@@ -126,6 +126,9 @@ typedef struct {
     double rate[2]; /* [0] plain rounds, [1] drafting allowed: tokens per second, running mean */
     int n[2];       /* rounds measured */
     int since;      /* rounds since the other mode was last tried */
+    int every;      /* try the other mode after this many rounds (0: MODE_EXPLORE) */
+    int trying;     /* the last round tried the other mode; which mode was best before it */
+    int best_before;
 } srv_mode;
 
 #define SRV_HTTP_CODES 600
