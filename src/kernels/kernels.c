@@ -874,6 +874,59 @@ static void attend_heads(const float *q, const void *K, const void *V, int f16, 
 
 
 #if SD_HAVE_AVX512
+/* Short heads (head_dim < 16) of tokens j0..j1-1, every head: per KV head, each block of 16
+ * positions is gathered once into head_dim registers (dimension d of the 16 keys) and serves
+ * every (token, query head) of the group that sees it. attend_one gathered the block again for
+ * each of them, so a verify pass of 5 tokens on stories260K (8 heads, 4 KV heads) gathered it
+ * 10 times instead of once. Per (token, head) the scores, softmax and value sums are attend_one's
+ * operations in its order: the stored lanes are the same bits. */
+static void attend_short(const float *q, const float *K, const float *V, float *out, int pos0, int j0, int j1,
+                         int n_heads, int kv_dim, int head_dim, int group, float *att, size_t att_stride) {
+    const int q_dim = n_heads * head_dim, n_kv = n_heads / group;
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    const int n_ctx = pos0 + j1;
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(kv_dim));
+#define ATT_ROW(j, h) (att + ((size_t)((j) - j0) * n_heads + (h)) * att_stride)
+    for (int g = 0; g < n_kv; g++) {
+        const float *Kh = K + (size_t)g * head_dim;
+        for (int t0 = 0; t0 < n_ctx; t0 += 16) {
+            const __mmask16 mb = tail_mask(n_ctx - t0);
+            __m512 kt[15];
+            for (int d = 0; d < head_dim; d++)
+                kt[d] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mb, idx, Kh + (size_t)t0 * kv_dim + d, 4);
+            const int jb = t0 > pos0 + j0 ? t0 - pos0 : j0;
+            for (int j = jb; j < j1; j++) {
+                const __mmask16 m = tail_mask(pos0 + j + 1 - t0);
+                for (int h = g * group; h < (g + 1) * group; h++) {
+                    const float *qh = q + (size_t)j * q_dim + (size_t)h * head_dim;
+                    __m512 acc = _mm512_setzero_ps();
+                    for (int d = 0; d < head_dim; d++) acc = _mm512_fmadd_ps(_mm512_set1_ps(qh[d]), kt[d], acc);
+                    _mm512_mask_storeu_ps(ATT_ROW(j, h) + t0, m, _mm512_mul_ps(acc, _mm512_set1_ps(scale)));
+                }
+            }
+        }
+    }
+    const __mmask16 m = tail_mask(head_dim);
+    for (int j = j0; j < j1; j++) {
+        const int nj = pos0 + j + 1;
+        for (int h = 0; h < n_heads; h++) {
+            float *a = ATT_ROW(j, h);
+            const float *Vh = V + (size_t)(h / group) * head_dim;
+            sd_softmax(a, nj);
+            __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+            int t = 0;
+            for (; t + 2 <= nj; t += 2) {
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(a[t]), _mm512_maskz_loadu_ps(m, Vh + (size_t)t * kv_dim), a0);
+                a1 = _mm512_fmadd_ps(_mm512_set1_ps(a[t + 1]), _mm512_maskz_loadu_ps(m, Vh + (size_t)(t + 1) * kv_dim), a1);
+            }
+            if (t < nj) a0 = _mm512_fmadd_ps(_mm512_set1_ps(a[t]), _mm512_maskz_loadu_ps(m, Vh + (size_t)t * kv_dim), a0);
+            _mm512_mask_storeu_ps(out + (size_t)j * q_dim + (size_t)h * head_dim, m, _mm512_add_ps(a0, a1));
+        }
+    }
+#undef ATT_ROW
+}
+
 /* attend_heads over all tokens in passes of up to SD_ATT_TOKENS, each of nt threads taking a
  * range of heads (one thread without OpenMP unless par); an F16 cache gives each thread its
  * own 16 x kv_dim conversion rows of conv. */
@@ -917,6 +970,13 @@ void sd_attention(const float *q, const float *K, const float *V, float *out, in
     if (nt > items) nt = items;
     const int par = warm && work >= SD_ATT_PAR_MIN_WORK && nt >= 2;
 #if SD_HAVE_AVX512
+    if (head_dim < 16 && !par && att_slots >= n_heads) { /* tiny models: serial, a gather per block */
+        const int tg = att_slots / n_heads < SD_ATT_TOKENS ? att_slots / n_heads : SD_ATT_TOKENS;
+        for (int j0 = 0; j0 < n; j0 += tg)
+            attend_short(q, K, V, out, pos0, j0, j0 + tg < n ? j0 + tg : n, n_heads, kv_dim, head_dim, group,
+                         att_scratch, (size_t)ctx_max);
+        return;
+    }
     if (head_dim >= 16 && att_slots >= n_heads) { /* blocks of positions over each thread's heads */
         attend_by_heads(q, K, V, 0, NULL, out, n, pos0, n_heads, n_kv_heads, head_dim, att_scratch, att_slots,
                         nt < n_heads ? nt : n_heads, par);

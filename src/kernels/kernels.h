@@ -90,7 +90,9 @@ void sd_swiglu(float *a, const float *b, int n);
  * the new tokens' keys and values); out: [n][n_heads*head_dim].
  * att_scratch: att_slots x (pos0+n) floats; at most att_slots threads run. With att_slots >=
  * n_heads (and head_dim >= 16) each thread takes a range of heads, position-major, for up to
- * min(att_slots / n_heads, SD_ATT_TOKENS) tokens per pass over the cache. */
+ * min(att_slots / n_heads, SD_ATT_TOKENS) tokens per pass over the cache; short heads
+ * (head_dim < 16, run serially) take the same passes, a KV head's block of keys gathered once
+ * for all of them. */
 #define SD_ATT_TOKENS 9
 void sd_attention(const float *q, const float *K, const float *V, float *out, int n, int pos0,
                   int n_heads, int n_kv_heads, int head_dim, float *att_scratch, int att_slots);
