@@ -205,7 +205,7 @@ static inline __attribute__((always_inline)) void NBF(r16_step)(const int K, con
 }
 
 /* The driver of every 16-row kernel for weight type K (a constant once inlined): groups
- * [g0, g1) (P is group g0, gbytes per group) in steps of QS_STREAMS groups, one from each of
+ * [g0, g1) (P is group g0, gbytes per group) in steps of r16_streams groups, one from each of
  * the thread's sub-ranges, so that several sequential weight streams are in flight as in the
  * row-by-row kernels; the step computes the accumulators of its S groups (S a constant there)
  * and the driver stores them, the last group's padding rows masked off. */
@@ -213,17 +213,18 @@ static inline __attribute__((always_inline)) void NBF(r16_run)(const int K, cons
                                                                int64_t nblk, int64_t rows, const uint8_t *act,
                                                                size_t xs, r_layout L, float *Y, int64_t g0,
                                                                int64_t g1) {
-    const int64_t per = (g1 - g0) / QS_STREAMS, rest = (g1 - g0) - per * QS_STREAMS;
+    const int SN = r16_streams(K, NB);
+    const int64_t per = (g1 - g0) / SN, rest = (g1 - g0) - per * SN;
     for (int64_t i = 0; i < per + rest; i++) {
-        const int S = i < per ? QS_STREAMS : 1;
+        const int S = i < per ? SN : 1;
         const uint8_t *G[QS_STREAMS];
         int64_t gi[QS_STREAMS];
         __m512 acc[QS_STREAMS][NB];
         for (int s = 0; s < S; s++) {
-            gi[s] = g0 + (i < per ? s * per + i : QS_STREAMS * per + (i - per));
+            gi[s] = g0 + (i < per ? s * per + i : SN * per + (i - per));
             G[s] = P + (size_t)(gi[s] - g0) * gbytes;
         }
-        if (S == QS_STREAMS) NBF(r16_step)(K, G, QS_STREAMS, nblk, act, xs, L, acc);
+        if (S == SN) NBF(r16_step)(K, G, SN, nblk, act, xs, L, acc);
         else NBF(r16_step)(K, G, 1, nblk, act, xs, L, acc);
         for (int s = 0; s < S; s++) {
             const int64_t r = 16 * gi[s];
