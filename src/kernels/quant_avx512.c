@@ -412,16 +412,20 @@ static const int64_t k_gf_q6_hi[4] = {0x01020000ll, 0x04080000ll, 0x10200000ll, 
  * and keeps its accumulators in registers, while debuggers and sanitizers see real lines. */
 
 enum { R16_Q4_0, R16_Q8_0, R16_Q4_K, R16_Q6_K, R16_TYPES }; /* the 16-row kernels' weight types */
-/* Groups in flight per step and thread (a constant once inlined). The K-quants take one:
- * their steps keep per-sub-block partial sums beside the accumulators (f and acc, S x NB
- * vectors each), which at 4 groups spilled, and on this AMD EPYC (Zen 4) guest one stream per
- * thread also streamed faster. Minimum of 80 passes at position 64, 110M shape (76 MB Q4_K,
- * 2 threads, 4 alternating runs): Q4_K decode 2.40-3.05 -> 2.03-2.30 ms, verify(5)
- * 3.60-4.85 -> 2.66-3.24 ms; Q6_K (3 runs) decode 3.43-3.70 -> 3.29-3.51 ms, verify(5)
- * 5.28-5.38 -> 3.90-3.98 ms. Q4_0 and Q8_0 measured within noise of 1 stream; they keep 4. */
+/* Groups in flight per step and thread: one. Four (one from each quarter of the thread's
+ * groups, as the row kernels interleave their streams) spilled the K-quants' partial sums (f
+ * beside acc, S x NB vectors each), and on this AMD EPYC (Zen 4) guest one sequential stream
+ * per thread also read faster. Minimum of 60-80 passes at position 64, 110M shape, 2 threads,
+ * alternating runs, 4 groups -> 1 (ms):
+ *   Q4_K (76 MB) decode 2.40-3.05 -> 2.03-2.30, verify(5) 3.60-4.85 -> 2.66-3.24
+ *   Q6_K         decode 3.43-3.70 -> 3.29-3.51, verify(5) 5.28-5.38 -> 3.90-3.98
+ *   Q4_0         decode 2.19-2.24 -> 1.94-2.00, verify(5) 3.11-3.16 -> 2.50-2.57 (2 groups: 2.05-2.14, 2.90-2.92)
+ *   Q8_0         decode 3.99-4.13 -> 3.94-4.06, verify(5) 5.30-5.46 -> 5.09-5.25
+ * The steps keep S as a parameter (a constant once inlined) to try other counts. */
 static inline __attribute__((always_inline)) int r16_streams(const int K, const int nb) {
+    (void)K;
     (void)nb;
-    return K == R16_Q4_K || K == R16_Q6_K ? 1 : QS_STREAMS;
+    return 1;
 }
 #define ROWS_MAX_NB 8 /* Q5_0 kernels: 1..8 tokens; the 16-row ones: 1..SD_R16_MAX_TOKENS */
 #define NB_CAT_(name, nb) name##_##nb
