@@ -322,12 +322,11 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *
     for (int i = 0; i < bytes; i += 64) _mm_prefetch((const char *)p + SD_QPREFETCH + i, _MM_HINT_T0);
 }
 
-/* Weight streams per thread: a thread's rows are visited as QS_STREAMS interleaved
- * sub-ranges so that several sequential weight streams are in flight (see matvec in
- * kernels.c). Measured on the 110M shape (2 threads, alternating in one process, median ms
- * per decode step): Q8_0 7.52 -> 6.66, Q6_K 6.38 -> 5.78 with 4 streams; Q4_0 and Q4_K,
- * whose 62 MB stayed in this machine's 105 MiB L3, 4.72 -> 4.79 and 5.05 -> 5.18 (noise
- * level). 8 streams were no better than 4. */
+/* Weight streams per thread of the Q5_0 row kernel: a thread's rows are visited as QS_STREAMS
+ * interleaved sub-ranges so that several sequential weight streams are in flight (see matvec
+ * in kernels.c). Measured on an Intel Xeon guest (110M shape, 2 threads, median ms per decode
+ * step): Q8_0 7.52 -> 6.66, Q6_K 6.38 -> 5.78 with 4 streams, 8 no better. The 16-row kernels
+ * were measured again on this AMD EPYC guest and take one stream (r16_streams). */
 #define QS_STREAMS 4
 
 /* Row i (0 <= i < r1 - r0) of [r0, r1) in visiting order: QS_STREAMS sub-ranges of `per`
