@@ -12,8 +12,9 @@
  * `bytes` (much larger than the last-level cache) `reps` times and keeps the best pass. */
 double sd_bench_bandwidth(size_t bytes, int reps);
 
-/* Median seconds of one forward of n tokens appended at position pos of sequence 0 of a context (which is
- * truncated back after each run), over reps runs. Negative on error (sd_last_error). */
+/* Median seconds of one prefill of n tokens appended at position pos of sequence 0 of a context (which is
+ * truncated back after each run; the last token's logits only), over reps runs. Negative on error
+ * (sd_last_error). */
 double sd_bench_forward(sd_context *c, int pos, int n, int reps);
 
 /* Interleaved measurement rounds, so that machine drift (other tenants, frequency) hits every
