@@ -16,7 +16,7 @@ typedef struct sd_context sd_context;
 
 typedef struct {
     int n_ctx;       /* positions each sequence holds; 0: the model's training context */
-    int n_batch;     /* most tokens one forward chunk holds (activation memory); 0: 256 */
+    int n_batch;     /* most tokens one forward chunk holds (activation memory); 0: 512 */
     int n_seq;       /* sequences, each with its own cache rows; 0: 1 */
     sd_type kv_type; /* SD_TYPE_F32 (default) or SD_TYPE_F16 (half the cache bytes; needs
                         head_dim >= 16 and the AVX-512 build) */
