@@ -26,7 +26,7 @@ static float frand(void) { /* xorshift64: uniform in [-1, 1) */
     return (float)((g_rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
 }
 
-static void check_matmul(sd_type type, int rows, int cols, int n) {
+static void check_matmul_p(sd_type type, int rows, int cols, int n, int packed) {
     size_t esz = type == SD_TYPE_F16 ? 2 : 4;
     void *w = malloc((size_t)rows * cols * esz);
     float *x = malloc((size_t)n * cols * sizeof(float));
@@ -40,6 +40,13 @@ static void check_matmul(sd_type type, int rows, int cols, int n) {
     }
     for (int i = 0; i < n * cols; i++) x[i] = frand();
     sd_tensor W = {type, rows, cols, (size_t)cols * esz, w, NULL};
+    float *pk = NULL;
+    if (packed) { /* the narrow-F32 kernel copy a model gets at load */
+        assert_true(sd_f32_can_pack(&W));
+        pk = aligned_alloc(64, sd_f32_packed_bytes(rows, cols));
+        sd_f32_pack(w, rows, cols, pk);
+        W.packed = pk;
+    }
     assert_int_equal(sd_matmul(&W, x, n, y, scratch), 0);
     assert_int_equal(sd_matmul_ref(&W, x, n, yr), 0);
     double worst = 0, scale = 0;
@@ -59,12 +66,15 @@ static void check_matmul(sd_type type, int rows, int cols, int n) {
         }
         free(y1);
     }
+    free(pk);
     free(w);
     free(x);
     free(y);
     free(yr);
     free(scratch);
 }
+
+static void check_matmul(sd_type type, int rows, int cols, int n) { check_matmul_p(type, rows, cols, n, 0); }
 
 static void test_matmul_f32(void **state) {
     (void)state;
@@ -78,6 +88,26 @@ static void test_matmul_f32(void **state) {
     check_matmul(SD_TYPE_F32, 768, 2048, 5);
     /* uneven per-thread ranges: sub-range streams plus remainder rows, every token count */
     for (int n = 1; n <= 13; n++) check_matmul(SD_TYPE_F32, 1203, 520, n);
+}
+
+/* F32 matrices with their packed copy (16-row groups, column-major): against the
+ * reference, and batch rows equal to single-token products bit for bit; padded last groups
+ * (37, 5 rows), column counts not a multiple of 4 (7, 67, 250), past one token chunk (n > 6),
+ * and sgemm on the rows past SD_SMALL_BATCH. */
+static void test_matmul_f32_packed(void **state) {
+    (void)state;
+    if (!sd_f32_can_pack(&(sd_tensor){SD_TYPE_F32, 16, 64, 64 * sizeof(float), NULL, NULL})) {
+        printf("SKIP: no narrow-F32 kernel on this build (needs AVX-512)\n");
+        skip();
+    }
+    static const int ns[] = {1, 2, 5, 6, 7, 12, 13, 33, 34};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+        check_matmul_p(SD_TYPE_F32, 37, 64, ns[i], 1);
+        check_matmul_p(SD_TYPE_F32, 64, 172, ns[i], 1);
+        check_matmul_p(SD_TYPE_F32, 5, 7, ns[i], 1);
+        check_matmul_p(SD_TYPE_F32, 48, 67, ns[i], 1);
+    }
+    check_matmul_p(SD_TYPE_F32, 4099, 250, 5, 1); /* big enough to run the parallel path */
 }
 
 static void test_matmul_f16(void **state) {
@@ -320,6 +350,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_check),
         cmocka_unit_test(test_matmul_f32),
+        cmocka_unit_test(test_matmul_f32_packed),
         cmocka_unit_test(test_matmul_f16),
         cmocka_unit_test(test_matmul_group),
         cmocka_unit_test(test_first_nonfinite),

@@ -267,6 +267,78 @@ static const multi_fn k_multi_bf16[MULTI_MAX + 1] = {
 #define SD_FLOAT_KERNEL(t) ((t) == SD_TYPE_F32)
 #endif /* SD_HAVE_AVX512 */
 
+#if SD_HAVE_AVX512
+/* ---- F32 matrices of small models, regrouped at load (model.c decides which): 16 rows a group,
+ * column-major inside it (sd_f32_pack), so a vector holds one column of 16 rows and a product
+ * needs no horizontal sum: per column and token one FMA with the activation broadcast from
+ * memory. For a tiny model (64 columns) the row kernels spent more on the horizontal sums than
+ * on the products. Each (row, token) sums its columns in 4 interleaved partial sums (column c
+ * into partial c % 4, in column order), then (p0 + p1) + (p2 + p3): the same for every batch
+ * size and token chunk, so batched == stepwise, bit for bit. */
+#define T16_TB 6 /* tokens per pass over a group: 4 x 6 accumulators in registers */
+
+static inline __attribute__((always_inline)) void t16_col(const float *W, const float *X, int64_t cols, int64_t c,
+                                                          const int NB, __m512 *acc) {
+    const __m512 w = _mm512_load_ps(W + (size_t)c * 16);
+    for (int t = 0; t < NB; t++) acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(X[(size_t)t * cols + c]), acc[t]);
+}
+
+/* One group of 16 rows (m masks rows past the matrix) for NB (a constant once inlined) tokens. */
+static inline __attribute__((always_inline)) void t16_group(const float *W, int64_t cols, const float *X, const int NB,
+                                                            float *Y, int64_t rows, __mmask16 m) {
+    __m512 a0[T16_TB], a1[T16_TB], a2[T16_TB], a3[T16_TB];
+    for (int t = 0; t < NB; t++) a0[t] = a1[t] = a2[t] = a3[t] = _mm512_setzero_ps();
+    int64_t c = 0;
+    for (; c + 4 <= cols; c += 4) {
+        t16_col(W, X, cols, c, NB, a0);
+        t16_col(W, X, cols, c + 1, NB, a1);
+        t16_col(W, X, cols, c + 2, NB, a2);
+        t16_col(W, X, cols, c + 3, NB, a3);
+    }
+    if (c < cols) t16_col(W, X, cols, c, NB, a0);
+    if (c + 1 < cols) t16_col(W, X, cols, c + 1, NB, a1);
+    if (c + 2 < cols) t16_col(W, X, cols, c + 2, NB, a2);
+    for (int t = 0; t < NB; t++)
+        _mm512_mask_storeu_ps(Y + (size_t)t * rows, m, _mm512_add_ps(_mm512_add_ps(a0[t], a1[t]), _mm512_add_ps(a2[t], a3[t])));
+}
+
+/* Rows [r0, r1) (r0 a multiple of 16) of a packed F32 matrix for n tokens. */
+static void t16_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1) {
+    const int64_t cols = W->cols, rows = W->rows;
+    for (int64_t r = r0; r < r1; r += 16) {
+        const float *G = (const float *)W->packed + (size_t)r * cols;
+        const __mmask16 m = rows - r >= 16 ? 0xFFFF : (__mmask16)((1u << (rows - r)) - 1);
+        for (int t0 = 0; t0 < n; t0 += T16_TB) {
+            const float *Xt = X + (size_t)t0 * cols;
+            float *Yt = Y + (size_t)t0 * rows + r;
+            switch (n - t0 < T16_TB ? n - t0 : T16_TB) {
+            case 1: t16_group(G, cols, Xt, 1, Yt, rows, m); break;
+            case 2: t16_group(G, cols, Xt, 2, Yt, rows, m); break;
+            case 3: t16_group(G, cols, Xt, 3, Yt, rows, m); break;
+            case 4: t16_group(G, cols, Xt, 4, Yt, rows, m); break;
+            case 5: t16_group(G, cols, Xt, 5, Yt, rows, m); break;
+            default: t16_group(G, cols, Xt, 6, Yt, rows, m); break;
+            }
+        }
+    }
+}
+#endif
+
+int sd_f32_can_pack(const sd_tensor *W) {
+    return SD_HAVE_AVX512 && W->type == SD_TYPE_F32 && W->row_bytes == (size_t)W->cols * sizeof(float);
+}
+
+size_t sd_f32_packed_bytes(int64_t rows, int64_t cols) { return (size_t)((rows + 15) / 16) * 16 * (size_t)cols * sizeof(float); }
+
+void sd_f32_pack(const float *W, int64_t rows, int64_t cols, float *dst) {
+    for (int64_t g = 0; g < (rows + 15) / 16; g++)
+        for (int64_t c = 0; c < cols; c++)
+            for (int i = 0; i < 16; i++) {
+                const int64_t r = 16 * g + i;
+                dst[((size_t)g * cols + c) * 16 + i] = r < rows ? W[(size_t)r * cols + c] : 0.0f;
+            }
+}
+
 /* Portable fallback for machines without AVX-512: same structure, scalar. */
 static void multi_generic(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0,
                           int64_t r1, float *rowbuf) {
@@ -291,6 +363,10 @@ static void multi_generic(const sd_tensor *W, const float *X, int n, float *Y, i
 static void small_batch_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0,
                              int64_t r1, float *rowbuf) {
 #if SD_HAVE_AVX512
+    if (W->packed && W->type == SD_TYPE_F32) {
+        t16_rows(W, X, n, Y, r0, r1);
+        return;
+    }
     if (SD_FLOAT_KERNEL(W->type)) {
         const sd_type t = W->type;
         for (int j0 = 0; j0 < n; j0 += MULTI_MAX) {

@@ -47,6 +47,16 @@ static inline int sd_block_rows(const int64_t *first, int i, int64_t b0, int64_t
     return 1;
 }
 
+/* F32 matrices of small models (whose row kernels spend much of their time on horizontal
+ * sums: 4 FMAs per row and token at 64 columns) may get a copy regrouped by 16 rows,
+ * column-major inside a group (sd_tensor.packed); sd_matmul then uses it for n <=
+ * SD_SMALL_BATCH (sgemm on the rows for more). sd_f32_can_pack says whether this build has
+ * the kernel for W; sd_f32_pack writes sd_f32_packed_bytes(rows, cols) into dst (64-byte
+ * aligned). The model loader decides which matrices get one (model.c, pack_weights). */
+int sd_f32_can_pack(const sd_tensor *W);
+size_t sd_f32_packed_bytes(int64_t rows, int64_t cols);
+void sd_f32_pack(const float *W, int64_t rows, int64_t cols, float *dst);
+
 /* Y[n][rows] = X[n][cols] * W^T. n == 1 is the decode matvec. scratch: see above (may be
  * NULL when W is F32). Returns 0, or -1 when W's type has no kernel. Q4_0/Q5_0/Q8_0/Q4_K/
  * Q6_K weights use the integer kernels of kernels/quant.c for every n (bit-identical rows
