@@ -57,8 +57,8 @@ static void check_matmul_p(sd_type type, int rows, int cols, int n, int packed) 
     }
     if (worst > TOL_MATMUL_REL * (scale > 1 ? scale : 1) * sqrt((double)cols / 64.0))
         fail_msg("matmul type %d %dx%d n=%d: max diff %g (scale %g)", type, rows, cols, n, worst, scale);
-    /* Rows of a batch equal single-token matvecs bit for bit up to SD_SMALL_BATCH. */
-    if (n <= SD_SMALL_BATCH) {
+    /* Rows of a batch equal single-token matvecs bit for bit up to SD_SMALL_BATCH (packed: always). */
+    if (n <= SD_SMALL_BATCH || packed) {
         float *y1 = malloc((size_t)rows * sizeof(float));
         for (int j = 0; j < n; j++) {
             assert_int_equal(sd_matmul(&W, x + (size_t)j * cols, 1, y1, scratch), 0);
@@ -93,14 +93,14 @@ static void test_matmul_f32(void **state) {
 /* F32 matrices with their packed copy (16-row groups, column-major): against the
  * reference, and batch rows equal to single-token products bit for bit; padded last groups
  * (37, 5 rows), column counts not a multiple of 4 (7, 67, 250), past one token chunk (n > 6),
- * and sgemm on the rows past SD_SMALL_BATCH. */
+ * and past SD_SMALL_BATCH, where the packed kernel still runs (bit for bit at every n). */
 static void test_matmul_f32_packed(void **state) {
     (void)state;
     if (!sd_f32_can_pack(&(sd_tensor){SD_TYPE_F32, 16, 64, 64 * sizeof(float), NULL, NULL})) {
         printf("SKIP: no narrow-F32 kernel on this build (needs AVX-512)\n");
         skip();
     }
-    static const int ns[] = {1, 2, 5, 6, 7, 12, 13, 33, 34};
+    static const int ns[] = {1, 2, 5, 6, 7, 12, 13, 33, 34, 70};
     for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
         check_matmul_p(SD_TYPE_F32, 37, 64, ns[i], 1);
         check_matmul_p(SD_TYPE_F32, 64, 172, ns[i], 1);

@@ -405,7 +405,10 @@ int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratc
     if (sd_quant_has_dot(W->type))
         return sd_quant_matmul(W, X, n, Y, scratch,
                                scratch ? sd_matmul_scratch_floats(cols) * sizeof(float) : 0);
-    if (n <= SD_SMALL_BATCH) {
+    /* A packed F32 matrix (a small model) takes its kernel for every n: sgemm on a 48-column
+     * draft cost more in OpenBLAS's start-up than in arithmetic (a 128-token catch-up of the
+     * stories draft: ~250 us). */
+    if (n <= SD_SMALL_BATCH || (W->packed && W->type == SD_TYPE_F32)) {
         const double work = (double)rows * (double)cols * n;
         /* Blocks of 16 rows keep each thread's output writes in separate cache lines. */
         const int64_t nblk = (rows + 15) / 16;

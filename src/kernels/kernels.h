@@ -49,8 +49,8 @@ static inline int sd_block_rows(const int64_t *first, int i, int64_t b0, int64_t
 
 /* F32 matrices of small models (whose row kernels spend much of their time on horizontal
  * sums: 4 FMAs per row and token at 64 columns) may get a copy regrouped by 16 rows,
- * column-major inside a group (sd_tensor.packed); sd_matmul then uses it for n <=
- * SD_SMALL_BATCH (sgemm on the rows for more). sd_f32_can_pack says whether this build has
+ * column-major inside a group (sd_tensor.packed); sd_matmul then uses it for every n (rows
+ * bit-identical whatever the batch; sgemm's start-up outweighed a small model's arithmetic). sd_f32_can_pack says whether this build has
  * the kernel for W; sd_f32_pack writes sd_f32_packed_bytes(rows, cols) into dst (64-byte
  * aligned). The model loader decides which matrices get one (model.c, pack_weights). */
 int sd_f32_can_pack(const sd_tensor *W);
