@@ -256,8 +256,9 @@ int cmd_generate(int argc, char **argv) {
         if (tp > 0 && ts < tp && tb < cli_cache_bytes(threads)) /* weights that fit in L2 + L3 */
             fprintf(stderr,
                     "note: the target reads only %.1f MB of weights per token, which stay in the CPU caches: its\n"
-                    "      decode step is compute-bound, so verifying k+1 tokens costs about k+1 steps and\n"
-                    "      speculation cannot win; it pays off for targets whose decode streams weights from\n"
+                    "      decode step is compute-bound, so verifying k+1 tokens costs several steps (about\n"
+                    "      2.4 for 5 tokens of stories260K) and speculation rarely wins; it pays off for\n"
+                    "      targets whose decode streams weights from\n"
                     "      memory (scripts/demo.sh runs cost twins of stories260K and stories-draft: the same\n"
                     "      predictions at the cost of 110M/15M shapes; specdec mkmodel --twin).\n",
                     tb / 1e6);
