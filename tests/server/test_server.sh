@@ -150,7 +150,7 @@ r0=$(metric rounds_total); t0=$(metric generation_tokens_total)
 p0=$(metric pass_tokens_total); d0=$(metric spec_decode_num_draft_tokens_total)
 # one curl starts the 8 transfers at once (8 background curls started milliseconds apart, and
 # a tiny model finishes a request in about as long, so they often did not overlap)
-cargs=(-s -Z --parallel-immediate --parallel-max 8)
+cargs=(-s --no-progress-meter -Z --parallel-immediate --parallel-max 8)
 for i in "${!prompts[@]}"; do
   [ "$i" -gt 0 ] && cargs+=(--next)
   cargs+=(-m 60 -H 'Content-Type: application/json' -o "$TMP/conc$i.json" -d
@@ -165,8 +165,10 @@ rounds=$(( $(metric rounds_total) - r0 )); toks=$(( $(metric generation_tokens_t
 # over rounds is the mean number of slots each pass carried (1 if nothing were batched)
 slot_rounds=$(( $(metric pass_tokens_total) - p0 - ($(metric spec_decode_num_draft_tokens_total) - d0) ))
 expect "8 concurrent clients on 4 slots: outputs equal alone" "$same" 8
-if [ "$toks" = 800 ] && [ "$rounds" -gt 0 ] && [ $((slot_rounds)) -ge $((2 * rounds)) ]; then
-  ok "batched: 800 tokens in $rounds rounds, $slot_rounds slot-rounds (a pass carried $((slot_rounds / rounds)) slots on average)"
+# (how many overlap depends on when the HTTP threads hand the requests over: 3.6 slots a pass
+# on average in most runs here, 1.6 in the worst; unbatched would be exactly 1)
+if [ "$toks" = 800 ] && [ "$rounds" -gt 0 ] && [ "$slot_rounds" -gt "$rounds" ]; then
+  ok "batched: 800 tokens in $rounds rounds, $slot_rounds slot-rounds"
 else bad "batched rounds" "$toks tokens in $rounds rounds, $slot_rounds slot-rounds"; fi
 
 # bad input: each answered with its status and OpenAI's error shape; the server keeps serving
@@ -208,6 +210,7 @@ long=$(printf 'The cat sat on the mat and the dog ran in the park. %.0s' $(seq 3
 check_err "prompt past the context" 400 "^prompt of [0-9]+ tokens does not fit the context of 256 tokens per slot \(at most 255 prompt tokens\)$" /v1/completions "{\"prompt\": \"$long\"}"
 head -c 5000000 /dev/zero | tr '\0' 'a' >"$TMP/big.txt"
 check_err "body over the cap"     413 "^request body of 5000000 bytes exceeds the limit of 4194304 bytes$" /v1/completions "@$TMP/big.txt" -H 'Expect:'
+check_err "body over the cap, 100-continue" 413 "^request body of 5000000 bytes exceeds the limit of 4194304 bytes$" /v1/completions "@$TMP/big.txt" -H 'Expect: 100-continue'
 check_err "chunked body over the cap" 413 "^request body exceeds the limit of 4194304 bytes$" /v1/completions "@$TMP/big.txt" -H 'Transfer-Encoding: chunked'
 code=$(curl -s -o "$TMP/body" -w '%{http_code}' "$U/v1/nothing")
 [ "$code" = 404 ] && jq -e '.error.code == "not_found"' "$TMP/body" >/dev/null && ok "unknown route (404)" || bad "unknown route: $code" "$(cat "$TMP/body")"
@@ -227,7 +230,7 @@ if printf '%s' "$m" | grep -qE '^specdec:spec_decode_num_drafts_total [1-9]' &&
    printf '%s' "$m" | grep -qE '^specdec:spec_decode_num_draft_tokens_total [1-9]' &&
    printf '%s' "$m" | grep -qE '^specdec:spec_decode_num_accepted_tokens_total [1-9]' &&
    printf '%s' "$m" | grep -qE '^specdec:spec_decode_num_accepted_tokens_per_pos_total\{position="3"\} [0-9]' &&
-   printf '%s' "$m" | grep -qE '^specdec:http_responses_total\{code="413"\} 2$' &&
+   printf '%s' "$m" | grep -qE '^specdec:http_responses_total\{code="413"\} 3$' &&
    printf '%s' "$m" | grep -qE '^specdec:queue_length 0$' && printf '%s' "$m" | grep -qE '^specdec:slots_busy 0$' &&
    printf '%s' "$m" | grep -qE '^# TYPE specdec:generation_tokens_per_second gauge$'; then ok "metrics"
 else bad "metrics" "$m"; fi
