@@ -744,6 +744,22 @@ static inline const float *att_block(const void *C, int f16, int kv_dim, int n_c
 }
 #endif
 
+#if SD_HAVE_AVX512
+/* out[0..head_dim) = sum over t < n of att[t] * value row t (kv_dim apart from Vh), for a
+ * short head (head_dim < 16, m its mask): one register of value dims, two accumulators over
+ * alternating positions, added at the end. */
+static inline void short_head_values(const float *att, const float *Vh, int kv_dim, int n, __mmask16 m, float *out) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int t = 0;
+    for (; t + 2 <= n; t += 2) {
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(att[t]), _mm512_maskz_loadu_ps(m, Vh + (size_t)t * kv_dim), a0);
+        a1 = _mm512_fmadd_ps(_mm512_set1_ps(att[t + 1]), _mm512_maskz_loadu_ps(m, Vh + (size_t)(t + 1) * kv_dim), a1);
+    }
+    if (t < n) a0 = _mm512_fmadd_ps(_mm512_set1_ps(att[t]), _mm512_maskz_loadu_ps(m, Vh + (size_t)t * kv_dim), a0);
+    _mm512_mask_storeu_ps(out, m, _mm512_add_ps(a0, a1));
+}
+#endif
+
 /* One query head against positions 0..n_ctx-1 of its KV head. */
 static void attend_one(const float *q, const float *K, const float *V, float *out, int n_ctx,
                        int kv_dim, int head_dim, int kvh, float *att) {
@@ -766,16 +782,7 @@ static void attend_one(const float *q, const float *K, const float *V, float *ou
             _mm512_mask_storeu_ps(att + t0, m, _mm512_mul_ps(acc, _mm512_set1_ps(scale)));
         }
         sd_softmax(att, n_ctx);
-        /* one register of value dims; two accumulators over alternating positions */
-        const __mmask16 m = tail_mask(head_dim);
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-        int t = 0;
-        for (; t + 2 <= n_ctx; t += 2) {
-            a0 = _mm512_fmadd_ps(_mm512_set1_ps(att[t]), _mm512_maskz_loadu_ps(m, Vh + (size_t)t * kv_dim), a0);
-            a1 = _mm512_fmadd_ps(_mm512_set1_ps(att[t + 1]), _mm512_maskz_loadu_ps(m, Vh + (size_t)(t + 1) * kv_dim), a1);
-        }
-        if (t < n_ctx) a0 = _mm512_fmadd_ps(_mm512_set1_ps(att[t]), _mm512_maskz_loadu_ps(m, Vh + (size_t)t * kv_dim), a0);
-        _mm512_mask_storeu_ps(out, m, _mm512_add_ps(a0, a1));
+        short_head_values(att, Vh, kv_dim, n_ctx, tail_mask(head_dim), out);
         return;
     }
     /* The same blocks as attend_heads, so both give the same bits. */
@@ -991,16 +998,9 @@ static void attend_short(const float *q, const float *K, const float *V, float *
         const int nj = pos0 + j + 1;
         for (int h = 0; h < n_heads; h++) {
             float *a = ATT_ROW(j, h);
-            const float *Vh = V + (size_t)(h / group) * head_dim;
             sd_softmax(a, nj);
-            __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-            int t = 0;
-            for (; t + 2 <= nj; t += 2) {
-                a0 = _mm512_fmadd_ps(_mm512_set1_ps(a[t]), _mm512_maskz_loadu_ps(m, Vh + (size_t)t * kv_dim), a0);
-                a1 = _mm512_fmadd_ps(_mm512_set1_ps(a[t + 1]), _mm512_maskz_loadu_ps(m, Vh + (size_t)(t + 1) * kv_dim), a1);
-            }
-            if (t < nj) a0 = _mm512_fmadd_ps(_mm512_set1_ps(a[t]), _mm512_maskz_loadu_ps(m, Vh + (size_t)t * kv_dim), a0);
-            _mm512_mask_storeu_ps(out + (size_t)j * q_dim + (size_t)h * head_dim, m, _mm512_add_ps(a0, a1));
+            short_head_values(a, V + (size_t)(h / group) * head_dim, kv_dim, nj, m,
+                              out + (size_t)j * q_dim + (size_t)h * head_dim);
         }
     }
 #undef ATT_ROW
