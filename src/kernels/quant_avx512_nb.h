@@ -205,7 +205,7 @@ static inline __attribute__((always_inline)) void NBF(r16_step)(const int K, con
 }
 
 /* The driver of every 16-row kernel for weight type K (a constant once inlined): groups
- * [g0, g1) (P is group g0, gbytes per group) in steps of r16_streams groups, one from each of
+ * [g0, g1) (P is group g0, gbytes per group) in steps of R16_STREAMS groups, one from each of
  * the thread's sub-ranges, so that several sequential weight streams are in flight as in the
  * row-by-row kernels; the step computes the accumulators of its S groups (S a constant there)
  * and the driver stores them, the last group's padding rows masked off. */
@@ -213,7 +213,7 @@ static inline __attribute__((always_inline)) void NBF(r16_run)(const int K, cons
                                                                int64_t nblk, int64_t rows, const uint8_t *act,
                                                                size_t xs, r_layout L, float *Y, int64_t g0,
                                                                int64_t g1) {
-    const int SN = r16_streams(K, NB);
+    const int SN = R16_STREAMS;
     const int64_t per = (g1 - g0) / SN, rest = (g1 - g0) - per * SN;
     for (int64_t i = 0; i < per + rest; i++) {
         const int S = i < per ? SN : 1;
