@@ -14,8 +14,7 @@ for a in "$@"; do
   if [ "$a" = --tiny ]; then tiny=1; else args+=("$a"); fi
 done
 
-scripts/setup.sh build
-
+# before setting up: without the models nothing can run (and the test of this message builds nothing)
 shared=${SPECDEC_SHARED:-../shared}
 if [ ! -s "$shared/models/stories260K/stories260K.bin" ] || [ ! -s "$shared/models/stories-draft/stories-draft.bin" ]; then
   echo "error: demo: the trained stories pair is not under $shared/models (stories260K/stories260K.bin," \
@@ -24,6 +23,8 @@ if [ ! -s "$shared/models/stories260K/stories260K.bin" ] || [ ! -s "$shared/mode
 fi
 # model names (stories260K, stories-draft) resolve through $SPECDEC_MODEL_PATH first
 export SPECDEC_MODEL_PATH="$shared/models${SPECDEC_MODEL_PATH:+:$SPECDEC_MODEL_PATH}"
+
+scripts/setup.sh build
 
 if [ "$tiny" = 1 ]; then
   exec build/specdec generate -m stories260K -md stories-draft -n 256 --compare ${args[@]+"${args[@]}"}

@@ -274,7 +274,8 @@ static const cli_cmd k_cmds[] = {
     {CMD_BENCH_DECODE, "bench-decode", "specdec bench-decode -m MODEL [options]",
      "Measures, for MODEL:\n"
      "  - the machine's streaming-read bandwidth (its own kernel reading a --bw-mib buffer),\n"
-     "  - prefill tokens/s (one batched pass of --prefill tokens),\n"
+     "  - prefill tokens/s (one batched pass of --prefill tokens, the last one's logits only, as a\n"
+     "    generation's prefill),\n"
      "  - decode tokens/s (one token per pass at position --pos), and the fraction of the\n"
      "    bandwidth limit it reaches: tokens/s x weight bytes read per token / bandwidth,\n"
      "  - the cost of a verify pass of k+1 tokens relative to one decode step, k = 1..8,\n"

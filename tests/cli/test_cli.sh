@@ -38,6 +38,8 @@ check_out() {
 
 check "top-level help"        0 "commands:"          -- "$BIN" --help
 check "no command"            2 "unknown command|usage" -- "$BIN" bogus
+# the README's first command without the test data: one error before anything is set up or built
+check "demo without test data" 1 "^error: demo: the trained stories pair is not under /nonexistent/models \(stories260K/stories260K\.bin, stories-draft/stories-draft\.bin\): run from a checkout beside \.\./shared, or set SPECDEC_SHARED$" -- env SPECDEC_SHARED=/nonexistent "$SRC/scripts/demo.sh"
 for c in generate info bench-decode bench mkmodel convert tokenize serve; do
   check "$c --help"           0 "usage: specdec $c"  -- "$BIN" $c --help
 done
