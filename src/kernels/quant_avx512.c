@@ -311,15 +311,29 @@ static inline __m512 step_a(__m512 acc, __m512i wlo, __m512i whi, __m512 dw, con
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_loadu_ps(a->d)), acc);
 }
 
-/* Software prefetch distance, in bytes ahead of the weights being read. The hardware
- * prefetchers alone left a Q4_0 decode at ~70% of the streaming-read bandwidth (the kernel
- * spends longer per byte than a float read); 4 KiB ahead brought it to ~90% (measured with
- * 2 threads, 1 KiB: ~75%, 8 KiB: about the same as 4 KiB). */
-#define SD_QPREFETCH 4096
+/* Software prefetch distance, in bytes ahead of the weights being read, and the cache level
+ * the prefetches fill. The hardware prefetchers alone left a Q4_0 decode at ~70% of the
+ * streaming-read bandwidth (the kernel spends longer per byte than a float read); prefetching
+ * 4 KiB ahead into L1 brought it to ~90% on an Intel Xeon guest. On this AMD EPYC (Zen 4)
+ * guest, prefetching into L2 instead (T1), twice as far, made decode and most verify passes
+ * faster (probably because L1 prefetches hold the L1 miss buffers that the kernel's own loads
+ * need; the Intel guest was not measured again). bench-decode, 110M
+ * shape, 2 threads, 3 rounds alternating with the previous binary (T0, 4 KiB), decode as % of
+ * the bandwidth limit and T_verify(5) / T_decode, old -> new:
+ *   Q8_0 50-70% -> 64-82%, verify 1.36-1.40 -> 1.06-1.14
+ *   Q4_0 58-76% -> 74-89%, verify 1.30-1.55 -> 1.27-1.70
+ *   Q4_K 65-74% -> 81-82%, verify 1.20-1.69 -> 1.33-1.43
+ *   Q6_K 62-69% -> 77-80%, verify 1.34-1.50 -> 1.24-1.49 */
+#ifndef SD_QPREFETCH
+#define SD_QPREFETCH 8192
+#endif
+#ifndef SD_QPF_HINT
+#define SD_QPF_HINT _MM_HINT_T1
+#endif
 
 /* Prefetches the `bytes` (a constant once inlined) following p + SD_QPREFETCH. */
 static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *p, const int bytes) {
-    for (int i = 0; i < bytes; i += 64) _mm_prefetch((const char *)p + SD_QPREFETCH + i, _MM_HINT_T0);
+    for (int i = 0; i < bytes; i += 64) _mm_prefetch((const char *)p + SD_QPREFETCH + i, SD_QPF_HINT);
 }
 
 /* Weight streams per thread of the Q5_0 row kernel: a thread's rows are visited as QS_STREAMS
