@@ -657,7 +657,7 @@ static inline int att_prefetch_rows(int n_ctx, int t0) {
                                         float scale, float *att, int pf) {                      \
         __m512 qv[NC], p[16];                                                                  \
         for (int c = 0; c < NC; c++) qv[c] = _mm512_loadu_ps(q + 16 * c);                      \
-        for (int i = 0; i < 16; i++) {                                                         \
+        _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {                                \
             const float *k = k0 + (size_t)(i < cnt ? i : cnt - 1) * kv_dim;                    \
             if (i < pf) prefetch_next(k0 + (size_t)(16 + i) * kv_dim, 16 * NC);                 \
             __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));                             \
@@ -717,6 +717,38 @@ static inline void value_block(float *o, const float *att, const float *v, int k
     _mm512_mask_storeu_ps(o + 16, m1, a1);
     _mm512_mask_storeu_ps(o + 32, m2, a2);
     _mm512_mask_storeu_ps(o + 48, m3, a3);
+}
+
+/* value_block (span 64) for two tokens over the same value rows: o0/o1[0..64) += sum over
+ * t < n0/n1 of a0/a1[t] * value slice t, n0 <= n1. Each row is loaded once for both, and
+ * the two give 8 independent FMA chains where one token's 4 left the FMA latency exposed;
+ * per token the operations and their order are value_block's, so the sums are its bits. */
+static inline void value_pair64(float *o0, float *o1, const float *a0, const float *a1, int n0, int n1, const float *v,
+                                int kv_dim, int pf) {
+    __m512 x[4], y[4];
+    for (int c = 0; c < 4; c++) {
+        x[c] = _mm512_loadu_ps(o0 + 16 * c);
+        y[c] = _mm512_loadu_ps(o1 + 16 * c);
+    }
+    int t = 0;
+    for (; t < n0; t++, v += kv_dim) {
+        if (t < pf) prefetch_next(v + (size_t)16 * kv_dim, 64);
+        const __m512 w0 = _mm512_set1_ps(a0[t]), w1 = _mm512_set1_ps(a1[t]);
+        for (int c = 0; c < 4; c++) {
+            const __m512 r = _mm512_loadu_ps(v + 16 * c);
+            x[c] = _mm512_fmadd_ps(w0, r, x[c]);
+            y[c] = _mm512_fmadd_ps(w1, r, y[c]);
+        }
+    }
+    for (; t < n1; t++, v += kv_dim) { /* the second token's extra row */
+        if (t < pf) prefetch_next(v + (size_t)16 * kv_dim, 64);
+        const __m512 w1 = _mm512_set1_ps(a1[t]);
+        for (int c = 0; c < 4; c++) y[c] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(v + 16 * c), y[c]);
+    }
+    for (int c = 0; c < 4; c++) {
+        _mm512_storeu_ps(o0 + 16 * c, x[c]);
+        _mm512_storeu_ps(o1 + 16 * c, y[c]);
+    }
 }
 
 /* Rows [0, rows) of columns [c0, c1) of an F16 cache block (kv_dim apart) as floats, span =
@@ -930,12 +962,12 @@ static void attend_heads(const float *q, const void *K, const void *V, int f16, 
         const float *kb = att_block(K, f16, kv_dim, n_ctx, t0, c0, c1, conv);
         const int pf = att_prefetch_rows(n_ctx, t0);
         const int jb = t0 > pos0 + j0 ? t0 - pos0 : j0;
-        for (int j = jb; j < j1; j++) { /* tokens that see position t0 */
-            const int nj = pos0 + j + 1, cnt = nj - t0 < 16 ? nj - t0 : 16;
-            for (int h = h0; h < h1; h++)
+        for (int h = h0; h < h1; h++) /* a head's 16 keys stay in L1 for all the tokens that see them */
+            for (int j = jb; j < j1; j++) { /* tokens that see position t0 */
+                const int nj = pos0 + j + 1, cnt = nj - t0 < 16 ? nj - t0 : 16;
                 score_block(q + (size_t)j * q_dim + (size_t)h * head_dim, kb + (size_t)(h / group) * head_dim - coff,
                             stride, head_dim, cnt, scale, ATT_ROW(j, h) + t0, j == jb && !f16 && h % group == 0 ? pf : 0);
-        }
+            }
     }
     for (int j = j0; j < j1; j++) {
         for (int h = h0; h < h1; h++) sd_softmax(ATT_ROW(j, h), pos0 + j + 1);
@@ -945,13 +977,25 @@ static void attend_heads(const float *q, const void *K, const void *V, int f16, 
         const float *vb = att_block(V, f16, kv_dim, n_ctx, t0, c0, c1, conv);
         const int pfv = att_prefetch_rows(n_ctx, t0);
         const int jbv = t0 > pos0 + j0 ? t0 - pos0 : j0;
-        for (int j = jbv; j < j1; j++) {
-            const int nj = pos0 + j + 1, t1 = nj < t0 + 16 ? nj : t0 + 16;
-            for (int h = h0; h < h1; h++)
+        for (int h = h0; h < h1; h++) {
+            const float *vh = vb + (size_t)(h / group) * head_dim - coff;
+            const int pfh = !f16 && h % group == 0 ? pfv : 0;
+            int j = jbv;
+            if (head_dim % 64 == 0) /* tokens in pairs, each value row loaded once for both */
+                for (; j + 2 <= j1; j += 2) {
+                    const int n0 = pos0 + j + 1 - t0 < 16 ? pos0 + j + 1 - t0 : 16;
+                    const int n1 = pos0 + j + 2 - t0 < 16 ? pos0 + j + 2 - t0 : 16;
+                    for (int c = 0; c < head_dim; c += 64)
+                        value_pair64(out + (size_t)j * q_dim + (size_t)h * head_dim + c,
+                                     out + (size_t)(j + 1) * q_dim + (size_t)h * head_dim + c, ATT_ROW(j, h) + t0,
+                                     ATT_ROW(j + 1, h) + t0, n0, n1, vh + c, stride, j == jbv ? pfh : 0);
+                }
+            for (; j < j1; j++) {
+                const int nj = pos0 + j + 1, t1 = nj < t0 + 16 ? nj : t0 + 16;
                 for (int c = 0; c < head_dim; c += 64)
-                    value_block(out + (size_t)j * q_dim + (size_t)h * head_dim + c, ATT_ROW(j, h) + t0,
-                                vb + (size_t)(h / group) * head_dim - coff + c, stride, t1 - t0,
-                                head_dim - c < 64 ? head_dim - c : 64, j == jbv && !f16 && h % group == 0 ? pfv : 0);
+                    value_block(out + (size_t)j * q_dim + (size_t)h * head_dim + c, ATT_ROW(j, h) + t0, vh + c,
+                                stride, t1 - t0, head_dim - c < 64 ? head_dim - c : 64, j == jbv ? pfh : 0);
+            }
         }
     }
 #undef ATT_ROW
