@@ -1,5 +1,5 @@
 /* `specdec bench-decode`: prefill, decode and verify speed of one model, with decode shown
- * as a fraction of the memory-bandwidth limit (bytes of weights per token / bandwidth). */
+ * as a fraction of the memory-bandwidth limit (bytes read per token / bandwidth). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,10 +49,17 @@ int cmd_bench_decode(int argc, char **argv) {
         pos = np;
     }
     const sd_hparams *hp = sd_model_hparams(m);
-    const double bpt = (double)sd_model_bytes_per_token(m);
+    /* A decode step at pos reads every weight once and the cache's pos + 1 keys and values of
+     * every layer (from memory once pos is large: at 64 positions of the 110M shape, 4.7 MB
+     * next to Q4_K's 62 MB of weights). */
+    const double wpt = (double)sd_model_bytes_per_token(m);
+    const double kvpt = 2.0 * hp->n_layers * hp->n_kv_heads * hp->head_dim * (o.kv_type == SD_TYPE_F16 ? 2 : 4) *
+                        (pos + 1.0);
+    const double bpt = wpt + kvpt;
     printf("model:      %s (dim %d, %d layers, vocab %d)\n", sd_model_path(m), hp->dim, hp->n_layers, hp->vocab_size);
     printf("threads:    %d\n", threads);
-    printf("weights:    %.1f MB read per decoded token\n", bpt / 1e6);
+    printf("reads:      %.1f MB per decoded token: %.1f MB of weights, %.1f MB of KV cache (%d positions, %s)\n",
+           bpt / 1e6, wpt / 1e6, kvpt / 1e6, pos + 1, o.kv_type == SD_TYPE_F16 ? "f16" : "f32");
     fflush(stdout);
     const int n_max = 9; /* decode plus verify passes of 2..9 tokens (k = 1..8) */
     double *t_probe = malloc((size_t)reps * sizeof(double));
@@ -89,14 +96,14 @@ int cmd_bench_decode(int argc, char **argv) {
     quartiles(v, reps, frac_q);
     printf("bandwidth:  %.1f GB/s streaming read (median of the rounds; quartiles %.1f-%.1f)\n", bw_q[1] / 1e9,
            bw_q[0] / 1e9, bw_q[2] / 1e9);
-    printf("limit:      %.1f tokens/s if decode streamed the weights at that bandwidth\n", bw_q[1] / bpt);
+    printf("limit:      %.1f tokens/s if decode streamed those bytes at that bandwidth\n", bw_q[1] / bpt);
     printf("decode:     %.2f tokens/s (%.3f ms/token) = %.1f%% of the bandwidth limit (quartiles %.1f-%.1f%%)\n",
            1 / t_tg, t_tg * 1e3, frac_q[1], frac_q[0], frac_q[2]);
     const double cached = cli_cache_bytes(threads);
-    if (bpt < cached)
+    if (wpt < cached)
         printf("note:       %.1f MB of weights fit in this CPU's caches (%.0f MB of L2 + L3): decode is not bound\n"
                "            by memory bandwidth here, so the fraction above is not meaningful\n",
-               bpt / 1e6, cached / 1e6);
+               wpt / 1e6, cached / 1e6);
     printf("verify:     k+1 tokens in one pass, cost relative to one decode step (median of per-round ratios)\n");
     for (int k = 1; k < n_max; k++) {
         for (int r = 0; r < reps; r++) v[r] = t_fwd[(size_t)r * n_max + k];
