@@ -324,12 +324,8 @@ static inline __m512 step_a(__m512 acc, __m512i wlo, __m512i whi, __m512 dw, con
  *   Q4_0 58-76% -> 74-89%, verify 1.30-1.55 -> 1.27-1.70
  *   Q4_K 65-74% -> 81-82%, verify 1.20-1.69 -> 1.33-1.43
  *   Q6_K 62-69% -> 77-80%, verify 1.34-1.50 -> 1.24-1.49 */
-#ifndef SD_QPREFETCH
 #define SD_QPREFETCH 8192
-#endif
-#ifndef SD_QPF_HINT
 #define SD_QPF_HINT _MM_HINT_T1
-#endif
 
 /* Prefetches the `bytes` (a constant once inlined) following p + SD_QPREFETCH. */
 static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *p, const int bytes) {
