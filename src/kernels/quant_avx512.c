@@ -311,8 +311,8 @@ static inline __m512 step_a(__m512 acc, __m512i wlo, __m512i whi, __m512 dw, con
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_loadu_ps(a->d)), acc);
 }
 
-/* Software prefetch distance, in bytes ahead of the weights being read, and the cache level
- * the prefetches fill. The hardware prefetchers alone left a Q4_0 decode at ~70% of the
+/* The software prefetch of the weights (SD_WEIGHT_PREFETCH_BYTES ahead, into the cache level
+ * SD_WEIGHT_PREFETCH_HINT names; cpu.h). The hardware prefetchers alone left a Q4_0 decode at ~70% of the
  * streaming-read bandwidth (the kernel spends longer per byte than a float read); prefetching
  * 4 KiB ahead into L1 brought it to ~90% on an Intel Xeon guest. On this AMD EPYC (Zen 4)
  * guest, prefetching into L2 instead (T1), twice as far, made decode and most verify passes
@@ -324,12 +324,11 @@ static inline __m512 step_a(__m512 acc, __m512i wlo, __m512i whi, __m512 dw, con
  *   Q4_0 58-76% -> 74-89%, verify 1.30-1.55 -> 1.27-1.70
  *   Q4_K 65-74% -> 81-82%, verify 1.20-1.69 -> 1.33-1.43
  *   Q6_K 62-69% -> 77-80%, verify 1.34-1.50 -> 1.24-1.49 */
-#define SD_QPREFETCH 8192
-#define SD_QPF_HINT _MM_HINT_T1
 
-/* Prefetches the `bytes` (a constant once inlined) following p + SD_QPREFETCH. */
+/* Prefetches the `bytes` (a constant once inlined) following p + SD_WEIGHT_PREFETCH_BYTES. */
 static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *p, const int bytes) {
-    for (int i = 0; i < bytes; i += 64) _mm_prefetch((const char *)p + SD_QPREFETCH + i, SD_QPF_HINT);
+    for (int i = 0; i < bytes; i += 64)
+        _mm_prefetch((const char *)p + SD_WEIGHT_PREFETCH_BYTES + i, SD_WEIGHT_PREFETCH_HINT);
 }
 
 /* Weight streams per thread of the Q5_0 row kernel: a thread's rows are visited as QS_STREAMS
