@@ -787,6 +787,14 @@ static inline void rows_f16_to_f32(const uint16_t *src, int kv_dim, int rows, in
 static inline const float *att_block(const void *C, int f16, int kv_dim, int n_ctx, int t0, int c0, int c1,
                                      float *conv) {
     if (!f16) return (const float *)C + (size_t)t0 * kv_dim;
+    /* The next block's halves, as prefetch_next does for an F32 cache (which the F16 path
+     * lacked). Q4_K 110M shape, --kv-type f16, paired runs without/with (median ratio of mean
+     * step times): decode at 160 positions 0.801, at 600 0.679 (6.06 -> 3.92 ms), at 2000 0.749;
+     * verify(5) at 600 0.827; faster in 25 of 26 pairs. */
+    const int next = att_prefetch_rows(n_ctx, t0);
+    const uint16_t *nb = (const uint16_t *)C + (size_t)(t0 + 16) * kv_dim + c0;
+    for (int r = 0; r < next; r++)
+        for (int c = 0; c < c1 - c0; c += 32) _mm_prefetch((const char *)(nb + (size_t)r * kv_dim + c), _MM_HINT_T1);
     rows_f16_to_f32((const uint16_t *)C + (size_t)t0 * kv_dim, kv_dim, n_ctx - t0 < 16 ? n_ctx - t0 : 16, c0, c1, conv);
     return conv;
 }
