@@ -50,16 +50,15 @@ int cmd_bench_decode(int argc, char **argv) {
     }
     const sd_hparams *hp = sd_model_hparams(m);
     /* A decode step at pos reads every weight once and the cache's pos + 1 keys and values of
-     * every layer (from memory once pos is large: at 64 positions of the 110M shape, 4.7 MB
+     * every layer (from memory once pos is large: at 64 positions of the 110M shape, 4.8 MB
      * next to Q4_K's 62 MB of weights). */
     const double wpt = (double)sd_model_bytes_per_token(m);
-    const double kvpt = 2.0 * hp->n_layers * hp->n_kv_heads * hp->head_dim * (o.kv_type == SD_TYPE_F16 ? 2 : 4) *
-                        (pos + 1.0);
+    const double kvpt = (double)sd_kv_bytes_per_token(sd_context_kv(ctx)) * (pos + 1.0);
     const double bpt = wpt + kvpt;
     printf("model:      %s (dim %d, %d layers, vocab %d)\n", sd_model_path(m), hp->dim, hp->n_layers, hp->vocab_size);
     printf("threads:    %d\n", threads);
     printf("reads:      %.1f MB per decoded token: %.1f MB of weights, %.1f MB of KV cache (%d positions, %s)\n",
-           bpt / 1e6, wpt / 1e6, kvpt / 1e6, pos + 1, o.kv_type == SD_TYPE_F16 ? "f16" : "f32");
+           bpt / 1e6, wpt / 1e6, kvpt / 1e6, pos + 1, sd_type_info(sd_context_kv_type(ctx))->name);
     fflush(stdout);
     const int n_max = 9; /* decode plus verify passes of 2..9 tokens (k = 1..8) */
     double *t_probe = malloc((size_t)reps * sizeof(double));
