@@ -335,7 +335,7 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *
  * interleaved sub-ranges so that several sequential weight streams are in flight (see matvec
  * in kernels.c). Measured on an Intel Xeon guest (110M shape, 2 threads, median ms per decode
  * step): Q8_0 7.52 -> 6.66, Q6_K 6.38 -> 5.78 with 4 streams, 8 no better. The 16-row kernels
- * were measured again on this AMD EPYC guest and take one stream (R16_STREAMS). */
+ * were measured again on this AMD EPYC guest and take one stream ("Groups in flight" below). */
 #define QS_STREAMS 4
 
 /* Row i (0 <= i < r1 - r0) of [r0, r1) in visiting order: QS_STREAMS sub-ranges of `per`
@@ -420,7 +420,7 @@ static const int64_t k_gf_q6_hi[4] = {0x01020000ll, 0x04080000ll, 0x10200000ll, 
  * and keeps its accumulators in registers, while debuggers and sanitizers see real lines. */
 
 enum { R16_Q4_0, R16_Q8_0, R16_Q4_K, R16_Q6_K, R16_TYPES }; /* the 16-row kernels' weight types */
-/* Groups in flight per step and thread: one. Four (one from each quarter of the thread's
+/* Groups in flight per step and thread (r16_run): one. Four (one from each quarter of the thread's
  * groups, as the row kernels interleave their streams) spilled the K-quants' partial sums (f
  * beside acc, S x NB vectors each), and on this AMD EPYC (Zen 4) guest one sequential stream
  * per thread also read faster. Minimum of 60-80 passes at position 64, 110M shape, 2 threads,
@@ -430,7 +430,6 @@ enum { R16_Q4_0, R16_Q8_0, R16_Q4_K, R16_Q6_K, R16_TYPES }; /* the 16-row kernel
  *   Q4_0         decode 2.19-2.24 -> 1.94-2.00, verify(5) 3.11-3.16 -> 2.50-2.57 (2 groups: 2.05-2.14, 2.90-2.92)
  *   Q8_0         decode 3.99-4.13 -> 3.94-4.06, verify(5) 5.30-5.46 -> 5.09-5.25
  * The steps keep S as a parameter (a constant once inlined) to try other counts. */
-#define R16_STREAMS 1
 
 #define ROWS_MAX_NB 8 /* Q5_0 kernels: 1..8 tokens; the 16-row ones: 1..SD_R16_MAX_TOKENS */
 #define NB_CAT_(name, nb) name##_##nb

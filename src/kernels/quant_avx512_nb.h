@@ -205,32 +205,20 @@ static inline __attribute__((always_inline)) void NBF(r16_step)(const int K, con
 }
 
 /* The driver of every 16-row kernel for weight type K (a constant once inlined): groups
- * [g0, g1) (P is group g0, gbytes per group) in steps of R16_STREAMS groups, one from each of
- * the thread's sub-ranges, so that several sequential weight streams are in flight as in the
- * row-by-row kernels; the step computes the accumulators of its S groups (S a constant there)
- * and the driver stores them, the last group's padding rows masked off. */
+ * [g0, g1) (P is group g0, gbytes per group) one at a time, in order (one sequential weight
+ * stream per thread: see "Groups in flight" in quant_avx512.c); the step computes the group's
+ * accumulators and the driver stores them, the last group's padding rows masked off. */
 static inline __attribute__((always_inline)) void NBF(r16_run)(const int K, const uint8_t *P, size_t gbytes,
                                                                int64_t nblk, int64_t rows, const uint8_t *act,
                                                                size_t xs, r_layout L, float *Y, int64_t g0,
                                                                int64_t g1) {
-    const int SN = R16_STREAMS;
-    const int64_t per = (g1 - g0) / SN, rest = (g1 - g0) - per * SN;
-    for (int64_t i = 0; i < per + rest; i++) {
-        const int S = i < per ? SN : 1;
-        const uint8_t *G[QS_STREAMS];
-        int64_t gi[QS_STREAMS];
-        __m512 acc[QS_STREAMS][NB];
-        for (int s = 0; s < S; s++) {
-            gi[s] = g0 + (i < per ? s * per + i : SN * per + (i - per));
-            G[s] = P + (size_t)(gi[s] - g0) * gbytes;
-        }
-        if (S == SN) NBF(r16_step)(K, G, SN, nblk, act, xs, L, acc);
-        else NBF(r16_step)(K, G, 1, nblk, act, xs, L, acc);
-        for (int s = 0; s < S; s++) {
-            const int64_t r = 16 * gi[s];
-            const __mmask16 m = rows - r >= 16 ? 0xFFFF : (__mmask16)((1u << (rows - r)) - 1);
-            for (int j = 0; j < NB; j++) _mm512_mask_storeu_ps(Y + (size_t)j * rows + r, m, acc[s][j]);
-        }
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *G[1] = {P + (size_t)(g - g0) * gbytes};
+        __m512 acc[1][NB];
+        NBF(r16_step)(K, G, 1, nblk, act, xs, L, acc);
+        const int64_t r = 16 * g;
+        const __mmask16 m = rows - r >= 16 ? 0xFFFF : (__mmask16)((1u << (rows - r)) - 1);
+        for (int j = 0; j < NB; j++) _mm512_mask_storeu_ps(Y + (size_t)j * rows + r, m, acc[0][j]);
     }
 }
 
