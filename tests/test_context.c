@@ -93,6 +93,74 @@ static void test_multi_sequence_batch(void **state) {
     }
 }
 
+/* ---------------------------------------------------------------- rows without logits */
+
+/* The last layer carries on only the rows whose logits are wanted (forward.c). A prompt run
+ * with every row's logits, with the last one's, and with none leaves the same cache rows in
+ * every layer, bit for bit, and the next token's logits are the same; up to SD_SMALL_BATCH
+ * tokens the last row's logits are too (beyond, an F32 pass of every row runs sgemm, the
+ * kept row the small-batch kernel: within a rounding tolerance). F32 and F16 caches. */
+static void check_pruned_rows(const sd_model *m, sd_type kv_type, int n) {
+    const int V = sd_model_hparams(m)->vocab_size;
+    int32_t tok[64];
+    for (int i = 0; i < n + 1; i++) tok[i] = (int32_t)((i * 41 + 3) % V);
+    sd_context *c[3];
+    for (int i = 0; i < 3; i++) {
+        sd_context_params cp = sd_context_default_params();
+        cp.n_ctx = 96;
+        cp.kv_type = kv_type;
+        if (sd_context_create(m, &cp, &c[i]) != SD_OK) fail_msg("context: %s", sd_last_error());
+    }
+    float *all = malloc((size_t)n * V * sizeof(float)), *last = malloc((size_t)V * sizeof(float));
+    assert_int_equal(sd_context_forward(c[0], 0, tok, n, all, 1), SD_OK);
+    assert_int_equal(sd_context_forward(c[1], 0, tok, n, last, 0), SD_OK);
+    assert_int_equal(sd_context_forward(c[2], 0, tok, n, NULL, 0), SD_OK);
+    const float *want = all + (size_t)(n - 1) * V;
+    if (n <= SD_SMALL_BATCH)
+        assert_memory_equal(last, want, (size_t)V * sizeof(float));
+    else if (sdtest_max_abs_diff(last, want, (size_t)V) > 1e-4f)
+        fail_msg("%s: %d tokens: last row's logits alone differ from every row's by %g", sd_model_path(m), n,
+                 (double)sdtest_max_abs_diff(last, want, (size_t)V));
+    sd_kv *k0 = sd_context_kv(c[0]);
+    const size_t bytes = (size_t)sd_kv_kv_dim(k0) * (size_t)n * (kv_type == SD_TYPE_F16 ? 2 : 4);
+    for (int i = 1; i < 3; i++) {
+        sd_kv *ki = sd_context_kv(c[i]);
+        assert_int_equal(sd_context_seq_len(c[i], 0), n);
+        for (int l = 0; l < sd_kv_n_layers(k0); l++) {
+            if (memcmp(sd_kv_k_data(ki, 0, l), sd_kv_k_data(k0, 0, l), bytes) ||
+                memcmp(sd_kv_v_data(ki, 0, l), sd_kv_v_data(k0, 0, l), bytes))
+                fail_msg("%s: %d tokens, logits %s: layer %d's cache rows differ from a pass with every row's logits",
+                         sd_model_path(m), n, i == 1 ? "of the last row" : "of none", l);
+        }
+    }
+    float *next[3];
+    for (int i = 0; i < 3; i++) {
+        next[i] = malloc((size_t)V * sizeof(float));
+        assert_int_equal(sd_context_forward(c[i], 0, tok + n, 1, next[i], 0), SD_OK);
+    }
+    assert_memory_equal(next[1], next[0], (size_t)V * sizeof(float));
+    assert_memory_equal(next[2], next[0], (size_t)V * sizeof(float));
+    for (int i = 0; i < 3; i++) {
+        free(next[i]);
+        sd_context_free(c[i]);
+    }
+    free(all);
+    free(last);
+}
+
+static void test_rows_without_logits(void **state) {
+    (void)state;
+    for (int w = 0; w < 3; w++) {
+        sd_model *m = model_of(w);
+        const int f16 = w == 0 && sd_attention_f16_ok(sd_model_hparams(m)->head_dim);
+        for (int kv = 0; kv <= f16; kv++)
+            for (int n = 1; n <= 48; n += 23) check_pruned_rows(m, kv ? SD_TYPE_F16 : SD_TYPE_F32, n);
+        printf("  %s: prompts of 1, 24, 47 tokens with every row's, the last row's and no logits: same cache, same next "
+               "logits%s\n", sd_model_path(m), f16 ? " (f32 and f16 caches)" : "");
+        sd_model_free(m);
+    }
+}
+
 /* ---------------------------------------------------------------- trees */
 
 /* A tree after a cached prefix:
@@ -665,6 +733,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_multi_sequence_batch),
         cmocka_unit_test(test_tree_batch),
+        cmocka_unit_test(test_rows_without_logits),
         cmocka_unit_test(test_threads_share_a_model),
         cmocka_unit_test(test_bad_batches),
         cmocka_unit_test(test_begin_reuses_prefix),

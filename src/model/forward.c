@@ -80,13 +80,37 @@ static sd_status mm(sd_context *c, const sd_tensor *W, const float *X, int n, fl
     return SD_OK;
 }
 
-/* Tokens [off, off+nc) of the batch, whose groups are gs[0..ng) (starts relative to off); keys
- * and values go to their sequences' rows in place (the caller advances the lengths). logits:
- * rows of the chunk's wanted tokens. Checking the residual stream after every layer costs
- * about n*dim compares per layer, noise next to the matrices, and turns NaN logits into an
- * error that names where they started. */
-static sd_status forward_chunk(sd_context *c, const bview *b, const int32_t *pos, int off, int nc, const group *gs,
-                               int ng, float *logits) {
+/* Attention of chunk rows [t0, t0 + n) of group g (all in g) into out (n rows), against its
+ * sequence's cache of layer l, whose rows for the group are already written. */
+static sd_status attend(sd_context *c, const group *g, int l, int t0, int n, float *out) {
+    const sd_model *m = c->m;
+    const sd_hparams *hp = &m->hp;
+    const sd_arena *a = &c->arena;
+    const int hd = hp->head_dim, q_dim = hp->n_heads * hd;
+    const void *kc = sd_kv_k_data(c->kv, g->seq, l), *vc = sd_kv_v_data(c->kv, g->seq, l);
+    const float *q = a->q + (size_t)t0 * q_dim;
+    const int pos0 = g->base + (t0 - g->start);
+    if (g->tree) {
+        sd_attention_tree(q, kc, vc, out, n, g->base, g->path, g->path_off, hp->n_heads, hp->n_kv_heads, hd, a->att,
+                          a->att_threads);
+    } else if (c->p.kv_type == SD_TYPE_F16) {
+        if (sd_attention_f16(q, kc, vc, out, n, pos0, hp->n_heads, hp->n_kv_heads, hd, a->att, a->att_threads, a->conv,
+                             a->conv_slots) != 0)
+            return sd_fail(SD_ERR_UNSUPPORTED, "%s: no f16 attention kernel for head_dim %d", m->path, hd);
+    } else {
+        sd_attention(q, kc, vc, out, n, pos0, hp->n_heads, hp->n_kv_heads, hd, a->att, a->att_threads);
+    }
+    return SD_OK;
+}
+
+/* The layers over chunk rows [0, nc) (tokens [off, off+nc) of the batch, whose groups are
+ * gs[0..ng), starts relative to off); keys and values go to their sequences' rows in place (the
+ * caller advances the lengths). The last layer carries on only the n_last rows keep[0..n_last)
+ * (n_last == nc: every row; keep may then be NULL), compacted to rows 0..n_last-1 of a->x.
+ * Checking the residual stream after every layer costs about n*dim compares per layer, noise
+ * next to the matrices, and turns NaN logits into an error that names where they started. */
+static sd_status forward_layers(sd_context *c, const bview *b, const int32_t *pos, int off, int nc, const group *gs,
+                                int ng, int n_last, const int32_t *keep) {
     const sd_model *m = c->m;
     const sd_hparams *hp = &m->hp;
     const sd_arena *a = &c->arena;
@@ -104,6 +128,7 @@ static sd_status forward_chunk(sd_context *c, const bview *b, const int32_t *pos
 
     for (int l = 0; l < hp->n_layers; l++) {
         const sd_layer *L = &m->layers[l];
+        const int pruned = l == hp->n_layers - 1 && n_last < nc;
 #define LW(id) (&L->w[(id) - SD_W_LAYER0])
         sd_rmsnorm(a->xb, a->x, LW(SD_W_ATTN_NORM)->data, nc, dim, hp->norm_eps);
         {
@@ -134,63 +159,92 @@ static sd_status forward_chunk(sd_context *c, const bview *b, const int32_t *pos
                 memcpy((float *)kc + r0, a->knew + s0, cnt * sizeof(float));
                 memcpy((float *)vc + r0, a->vnew + s0, cnt * sizeof(float));
             }
-            const float *q = a->q + (size_t)g->start * q_dim;
-            float *out = a->att_out + (size_t)g->start * q_dim;
-            if (g->tree) {
-                sd_attention_tree(q, kc, vc, out, g->count, g->base, g->path, g->path_off, hp->n_heads,
-                                  hp->n_kv_heads, hd, a->att, a->att_threads);
-            } else if (kv_f16) {
-                if (sd_attention_f16(q, kc, vc, out, g->count, g->base, hp->n_heads, hp->n_kv_heads, hd, a->att,
-                                     a->att_threads, a->conv, a->conv_slots) != 0)
-                    return sd_fail(SD_ERR_UNSUPPORTED, "%s: no f16 attention kernel for head_dim %d", m->path, hd);
-            } else {
-                sd_attention(q, kc, vc, out, g->count, g->base, hp->n_heads, hp->n_kv_heads, hd, a->att,
-                             a->att_threads);
+            if (!pruned && (st = attend(c, g, l, g->start, g->count, a->att_out + (size_t)g->start * q_dim)) != SD_OK)
+                return st;
+        }
+        if (pruned) {
+            if (!n_last) break; /* no logits wanted: the cache rows were all this layer had to give */
+            for (int i = 0, gi = 0; i < n_last; i++) { /* kept rows one at a time: as in a pass of one */
+                while (keep[i] >= gs[gi].start + gs[gi].count) gi++;
+                if ((st = attend(c, &gs[gi], l, keep[i], 1, a->att_out + (size_t)i * q_dim)) != SD_OK) return st;
+                if (keep[i] != i) memcpy(a->x + (size_t)i * dim, a->x + (size_t)keep[i] * dim, (size_t)dim * sizeof(float));
             }
         }
-        if ((st = mm(c, LW(SD_W_ATTN_OUT), a->att_out, nc, a->xb)) != SD_OK) return st;
-        add_inplace(a->x, a->xb, (size_t)nc * dim);
+        const int nr = pruned ? n_last : nc; /* rows carried on from here */
+        if ((st = mm(c, LW(SD_W_ATTN_OUT), a->att_out, nr, a->xb)) != SD_OK) return st;
+        add_inplace(a->x, a->xb, (size_t)nr * dim);
 
-        sd_rmsnorm(a->xb, a->x, LW(SD_W_FFN_NORM)->data, nc, dim, hp->norm_eps);
+        sd_rmsnorm(a->xb, a->x, LW(SD_W_FFN_NORM)->data, nr, dim, hp->norm_eps);
         {
             const sd_tensor *w[2] = {LW(SD_W_FFN_GATE), LW(SD_W_FFN_UP)};
             float *y[2] = {a->hb, a->hb2};
-            if ((st = mm_group(c, w, y, 2, a->xb, nc)) != SD_OK) return st;
+            if ((st = mm_group(c, w, y, 2, a->xb, nr)) != SD_OK) return st;
         }
-        sd_swiglu(a->hb, a->hb2, nc * hid);
-        if ((st = mm(c, LW(SD_W_FFN_DOWN), a->hb, nc, a->xb)) != SD_OK) return st;
+        sd_swiglu(a->hb, a->hb2, nr * hid);
+        if ((st = mm(c, LW(SD_W_FFN_DOWN), a->hb, nr, a->xb)) != SD_OK) return st;
 #undef LW
-        add_inplace(a->x, a->xb, (size_t)nc * dim);
-        long bad = sd_first_nonfinite(a->x, (size_t)nc * dim);
-        if (bad >= 0)
+        add_inplace(a->x, a->xb, (size_t)nr * dim);
+        long bad = sd_first_nonfinite(a->x, (size_t)nr * dim);
+        if (bad >= 0) {
+            const int row = (int)(bad / dim), t = pruned ? keep[row] : row;
             return sd_fail(SD_ERR_NUMERIC,
                            "%s: layer %d produced a non-finite activation (%g) at position %d: the weights or the "
                            "inputs hold NaN/Inf, or the activations overflowed%s",
-                           m->path, l, (double)a->x[bad], pos[off + (int)(bad / dim)],
+                           m->path, l, (double)a->x[bad], pos[off + t],
                            kv_f16 ? " (an f16 KV cache holds at most 65504: try --kv-type f32)" : "");
+        }
     }
+    return SD_OK;
+}
 
-    if (!logits) return SD_OK;
-    int n_out = 0;
-    int32_t first_pos = 0;
-    for (int t = 0; t < nc; t++) {
-        if (!bv_want(b, off + t)) continue;
-        if (!n_out) first_pos = pos[off + t];
-        sd_rmsnorm(a->xb + (size_t)n_out * dim, a->x + (size_t)t * dim, m->g[SD_W_OUTPUT_NORM].data, 1, dim,
-                   hp->norm_eps);
-        n_out++;
-    }
-    if (!n_out) return SD_OK;
-    if ((st = mm(c, &m->g[SD_W_OUTPUT], a->xb, n_out, logits)) != SD_OK) return st;
+/* Logits of the n wanted rows (chunk rows keep[0..n)) into logits: a->x row keep[i], or row i
+ * where the last layer compacted them (rows == NULL). */
+static sd_status output_rows(sd_context *c, const int32_t *pos, int off, const int32_t *rows, const int32_t *keep,
+                             int n, float *logits) {
+    const sd_model *m = c->m;
+    const sd_hparams *hp = &m->hp;
+    const sd_arena *a = &c->arena;
+    const int dim = hp->dim;
+    sd_status st;
+    for (int i = 0; i < n; i++)
+        sd_rmsnorm(a->xb + (size_t)i * dim, a->x + (size_t)(rows ? rows[i] : i) * dim, m->g[SD_W_OUTPUT_NORM].data, 1,
+                   dim, hp->norm_eps);
+    if ((st = mm(c, &m->g[SD_W_OUTPUT], a->xb, n, logits)) != SD_OK) return st;
     /* A finite residual stream can still give NaN/Inf logits (output norm or classifier
      * weights holding them, or overflow); samplers must never see those. */
-    long bad = sd_first_nonfinite(logits, (size_t)n_out * hp->vocab_size);
+    long bad = sd_first_nonfinite(logits, (size_t)n * hp->vocab_size);
     if (bad >= 0)
         return sd_fail(SD_ERR_NUMERIC,
                        "%s: the output layer produced a non-finite logit (%g) for token %ld of output row %ld (the first "
                        "at position %d): the output norm or classifier weights hold NaN/Inf, or the logits overflowed",
-                       m->path, (double)logits[bad], bad % hp->vocab_size, bad / hp->vocab_size, (int)first_pos);
+                       m->path, (double)logits[bad], bad % hp->vocab_size, bad / hp->vocab_size, (int)pos[off + keep[0]]);
     return SD_OK;
+}
+
+/* Tokens [off, off+nc) of the batch, whose groups are gs[0..ng) (starts relative to off);
+ * logits: rows of the chunk's wanted tokens. */
+static sd_status forward_chunk(sd_context *c, const bview *b, const int32_t *pos, int off, int nc, const group *gs,
+                               int ng, float *logits) {
+    sd_status st;
+
+    /* Rows whose logits are wanted. After the last layer's keys and values are cached, only
+     * those rows are carried on (attention, output projection, feed-forward): a prefill keeps
+     * its last token, a pass without logits none, as llama.cpp does. Each kept row is computed
+     * by the same kernels as in a pass of one token, so nothing changes for batched == stepwise
+     * (up to SD_SMALL_BATCH tokens an F32 pass already ran those kernels). Trees attend along
+     * paths and want every row: they run whole. */
+    int n_keep = 0, prune = 1;
+    for (int i = 0; i < ng; i++) prune &= !gs[i].tree;
+    for (int t = 0; t < nc; t++) n_keep += logits && bv_want(b, off + t);
+    prune &= n_keep < nc;
+    int32_t *keep = NULL; /* [n_keep]: chunk rows kept, in order */
+    if (n_keep && !(keep = malloc((size_t)n_keep * sizeof *keep))) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    for (int t = 0, i = 0; t < nc && keep; t++)
+        if (bv_want(b, off + t)) keep[i++] = t;
+    st = forward_layers(c, b, pos, off, nc, gs, ng, prune ? n_keep : nc, keep);
+    if (st == SD_OK && logits && n_keep) st = output_rows(c, pos, off, prune ? NULL : keep, keep, n_keep, logits);
+    free(keep);
+    return st;
 }
 
 /* Checks the whole batch and groups it by sequence; positions resolved into p->pos. */
