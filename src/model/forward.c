@@ -197,17 +197,17 @@ static sd_status forward_layers(sd_context *c, const bview *b, const int32_t *po
     return SD_OK;
 }
 
-/* Logits of the n wanted rows (chunk rows keep[0..n)) into logits: a->x row keep[i], or row i
- * where the last layer compacted them (rows == NULL). */
-static sd_status output_rows(sd_context *c, const int32_t *pos, int off, const int32_t *rows, const int32_t *keep,
-                             int n, float *logits) {
+/* Logits of the n wanted rows into logits: chunk rows keep[0..n) (NULL: rows 0..n), held in a->x
+ * at row keep[i], or at row i where the last layer compacted them. */
+static sd_status output_rows(sd_context *c, const int32_t *pos, int off, const int32_t *keep, int compacted, int n,
+                             float *logits) {
     const sd_model *m = c->m;
     const sd_hparams *hp = &m->hp;
     const sd_arena *a = &c->arena;
     const int dim = hp->dim;
     sd_status st;
     for (int i = 0; i < n; i++)
-        sd_rmsnorm(a->xb + (size_t)i * dim, a->x + (size_t)(rows ? rows[i] : i) * dim, m->g[SD_W_OUTPUT_NORM].data, 1,
+        sd_rmsnorm(a->xb + (size_t)i * dim, a->x + (size_t)(keep && !compacted ? keep[i] : i) * dim, m->g[SD_W_OUTPUT_NORM].data, 1,
                    dim, hp->norm_eps);
     if ((st = mm(c, &m->g[SD_W_OUTPUT], a->xb, n, logits)) != SD_OK) return st;
     /* A finite residual stream can still give NaN/Inf logits (output norm or classifier
@@ -217,7 +217,7 @@ static sd_status output_rows(sd_context *c, const int32_t *pos, int off, const i
         return sd_fail(SD_ERR_NUMERIC,
                        "%s: the output layer produced a non-finite logit (%g) for token %ld of output row %ld (the first "
                        "at position %d): the output norm or classifier weights hold NaN/Inf, or the logits overflowed",
-                       m->path, (double)logits[bad], bad % hp->vocab_size, bad / hp->vocab_size, (int)pos[off + keep[0]]);
+                       m->path, (double)logits[bad], bad % hp->vocab_size, bad / hp->vocab_size, (int)pos[off + (keep ? keep[0] : 0)]);
     return SD_OK;
 }
 
@@ -237,12 +237,13 @@ static sd_status forward_chunk(sd_context *c, const bview *b, const int32_t *pos
     for (int i = 0; i < ng; i++) prune &= !gs[i].tree;
     for (int t = 0; t < nc; t++) n_keep += logits && bv_want(b, off + t);
     prune &= n_keep < nc;
-    int32_t *keep = NULL; /* [n_keep]: chunk rows kept, in order */
-    if (n_keep && !(keep = malloc((size_t)n_keep * sizeof *keep))) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    int32_t *keep = NULL; /* [n_keep]: chunk rows kept, in order; NULL when every row is (decode, verify) */
+    if (n_keep && n_keep < nc && !(keep = malloc((size_t)n_keep * sizeof *keep)))
+        return sd_fail(SD_ERR_NOMEM, "out of memory");
     for (int t = 0, i = 0; t < nc && keep; t++)
         if (bv_want(b, off + t)) keep[i++] = t;
     st = forward_layers(c, b, pos, off, nc, gs, ng, prune ? n_keep : nc, keep);
-    if (st == SD_OK && logits && n_keep) st = output_rows(c, pos, off, prune ? NULL : keep, keep, n_keep, logits);
+    if (st == SD_OK && n_keep) st = output_rows(c, pos, off, keep, prune, n_keep, logits);
     free(keep);
     return st;
 }
