@@ -1,6 +1,7 @@
 /* Kernels against their naive references: matmul per type and batch size (including the
  * matvec/multi-vector/GEMM switch points and masked tails), attention, softmax, RMSNorm, RoPE. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,6 +336,79 @@ static void test_rmsnorm_rope_swiglu(void **state) {
     for (int i = 0; i < 5; i++) assert_true(fabs(g[i] - gi[i] / (1 + exp(-gi[i])) * u[i]) < TOL_ELEMENTWISE);
 }
 
+/* One run of work stealing: nblk blocks cut for `slots` threads, drained by a team of `team`.
+ * Every block must be claimed exactly once, in valid ranges. With hold, thread 0 claims once
+ * and then waits (up to 10 s) until another thread has taken a block of its initial range,
+ * which that thread can only get by stealing: no timing decides the outcome. Returns the
+ * blocks thread 0 did not get of its initial range. */
+static int64_t steal_run(int64_t nblk, int slots, int team, int hold) {
+    int *count = calloc((size_t)(nblk > 0 ? nblk : 1), sizeof(int));
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(slots);
+    sd_steal w;
+    sd_steal_init(&w, nblk);
+    omp_set_num_threads(saved);
+    const int64_t own_end = slots > 0 ? nblk / slots : 0; /* thread 0's initial range [0, own_end) */
+    int bad_range = 0, stolen = 0, timed_out = 0;
+    int64_t not_mine = 0;
+#pragma omp parallel num_threads(team)
+    {
+        const int me = omp_get_thread_num();
+        int64_t b0, b1;
+        int claims = 0;
+        while (sd_steal_next(&w, &b0, &b1)) {
+            if (b0 < 0 || b0 >= b1 || b1 > nblk) {
+#pragma omp atomic write
+                bad_range = 1;
+                break;
+            }
+            for (int64_t b = b0; b < b1; b++) {
+#pragma omp atomic update
+                count[b]++;
+                if (b < own_end && me != 0) {
+#pragma omp atomic write
+                    stolen = 1;
+#pragma omp atomic update
+                    not_mine++;
+                }
+            }
+            if (hold && me == 0 && claims++ == 0) {
+                const double t0 = omp_get_wtime();
+                int s = 0;
+                while (!s && !timed_out) {
+#pragma omp atomic read
+                    s = stolen;
+                    if (omp_get_wtime() - t0 > 10) timed_out = 1;
+                }
+            }
+        }
+    }
+    assert_false(bad_range);
+    assert_false(timed_out);
+    for (int64_t b = 0; b < nblk; b++)
+        if (count[b] != 1) fail_msg("steal %lld blocks, %d slots, team %d: block %lld claimed %d times", (long long)nblk, slots,
+                                    team, (long long)b, count[b]);
+    free(count);
+    return not_mine;
+}
+
+/* Work stealing (the threaded matmuls' scheduler): each block exactly once whatever the team
+ * (smaller than the slots: idle slots are drained; larger: the extra threads get none), and a
+ * thread whose range is done takes work from one still busy. */
+static void test_steal(void **state) {
+    (void)state;
+    const int64_t sizes[] = {0, 1, 2, 3, 7, 48, 1000, 100003};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        for (int slots = 1; slots <= 4; slots++)
+            for (int team = 1; team <= 5; team++) steal_run(sizes[i], slots, team, 0);
+    /* slots beyond SD_STEAL_MAX_THREADS are capped; the team still drains every block */
+    steal_run(1000, SD_STEAL_MAX_THREADS + 3, 2, 0);
+    for (int team = 2; team <= 4; team++) {
+        int64_t got = steal_run(1000, team, team, 1);
+        if (got < 1) fail_msg("team %d: no block of the held thread's range was stolen", team);
+    }
+}
+
 /* The build machine runs what it compiled for (-march=native); the message is empty then, and a
  * too-small buffer is never overrun. */
 static void test_cpu_check(void **state) {
@@ -349,6 +423,7 @@ static void test_cpu_check(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_check),
+        cmocka_unit_test(test_steal),
         cmocka_unit_test(test_matmul_f32),
         cmocka_unit_test(test_matmul_f32_packed),
         cmocka_unit_test(test_matmul_f16),

@@ -4,6 +4,7 @@
 #ifndef SD_KERNELS_H
 #define SD_KERNELS_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,8 +34,34 @@ size_t sd_matmul_scratch_floats(int64_t cols);
 
 /* Inside a parallel region: the calling thread's share [b0, b1) of nblk 16-row blocks, one
  * contiguous range per thread (long ranges keep each weight stream sequential; 16-row blocks
- * keep the threads' output writes in separate cache lines). */
+ * keep the threads' output writes in separate cache lines). The float kernels split it this
+ * way: they cut a thread's range into 2-8 far-apart streams, which the short chunks of work
+ * stealing broke up (F32, 4 sequences x 5 tokens: 3.0 -> 3.7 decode steps). */
 void sd_thread_blocks(int64_t nblk, int64_t *b0, int64_t *b1);
+
+/* The integer kernels share out their 16-row groups by work stealing. Each thread starts on
+ * its contiguous 1/nt of the blocks and claims it from the front in shrinking chunks (a
+ * quarter of what is left), so its weights stream sequentially; a thread whose range is empty
+ * takes the back half of the fullest other range and carries on with it as its own. With a
+ * static split, one thread on the shared 2-vCPU guests ran 8-25% of a quantised matmul's time
+ * longer than the other (a vCPU slowed by its host, a late start). Every block is still
+ * computed whole by one thread with the same code, so results do not depend on who took it.
+ * Slots sit in their own cache lines; in a team of more than SD_STEAL_MAX_THREADS the extra
+ * threads get no blocks. */
+#define SD_STEAL_MAX_THREADS 32
+typedef struct {
+    _Alignas(64) _Atomic uint64_t range; /* lo in the low 32 bits, hi in the high */
+} sd_steal_slot;
+typedef struct {
+    sd_steal_slot slot[SD_STEAL_MAX_THREADS];
+    int n; /* slots in use: the team size the ranges were cut for */
+} sd_steal;
+
+/* Before the region: nblk blocks (< 2^31) for a team of up to omp_get_max_threads(). A
+ * smaller team still drains every slot (idle slots are stolen from). */
+void sd_steal_init(sd_steal *w, int64_t nblk);
+/* Inside the region: the calling thread's next blocks [*b0, *b1); 0 when no work is left. */
+int sd_steal_next(sd_steal *w, int64_t *b0, int64_t *b1);
 
 /* Rows [*r0, *r1) of matrix i (rows rows, blocks [first[i], first[i+1]) of a range spanning
  * several matrices) that fall in blocks [b0, b1); 0 when none. */

@@ -98,46 +98,48 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
         work += (double)W[i]->rows * (double)cols * n;
     }
     int failed = 0;
+    sd_steal steal;
+    sd_steal_init(&steal, first[count]);
 #pragma omp parallel if (work >= SD_QPAR_MIN_WORK)
     {
-        /* One contiguous range of blocks per thread (across the matrices), each matrix's part
-         * visited as QS_STREAMS interleaved sub-ranges so that several sequential weight
-         * streams are in flight (see matvec in kernels.c). */
+        /* Blocks by work stealing (kernels.h): mostly one contiguous range per thread, across
+         * the matrices, so that each thread's weights stream sequentially. */
         int64_t b0, b1, r0, r1;
         uint8_t *grp = NULL; /* one group packed on the fly, for matrices without a packed copy */
-        sd_thread_blocks(first[count], &b0, &b1);
-        for (int i = 0; i < count; i++) {
-            const int64_t rows = W[i]->rows;
-            if (!sd_block_rows(first, i, b0, b1, rows, &r0, &r1)) continue;
-            if (!r16) {
-                for (int j0 = 0; j0 < n; j0 += 8) {
-                    const int nb = n - j0 < 8 ? n - j0 : 8;
-                    sd_quant_rows_q5_0(nb, W[i], (const uint8_t *)act + tok * (size_t)j0, xs,
-                                       Y[i] + (size_t)j0 * rows, r0, r1);
+        while (sd_steal_next(&steal, &b0, &b1)) {
+            for (int i = 0; i < count; i++) {
+                const int64_t rows = W[i]->rows;
+                if (!sd_block_rows(first, i, b0, b1, rows, &r0, &r1)) continue;
+                if (!r16) {
+                    for (int j0 = 0; j0 < n; j0 += 8) {
+                        const int nb = n - j0 < 8 ? n - j0 : 8;
+                        sd_quant_rows_q5_0(nb, W[i], (const uint8_t *)act + tok * (size_t)j0, xs,
+                                           Y[i] + (size_t)j0 * rows, r0, r1);
+                    }
+                    continue;
                 }
-                continue;
-            }
-            const size_t gbytes = r_gstride(type, W[i]->row_bytes);
-            const int64_t g0 = r0 / 16, g1 = (r1 + 15) / 16, nblk = cols / 32;
-            sd_r16_job job = {NULL, gbytes, nblk, rows, act, tok, L, Y[i], g0, g1};
-            if (W[i]->packed) {
-                job.P = (const uint8_t *)W[i]->packed + (size_t)g0 * gbytes;
-                r16_tokens(type, job, n);
-                continue;
-            }
-            if (!grp && !(grp = aligned_alloc(64, (gbytes + 63) & ~(size_t)63))) {
+                const size_t gbytes = r_gstride(type, W[i]->row_bytes);
+                const int64_t g0 = r0 / 16, g1 = (r1 + 15) / 16, nblk = cols / 32;
+                sd_r16_job job = {NULL, gbytes, nblk, rows, act, tok, L, Y[i], g0, g1};
+                if (W[i]->packed) {
+                    job.P = (const uint8_t *)W[i]->packed + (size_t)g0 * gbytes;
+                    r16_tokens(type, job, n);
+                    continue;
+                }
+                if (!grp && !(grp = aligned_alloc(64, (gbytes + 63) & ~(size_t)63))) {
 #pragma omp atomic write
-                failed = 1;
-                break;
-            }
-            for (int64_t g = g0; g < g1; g++) {
-                const int nrows = rows - 16 * g < 16 ? (int)(rows - 16 * g) : 16;
-                sd_quant_pack_group(type, (const uint8_t *)W[i]->data + (size_t)(16 * g) * W[i]->row_bytes,
-                                    W[i]->row_bytes, nrows, nblk, grp);
-                job.P = grp;
-                job.g0 = g;
-                job.g1 = g + 1;
-                r16_tokens(type, job, n);
+                    failed = 1;
+                    break;
+                }
+                for (int64_t g = g0; g < g1; g++) {
+                    const int nrows = rows - 16 * g < 16 ? (int)(rows - 16 * g) : 16;
+                    sd_quant_pack_group(type, (const uint8_t *)W[i]->data + (size_t)(16 * g) * W[i]->row_bytes,
+                                        W[i]->row_bytes, nrows, nblk, grp);
+                    job.P = grp;
+                    job.g0 = g;
+                    job.g1 = g + 1;
+                    r16_tokens(type, job, n);
+                }
             }
         }
         free(grp);
