@@ -330,6 +330,25 @@ static void test_rmsnorm_rope_swiglu(void **state) {
                 assert_true(fabs(r[h * 8 + a] - ea) < TOL_ELEMENTWISE && fabs(r[h * 8 + b] - eb) < TOL_ELEMENTWISE);
             }
     }
+    /* The vectorised RoPE equals the scalar loop bit for bit: full and partial rotary dims,
+     * tails of every length, both conventions, zeros of either sign. */
+    const int dims[][2] = {{8, 8}, {16, 16}, {64, 64}, {64, 32}, {80, 80}, {128, 128}, {128, 64}, {96, 40}, {256, 256}};
+    for (size_t d = 0; d < sizeof dims / sizeof *dims; d++)
+        for (int style = 0; style < 2; style++)
+            for (int nh = 1; nh <= 5; nh += 2) {
+                const int hd = dims[d][0], rd = dims[d][1];
+                float *v = malloc((size_t)nh * hd * sizeof(float)), *r = malloc((size_t)nh * hd * sizeof(float));
+                float inv_f[128], csr[256];
+                for (int i = 0; i < rd / 2; i++) inv_f[i] = (float)pow(500000.0, -2.0 * i / rd);
+                for (int i = 0; i < nh * hd; i++) v[i] = r[i] = i % 11 == 0 ? (i % 2 ? -0.0f : 0.0f) : frand() * 3;
+                sd_rope_angles(4097, inv_f, rd, csr);
+                sd_rope(v, nh, hd, rd, csr, style);
+                sd_rope_ref(r, nh, hd, rd, csr, style);
+                if (memcmp(v, r, (size_t)nh * hd * sizeof(float)) != 0)
+                    fail_msg("rope head_dim %d rope_dim %d style %d heads %d: differs from the reference", hd, rd, style, nh);
+                free(v);
+                free(r);
+            }
     float g[5] = {-3, -0.5f, 0, 0.5f, 3}, u[5] = {1, 2, 3, 4, 5};
     sd_swiglu(g, u, 5);
     float gi[5] = {-3, -0.5f, 0, 0.5f, 3};

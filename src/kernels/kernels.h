@@ -112,6 +112,8 @@ void sd_rope_angles(int pos, const float *inv_freq, int rope_dim, float *cs);
  * sd_rope_angles: the first rope_dim dims of each head, as pairs (2i, 2i+1), or (i, i +
  * rope_dim/2) with half_style (HF's rotate-half). */
 void sd_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int half_style);
+/* The scalar loop sd_rope equals bit for bit. */
+void sd_rope_ref(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int half_style);
 
 /* In-place numerically stable softmax. */
 void sd_softmax(float *x, int n);
