@@ -349,6 +349,42 @@ static void test_rmsnorm_rope_swiglu(void **state) {
                 free(v);
                 free(r);
             }
+    /* A prefill's sizes split the elementwise kernels across the threads: the same bits as
+     * pieces small enough to run serially (rows, tokens, slices of 1000 elements). */
+    {
+        const int nrow = 100, d = 768, ne = 70001, nh = 12, nkv = 4, hd2 = 64;
+        float *xs = malloc((size_t)nrow * d * sizeof(float)), *ws = malloc((size_t)d * sizeof(float));
+        float *o1 = malloc((size_t)nrow * d * sizeof(float)), *o2 = malloc((size_t)nrow * d * sizeof(float));
+        for (int i = 0; i < nrow * d; i++) xs[i] = frand() * 4;
+        for (int i = 0; i < d; i++) ws[i] = 1 + frand() / 4;
+        sd_rmsnorm(o1, xs, ws, nrow, d, 1e-6f);
+        for (int t = 0; t < nrow; t++) sd_rmsnorm(o2 + (size_t)t * d, xs + (size_t)t * d, ws, 1, d, 1e-6f);
+        assert_memory_equal(o1, o2, (size_t)nrow * d * sizeof(float));
+        float *ga = malloc((size_t)ne * sizeof(float)), *gb = malloc((size_t)ne * sizeof(float)), *gu = malloc((size_t)ne * sizeof(float));
+        for (int i = 0; i < ne; i++) ga[i] = gb[i] = frand() * 8, gu[i] = frand();
+        sd_swiglu(ga, gu, ne);
+        for (int i = 0; i < ne; i += 1000) sd_swiglu(gb + i, gu + i, ne - i < 1000 ? ne - i : 1000);
+        assert_memory_equal(ga, gb, (size_t)ne * sizeof(float));
+        const int ntok = 80, qd = nh * hd2, kd = nkv * hd2; /* 80 x 1024 elements: split */
+        float *q1 = malloc((size_t)ntok * qd * sizeof(float)), *k1 = malloc((size_t)ntok * kd * sizeof(float));
+        float *q2 = malloc((size_t)ntok * qd * sizeof(float)), *k2 = malloc((size_t)ntok * kd * sizeof(float));
+        float *csa = malloc((size_t)ntok * hd2 * sizeof(float)), inv_f[32];
+        for (int i = 0; i < 32; i++) inv_f[i] = (float)pow(10000.0, -2.0 * i / hd2);
+        for (int t = 0; t < ntok; t++) sd_rope_angles(t * 7, inv_f, hd2, csa + (size_t)t * hd2);
+        for (int i = 0; i < ntok * qd; i++) q1[i] = q2[i] = frand();
+        for (int i = 0; i < ntok * kd; i++) k1[i] = k2[i] = frand();
+        for (int style = 0; style < 2; style++) {
+            sd_rope_tokens(q1, k1, ntok, nh, nkv, hd2, hd2, csa, style);
+            for (int t = 0; t < ntok; t++) {
+                sd_rope(q2 + (size_t)t * qd, nh, hd2, hd2, csa + (size_t)t * hd2, style);
+                sd_rope(k2 + (size_t)t * kd, nkv, hd2, hd2, csa + (size_t)t * hd2, style);
+            }
+            assert_memory_equal(q1, q2, (size_t)ntok * qd * sizeof(float));
+            assert_memory_equal(k1, k2, (size_t)ntok * kd * sizeof(float));
+        }
+        free(xs), free(ws), free(o1), free(o2), free(ga), free(gb), free(gu);
+        free(q1), free(k1), free(q2), free(k2), free(csa);
+    }
     float g[5] = {-3, -0.5f, 0, 0.5f, 3}, u[5] = {1, 2, 3, 4, 5};
     sd_swiglu(g, u, 5);
     float gi[5] = {-3, -0.5f, 0, 0.5f, 3};

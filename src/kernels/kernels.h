@@ -112,6 +112,10 @@ void sd_rope_angles(int pos, const float *inv_freq, int rope_dim, float *cs);
  * sd_rope_angles: the first rope_dim dims of each head, as pairs (2i, 2i+1), or (i, i +
  * rope_dim/2) with half_style (HF's rotate-half). */
 void sd_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int half_style);
+/* sd_rope on n tokens' q rows (n_heads heads) and k rows (n_kv_heads), token t by the angles
+ * cs + t * rope_dim; split across the threads for a prefill's rows. */
+void sd_rope_tokens(float *q, float *k, int n, int n_heads, int n_kv_heads, int head_dim, int rope_dim,
+                    const float *cs, int half_style);
 /* The scalar loop sd_rope equals bit for bit. */
 void sd_rope_ref(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int half_style);
 

@@ -153,11 +153,7 @@ static sd_status forward_layers(sd_context *c, const bview *b, const int32_t *po
             sd_rmsnorm(a->q, a->q, LW(SD_W_ATTN_Q_NORM)->data, nc * hp->n_heads, hd, hp->norm_eps);
             sd_rmsnorm(kn, kn, LW(SD_W_ATTN_K_NORM)->data, nc * hp->n_kv_heads, hd, hp->norm_eps);
         }
-        for (int t = 0; t < nc; t++) {
-            const float *cs = a->rope + (size_t)t * hp->rope_dim;
-            sd_rope(a->q + (size_t)t * q_dim, hp->n_heads, hd, hp->rope_dim, cs, half);
-            sd_rope(kn + (size_t)t * kv_dim, hp->n_kv_heads, hd, hp->rope_dim, cs, half);
-        }
+        sd_rope_tokens(a->q, kn, nc, hp->n_heads, hp->n_kv_heads, hd, hp->rope_dim, a->rope, half);
         for (int gi = 0; gi < ng; gi++) {
             const group *g = &gs[gi];
             void *kc = sd_kv_k_data(c->kv, g->seq, l), *vc = sd_kv_v_data(c->kv, g->seq, l);
