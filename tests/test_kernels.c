@@ -332,13 +332,14 @@ static void test_rmsnorm_rope_swiglu(void **state) {
     }
     /* The vectorised RoPE equals the scalar loop bit for bit: full and partial rotary dims,
      * tails of every length, both conventions, zeros of either sign. */
-    const int dims[][2] = {{8, 8}, {16, 16}, {64, 64}, {64, 32}, {80, 80}, {128, 128}, {128, 64}, {96, 40}, {256, 256}};
+    const int dims[][2] = {{8, 8},     {16, 16},   {64, 64},   {64, 32},   {80, 80},
+                           {128, 128}, {128, 64},  {96, 40},   {256, 256}, {512, 512}, {384, 300}};
     for (size_t d = 0; d < sizeof dims / sizeof *dims; d++)
         for (int style = 0; style < 2; style++)
             for (int nh = 1; nh <= 5; nh += 2) {
                 const int hd = dims[d][0], rd = dims[d][1];
                 float *v = malloc((size_t)nh * hd * sizeof(float)), *r = malloc((size_t)nh * hd * sizeof(float));
-                float inv_f[128], csr[256];
+                float inv_f[256], csr[512];
                 for (int i = 0; i < rd / 2; i++) inv_f[i] = (float)pow(500000.0, -2.0 * i / rd);
                 for (int i = 0; i < nh * hd; i++) v[i] = r[i] = i % 11 == 0 ? (i % 2 ? -0.0f : 0.0f) : frand() * 3;
                 sd_rope_angles(4097, inv_f, rd, csr);
@@ -395,7 +396,8 @@ static void test_rmsnorm_rope_swiglu(void **state) {
  * Every block must be claimed exactly once, in valid ranges. With hold, thread 0 claims once
  * and then waits (up to 10 s) until another thread has taken a block of its initial range,
  * which that thread can only get by stealing: no timing decides the outcome. Returns the
- * blocks thread 0 did not get of its initial range. */
+ * blocks thread 0 did not get of its initial range, or -1 when the runtime gave a team of one
+ * (OMP_DYNAMIC, OMP_THREAD_LIMIT), where nobody could steal and the hold is skipped. */
 static int64_t steal_run(int64_t nblk, int slots, int team, int hold) {
     int *count = calloc((size_t)(nblk > 0 ? nblk : 1), sizeof(int));
     const int saved = omp_get_max_threads();
@@ -404,7 +406,7 @@ static int64_t steal_run(int64_t nblk, int slots, int team, int hold) {
     sd_steal_init(&w, nblk);
     omp_set_num_threads(saved);
     const int64_t own_end = slots > 0 ? nblk / slots : 0; /* thread 0's initial range [0, own_end) */
-    int bad_range = 0, stolen = 0, timed_out = 0;
+    int bad_range = 0, stolen = 0, timed_out = 0, held = 0;
     int64_t not_mine = 0;
 #pragma omp parallel num_threads(team)
     {
@@ -427,7 +429,8 @@ static int64_t steal_run(int64_t nblk, int slots, int team, int hold) {
                     not_mine++;
                 }
             }
-            if (hold && me == 0 && claims++ == 0) {
+            if (hold && me == 0 && claims++ == 0 && omp_get_num_threads() > 1) {
+                held = 1;
                 const double t0 = omp_get_wtime();
                 int s = 0;
                 while (!s && !timed_out) {
@@ -444,7 +447,7 @@ static int64_t steal_run(int64_t nblk, int slots, int team, int hold) {
         if (count[b] != 1) fail_msg("steal %lld blocks, %d slots, team %d: block %lld claimed %d times", (long long)nblk, slots,
                                     team, (long long)b, count[b]);
     free(count);
-    return not_mine;
+    return held || !hold ? not_mine : -1;
 }
 
 /* Work stealing (the threaded matmuls' scheduler): each block exactly once whatever the team
@@ -460,8 +463,10 @@ static void test_steal(void **state) {
     steal_run(1000, SD_STEAL_MAX_THREADS + 3, 2, 0);
     for (int team = 2; team <= 4; team++) {
         int64_t got = steal_run(1000, team, team, 1);
-        if (got < 1) fail_msg("team %d: no block of the held thread's range was stolen", team);
+        if (got == 0) fail_msg("team %d: no block of the held thread's range was stolen", team);
     }
+    /* a thread without a slot of its own (more threads than slots) still takes work */
+    if (steal_run(1000, 1, 2, 1) == 0) fail_msg("one slot, two threads: the slotless thread stole nothing");
 }
 
 /* The build machine runs what it compiled for (-march=native); the message is empty then, and a

@@ -423,10 +423,11 @@ void sd_steal_init(sd_steal *w, int64_t nblk) {
 
 int sd_steal_next(sd_steal *w, int64_t *b0, int64_t *b1) {
     const int me = omp_get_thread_num();
-    if (me >= w->n) return 0; /* a team larger than the slots: the others drain the work */
-    _Atomic uint64_t *mine = &w->slot[me].range;
+    /* A thread beyond the slots (a team larger than SD_STEAL_MAX_THREADS, or than the team the
+     * ranges were cut for) has no range of its own: it only steals, and computes what it took. */
+    _Atomic uint64_t *mine = me < w->n ? &w->slot[me].range : NULL;
     for (;;) {
-        uint64_t v = atomic_load_explicit(mine, memory_order_relaxed);
+        uint64_t v = mine ? atomic_load_explicit(mine, memory_order_relaxed) : 0;
         uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
         if (lo < hi) { /* claim a quarter of what is left of my range, from its front */
             uint32_t take = (hi - lo) / 4 ? (hi - lo) / 4 : 1;
@@ -455,9 +456,15 @@ int sd_steal_next(sd_steal *w, int64_t *b0, int64_t *b1) {
         uint32_t ulo = (uint32_t)u, uhi = (uint32_t)(u >> 32);
         if (ulo >= uhi) continue;
         uint32_t take = (uhi - ulo + 1) / 2;
-        if (atomic_compare_exchange_strong_explicit(theirs, &u, steal_pack(ulo, uhi - take), memory_order_relaxed,
-                                                    memory_order_relaxed))
-            atomic_store_explicit(mine, steal_pack(uhi - take, uhi), memory_order_relaxed);
+        if (!atomic_compare_exchange_strong_explicit(theirs, &u, steal_pack(ulo, uhi - take), memory_order_relaxed,
+                                                     memory_order_relaxed))
+            continue;
+        if (!mine) {
+            *b0 = uhi - take;
+            *b1 = uhi;
+            return 1;
+        }
+        atomic_store_explicit(mine, steal_pack(uhi - take, uhi), memory_order_relaxed);
     }
 }
 
@@ -575,15 +582,19 @@ static inline float dot_f32(const float *a, const float *b, int n) {
 #endif
 }
 
+static void rmsnorm_row(float *o, const float *xr, const float *w, int d, float eps) {
+    float ss = dot_f32(xr, xr, d);
+    float scale = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int i = 0; i < d; i++) o[i] = xr[i] * scale * w[i];
+}
+
 void sd_rmsnorm(float *out, const float *x, const float *w, int n, int d, float eps) {
-#pragma omp parallel for schedule(static) if ((int64_t)n * d >= SD_EW_PAR_MIN_ELEMS)
-    for (int t = 0; t < n; t++) {
-        const float *xr = x + (size_t)t * d;
-        float *o = out + (size_t)t * d;
-        float ss = dot_f32(xr, xr, d);
-        float scale = 1.0f / sqrtf(ss / (float)d + eps);
-        for (int i = 0; i < d; i++) o[i] = xr[i] * scale * w[i];
+    if ((int64_t)n * d < SD_EW_PAR_MIN_ELEMS) { /* not even a team of one: see sd_matmul */
+        for (int t = 0; t < n; t++) rmsnorm_row(out + (size_t)t * d, x + (size_t)t * d, w, d, eps);
+        return;
     }
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++) rmsnorm_row(out + (size_t)t * d, x + (size_t)t * d, w, d, eps);
 }
 
 void sd_rope_angles(int pos, const float *inv_freq, int rope_dim, float *cs) {
@@ -666,12 +677,18 @@ void sd_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs,
 void sd_rope_tokens(float *q, float *k, int n, int n_heads, int n_kv_heads, int head_dim, int rope_dim,
                     const float *cs, int half_style) {
     const int64_t qd = (int64_t)n_heads * head_dim, kd = (int64_t)n_kv_heads * head_dim;
-#pragma omp parallel for schedule(static) if ((int64_t)n * (qd + kd) >= SD_EW_PAR_MIN_ELEMS)
-    for (int t = 0; t < n; t++) {
-        const float *c = cs + (size_t)t * rope_dim;
-        sd_rope(q + (size_t)t * qd, n_heads, head_dim, rope_dim, c, half_style);
-        sd_rope(k + (size_t)t * kd, n_kv_heads, head_dim, rope_dim, c, half_style);
+#define ROPE_TOKEN(t)                                                                                   \
+    do {                                                                                                \
+        sd_rope(q + (size_t)(t) * qd, n_heads, head_dim, rope_dim, cs + (size_t)(t) * rope_dim, half_style); \
+        sd_rope(k + (size_t)(t) * kd, n_kv_heads, head_dim, rope_dim, cs + (size_t)(t) * rope_dim, half_style); \
+    } while (0)
+    if ((int64_t)n * (qd + kd) < SD_EW_PAR_MIN_ELEMS) { /* not even a team of one: see sd_matmul */
+        for (int t = 0; t < n; t++) ROPE_TOKEN(t);
+        return;
     }
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++) ROPE_TOKEN(t);
+#undef ROPE_TOKEN
 }
 
 void sd_rope_ref(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int half_style) {

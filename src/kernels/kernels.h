@@ -46,8 +46,7 @@ void sd_thread_blocks(int64_t nblk, int64_t *b0, int64_t *b1);
  * static split, one thread on the shared 2-vCPU guests ran 8-25% of a quantised matmul's time
  * longer than the other (a vCPU slowed by its host, a late start). Every block is still
  * computed whole by one thread with the same code, so results do not depend on who took it.
- * Slots sit in their own cache lines; in a team of more than SD_STEAL_MAX_THREADS the extra
- * threads get no blocks. */
+ * Slots sit in their own cache lines; threads beyond SD_STEAL_MAX_THREADS only steal. */
 #define SD_STEAL_MAX_THREADS 32
 typedef struct {
     _Alignas(64) _Atomic uint64_t range; /* lo in the low 32 bits, hi in the high */

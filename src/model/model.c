@@ -156,7 +156,9 @@ static sd_status pack_weights(sd_model *m) {
     if (total) {
         const size_t rounded = (total + huge - 1) & ~(huge - 1);
         buf = aligned_alloc(huge, rounded);
+#ifdef MADV_HUGEPAGE
         if (buf) madvise(buf, rounded, MADV_HUGEPAGE); /* advice only: failure leaves 4 KiB pages */
+#endif
     }
     m->packed_image = buf;
     const long page = sysconf(_SC_PAGESIZE);
