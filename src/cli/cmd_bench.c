@@ -128,6 +128,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!threads) threads = cfg.threads ? cfg.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     sd_set_threads(threads);
+    threads = sd_get_threads(); /* what runs: OMP_THREAD_LIMIT may cap it */
     cli_install_sigint();
 
     if (cfg.prompts) {

@@ -32,11 +32,14 @@
 
 /* OpenBLAS exports this; declared here so any cblas.h works. */
 extern void openblas_set_num_threads(int);
+extern int openblas_get_num_threads(void);
 
 static int g_threads = 0;
 
 void sd_kernels_set_threads(int n) {
     if (n < 1) return;
+    const int limit = omp_get_thread_limit(); /* OMP_THREAD_LIMIT: what OpenMP will give (see sgemm_locked) */
+    if (limit > 0 && n > limit) n = limit;
     g_threads = n;
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
@@ -63,6 +66,12 @@ static pthread_mutex_t g_blas_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void sgemm_locked(int n, int rows, int cols, const float *X, const float *W, int ldw, float *Y, int ldy) {
     pthread_mutex_lock(&g_blas_lock);
+    /* OpenBLAS's OpenMP build waits for every thread it was told to use: given fewer (a team
+     * capped by OMP_THREAD_LIMIT, or shrunk under OMP_DYNAMIC=true), its sgemm hung for good.
+     * Both settings are the calling thread's, so they are checked here, on it. */
+    if (omp_get_dynamic()) omp_set_dynamic(0);
+    const int limit = omp_get_thread_limit();
+    if (limit > 0 && openblas_get_num_threads() > limit) openblas_set_num_threads(limit);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, cols, 1.0f, X, cols, W, ldw, 0.0f, Y, ldy);
     pthread_mutex_unlock(&g_blas_lock);
 }

@@ -78,6 +78,12 @@ else echo "FAIL help lists each command's own options"; fail=$((fail+1)); fi
 "$BIN" mkmodel "$TMP/tiny.gguf" --dim 32 --layers 1 --heads 4 --kv-heads 2 --hidden 64 --vocab 300 --ctx 32 2>/dev/null
 check "info tiny"             0 "grouped-query"      -- "$BIN" info "$TMP/tiny.gguf"
 check "generate tiny"         0 "decode:"            -- "$BIN" generate -m "$TMP/tiny.gguf" -n 8
+# An F16 model's prompt of more than 33 tokens goes through OpenBLAS's sgemm, which hung for good
+# when OpenMP gave it fewer threads than it was told to use (timeout: 124).
+"$BIN" mkmodel "$TMP/tiny16.gguf" --dim 64 --layers 1 --heads 4 --kv-heads 2 --hidden 128 --vocab 300 --ctx 128 --type f16 2>/dev/null
+long_prompt=$(printf 'a b c d e f g h i j k l m n o p q r s t u v w x y z %.0s' 1 2)
+check "OMP_THREAD_LIMIT=1"    0 "decode:"            -- env OMP_THREAD_LIMIT=1 timeout 60 "$BIN" generate -m "$TMP/tiny16.gguf" -n 4 -p "$long_prompt"
+check "OMP_DYNAMIC=true"      0 "decode:"            -- env OMP_DYNAMIC=true timeout 60 "$BIN" generate -m "$TMP/tiny16.gguf" -n 4 -t 2 -p "$long_prompt"
 check "prompt too long"       2 "does not fit the context of 32" -- "$BIN" generate -m "$TMP/tiny.gguf" -p "$(printf 'a b c d e f g h i j k l m n o p q r s t u v w x y z %.0s' 1 2)"
 check "n too large"           2 "cannot generate 100 tokens" -- "$BIN" generate -m "$TMP/tiny.gguf" -n 100
 check "spec tiny self-draft"  0 "acceptance rate: +100.0%" -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 12 --ignore-eos --draft-fixed
