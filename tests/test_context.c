@@ -15,14 +15,17 @@
 #include "specdec/spec.h"
 #include "specdec/target.h"
 
-static sd_context *new_ctx(const sd_model *m, int n_ctx, int n_seq) {
+static sd_context *new_ctx_kv(const sd_model *m, int n_ctx, int n_seq, sd_type kv_type) {
     sd_context_params cp = sd_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_seq = n_seq;
+    cp.kv_type = kv_type;
     sd_context *c = NULL;
     if (sd_context_create(m, &cp, &c) != SD_OK) fail_msg("context: %s", sd_last_error());
     return c;
 }
+
+static sd_context *new_ctx(const sd_model *m, int n_ctx, int n_seq) { return new_ctx_kv(m, n_ctx, n_seq, SD_TYPE_F32); }
 
 /* The model under test: a GQA shape with head_dim 16 (the AVX-512 attention paths) and one with
  * head_dim 8 (the short-head path), both F32; and a Q8_0 copy (integer kernels). */
@@ -105,12 +108,7 @@ static void check_pruned_rows(const sd_model *m, sd_type kv_type, int n) {
     int32_t tok[64];
     for (int i = 0; i < n + 1; i++) tok[i] = (int32_t)((i * 41 + 3) % V);
     sd_context *c[3];
-    for (int i = 0; i < 3; i++) {
-        sd_context_params cp = sd_context_default_params();
-        cp.n_ctx = 96;
-        cp.kv_type = kv_type;
-        if (sd_context_create(m, &cp, &c[i]) != SD_OK) fail_msg("context: %s", sd_last_error());
-    }
+    for (int i = 0; i < 3; i++) c[i] = new_ctx_kv(m, 96, 1, kv_type);
     float *all = malloc((size_t)n * V * sizeof(float)), *last = malloc((size_t)V * sizeof(float));
     assert_int_equal(sd_context_forward(c[0], 0, tok, n, all, 1), SD_OK);
     assert_int_equal(sd_context_forward(c[1], 0, tok, n, last, 0), SD_OK);

@@ -56,10 +56,9 @@ int cmd_bench_decode(int argc, char **argv) {
     const double kvpt = (double)sd_kv_bytes_per_token(sd_context_kv(ctx)) * (pos + 1.0);
     const double bpt = wpt + kvpt;
     printf("model:      %s (dim %d, %d layers, vocab %d)\n", sd_model_path(m), hp->dim, hp->n_layers, hp->vocab_size);
-    if (sd_get_threads() != threads) /* capped by OMP_THREAD_LIMIT */
-        printf("threads:    %d (of the %d asked for: OMP_THREAD_LIMIT=%d)\n", sd_get_threads(), threads, sd_get_threads());
-    else
-        printf("threads:    %d\n", threads);
+    printf("threads:    %d", sd_get_threads());
+    if (sd_get_threads() != threads) printf(" (OMP_THREAD_LIMIT caps the %d asked for)", threads);
+    printf("\n");
     printf("reads:      %.1f MB per decoded token: %.1f MB of weights, %.1f MB of KV cache (%d positions, %s)\n",
            bpt / 1e6, wpt / 1e6, kvpt / 1e6, pos + 1, sd_type_info(sd_context_kv_type(ctx))->name);
     fflush(stdout);
