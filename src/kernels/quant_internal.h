@@ -11,7 +11,7 @@
 #include "kernels/quant.h"
 
 #include "kernels/cpu.h"
-#if SD_QDOT
+#if SD_QDOT || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
