@@ -98,7 +98,7 @@ static void test_matmul_f32(void **state) {
 static void test_matmul_f32_packed(void **state) {
     (void)state;
     if (!sd_f32_can_pack(&(sd_tensor){SD_TYPE_F32, 16, 64, 64 * sizeof(float), NULL, NULL})) {
-        printf("SKIP: no narrow-F32 kernel on this build (needs AVX-512)\n");
+        printf("SKIP: no narrow-F32 kernel on this build (needs AVX-512 or AVX2)\n");
         skip();
     }
     static const int ns[] = {1, 2, 5, 6, 7, 12, 13, 33, 34, 70};
@@ -477,7 +477,8 @@ static void test_cpu_check(void **state) {
     assert_int_equal(sd_cpu_check(why, sizeof why), 0);
     assert_string_equal(why, "");
     assert_int_equal(sd_cpu_check(why, 0), 0);
-    printf("  built for: avx512 %d, integer dot kernels %d\n", SD_HAVE_AVX512, SD_QDOT);
+    printf("  built for: avx512 %d, avx2 %d, integer dot kernels: avx512 %d, avx2 %d\n", SD_HAVE_AVX512, SD_HAVE_AVX2,
+           SD_QDOT, SD_QDOT2);
 }
 
 int main(void) {

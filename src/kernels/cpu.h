@@ -13,14 +13,29 @@
 #define SD_HAVE_AVX512 0
 #endif
 
+/* AVX2 with FMA and F16C, on CPUs without AVX-512 (AMD Zen 2/3, Intel before Ice Lake): the
+ * float kernels' second set of fast paths (kernels_avx2.c). A build has one of the two. */
+#if !SD_HAVE_AVX512 && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define SD_HAVE_AVX2 1
+#else
+#define SD_HAVE_AVX2 0
+#endif
+
 /* The integer kernels of the quantised types: AVX-512 F/BW/VL/DQ with VNNI dot products, VBMI
- * byte permutes and GFNI. */
+ * byte permutes and GFNI (quant_avx512.c); else AVX2 with FMA and F16C (quant_avx2.c, the same
+ * layouts and entry points). SD_QKERNELS: the build has one of the two. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
     defined(__AVX512VNNI__) && defined(__AVX512VBMI__) && defined(__GFNI__)
 #define SD_QDOT 1
 #else
 #define SD_QDOT 0
 #endif
+#if !SD_QDOT && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define SD_QDOT2 1
+#else
+#define SD_QDOT2 0
+#endif
+#define SD_QKERNELS (SD_QDOT || SD_QDOT2)
 
 /* Software prefetch of streamed weights (the F32/F16/BF16 and integer matrix kernels): this
  * many bytes ahead of the row being read, into L2 (T1). On the AMD EPYC (Zen 4) guest it beat

@@ -17,6 +17,8 @@
 #include <immintrin.h>
 
 #include "kernels/reduce.h"
+#elif SD_HAVE_AVX2
+#include "kernels/avx2.h"
 #endif
 
 /* Below this many multiply-adds (~20 us of one core) a parallel region's fork/join, and on a
@@ -289,6 +291,8 @@ static const multi_fn k_multi_f16[MULTI_MAX + 1] = {
 static const multi_fn k_multi_bf16[MULTI_MAX + 1] = {
     NULL, NULL, multi_bf16_2, multi_bf16_3, multi_bf16_4, multi_bf16_5, multi_bf16_6, multi_bf16_7, multi_bf16_8, multi_bf16_9, multi_bf16_10, multi_bf16_11, multi_bf16_12};
 #define SD_FLOAT_KERNEL(t) ((t) == SD_TYPE_F32 || (t) == SD_TYPE_F16 || (t) == SD_TYPE_BF16)
+#elif SD_HAVE_AVX2 /* kernels_avx2.c */
+#define SD_FLOAT_KERNEL(t) ((t) == SD_TYPE_F32 || (t) == SD_TYPE_F16 || (t) == SD_TYPE_BF16)
 #else
 #define SD_FLOAT_KERNEL(t) ((t) == SD_TYPE_F32)
 #endif /* SD_HAVE_AVX512 */
@@ -351,7 +355,7 @@ static void t16_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_
 #endif
 
 int sd_f32_can_pack(const sd_tensor *W) {
-    return SD_HAVE_AVX512 && W->type == SD_TYPE_F32 && W->row_bytes == (size_t)W->cols * sizeof(float);
+    return (SD_HAVE_AVX512 || SD_HAVE_AVX2) && W->type == SD_TYPE_F32 && W->row_bytes == (size_t)W->cols * sizeof(float);
 }
 
 size_t sd_f32_packed_bytes(int64_t rows, int64_t cols) { return (size_t)((rows + 15) / 16) * 16 * (size_t)cols * sizeof(float); }
@@ -365,7 +369,7 @@ void sd_f32_pack(const float *W, int64_t rows, int64_t cols, float *dst) {
             }
 }
 
-/* Portable fallback for machines without AVX-512: same structure, scalar. */
+/* Portable fallback for machines without AVX-512 or AVX2: same structure, scalar. */
 static void multi_generic(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0,
                           int64_t r1, float *rowbuf) {
     for (int64_t r = r0; r < r1; r++) {
@@ -407,6 +411,11 @@ static void small_batch_rows(const sd_tensor *W, const float *X, int n, float *Y
                 (t == SD_TYPE_F16 ? k_multi_f16 : t == SD_TYPE_BF16 ? k_multi_bf16 : k_multi_f32)[nb](W, Xg, Yg, r0, r1);
             }
         }
+        return;
+    }
+#elif SD_HAVE_AVX2
+    if (SD_FLOAT_KERNEL(W->type)) {
+        sd_avx2_rows(W, X, n, Y, r0, r1);
         return;
     }
 #endif
@@ -584,6 +593,15 @@ static inline float dot_f32(const float *a, const float *b, int n) {
         acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
     }
     return _mm512_reduce_add_ps(acc);
+#elif SD_HAVE_AVX2
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    if (i < n) {
+        const __m256i m = tail8(n - i);
+        acc = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), acc);
+    }
+    return hsum8(acc);
 #else
     float s = 0;
     for (int i = 0; i < n; i++) s += a[i] * b[i];
@@ -679,6 +697,43 @@ void sd_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs,
         }
         return;
     }
+#elif SD_HAVE_AVX2
+    /* sd_rope_ref's operations, 8 lanes at a time (as the AVX-512 path above). */
+    const int half = rope_dim / 2;
+    if (half_style) {
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (size_t)h * head_dim;
+            for (int i = 0; i < half; i += 8) {
+                const __m256i m = tail8(half - i);
+                const __m256 c = _mm256_maskload_ps(cs + i, m), s = _mm256_maskload_ps(cs + half + i, m);
+                const __m256 lo = _mm256_maskload_ps(v + i, m), hi = _mm256_maskload_ps(v + half + i, m);
+                _mm256_maskstore_ps(v + i, m, _mm256_sub_ps(_mm256_mul_ps(lo, c), _mm256_mul_ps(hi, s)));
+                _mm256_maskstore_ps(v + half + i, m, _mm256_add_ps(_mm256_mul_ps(lo, s), _mm256_mul_ps(hi, c)));
+            }
+        }
+        return;
+    }
+    enum { MAXD = 512 };
+    if (rope_dim <= MAXD) {
+        float cd[MAXD], sd[MAXD];
+        for (int i = 0; i < half; i++) {
+            cd[2 * i] = cd[2 * i + 1] = cs[i];
+            sd[2 * i] = -cs[half + i];
+            sd[2 * i + 1] = cs[half + i];
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (size_t)h * head_dim;
+            for (int i = 0; i < rope_dim; i += 8) {
+                const __m256i m = tail8(rope_dim - i);
+                const __m256 a = _mm256_maskload_ps(v + i, m);
+                const __m256 b = _mm256_permute_ps(a, 0xB1); /* each pair swapped */
+                _mm256_maskstore_ps(v + i, m,
+                                    _mm256_add_ps(_mm256_mul_ps(a, _mm256_maskload_ps(cd + i, m)),
+                                                  _mm256_mul_ps(b, _mm256_maskload_ps(sd + i, m))));
+            }
+        }
+        return;
+    }
 #endif
     sd_rope_ref(x, n_heads, head_dim, rope_dim, cs, half_style);
 }
@@ -735,6 +790,32 @@ void sd_softmax(float *x, int n) {
         __mmask16 m = tail_mask(n - i);
         _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
     }
+#elif SD_HAVE_AVX2
+    int i = 0;
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
+    float mxs = -INFINITY;
+    for (int j = i; j < n; j++) mxs = x[j] > mxs ? x[j] : mxs;
+    {
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float v = _mm_cvtss_f32(h);
+        mxs = v > mxs ? v : mxs;
+    }
+    const __m256 mx = _mm256_set1_ps(mxs);
+    __m256 vsum = _mm256_setzero_ps();
+    for (i = 0; i < n; i += 8) {
+        const __m256i m = tail8(n - i);
+        const __m256 e = _mm256_and_ps(exp256(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), mx)), _mm256_castsi256_ps(m));
+        _mm256_maskstore_ps(x + i, m, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / hsum8(vsum));
+    for (i = 0; i < n; i += 8) {
+        const __m256i m = tail8(n - i);
+        _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv));
+    }
 #else
     float mx = x[0];
     for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
@@ -756,6 +837,13 @@ long sd_first_nonfinite(const float *x, size_t n) {
         const __mmask16 bad = _mm512_fpclass_ps_mask(_mm512_loadu_ps(x + i), 0x99); /* NaN, +-inf */
         if (bad) return (long)(i + (size_t)__builtin_ctz(bad));
     }
+#elif SD_HAVE_AVX2
+    /* x - x is 0 for finite x, NaN for NaN and infinities */
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const int bad = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+        if (bad) return (long)(i + (size_t)__builtin_ctz((unsigned)bad));
+    }
 #endif
     for (; i < n; i++)
         if (!isfinite(x[i])) return (long)i;
@@ -773,6 +861,14 @@ static void swiglu_range(float *a, const float *b, int64_t i0, int64_t i1) {
         const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
         _mm512_mask_storeu_ps(a + i, m,
                               _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_maskz_loadu_ps(m, b + i)));
+    }
+#elif SD_HAVE_AVX2
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (int64_t i = i0; i < i1; i += 8) {
+        const __m256i m = tail8((int)(i1 - i < 8 ? i1 - i : 8));
+        const __m256 g = _mm256_maskload_ps(a + i, m);
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        _mm256_maskstore_ps(a + i, m, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_maskload_ps(b + i, m)));
     }
 #else
     for (int64_t i = i0; i < i1; i++) {
@@ -1103,6 +1199,11 @@ void sd_attention_tree(const float *q, const float *K, const float *V, float *ou
     const double work = (double)items * ctx_max * head_dim;
     int nt = sd_kernels_threads() < att_slots ? sd_kernels_threads() : att_slots;
     if (nt > items) nt = items;
+#if SD_HAVE_AVX2
+    sd_avx2_attention(q, K, V, 0, out, n, pos0, path, path_off, n_heads, n_kv_heads, head_dim, att_scratch, att_slots,
+                      att_slots >= n_heads && nt > n_heads ? n_heads : nt, work >= SD_ATT_PAR_MIN_WORK && nt >= 2);
+    return;
+#endif
 #pragma omp parallel num_threads(nt) if (work >= SD_ATT_PAR_MIN_WORK && nt >= 2)
     {
         const int id = omp_get_thread_num(), tn = omp_get_num_threads();
@@ -1281,6 +1382,10 @@ void sd_attention(const float *q, const float *K, const float *V, float *out, in
                         nt < n_heads ? nt : n_heads, par);
         return;
     }
+#elif SD_HAVE_AVX2
+    sd_avx2_attention(q, K, V, 0, out, n, pos0, NULL, NULL, n_heads, n_kv_heads, head_dim, att_scratch, att_slots,
+                      att_slots >= n_heads && nt > n_heads ? n_heads : nt, par);
+    return;
 #endif
     if (!par) { /* serial, no OpenMP (see sd_matmul) */
         for (int it = 0; it < items; it++) {
@@ -1305,7 +1410,7 @@ void sd_attention(const float *q, const float *K, const float *V, float *out, in
     }
 }
 
-int sd_attention_f16_ok(int head_dim) { return SD_HAVE_AVX512 && head_dim >= 16; }
+int sd_attention_f16_ok(int head_dim) { return (SD_HAVE_AVX512 || SD_HAVE_AVX2) && head_dim >= 16; }
 
 int sd_attention_f16(const float *q, const uint16_t *K, const uint16_t *V, float *out, int n, int pos0, int n_heads,
                      int n_kv_heads, int head_dim, float *att_scratch, int att_slots, float *conv_scratch,
@@ -1320,6 +1425,16 @@ int sd_attention_f16(const float *q, const uint16_t *K, const uint16_t *V, float
     attend_by_heads(q, K, V, 1, conv_scratch, out, n, pos0, n_heads, n_kv_heads, head_dim, att_scratch, att_slots, nt,
                     warm && work >= SD_ATT_PAR_MIN_WORK && nt >= 2);
     return 0;
+#elif SD_HAVE_AVX2 /* converts on load: no conversion rows */
+    (void)conv_scratch; (void)conv_slots;
+    if (head_dim < 16 || att_slots < n_heads) return -1;
+    const int q_dim = n_heads * head_dim;
+    const double work = (double)n * n_heads * (pos0 + n) * head_dim;
+    const int warm = (double)q_dim * q_dim * n >= SD_PAR_MIN_WORK; /* as sd_attention */
+    const int nt = sd_kernels_threads() < n_heads ? sd_kernels_threads() : n_heads;
+    sd_avx2_attention(q, K, V, 1, out, n, pos0, NULL, NULL, n_heads, n_kv_heads, head_dim, att_scratch, att_slots, nt,
+                      warm && work >= SD_ATT_PAR_MIN_WORK && nt >= 2);
+    return 0;
 #else
     (void)q; (void)K; (void)V; (void)out; (void)n; (void)pos0; (void)n_heads; (void)n_kv_heads; (void)head_dim;
     (void)att_scratch; (void)att_slots; (void)conv_scratch; (void)conv_slots;
@@ -1333,6 +1448,10 @@ void sd_f32_to_f16_row(const float *x, uint16_t *y, size_t n) {
     for (; i + 16 <= n; i += 16)
         _mm256_storeu_si256((__m256i *)(y + i),
                             _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#elif SD_HAVE_AVX2
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 #endif
     for (; i < n; i++) y[i] = sd_fp32_to_fp16(x[i]);
 }
@@ -1395,6 +1514,18 @@ double sd_stream_read(const float *buf, size_t n) {
         __m512 a = acc[0];
         for (int k = 1; k < STREAMS; k++) a = _mm512_add_ps(a, acc[k]);
         float s = _mm512_reduce_add_ps(a);
+#elif SD_HAVE_AVX2
+        __m256 acc[STREAMS];
+        for (int k = 0; k < STREAMS; k++) acc[k] = _mm256_setzero_ps();
+        for (size_t i = 0; i < per; i += 8)
+            for (int k = 0; k < STREAMS; k++) {
+                const float *p = buf + b + (size_t)k * per + i;
+                if (!(i & 15)) _mm_prefetch((const char *)p + SD_WEIGHT_PREFETCH_BYTES, SD_WEIGHT_PREFETCH_HINT);
+                acc[k] = _mm256_add_ps(acc[k], _mm256_loadu_ps(p));
+            }
+        __m256 a = acc[0];
+        for (int k = 1; k < STREAMS; k++) a = _mm256_add_ps(a, acc[k]);
+        float s = hsum8(a);
 #else
         float s = 0;
         for (size_t i = 0; i < per; i++)

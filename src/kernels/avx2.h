@@ -1,0 +1,69 @@
+/* The AVX2 (+FMA, F16C) build's float kernels (kernels_avx2.c), for CPUs without AVX-512, and
+ * the inline helpers they share with kernels.c and quant_avx2.c: fixed-order horizontal sums,
+ * tail masks and a vector exp. Only included where SD_HAVE_AVX2 or SD_QDOT2 holds. */
+#ifndef SD_KERNELS_AVX2_H
+#define SD_KERNELS_AVX2_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "specdec/types.h"
+
+/* Lane i = sum of p[i]'s 8 lanes, for 8 vectors at once, by the tree ((e0 + e1) + (e2 + e3)) +
+ * ((e4 + e5) + (e6 + e7)), which hsum8 uses too: a kernel may sum 8 rows or positions at once or
+ * one at a time and get the same bits. */
+static inline __m256 transpose_sum8(const __m256 p[8]) {
+    const __m256 u0 = _mm256_hadd_ps(p[0], p[1]), u1 = _mm256_hadd_ps(p[2], p[3]);
+    const __m256 u2 = _mm256_hadd_ps(p[4], p[5]), u3 = _mm256_hadd_ps(p[6], p[7]);
+    const __m256 v0 = _mm256_hadd_ps(u0, u1), v1 = _mm256_hadd_ps(u2, u3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(v0, v1, 0x20), _mm256_permute2f128_ps(v0, v1, 0x31));
+}
+
+/* Sum of a's 8 lanes by transpose_sum8's tree. */
+static inline float hsum8(__m256 a) {
+    __m256 h = _mm256_hadd_ps(a, a); /* e0+e1, e2+e3 in each 128-bit half */
+    h = _mm256_hadd_ps(h, h);        /* (e0+e1)+(e2+e3), (e4+e5)+(e6+e7) */
+    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+
+/* Mask of the first `left` of 8 lanes (all for left >= 8, none for left <= 0), for maskload
+ * and maskstore. */
+static inline __m256i tail8(int left) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* exp for 8 lanes: 2^n * e^r with n = round(x / ln 2), |r| <= ln2/2, Cephes' degree-6
+ * polynomial for e^r (about 1 ulp, as the AVX-512 exp512), and 2^n built in the exponent bits;
+ * x is clamped to [-87.34, 88.38] so that n stays in the normal range [-126, 127]. */
+static inline __m256 exp256(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.3762626647949f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* Rows [r0, r1) of W (F32, F16 or BF16) for n <= SD_SMALL_BATCH tokens: Y[t * W->rows + r] =
+ * X[t] . row r. Every (row, token) is summed in the same order whatever n or [r0, r1) are
+ * (batched == stepwise, bit for bit). W->packed (an F32 copy from sd_f32_pack) is used when set. */
+void sd_avx2_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1);
+
+/* Attention for tokens of a chain (path NULL: token j at position pos0 + j attends to 0..pos0+j)
+ * or of a tree (sd_attention_tree's path/path_off), over an F32 or (f16) F16 cache, on nt
+ * threads (OpenMP only when par). att_scratch: att_slots rows of pos0 + n floats. Every (token,
+ * head) is computed by the same operations in the same order whatever the batch, thread count
+ * or scratch size, and a tree path gives the bits of the chain that holds it. */
+void sd_avx2_attention(const float *q, const void *K, const void *V, int f16, float *out, int n, int pos0,
+                       const int32_t *path, const int32_t *path_off, int n_heads, int n_kv_heads, int head_dim,
+                       float *att_scratch, int att_slots, int nt, int par);
+
+#endif

@@ -1,0 +1,397 @@
+/* The float kernels of the AVX2 build (CPUs with AVX2, FMA and F16C but no AVX-512): matrix
+ * rows of F32/F16/BF16 weights for decode and small batches, the 16-row packed F32 kernel of
+ * small models, and attention over F32 and F16 caches; kernels.c dispatches to them. */
+#include "kernels/cpu.h"
+
+#if SD_HAVE_AVX2
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "kernels/avx2.h"
+#include "kernels/kernels.h"
+
+static inline const uint8_t *row_ptr(const sd_tensor *W, int64_t r) {
+    return (const uint8_t *)W->data + (size_t)r * W->row_bytes;
+}
+
+/* The line SD_WEIGHT_PREFETCH_BYTES past p, into L2, as the AVX-512 kernels do (cpu.h). */
+static inline void weight_prefetch(const uint8_t *p) {
+    _mm_prefetch((const char *)p + SD_WEIGHT_PREFETCH_BYTES, SD_WEIGHT_PREFETCH_HINT);
+}
+
+/* ---------------------------------------------------------------- weight loads: 8 elements as floats */
+
+static inline __m256 load8_f32(const void *p) { return _mm256_loadu_ps(p); }
+static inline __m256 load8_f16(const void *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+/* BF16 is the top half of an F32: widening is exact. */
+static inline __m256 load8_bf16(const void *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+/* The first n (1..7) elements, zeros after: a masked load for F32, a copy for the halves
+ * (AVX2 has no 16-bit masked load; this is once per row). */
+static inline __m256 tail8_f32(const void *p, int n) { return _mm256_maskload_ps(p, tail8(n)); }
+static inline __m256 tail8_f16(const void *p, int n) {
+    uint16_t h[8] = {0};
+    memcpy(h, p, (size_t)n * 2);
+    return load8_f16(h);
+}
+static inline __m256 tail8_bf16(const void *p, int n) {
+    uint16_t h[8] = {0};
+    memcpy(h, p, (size_t)n * 2);
+    return load8_bf16(h);
+}
+
+/* ---------------------------------------------------------------- decode and small batches
+ *
+ * As the AVX-512 kernels: a thread's rows [r0, r1) are cut into S equal sub-ranges and row j of
+ * each is computed together, so that S weight streams run sequentially through contiguous rows;
+ * each weight vector is loaded once for all NB tokens of a small batch. Each (row, token) keeps
+ * one 8-lane accumulator, columns in order (the tail lanes masked to zero), summed by hsum8: the
+ * same operations whatever NB and S are, so a verify pass reproduces decode bit for bit. With 16
+ * vector registers, S * NB accumulators + S weight vectors + 1 activation stay within them. */
+#define DEFINE_ROWS(SUF, ESZ, LOAD, TLOAD, NB, S)                                                          \
+    static void rows_##SUF##_##NB(const sd_tensor *W, const float *X, float *Y, int64_t r0, int64_t r1) { \
+        const int64_t cols = W->cols, rows = W->rows;                                                      \
+        const int64_t cv = cols & ~(int64_t)7;                                                             \
+        const int tail = (int)(cols - cv);                                                                 \
+        const __m256i xm = tail8(tail);                                                                    \
+        const int64_t per = (r1 - r0) / S;                                                                 \
+        for (int64_t j = 0; j < per; j++) {                                                                \
+            const uint8_t *w[S];                                                                           \
+            __m256 acc[S][NB];                                                                             \
+            for (int s = 0; s < S; s++) {                                                                  \
+                w[s] = row_ptr(W, r0 + s * per + j);                                                       \
+                for (int t = 0; t < NB; t++) acc[s][t] = _mm256_setzero_ps();                              \
+            }                                                                                              \
+            for (int64_t c = 0; c < cv; c += 8) {                                                          \
+                __m256 wv[S];                                                                              \
+                for (int s = 0; s < S; s++) weight_prefetch(w[s] + c * ESZ);                               \
+                for (int s = 0; s < S; s++) wv[s] = LOAD(w[s] + c * ESZ);                                  \
+                for (int t = 0; t < NB; t++) {                                                             \
+                    const __m256 xv = _mm256_loadu_ps(X + t * cols + c);                                   \
+                    for (int s = 0; s < S; s++) acc[s][t] = _mm256_fmadd_ps(wv[s], xv, acc[s][t]);         \
+                }                                                                                          \
+            }                                                                                              \
+            if (tail) {                                                                                    \
+                __m256 wv[S];                                                                              \
+                for (int s = 0; s < S; s++) wv[s] = TLOAD(w[s] + cv * ESZ, tail);                          \
+                for (int t = 0; t < NB; t++) {                                                             \
+                    const __m256 xv = _mm256_maskload_ps(X + t * cols + cv, xm);                           \
+                    for (int s = 0; s < S; s++) acc[s][t] = _mm256_fmadd_ps(wv[s], xv, acc[s][t]);         \
+                }                                                                                          \
+            }                                                                                              \
+            for (int s = 0; s < S; s++)                                                                    \
+                for (int t = 0; t < NB; t++) Y[t * rows + r0 + s * per + j] = hsum8(acc[s][t]);            \
+        }                                                                                                  \
+        for (int64_t r = r0 + per * S; r < r1; r++) {                                                      \
+            const uint8_t *w0 = row_ptr(W, r);                                                             \
+            __m256 acc[NB];                                                                                \
+            for (int t = 0; t < NB; t++) acc[t] = _mm256_setzero_ps();                                     \
+            for (int64_t c = 0; c < cv; c += 8) {                                                          \
+                const __m256 wv = LOAD(w0 + c * ESZ);                                                      \
+                for (int t = 0; t < NB; t++)                                                               \
+                    acc[t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(X + t * cols + c), acc[t]);               \
+            }                                                                                              \
+            if (tail) {                                                                                    \
+                const __m256 wv = TLOAD(w0 + cv * ESZ, tail);                                              \
+                for (int t = 0; t < NB; t++)                                                               \
+                    acc[t] = _mm256_fmadd_ps(wv, _mm256_maskload_ps(X + t * cols + cv, xm), acc[t]);       \
+            }                                                                                              \
+            for (int t = 0; t < NB; t++) Y[t * rows + r] = hsum8(acc[t]);                                  \
+        }                                                                                                  \
+    }
+
+/* Streams per token count (S * NB + S + 1 <= 16 registers). Decode keeps 8 streams, as the
+ * AVX-512 matvec, for the prefetchers. */
+#define DEFINE_ROWS_ALL(SUF, ESZ, LOAD, TLOAD)    \
+    DEFINE_ROWS(SUF, ESZ, LOAD, TLOAD, 1, 8)      \
+    DEFINE_ROWS(SUF, ESZ, LOAD, TLOAD, 2, 4)      \
+    DEFINE_ROWS(SUF, ESZ, LOAD, TLOAD, 3, 3)      \
+    DEFINE_ROWS(SUF, ESZ, LOAD, TLOAD, 4, 2)      \
+    DEFINE_ROWS(SUF, ESZ, LOAD, TLOAD, 5, 2)      \
+    DEFINE_ROWS(SUF, ESZ, LOAD, TLOAD, 6, 2)      \
+    DEFINE_ROWS(SUF, ESZ, LOAD, TLOAD, 7, 1)      \
+    DEFINE_ROWS(SUF, ESZ, LOAD, TLOAD, 8, 1)      \
+    DEFINE_ROWS(SUF, ESZ, LOAD, TLOAD, 9, 1)      \
+    DEFINE_ROWS(SUF, ESZ, LOAD, TLOAD, 10, 1)     \
+    DEFINE_ROWS(SUF, ESZ, LOAD, TLOAD, 11, 1)     \
+    DEFINE_ROWS(SUF, ESZ, LOAD, TLOAD, 12, 1)
+
+DEFINE_ROWS_ALL(f32, 4, load8_f32, tail8_f32)
+DEFINE_ROWS_ALL(f16, 2, load8_f16, tail8_f16)
+DEFINE_ROWS_ALL(bf16, 2, load8_bf16, tail8_bf16)
+
+typedef void (*rows_fn)(const sd_tensor *, const float *, float *, int64_t, int64_t);
+/* Tokens per pass over the weights: a verify pass of up to 12 tokens (k <= 11) reads them once. */
+#define ROWS_MAX 12
+#define ROWS_TABLE(SUF)                                                                                     \
+    {NULL,         rows_##SUF##_1, rows_##SUF##_2, rows_##SUF##_3,  rows_##SUF##_4,  rows_##SUF##_5,        \
+     rows_##SUF##_6, rows_##SUF##_7, rows_##SUF##_8, rows_##SUF##_9, rows_##SUF##_10, rows_##SUF##_11, \
+     rows_##SUF##_12}
+static const rows_fn k_rows[3][ROWS_MAX + 1] = {ROWS_TABLE(f32), ROWS_TABLE(f16), ROWS_TABLE(bf16)};
+
+/* ---------------------------------------------------------------- packed F32 (small models)
+ *
+ * The layout of sd_f32_pack: 16 rows a group, column-major inside it, so a column of 8 rows is
+ * one vector and a product needs no horizontal sum. Each (row, token) sums its columns in 4
+ * interleaved partial sums (column c into partial c % 4, in order), then (p0 + p1) + (p2 + p3),
+ * as the AVX-512 kernel does: the same bits for every batch size and grouping. H halves of a
+ * group (8 rows each) and NB tokens at a time: 4 * H * NB accumulators (decode: both halves, 8
+ * chains; batches: one half, 3 tokens, 12 chains). */
+static inline __attribute__((always_inline)) void t16_part(const float *G, int64_t cols, const float *X, const int H,
+                                                           const int NB, float *Y, int64_t rows, int64_t r) {
+    __m256 a[4][2][3];
+    for (int p = 0; p < 4; p++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < NB; t++) a[p][h][t] = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 4 <= cols; c += 4)
+        for (int p = 0; p < 4; p++)
+            for (int h = 0; h < H; h++) {
+                const __m256 w = _mm256_load_ps(G + (size_t)(c + p) * 16 + 8 * h);
+                for (int t = 0; t < NB; t++)
+                    a[p][h][t] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(X + (size_t)t * cols + c + p), a[p][h][t]);
+            }
+    for (int p = 0; c + p < cols; p++) /* the last 1..3 columns, into partials 0.. */
+        for (int h = 0; h < H; h++) {
+            const __m256 w = _mm256_load_ps(G + (size_t)(c + p) * 16 + 8 * h);
+            for (int t = 0; t < NB; t++)
+                a[p][h][t] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(X + (size_t)t * cols + c + p), a[p][h][t]);
+        }
+    for (int h = 0; h < H; h++) {
+        const int64_t left = rows - (r + 8 * h);
+        if (left <= 0) break;
+        for (int t = 0; t < NB; t++) {
+            const __m256 s = _mm256_add_ps(_mm256_add_ps(a[0][h][t], a[1][h][t]), _mm256_add_ps(a[2][h][t], a[3][h][t]));
+            float *y = Y + (size_t)t * rows + r + 8 * h;
+            if (left >= 8) _mm256_storeu_ps(y, s);
+            else _mm256_maskstore_ps(y, tail8((int)left), s);
+        }
+    }
+}
+
+/* Rows [r0, r1) (r0 a multiple of 16) of a packed F32 matrix for n tokens. */
+static void t16_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1) {
+    const int64_t cols = W->cols, rows = W->rows;
+    for (int64_t r = r0; r < r1; r += 16) {
+        const float *G = (const float *)W->packed + (size_t)r * cols;
+        if (n == 1) {
+            t16_part(G, cols, X, 2, 1, Y, rows, r);
+            continue;
+        }
+        for (int h = 0; h < 2; h++)
+            for (int t0 = 0; t0 < n; t0 += 3) {
+                const float *Xt = X + (size_t)t0 * cols;
+                float *Yt = Y + (size_t)t0 * rows;
+                switch (n - t0 < 3 ? n - t0 : 3) {
+                case 1: t16_part(G + 8 * h, cols, Xt, 1, 1, Yt, rows, r + 8 * h); break;
+                case 2: t16_part(G + 8 * h, cols, Xt, 1, 2, Yt, rows, r + 8 * h); break;
+                default: t16_part(G + 8 * h, cols, Xt, 1, 3, Yt, rows, r + 8 * h); break;
+                }
+            }
+    }
+}
+
+void sd_avx2_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1) {
+    if (W->packed && W->type == SD_TYPE_F32) {
+        t16_rows(W, X, n, Y, r0, r1);
+        return;
+    }
+    const rows_fn *tab = k_rows[W->type == SD_TYPE_F16 ? 1 : W->type == SD_TYPE_BF16 ? 2 : 0];
+    for (int j0 = 0; j0 < n; j0 += ROWS_MAX) {
+        const int nb = n - j0 < ROWS_MAX ? n - j0 : ROWS_MAX;
+        tab[nb](W, X + (size_t)j0 * W->cols, Y + (size_t)j0 * W->rows, r0, r1);
+    }
+}
+
+/* ---------------------------------------------------------------- attention
+ *
+ * Per (token, query head): scores of 8 positions at a time (8 accumulators over the head's
+ * dimensions, summed by transpose_sum8, times the scale), softmax, then the value rows summed
+ * in position order: with nacc(head_dim) accumulators taking positions in turn (4 for heads of
+ * at most 8 dimensions, 2 up to 16, else 1; a single FMA chain per vector left short heads
+ * latency-bound), added as (a0 + a1) + (a2 + a3), 64 dimensions at a time. These operations
+ * depend only on the (token, head) and its positions, so the batch, the threads and the loop
+ * order around them never change the result; an F16 cache's elements are converted exactly on
+ * load, so it gives the bits of an F32 cache holding the same values. */
+
+typedef struct {
+    const float *q;
+    const char *K, *V; /* element 0 of the cache */
+    int esz;           /* bytes per element: 4, or 2 for an F16 cache */
+    float *out;
+    int pos0;
+    const int32_t *path, *path_off; /* a tree batch, or NULL */
+    int n_heads, kv_dim, head_dim, group;
+    float scale;
+} att_job;
+
+/* Positions token j attends to. */
+static inline int tok_ctx(const att_job *J, int j) {
+    return J->path ? J->pos0 + (J->path_off[j + 1] - J->path_off[j]) : J->pos0 + j + 1;
+}
+
+/* Cache row of token j's position t: the prefix in place, then its path's rows. */
+static inline int64_t row_of(const att_job *J, int j, int t) {
+    return !J->path || t < J->pos0 ? t : J->pos0 + J->path[J->path_off[j] + (t - J->pos0)];
+}
+
+static inline __m256 att_load(const char *p, int f16) { return f16 ? load8_f16(p) : load8_f32(p); }
+static inline __m256 att_tail(const char *p, int n, int f16) { return f16 ? tail8_f16(p, n) : tail8_f32(p, n); }
+
+/* att[t0 .. t0 + cnt) for query q (HD dims, a constant once inlined) of token j against KV head
+ * kvh; positions past cnt re-read the last row (their lanes are not stored). */
+static inline __attribute__((always_inline)) void score8(const att_job *J, const float *q, int j, int kvh, int t0,
+                                                         int cnt, float *att, const int HD, const int f16) {
+    const char *kp[8];
+    for (int i = 0; i < 8; i++)
+        kp[i] = J->K + ((size_t)row_of(J, j, t0 + (i < cnt ? i : cnt - 1)) * J->kv_dim + (size_t)kvh * HD) * J->esz;
+    __m256 p[8];
+    const int w0 = HD < 8 ? HD : 8;
+    const __m256 q0 = w0 == 8 ? _mm256_loadu_ps(q) : _mm256_maskload_ps(q, tail8(w0));
+    for (int i = 0; i < 8; i++) p[i] = _mm256_mul_ps(q0, w0 == 8 ? att_load(kp[i], f16) : att_tail(kp[i], w0, f16));
+    for (int c = 8; c < HD; c += 8) {
+        const int w = HD - c < 8 ? HD - c : 8;
+        const __m256 qc = w == 8 ? _mm256_loadu_ps(q + c) : _mm256_maskload_ps(q + c, tail8(w));
+        for (int i = 0; i < 8; i++) {
+            const char *k = kp[i] + (size_t)c * J->esz;
+            p[i] = _mm256_fmadd_ps(qc, w == 8 ? att_load(k, f16) : att_tail(k, w, f16), p[i]);
+        }
+    }
+    const __m256 s = _mm256_mul_ps(transpose_sum8(p), _mm256_set1_ps(J->scale));
+    if (cnt == 8) _mm256_storeu_ps(att, s);
+    else _mm256_maskstore_ps(att, tail8(cnt), s);
+}
+
+/* out[0..HD) = sum over token j's positions of att[t] * value row, as described above. */
+static inline __attribute__((always_inline)) void values(const att_job *J, int j, int kvh, const float *att, int n_ctx,
+                                                         float *out, const int HD, const int f16) {
+    enum { NA = 4 };
+    const int nacc = HD <= 8 ? 4 : HD <= 16 ? 2 : 1;
+    for (int c0 = 0; c0 < HD; c0 += 64) {
+        const int span = HD - c0 < 64 ? HD - c0 : 64, nv = (span + 7) / 8, last = span - 8 * (nv - 1);
+        __m256 a[NA][8];
+        for (int u = 0; u < nacc; u++)
+            for (int v = 0; v < nv; v++) a[u][v] = _mm256_setzero_ps();
+        const char *vb = J->V + ((size_t)kvh * HD + c0) * J->esz;
+        const size_t rb = (size_t)J->kv_dim * J->esz;
+        int t = 0;
+        for (; t + nacc <= n_ctx; t += nacc)
+            for (int u = 0; u < nacc; u++) {
+                const __m256 w = _mm256_broadcast_ss(att + t + u);
+                const char *vr = vb + (size_t)row_of(J, j, t + u) * rb;
+                for (int v = 0; v < nv; v++) {
+                    const char *p = vr + (size_t)(8 * v) * J->esz;
+                    const __m256 x = v < nv - 1 || last == 8 ? att_load(p, f16) : att_tail(p, last, f16);
+                    a[u][v] = _mm256_fmadd_ps(w, x, a[u][v]);
+                }
+            }
+        for (int u = 0; t < n_ctx; t++, u++) { /* the last positions, each into its own accumulator */
+            const __m256 w = _mm256_broadcast_ss(att + t);
+            const char *vr = vb + (size_t)row_of(J, j, t) * rb;
+            for (int v = 0; v < nv; v++) {
+                const char *p = vr + (size_t)(8 * v) * J->esz;
+                const __m256 x = v < nv - 1 || last == 8 ? att_load(p, f16) : att_tail(p, last, f16);
+                a[u][v] = _mm256_fmadd_ps(w, x, a[u][v]);
+            }
+        }
+        for (int v = 0; v < nv; v++) {
+            __m256 s = a[0][v];
+            if (nacc == 2) s = _mm256_add_ps(a[0][v], a[1][v]);
+            if (nacc == 4) s = _mm256_add_ps(_mm256_add_ps(a[0][v], a[1][v]), _mm256_add_ps(a[2][v], a[3][v]));
+            float *o = out + c0 + 8 * v;
+            if (v < nv - 1 || last == 8) _mm256_storeu_ps(o, s);
+            else _mm256_maskstore_ps(o, tail8(last), s);
+        }
+    }
+}
+
+/* Query heads [h0, h1) of tokens [j0, j1); att row ((j - j0) * (h1 - h0) + h - h0) of stride
+ * floats for each. Scores go block by block of 8 positions, every head and token that sees a
+ * block in turn, so a head's 8 key rows are read from memory once for all the tokens of a
+ * verify pass. */
+static inline __attribute__((always_inline)) void att_range(const att_job *J, int j0, int j1, int h0, int h1,
+                                                            float *att, size_t stride, const int HD, const int f16) {
+    const int nh = h1 - h0;
+    int nmax = 0;
+    for (int j = j0; j < j1; j++) nmax = tok_ctx(J, j) > nmax ? tok_ctx(J, j) : nmax;
+    for (int t0 = 0; t0 < nmax; t0 += 8)
+        for (int h = h0; h < h1; h++)
+            for (int j = j0; j < j1; j++) {
+                const int nj = tok_ctx(J, j);
+                if (t0 >= nj) continue;
+                score8(J, J->q + ((size_t)j * J->n_heads + h) * HD, j, h / J->group, t0, nj - t0 < 8 ? nj - t0 : 8,
+                       att + ((size_t)(j - j0) * nh + (h - h0)) * stride + t0, HD, f16);
+            }
+    for (int j = j0; j < j1; j++)
+        for (int h = h0; h < h1; h++) {
+            float *a = att + ((size_t)(j - j0) * nh + (h - h0)) * stride;
+            const int nj = tok_ctx(J, j);
+            sd_softmax(a, nj);
+            values(J, j, h / J->group, a, nj, J->out + ((size_t)j * J->n_heads + h) * HD, HD, f16);
+        }
+}
+
+/* att_range with the head size a constant for the common sizes (loops unroll, p[] stays in
+ * registers), else a runtime one. */
+static void att_range_hd(const att_job *J, int j0, int j1, int h0, int h1, float *att, size_t stride) {
+    const int f16 = J->esz == 2;
+#define ATT_CASE(HD)                                                                       \
+    case HD:                                                                               \
+        if (f16) att_range(J, j0, j1, h0, h1, att, stride, HD, 1);                         \
+        else att_range(J, j0, j1, h0, h1, att, stride, HD, 0);                             \
+        return;
+    switch (J->head_dim) {
+        ATT_CASE(8)
+        ATT_CASE(16)
+        ATT_CASE(32)
+        ATT_CASE(48)
+        ATT_CASE(64)
+        ATT_CASE(128)
+    default:
+        if (f16) att_range(J, j0, j1, h0, h1, att, stride, J->head_dim, 1);
+        else att_range(J, j0, j1, h0, h1, att, stride, J->head_dim, 0);
+    }
+#undef ATT_CASE
+}
+
+void sd_avx2_attention(const float *q, const void *K, const void *V, int f16, float *out, int n, int pos0,
+                       const int32_t *path, const int32_t *path_off, int n_heads, int n_kv_heads, int head_dim,
+                       float *att_scratch, int att_slots, int nt, int par) {
+    const att_job J = {q,        (const char *)K, (const char *)V,         f16 ? 2 : 4, out,
+                       pos0,     path,            path_off,                n_heads,     n_kv_heads * head_dim,
+                       head_dim, n_heads / n_kv_heads, 1.0f / sqrtf((float)head_dim)};
+    const size_t stride = (size_t)(pos0 + n);
+    if (att_slots >= n_heads) { /* passes of tg tokens, each thread a range of heads */
+        const int tg = att_slots / n_heads < SD_ATT_TOKENS ? att_slots / n_heads : SD_ATT_TOKENS;
+        if (!par) {
+            for (int j0 = 0; j0 < n; j0 += tg) att_range_hd(&J, j0, j0 + tg < n ? j0 + tg : n, 0, n_heads, att_scratch, stride);
+            return;
+        }
+#pragma omp parallel num_threads(nt)
+        {
+            const int id = omp_get_thread_num(), tn = omp_get_num_threads();
+            const int h0 = n_heads * id / tn, h1 = n_heads * (id + 1) / tn;
+            float *att = att_scratch + (size_t)h0 * tg * stride; /* rows of this thread's heads */
+            for (int j0 = 0; j0 < n && h0 < h1; j0 += tg)
+                att_range_hd(&J, j0, j0 + tg < n ? j0 + tg : n, h0, h1, att, stride);
+        }
+        return;
+    }
+    /* fewer scratch rows than heads: one (token, head) at a time, a row per thread */
+    const int items = n * n_heads;
+    if (!par) {
+        for (int it = 0; it < items; it++)
+            att_range_hd(&J, it / n_heads, it / n_heads + 1, it % n_heads, it % n_heads + 1, att_scratch, stride);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        const int id = omp_get_thread_num(), tn = omp_get_num_threads();
+        for (int it = id; it < items; it += tn)
+            att_range_hd(&J, it / n_heads, it / n_heads + 1, it % n_heads, it % n_heads + 1,
+                         att_scratch + (size_t)id * stride, stride);
+    }
+}
+#endif /* SD_HAVE_AVX2 */
