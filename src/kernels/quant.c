@@ -1,5 +1,6 @@
 /* The quantised types' entry points (kernels/quant.h): each call goes to the AVX-512 code
- * where this build has it (quant_avx512.c), else to the scalar code; threads the matmul. */
+ * where this build has it (quant_avx512.c), else to the AVX2 code (quant_avx2.c), else to the
+ * scalar code; threads the matmul. */
 #include <omp.h>
 #include <stdlib.h>
 
@@ -23,7 +24,7 @@ int sd_quant_dequant_row(sd_type t, const void *src, float *dst, int64_t n) {
 static size_t act_bytes(sd_type t, int64_t cols) {
     switch (family_of(t)) {
     case FAM_A: return (size_t)((cols / 32 + 3) / 4) * sizeof(act_quad);
-#if SD_QDOT
+#if SD_QKERNELS
     case FAM_R: return r_layout_of(cols).bytes;
 #endif
     case FAM_K: return (size_t)(cols / 256) * sizeof(act_k);
@@ -33,7 +34,7 @@ static size_t act_bytes(sd_type t, int64_t cols) {
 
 size_t sd_quant_scratch_bytes(sd_type t, int64_t cols, int n) { return act_bytes(t, cols) * (size_t)n; }
 
-#if SD_QDOT
+#if SD_QKERNELS
 /* Tokens in the next pass over the weights for `left` tokens: up to 9 in one pass (a k = 8
  * verify), else ceil(left / 8) passes of near-equal size. Measured against passes of 8 and
  * the rest (110M shape, Q8_0 / Q4_0, step time ratio): 9 tokens 0.89 / 0.94, 10: 0.995 /
@@ -58,7 +59,7 @@ static void r16_tokens(sd_type t, sd_r16_job job, int n) {
 }
 #endif
 
-int sd_quant_has_dot(sd_type t) { return SD_QDOT && family_of(t) != FAM_NONE; }
+int sd_quant_has_dot(sd_type t) { return SD_QKERNELS && family_of(t) != FAM_NONE; }
 
 int sd_quant_matmul(const sd_tensor *W, const float *X, int n, float *Y, void *scratch,
                     size_t scratch_bytes) {
@@ -67,7 +68,7 @@ int sd_quant_matmul(const sd_tensor *W, const float *X, int n, float *Y, void *s
 
 int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count, const float *X,
                           int n, void *scratch, size_t scratch_bytes) {
-#if SD_QDOT
+#if SD_QKERNELS
     enum { MAXG = 4 };
     if (count < 1 || count > MAXG || n < 1) return -1;
     const sd_type type = W[0]->type;

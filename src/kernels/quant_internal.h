@@ -11,7 +11,7 @@
 #include "kernels/quant.h"
 
 #include "kernels/cpu.h"
-#if SD_QDOT || defined(__F16C__)
+#if SD_QKERNELS || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -113,7 +113,7 @@ static inline int nearest_int(float v) {
 
 static inline int clamp127(int v) { return v > 127 ? 127 : v < -127 ? -127 : v; }
 
-#if SD_QDOT
+#if SD_QKERNELS
 /* Q4_0 / Q8_0 (the 16-row kernels): one token as its int8 activations in order (q, 32 per
  * block), then each block's scale (d) and the correction -offset * (sum of its q) for weights
  * stored with an unsigned offset (init); each part 64-byte aligned. */
@@ -179,8 +179,8 @@ static inline size_t r_gstride(sd_type t, size_t row_bytes) {
  * (r_gstride bytes) in the 16-row layout; the kernels pack on the fly with it. */
 void sd_quant_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nrows, int64_t nblk, uint8_t *dst);
 
-#if SD_QDOT
-/* quant_avx512.c: the AVX-512 code, chosen by quant.c. */
+#if SD_QKERNELS
+/* quant_avx512.c (SD_QDOT) or quant_avx2.c (SD_QDOT2): the vector code, chosen by quant.c. */
 
 /* nb blocks of type t at src as floats, equal to sd_quant_dequant_row_ref bit for bit; -1 for
  * types without a fast path. */

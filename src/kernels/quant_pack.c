@@ -103,7 +103,7 @@ void sd_quant_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nr
 }
 
 int sd_quant_can_pack(sd_type t) {
-    return SD_QDOT && (t == SD_TYPE_Q4_0 || t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_K || t == SD_TYPE_Q6_K);
+    return SD_QKERNELS && (t == SD_TYPE_Q4_0 || t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_K || t == SD_TYPE_Q6_K);
 }
 
 size_t sd_quant_packed_bytes(sd_type t, int64_t rows, size_t row_bytes) {

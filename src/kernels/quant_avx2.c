@@ -1,0 +1,299 @@
+/* The AVX2 (+FMA, F16C) code of the quantised types, for CPUs without the AVX-512 set of
+ * quant_avx512.c: activation quantisation and the integer matmul kernels, in the same records,
+ * 16-row layouts and entry points; quant.c picks them. */
+#include "kernels/quant_internal.h"
+
+#if SD_QDOT2
+#include <float.h>
+#include <math.h>
+
+#include "kernels/avx2.h"
+
+/* ------------------------------------------------------------------ activation quantisation
+ * (the records are described in quant_internal.h); each gives the scalar reference's values. */
+
+static int weight_offset(sd_type t) { return t == SD_TYPE_Q8_0 ? 128 : t == SD_TYPE_Q5_0 ? 16 : 8; }
+
+static inline float hmax8(__m256 v) {
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
+
+static inline int hsum_i32(__m256i v) {
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1)));
+}
+
+/* Lanes holding NaN or an infinity (x - x is NaN exactly for those). */
+static inline int nonfinite8(__m256 x) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(_mm256_sub_ps(x, x), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+}
+
+static inline __m256 abs8(__m256 x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
+
+/* 8 int32 lanes in -127..127 as 8 int8 at q. */
+static inline void store_i8x8(int8_t *q, __m256i v) {
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    _mm_storel_epi64((__m128i *)q, _mm_packs_epi16(w, w));
+}
+
+/* One block of 32: q, its sum, and the scale, exactly as act_a_block_ref computes them (the
+ * F16C conversions equal the software ones for every non-NaN float, as in quant_avx512.c). */
+static inline float act_block(const float *x, int8_t q[32], int *sum) {
+    __m256 v[4], am = _mm256_setzero_ps();
+    int bad = 0;
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        bad |= nonfinite8(v[i]);
+        am = _mm256_max_ps(am, abs8(v[i]));
+    }
+    const float amax = hmax8(am);
+    const float d = bad ? NAN : _cvtsh_ss(_cvtss_sh(amax / 127.0f, 0));
+    const __m256 id = _mm256_set1_ps(d != 0 && !bad ? 127.0f / amax : 0.0f); /* d == 0: see the reference */
+    __m256i s = _mm256_setzero_si256();
+    for (int i = 0; i < 4; i++) { /* MXCSR default rounding: ties to even, as nearest_int */
+        const __m256i qi = bad ? _mm256_setzero_si256() : _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+        store_i8x8(q + 8 * i, qi);
+        s = _mm256_add_epi32(s, qi);
+    }
+    *sum = hsum_i32(s);
+    return d;
+}
+
+static void act_a_place(act_quad *P, int k, const int8_t *q, float d, int32_t init) {
+    memcpy(P->lo + 16 * k, q, 16);
+    memcpy(P->hi + 16 * k, q + 16, 16);
+    for (int l = 4 * k; l < 4 * k + 4; l++) {
+        P->d[l] = d;
+        P->init[l] = init;
+    }
+}
+
+/* Q5_0's act_quad records (the layout quant_avx512.c reads; the row kernel here reads a
+ * block's two halves as one vector). */
+static void act_a_token(sd_type t, const float *x, int64_t cols, void *out) {
+    const int64_t nb = cols / 32;
+    const int off = weight_offset(t);
+    for (int64_t b = 0; b < nb; b++) {
+        int8_t q[32];
+        int sum;
+        const float d = act_block(x + 32 * b, q, &sum);
+        act_a_place((act_quad *)out + b / 4, (int)(b & 3), q, d, -(off * sum) / 4);
+    }
+    for (int64_t b = nb; b % 4; b++) { /* the rest of the last group: zero meets zero weights */
+        static const int8_t zq[32];
+        act_a_place((act_quad *)out + b / 4, (int)(b & 3), zq, 0.0f, 0);
+    }
+}
+
+static void act_r_token(sd_type t, const float *x, int64_t cols, uint8_t *out) {
+    const r_layout L = r_layout_of(cols);
+    const int off = weight_offset(t);
+    float *d = (float *)(out + L.d);
+    int32_t *init = (int32_t *)(out + L.init);
+    for (int64_t b = 0; b < cols / 32; b++) {
+        int sum;
+        d[b] = act_block(x + 32 * b, (int8_t *)out + 32 * b, &sum);
+        init[b] = -off * sum;
+    }
+}
+
+/* act_k_block (quant_ref.c) 8 lanes at a time, the same values: the scale from the first
+ * element of largest magnitude, q = round-to-even(x * -127/mx) clamped to +-127. */
+static void act_k_block_fast(const float *x, act_k *a) {
+    __m256 am = _mm256_setzero_ps();
+    int bad = 0;
+    for (int i = 0; i < 32; i++) {
+        const __m256 v = _mm256_loadu_ps(x + 8 * i);
+        bad |= nonfinite8(v);
+        am = _mm256_max_ps(am, abs8(v));
+    }
+    memset(a, 0, sizeof *a);
+    if (bad) {
+        a->d = NAN;
+        return;
+    }
+    const float amax = hmax8(am);
+    if (amax == 0) return;
+    float mx = 0;
+    for (int i = 0; i < 32; i++) {
+        const int hit = _mm256_movemask_ps(
+            _mm256_cmp_ps(abs8(_mm256_loadu_ps(x + 8 * i)), _mm256_set1_ps(amax), _CMP_EQ_OQ));
+        if (hit) {
+            mx = x[8 * i + __builtin_ctz((unsigned)hit)];
+            break;
+        }
+    }
+    const float iscale = -127.0f / mx;
+    if (!(fabsf(iscale) <= FLT_MAX)) return; /* as act_k_block */
+    const __m256 is = _mm256_set1_ps(iscale);
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    int s8[32];
+    for (int i = 0; i < 32; i++) {
+        const __m256i q =
+            _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + 8 * i))), lo), hi);
+        store_i8x8(a->q + 8 * i, q);
+        s8[i] = hsum_i32(q);
+    }
+    for (int g = 0; g < 16; g++) {
+        const int s = s8[2 * g] + s8[2 * g + 1];
+        a->nbs[g] = (int16_t)-s;
+        a->bs32[g / 2] = (int16_t)(a->bs32[g / 2] + s);
+    }
+    for (int g = 0; g < 8; g++) a->bsf[g] = (float)a->bs32[g];
+    a->d = 1.0f / iscale;
+}
+
+void sd_quant_act_token(sd_type t, const float *x, int64_t cols, void *out) {
+    switch (family_of(t)) {
+    case FAM_R: act_r_token(t, x, cols, out); break;
+    case FAM_A: act_a_token(t, x, cols, out); break;
+    default:
+        for (int64_t s = 0; s < cols / 256; s++) act_k_block_fast(x + 256 * s, (act_k *)out + s);
+    }
+}
+
+void sd_quant_kernels_init(void) {} /* no tables: F16C converts the scales */
+
+/* ------------------------------------------------------------------ integer dot kernels
+ *
+ * AVX2 has no VNNI: an int32 lane's 4-byte dot product is maddubs (unsigned weight bytes times
+ * signed activation bytes, adjacent pairs summed into int16) then madd with ones (pairs into
+ * int32). The 16-row kernels read the layouts of quant_pack.c (each int32 lane one row) as two
+ * halves of 8 rows, 4 activation bytes broadcast per step. Where the int16 sums cannot overflow
+ * (4-bit weights: 8 products of <= 15 * 127 * 2 = 3810 per lane), a block's 8 maddubs are added
+ * as int16 before one madd; the K-quants' sub-block scales multiply in the same madd (pairs of
+ * int16: sum and scale), so their super-block sums stay exact integers. Q8_0 weights (8 bits)
+ * would saturate maddubs as unsigned: they are used signed, |w| times sign(a, w), one madd per
+ * maddubs. As in the AVX-512 kernels, every (row, token) result is one fixed sequence of
+ * operations whatever the batch: batched == stepwise, bit for bit. */
+
+static inline int32_t ld32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline float ldf(const void *p) {
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline __m256i bcast32(const void *p) { return _mm256_set1_epi32(ld32(p)); }
+
+/* Prefetches the `bytes` (a constant once inlined) following p + SD_WEIGHT_PREFETCH_BYTES
+ * (cpu.h), as the AVX-512 kernels do. */
+static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *p, const int bytes) {
+    for (int i = 0; i < bytes; i += 64)
+        _mm_prefetch((const char *)p + SD_WEIGHT_PREFETCH_BYTES + i, SD_WEIGHT_PREFETCH_HINT);
+}
+
+/* 8 bytes at p (unsigned, or signed with sgn) as int32 lanes, each duplicated into both int16
+ * halves: the multiplier of madd that scales both partial sums of a lane. */
+static inline __m256i scale_pairs(const uint8_t *p, int sgn) {
+    const __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    const __m256i x = sgn ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+    return _mm256_or_si256(_mm256_and_si256(x, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(x, 16));
+}
+
+/* Two sets of 8 bytes (unsigned, or signed) as int32 lanes holding (p0[n], p1[n]) as int16. */
+static inline __m256i two_pairs(const uint8_t *p0, const uint8_t *p1, int sgn) {
+    const __m128i b0 = _mm_loadl_epi64((const __m128i *)p0), b1 = _mm_loadl_epi64((const __m128i *)p1);
+    const __m256i x0 = sgn ? _mm256_cvtepi8_epi32(b0) : _mm256_cvtepu8_epi32(b0);
+    const __m256i x1 = sgn ? _mm256_cvtepi8_epi32(b1) : _mm256_cvtepu8_epi32(b1);
+    return _mm256_or_si256(_mm256_and_si256(x0, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(x1, 16));
+}
+
+/* Byte j = 0xFF where bit j of x is set. */
+static inline __m256i bits_to_bytes(uint32_t x) {
+    const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll);
+    const __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x), spread);
+    return _mm256_cmpeq_epi8(_mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfell)), _mm256_set1_epi64x(-1));
+}
+
+/* A Q5_0 block's 32 weights in element order, unsigned (0..31: value + 16). */
+static inline __m256i q5_0_weights(const uint8_t *b) {
+    const __m128i qs = _mm_loadu_si128((const __m128i *)(b + 6)), m4 = _mm_set1_epi8(0x0F);
+    const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), m4), _mm_and_si128(qs, m4));
+    return _mm256_or_si256(q, _mm256_and_si256(bits_to_bytes(le32(b + 2)), _mm256_set1_epi8(0x10)));
+}
+
+/* Token j's Q8_K record of super-block sb. */
+static inline __attribute__((always_inline)) const act_k *act_k_at(const uint8_t *act, size_t xs, int j, int64_t sb) {
+    return (const act_k *)(act + (size_t)j * xs) + sb;
+}
+
+/* Stores the 8 results of rows r.. (rows of the matrix bound them) for token j. */
+static inline void store_rows(float *Y, int64_t rows, int64_t r, int j, __m256 v) {
+    float *y = Y + (size_t)j * rows + r;
+    if (rows - r >= 8) _mm256_storeu_ps(y, v);
+    else _mm256_maskstore_ps(y, tail8((int)(rows - r)), v);
+}
+
+/* ------------------------------------------------------------------ the kernels for each token count
+ *
+ * quant_avx2_nb.h holds the kernels' bodies with the token count NB a macro, included once per
+ * NB (a template, as quant_avx512_nb.h), so every loop over the tokens has a constant bound. */
+
+enum { R16_Q4_0, R16_Q8_0, R16_Q4_K, R16_Q6_K, R16_TYPES };
+
+#define ROWS_MAX_NB 8 /* Q5_0 kernels: 1..8 tokens; the 16-row ones: 1..SD_R16_MAX_TOKENS */
+#define NB_CAT_(name, nb) name##_##nb
+#define NB_CAT(name, nb) NB_CAT_(name, nb)
+#define NBF(name) NB_CAT(name, NB)
+
+#define NB 1
+#include "kernels/quant_avx2_nb.h"
+#undef NB
+#define NB 2
+#include "kernels/quant_avx2_nb.h"
+#undef NB
+#define NB 3
+#include "kernels/quant_avx2_nb.h"
+#undef NB
+#define NB 4
+#include "kernels/quant_avx2_nb.h"
+#undef NB
+#define NB 5
+#include "kernels/quant_avx2_nb.h"
+#undef NB
+#define NB 6
+#include "kernels/quant_avx2_nb.h"
+#undef NB
+#define NB 7
+#include "kernels/quant_avx2_nb.h"
+#undef NB
+#define NB 8
+#include "kernels/quant_avx2_nb.h"
+#undef NB
+#define NB 9
+#include "kernels/quant_avx2_nb.h"
+#undef NB
+_Static_assert(SD_R16_MAX_TOKENS == 9, "one include of quant_avx2_nb.h per token count");
+
+typedef void (*rows_fn)(const sd_tensor *, const void *, size_t, float *, int64_t, int64_t);
+static const rows_fn k_rows_q5_0[ROWS_MAX_NB + 1] = {NULL,        rows_q5_0_1, rows_q5_0_2, rows_q5_0_3, rows_q5_0_4,
+                                                     rows_q5_0_5, rows_q5_0_6, rows_q5_0_7, rows_q5_0_8};
+
+typedef void (*r16_fn)(const sd_r16_job *);
+#define R16_ROW(name)                                                                                            \
+    {NULL, name##_1, name##_2, name##_3, name##_4, name##_5, name##_6, name##_7, name##_8, name##_9}
+static const r16_fn k_r16[R16_TYPES][SD_R16_MAX_TOKENS + 1] = {
+    [R16_Q4_0] = R16_ROW(r16_q4_0), [R16_Q8_0] = R16_ROW(r16_q8_0), [R16_Q4_K] = R16_ROW(r16_q4_k),
+    [R16_Q6_K] = R16_ROW(r16_q6_k)};
+
+void sd_quant_rows_q5_0(int nb, const sd_tensor *W, const void *act, size_t xs, float *Y, int64_t r0, int64_t r1) {
+    k_rows_q5_0[nb](W, act, xs, Y, r0, r1);
+}
+
+void sd_quant_r16(sd_type t, int nb, const sd_r16_job *j) {
+    const int K = t == SD_TYPE_Q4_0   ? R16_Q4_0
+                  : t == SD_TYPE_Q8_0 ? R16_Q8_0
+                  : t == SD_TYPE_Q4_K ? R16_Q4_K
+                                      : R16_Q6_K;
+    k_r16[K][nb](j);
+}
+#endif /* SD_QDOT2 */
