@@ -54,8 +54,15 @@ static inline __m256 exp256(__m256 x) {
 
 /* Rows [r0, r1) of W (F32, F16 or BF16) for n <= SD_SMALL_BATCH tokens: Y[t * W->rows + r] =
  * X[t] . row r. Every (row, token) is summed in the same order whatever n or [r0, r1) are
- * (batched == stepwise, bit for bit). W->packed (an F32 copy from sd_f32_pack) is used when set. */
-void sd_avx2_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1);
+ * (batched == stepwise, bit for bit). W->packed (an F32 copy from sd_f32_pack) is used when set,
+ * with xb (NULL, or X as sd_avx2_broadcast_x wrote it) for n >= 2. */
+void sd_avx2_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1, const float *xb);
+
+/* Floats of sd_avx2_broadcast_x's output for n tokens of cols columns; writes element (c, t) of
+ * X[n][cols] as 8 copies at xb + (c * n + t) * 8, the operands the packed kernel multiplies
+ * columns of 8 rows by. */
+size_t sd_avx2_xb_floats(int64_t cols, int n);
+void sd_avx2_broadcast_x(const float *X, int n, int64_t cols, float *xb);
 
 /* Attention for tokens of a chain (path NULL: token j at position pos0 + j attends to 0..pos0+j)
  * or of a tree (sd_attention_tree's path/path_off), over an F32 or (f16) F16 cache, on nt

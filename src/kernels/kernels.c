@@ -389,9 +389,10 @@ static void multi_generic(const sd_tensor *W, const float *X, int n, float *Y, i
     }
 }
 
-/* Rows [r0, r1) for n <= SD_SMALL_BATCH tokens, in groups of at most MULTI_MAX tokens. */
+/* Rows [r0, r1) for n <= SD_SMALL_BATCH tokens, in groups of at most MULTI_MAX tokens. xb:
+ * NULL, or X broadcast by prepare_xb (AVX2 builds, packed F32). */
 static void small_batch_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0,
-                             int64_t r1, float *rowbuf) {
+                             int64_t r1, float *rowbuf, const float *xb) {
 #if SD_HAVE_AVX512
     if (W->packed && W->type == SD_TYPE_F32) {
         t16_rows(W, X, n, Y, r0, r1);
@@ -415,11 +416,29 @@ static void small_batch_rows(const sd_tensor *W, const float *X, int n, float *Y
     }
 #elif SD_HAVE_AVX2
     if (SD_FLOAT_KERNEL(W->type)) {
-        sd_avx2_rows(W, X, n, Y, r0, r1);
+        sd_avx2_rows(W, X, n, Y, r0, r1, xb);
         return;
     }
+#else
+    (void)xb;
 #endif
     multi_generic(W, X, n, Y, r0, r1, rowbuf);
+}
+
+/* AVX2 builds: the n >= 2 tokens of X broadcast into scratch for the packed F32 kernel of
+ * matrices of `cols` columns (sd_avx2_broadcast_x), when it fits; else NULL. Done once per
+ * matmul, before its threads, instead of once per column, token and 8 rows in the kernel. */
+static const float *prepare_xb(const sd_tensor *W, const float *X, int n, float *scratch) {
+#if SD_HAVE_AVX2
+    if (W->packed && W->type == SD_TYPE_F32 && n >= 2 && scratch &&
+        sd_avx2_xb_floats(W->cols, n) <= sd_matmul_scratch_floats(W->cols)) {
+        sd_avx2_broadcast_x(X, n, W->cols, scratch);
+        return scratch;
+    }
+#else
+    (void)W; (void)X; (void)n; (void)scratch;
+#endif
+    return NULL;
 }
 
 void sd_thread_blocks(int64_t nblk, int64_t *b0, int64_t *b1) {
@@ -505,10 +524,11 @@ int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratc
         const double work = (double)rows * (double)cols * n;
         /* Blocks of 16 rows keep each thread's output writes in separate cache lines. */
         const int64_t nblk = (rows + 15) / 16;
+        const float *xb = prepare_xb(W, X, n, scratch);
         if (work < SD_PAR_MIN_WORK && SD_FLOAT_KERNEL(W->type)) {
             /* Small work runs without entering OpenMP at all: even a team of one costs
              * libgomp barrier futex calls, twice per matmul of a tiny model. */
-            small_batch_rows(W, X, n, Y, 0, rows, NULL);
+            small_batch_rows(W, X, n, Y, 0, rows, NULL, xb);
             return 0;
         }
         int fail = 0;
@@ -526,7 +546,7 @@ int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratc
             sd_thread_blocks(nblk, &b0, &b1);
             int64_t r0 = b0 * 16, r1 = b1 * 16 < rows ? b1 * 16 : rows;
             if (r0 < r1 && (SD_FLOAT_KERNEL(W->type) || rowbuf))
-                small_batch_rows(W, X, n, Y, r0, r1, rowbuf);
+                small_batch_rows(W, X, n, Y, r0, r1, rowbuf, xb);
             free(rowbuf);
         }
         return fail ? -1 : 0;
@@ -570,12 +590,20 @@ int sd_matmul_group(const sd_tensor *const *W, float *const *Y, int count, const
     int64_t first[MAXG + 1]; /* first 16-row block of each matrix in the combined range */
     first[0] = 0;
     for (int i = 0; i < count; i++) first[i + 1] = first[i] + (W[i]->rows + 15) / 16;
+    const float *xb[MAXG], *xb1 = NULL; /* one broadcast of X serves every packed matrix (same columns) */
+    for (int i = 0, done = 0; i < count; i++) {
+        xb[i] = NULL;
+        if (!W[i]->packed || W[i]->type != SD_TYPE_F32) continue;
+        if (!done) xb1 = prepare_xb(W[i], X, n, scratch), done = 1;
+        xb[i] = xb1;
+    }
 #pragma omp parallel
     {
         int64_t b0, b1, r0, r1;
         sd_thread_blocks(first[count], &b0, &b1);
         for (int i = 0; i < count; i++) /* this thread's rows of each matrix */
-            if (sd_block_rows(first, i, b0, b1, W[i]->rows, &r0, &r1)) small_batch_rows(W[i], X, n, Y[i], r0, r1, NULL);
+            if (sd_block_rows(first, i, b0, b1, W[i]->rows, &r0, &r1))
+                small_batch_rows(W[i], X, n, Y[i], r0, r1, NULL, xb[i]);
     }
     return 0;
 }

@@ -139,8 +139,16 @@ static const rows_fn k_rows[3][ROWS_MAX + 1] = {ROWS_TABLE(f32), ROWS_TABLE(f16)
  * as the AVX-512 kernel does: the same bits for every batch size and grouping. H halves of a
  * group (8 rows each) and NB tokens at a time: 4 * H * NB accumulators (decode: both halves, 8
  * chains; batches: one half, 3 tokens, 12 chains). */
+/* Token t's element of column c: broadcast from X, or (XB, a constant once inlined) read from
+ * sd_avx2_broadcast_x's copies (xn tokens per column), which the FMA takes from memory. */
+static inline __attribute__((always_inline)) __m256 t16_x(const float *X, int64_t cols, int64_t c, int t, const int XB,
+                                                          int xn) {
+    return XB ? _mm256_loadu_ps(X + ((size_t)c * xn + t) * 8) : _mm256_broadcast_ss(X + (size_t)t * cols + c);
+}
+
 static inline __attribute__((always_inline)) void t16_part(const float *G, int64_t cols, const float *X, const int H,
-                                                           const int NB, float *Y, int64_t rows, int64_t r) {
+                                                           const int NB, float *Y, int64_t rows, int64_t r, const int XB,
+                                                           int xn) {
     __m256 a[4][2][3];
     for (int p = 0; p < 4; p++)
         for (int h = 0; h < H; h++)
@@ -150,15 +158,14 @@ static inline __attribute__((always_inline)) void t16_part(const float *G, int64
         for (int p = 0; p < 4; p++)
             for (int h = 0; h < H; h++) {
                 const __m256 w = _mm256_load_ps(G + (size_t)(c + p) * 16 + 8 * h);
-                for (int t = 0; t < NB; t++)
-                    a[p][h][t] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(X + (size_t)t * cols + c + p), a[p][h][t]);
+                for (int t = 0; t < NB; t++) a[p][h][t] = _mm256_fmadd_ps(w, t16_x(X, cols, c + p, t, XB, xn), a[p][h][t]);
             }
-    for (int p = 0; c + p < cols; p++) /* the last 1..3 columns, into partials 0.. */
-        for (int h = 0; h < H; h++) {
-            const __m256 w = _mm256_load_ps(G + (size_t)(c + p) * 16 + 8 * h);
-            for (int t = 0; t < NB; t++)
-                a[p][h][t] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(X + (size_t)t * cols + c + p), a[p][h][t]);
-        }
+    for (int p = 0; p < 3; p++) /* the last 0..3 columns, into partials 0.. (constant indices keep a[] in registers) */
+        if (c + p < cols)
+            for (int h = 0; h < H; h++) {
+                const __m256 w = _mm256_load_ps(G + (size_t)(c + p) * 16 + 8 * h);
+                for (int t = 0; t < NB; t++) a[p][h][t] = _mm256_fmadd_ps(w, t16_x(X, cols, c + p, t, XB, xn), a[p][h][t]);
+            }
     for (int h = 0; h < H; h++) {
         const int64_t left = rows - (r + 8 * h);
         if (left <= 0) break;
@@ -171,31 +178,54 @@ static inline __attribute__((always_inline)) void t16_part(const float *G, int64
     }
 }
 
-/* Rows [r0, r1) (r0 a multiple of 16) of a packed F32 matrix for n tokens. */
-static void t16_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1) {
+/* Batches: one half of 8 rows and up to 3 tokens at a time (12 chains), from X or xb. */
+static inline __attribute__((always_inline)) void t16_batch(const float *G, int64_t cols, const float *X,
+                                                            const float *xb, int n, float *Y, int64_t rows, int64_t r,
+                                                            const int XB) {
+    for (int h = 0; h < 2; h++)
+        for (int t0 = 0; t0 < n; t0 += 3) {
+            const float *Xt = XB ? xb + (size_t)t0 * 8 : X + (size_t)t0 * cols;
+            float *Yt = Y + (size_t)t0 * rows;
+            switch (n - t0 < 3 ? n - t0 : 3) {
+            case 1: t16_part(G + 8 * h, cols, Xt, 1, 1, Yt, rows, r + 8 * h, XB, n); break;
+            case 2: t16_part(G + 8 * h, cols, Xt, 1, 2, Yt, rows, r + 8 * h, XB, n); break;
+            default: t16_part(G + 8 * h, cols, Xt, 1, 3, Yt, rows, r + 8 * h, XB, n); break;
+            }
+        }
+}
+
+/* Rows [r0, r1) (r0 a multiple of 16) of a packed F32 matrix for n tokens. A batch reads its
+ * activations from xb when given: a broadcast per column, token and 8 rows (the FMA cannot take
+ * one from memory on AVX2) was over a third of the kernel's instructions. stories260K, one
+ * thread, a 5-token pass at position 64: t16_rows 708k -> 420k instructions (callgrind). */
+static void t16_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1, const float *xb) {
     const int64_t cols = W->cols, rows = W->rows;
     for (int64_t r = r0; r < r1; r += 16) {
         const float *G = (const float *)W->packed + (size_t)r * cols;
-        if (n == 1) {
-            t16_part(G, cols, X, 2, 1, Y, rows, r);
-            continue;
-        }
-        for (int h = 0; h < 2; h++)
-            for (int t0 = 0; t0 < n; t0 += 3) {
-                const float *Xt = X + (size_t)t0 * cols;
-                float *Yt = Y + (size_t)t0 * rows;
-                switch (n - t0 < 3 ? n - t0 : 3) {
-                case 1: t16_part(G + 8 * h, cols, Xt, 1, 1, Yt, rows, r + 8 * h); break;
-                case 2: t16_part(G + 8 * h, cols, Xt, 1, 2, Yt, rows, r + 8 * h); break;
-                default: t16_part(G + 8 * h, cols, Xt, 1, 3, Yt, rows, r + 8 * h); break;
-                }
-            }
+        if (n == 1) t16_part(G, cols, X, 2, 1, Y, rows, r, 0, 1); /* both halves share each broadcast */
+        else if (xb) t16_batch(G, cols, X, xb, n, Y, rows, r, 1);
+        else t16_batch(G, cols, X, NULL, n, Y, rows, r, 0);
     }
 }
 
-void sd_avx2_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1) {
+size_t sd_avx2_xb_floats(int64_t cols, int n) { return (size_t)cols * (size_t)n * 8; }
+
+void sd_avx2_broadcast_x(const float *X, int n, int64_t cols, float *xb) {
+    for (int t = 0; t < n; t++) {
+        const float *x = X + (size_t)t * cols;
+        int64_t c = 0;
+        for (; c + 8 <= cols; c += 8) { /* 8 elements per load, each lane spread by a permute */
+            const __m256 v = _mm256_loadu_ps(x + c);
+            for (int i = 0; i < 8; i++)
+                _mm256_storeu_ps(xb + ((size_t)(c + i) * n + t) * 8, _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(i)));
+        }
+        for (; c < cols; c++) _mm256_storeu_ps(xb + ((size_t)c * n + t) * 8, _mm256_broadcast_ss(x + c));
+    }
+}
+
+void sd_avx2_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1, const float *xb) {
     if (W->packed && W->type == SD_TYPE_F32) {
-        t16_rows(W, X, n, Y, r0, r1);
+        t16_rows(W, X, n, Y, r0, r1, xb);
         return;
     }
     const rows_fn *tab = k_rows[W->type == SD_TYPE_F16 ? 1 : W->type == SD_TYPE_BF16 ? 2 : 0];
@@ -253,9 +283,12 @@ static inline __m256 att_tail(const char *p, int n, int f16) { return f16 ? tail
  * kvh; positions past cnt re-read the last row (their lanes are not stored). */
 static inline __attribute__((always_inline)) void score8(const att_job *J, const float *q, int j, int kvh, int t0,
                                                          int cnt, float *att, const int HD, const int f16) {
-    const char *kp[8];
-    for (int i = 0; i < 8; i++)
-        kp[i] = J->K + ((size_t)row_of(J, j, t0 + (i < cnt ? i : cnt - 1)) * J->kv_dim + (size_t)kvh * HD) * J->esz;
+    const char *kp[8], *k0 = J->K + (size_t)kvh * HD * J->esz;
+    const size_t rb = (size_t)J->kv_dim * J->esz;
+    if (!J->path || t0 + 8 <= J->pos0) /* rows t0.. in order: no path lookups */
+        for (int i = 0; i < 8; i++) kp[i] = k0 + (size_t)(t0 + (i < cnt ? i : cnt - 1)) * rb;
+    else
+        for (int i = 0; i < 8; i++) kp[i] = k0 + (size_t)row_of(J, j, t0 + (i < cnt ? i : cnt - 1)) * rb;
     __m256 p[8];
     const int w0 = HD < 8 ? HD : 8;
     const __m256 q0 = w0 == 8 ? _mm256_loadu_ps(q) : _mm256_maskload_ps(q, tail8(w0));
@@ -273,46 +306,37 @@ static inline __attribute__((always_inline)) void score8(const att_job *J, const
     else _mm256_maskstore_ps(att, tail8(cnt), s);
 }
 
-/* out[0..HD) = sum over token j's positions of att[t] * value row, as described above. */
+/* out[0..HD) = sum over token j's positions of att[t] * value row, for heads of at most 16
+ * dimensions (others: values_blk): NA accumulators take the positions in turn, added as (a0 +
+ * a1) + (a2 + a3). NA and every loop bound are constants once inlined, so the accumulators stay
+ * in registers (a remainder loop indexing them by a variable spilled them all to the stack). */
 static inline __attribute__((always_inline)) void values(const att_job *J, int j, int kvh, const float *att, int n_ctx,
                                                          float *out, const int HD, const int f16) {
-    enum { NA = 4 };
-    const int nacc = HD <= 8 ? 4 : HD <= 16 ? 2 : 1;
-    for (int c0 = 0; c0 < HD; c0 += 64) {
-        const int span = HD - c0 < 64 ? HD - c0 : 64, nv = (span + 7) / 8, last = span - 8 * (nv - 1);
-        __m256 a[NA][8];
-        for (int u = 0; u < nacc; u++)
-            for (int v = 0; v < nv; v++) a[u][v] = _mm256_setzero_ps();
-        const char *vb = J->V + ((size_t)kvh * HD + c0) * J->esz;
-        const size_t rb = (size_t)J->kv_dim * J->esz;
-        int t = 0;
-        for (; t + nacc <= n_ctx; t += nacc)
-            for (int u = 0; u < nacc; u++) {
-                const __m256 w = _mm256_broadcast_ss(att + t + u);
-                const char *vr = vb + (size_t)row_of(J, j, t + u) * rb;
-                for (int v = 0; v < nv; v++) {
-                    const char *p = vr + (size_t)(8 * v) * J->esz;
-                    const __m256 x = v < nv - 1 || last == 8 ? att_load(p, f16) : att_tail(p, last, f16);
-                    a[u][v] = _mm256_fmadd_ps(w, x, a[u][v]);
-                }
-            }
-        for (int u = 0; t < n_ctx; t++, u++) { /* the last positions, each into its own accumulator */
-            const __m256 w = _mm256_broadcast_ss(att + t);
-            const char *vr = vb + (size_t)row_of(J, j, t) * rb;
-            for (int v = 0; v < nv; v++) {
-                const char *p = vr + (size_t)(8 * v) * J->esz;
-                const __m256 x = v < nv - 1 || last == 8 ? att_load(p, f16) : att_tail(p, last, f16);
-                a[u][v] = _mm256_fmadd_ps(w, x, a[u][v]);
-            }
-        }
-        for (int v = 0; v < nv; v++) {
-            __m256 s = a[0][v];
-            if (nacc == 2) s = _mm256_add_ps(a[0][v], a[1][v]);
-            if (nacc == 4) s = _mm256_add_ps(_mm256_add_ps(a[0][v], a[1][v]), _mm256_add_ps(a[2][v], a[3][v]));
-            float *o = out + c0 + 8 * v;
-            if (v < nv - 1 || last == 8) _mm256_storeu_ps(o, s);
-            else _mm256_maskstore_ps(o, tail8(last), s);
-        }
+    const int NA = HD <= 8 ? 4 : 2, nv = (HD + 7) / 8, last = HD - 8 * (nv - 1);
+    __m256 a[4][2];
+    for (int u = 0; u < 4; u++) a[u][0] = a[u][1] = _mm256_setzero_ps();
+    const char *vb = J->V + (size_t)kvh * HD * J->esz;
+    const size_t rb = (size_t)J->kv_dim * J->esz;
+#define VALUE_AT(u, t)                                                                                        \
+    do {                                                                                                      \
+        const __m256 w = _mm256_broadcast_ss(att + (t));                                                     \
+        const char *vr = vb + (size_t)(J->path ? row_of(J, j, (t)) : (t)) * rb;                               \
+        for (int v = 0; v < nv; v++) {                                                                        \
+            const char *p = vr + (size_t)(8 * v) * J->esz;                                                    \
+            a[u][v] = _mm256_fmadd_ps(w, v < nv - 1 || last == 8 ? att_load(p, f16) : att_tail(p, last, f16), a[u][v]); \
+        }                                                                                                     \
+    } while (0)
+    int t = 0;
+    for (; t + NA <= n_ctx; t += NA)
+        for (int u = 0; u < NA; u++) VALUE_AT(u, t + u);
+    for (int u = 0; u < NA; u++) /* the last positions, each into its own accumulator */
+        if (t + u < n_ctx) VALUE_AT(u, t + u);
+#undef VALUE_AT
+    for (int v = 0; v < nv; v++) {
+        const __m256 s = NA == 2 ? _mm256_add_ps(a[0][v], a[1][v])
+                                 : _mm256_add_ps(_mm256_add_ps(a[0][v], a[1][v]), _mm256_add_ps(a[2][v], a[3][v]));
+        if (v < nv - 1 || last == 8) _mm256_storeu_ps(out + 8 * v, s);
+        else _mm256_maskstore_ps(out + 8 * v, tail8(last), s);
     }
 }
 
