@@ -309,6 +309,45 @@ static void test_attention(void **state) {
     check_attention(9, 0, 4, 2, 12);    /* head_dim not a multiple of 8 */
 }
 
+/* A NaN reaching softmax, SwiGLU or attention stays NaN, so the forward pass's non-finite check
+ * names it (NaN weights of wq or wk must not vanish into a tiny attention weight), and SwiGLU of
+ * a huge negative gate is -0 as with expf, not a finite remnant of a clamped exp. */
+static void test_nonfinite_propagates(void **state) {
+    (void)state;
+    for (int n = 5; n <= 40; n += 7) {
+        float x[40];
+        for (int i = 0; i < n; i++) x[i] = (float)i / 3;
+        x[1] = NAN;
+        sd_softmax(x, n);
+        if (!isnan(x[1])) fail_msg("softmax n=%d: a NaN input came out as %g", n, (double)x[1]);
+    }
+    float g[9] = {NAN, -1e38f, -100.0f, -88.8f, 0, 1, 2, 3, 4}, u[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    sd_swiglu(g, u, 9);
+    assert_true(isnan(g[0]));
+    for (int i = 1; i < 4; i++)
+        if (!(fabsf(g[i]) < 1e-30f)) fail_msg("swiglu of a gate far below 0 (%d): %g, expected about -0", i, (double)g[i]);
+    static const int shapes[][3] = {{8, 4, 8}, {12, 12, 64}, {4, 1, 16}}; /* heads, kv heads, head_dim */
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        const int nh = shapes[k][0], nkv = shapes[k][1], hd = shapes[k][2], n = 3, pos0 = 40, T = pos0 + n;
+        const int qd = nh * hd, kvd = nkv * hd, slots = nh * 3;
+        float *q = malloc((size_t)n * qd * sizeof(float)), *K = malloc((size_t)T * kvd * sizeof(float));
+        float *V = malloc((size_t)T * kvd * sizeof(float)), *o = malloc((size_t)n * qd * sizeof(float));
+        float *att = malloc((size_t)slots * T * sizeof(float));
+        for (int i = 0; i < n * qd; i++) q[i] = frand();
+        for (int i = 0; i < T * kvd; i++) K[i] = frand(), V[i] = frand();
+        K[(size_t)7 * kvd + 1] = NAN; /* position 7, KV head 0: its query heads are 0 .. nh/nkv - 1 */
+        sd_attention(q, K, V, o, n, pos0, nh, nkv, hd, att, slots);
+        for (int t = 0; t < n; t++)
+            for (int h = 0; h < nh; h++) {
+                const float v = o[(size_t)t * qd + (size_t)h * hd];
+                if ((h < nh / nkv) != (isnan(v) != 0))
+                    fail_msg("attention %d/%d heads, head_dim %d, NaN key of KV head 0: token %d head %d gave %g", nh, nkv,
+                             hd, t, h, (double)v);
+            }
+        free(q), free(K), free(V), free(o), free(att);
+    }
+}
+
 static void test_rmsnorm_rope_swiglu(void **state) {
     (void)state;
     float x[2 * 24], w[24], out[2 * 24];
@@ -503,6 +542,7 @@ int main(void) {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_f16),
         cmocka_unit_test(test_rmsnorm_rope_swiglu),
+        cmocka_unit_test(test_nonfinite_propagates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
 #define SD_KERNELS_AVX2_H
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "specdec/types.h"
@@ -34,9 +35,13 @@ static inline __m256i tail8(int left) {
 
 /* exp for 8 lanes: 2^n * e^r with n = round(x / ln 2), |r| <= ln2/2, Cephes' degree-6
  * polynomial for e^r (about 1 ulp, as the AVX-512 exp512), and 2^n built in the exponent bits;
- * x is clamped to [-87.34, 88.38] so that n stays in the normal range [-126, 127]. */
+ * x is clamped to [-87.34, 88.38] so that n stays in the normal range [-126, 127], and lanes
+ * above expf's overflow threshold give +inf as expf does. A NaN stays NaN: max and min return
+ * their second operand when one is NaN, so x goes second (the other order turned a NaN score
+ * into a weight of 1e-38, and NaN weights of wq/wk vanished inside attention). */
 static inline __m256 exp256(__m256 x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.3762626647949f));
+    const __m256 over = _mm256_cmp_ps(x, _mm256_set1_ps(88.72283f), _CMP_GT_OQ);
+    x = _mm256_min_ps(_mm256_set1_ps(88.3762626647949f), _mm256_max_ps(_mm256_set1_ps(-87.33654f), x));
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -49,7 +54,7 @@ static inline __m256 exp256(__m256 x) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_blendv_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), _mm256_set1_ps(INFINITY), over);
 }
 
 /* Rows [r0, r1) of W (F32, F16 or BF16) for n <= SD_SMALL_BATCH tokens: Y[t * W->rows + r] =

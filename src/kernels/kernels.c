@@ -665,7 +665,9 @@ void sd_rope_angles(int pos, const float *inv_freq, int rope_dim, float *cs) {
  * polynomial for e^r (about 1 ulp), and scalef for the 2^n. Softmax of a 32000-entry
  * vocabulary or of a few hundred attention scores is dominated by exp otherwise. */
 static inline __m512 exp512(__m512 x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.72283f));
+    /* x second: max and min return their second operand when one is NaN, so a NaN stays NaN
+     * (the other order made a NaN attention score a weight of 1e-38, hiding NaN weights) */
+    x = _mm512_min_ps(_mm512_set1_ps(88.72283f), _mm512_max_ps(_mm512_set1_ps(-87.33654f), x));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);

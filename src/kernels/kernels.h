@@ -133,15 +133,16 @@ void sd_swiglu(float *a, const float *b, int n);
  * att_scratch: att_slots x (pos0+n) floats; at most att_slots threads run. With att_slots >=
  * n_heads (and head_dim >= 16) each thread takes a range of heads, position-major, for up to
  * min(att_slots / n_heads, SD_ATT_TOKENS) tokens per pass over the cache; short heads
- * (head_dim < 16, run serially) take the same passes, a KV head's block of keys gathered once
- * for all of them. */
+ * (head_dim < 16) take the same passes, on AVX-512 serially, a KV head's block of keys gathered
+ * once for all of them (AVX2: kernels_avx2.c, every head size this way, split by heads). */
 #define SD_ATT_TOKENS 9
 void sd_attention(const float *q, const float *K, const float *V, float *out, int n, int pos0,
                   int n_heads, int n_kv_heads, int head_dim, float *att_scratch, int att_slots);
 /* sd_attention over an F16 cache (K, V: [>= pos0+n][n_kv_heads*head_dim] halves): equal, bit
  * for bit, to sd_attention over an F32 cache holding the same values. conv_scratch: conv_slots x
- * 16 x n_kv_heads*head_dim floats (at most conv_slots threads run). Needs att_slots >= n_heads and sd_attention_f16_ok(head_dim)
- * (AVX-512, head_dim >= 16); returns -1 otherwise, 0 on success. */
+ * 16 x n_kv_heads*head_dim floats (AVX-512: at most conv_slots threads run; the AVX2 kernels
+ * convert on load and use none of it). Needs att_slots >= n_heads and sd_attention_f16_ok(head_dim)
+ * (AVX-512 or AVX2, head_dim >= 16); returns -1 otherwise, 0 on success. */
 int sd_attention_f16_ok(int head_dim);
 int sd_attention_f16(const float *q, const uint16_t *K, const uint16_t *V, float *out, int n, int pos0, int n_heads,
                      int n_kv_heads, int head_dim, float *att_scratch, int att_slots, float *conv_scratch,

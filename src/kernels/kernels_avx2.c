@@ -102,8 +102,10 @@ static inline __m256 tail8_bf16(const void *p, int n) {
         }                                                                                                  \
     }
 
-/* Streams per token count (S * NB + S + 1 <= 16 registers). Decode keeps 8 streams, as the
- * AVX-512 matvec, for the prefetchers. */
+/* Streams per token count (S * NB + S + 1 <= 16 registers where the weights are converted:
+ * F32 weight loads fold into the FMA and need none). Decode keeps 8 streams, as the AVX-512
+ * matvec, for the prefetchers: F16/BF16 then hold 17 vectors and spill one per column step
+ * (a store and a load to L1, beside 8 rows' 64 bytes each from memory). */
 #define DEFINE_ROWS_ALL(SUF, ESZ, LOAD, TLOAD)    \
     DEFINE_ROWS(SUF, ESZ, LOAD, TLOAD, 1, 8)      \
     DEFINE_ROWS(SUF, ESZ, LOAD, TLOAD, 2, 4)      \

@@ -165,7 +165,8 @@ void sd_quant_kernels_init(void) {} /* no tables: F16C converts the scales */
  * halves of 8 rows, 4 activation bytes broadcast per step. Where the int16 sums cannot overflow
  * (4-bit weights: 8 products of <= 15 * 127 * 2 = 3810 per lane), a block's 8 maddubs are added
  * as int16 before one madd; the K-quants' sub-block scales multiply in the same madd (pairs of
- * int16: sum and scale), so their super-block sums stay exact integers. Q8_0 weights (8 bits)
+ * int16: sum and scale), so their super-block sums are exact int32 (converted to float once per
+ * super-block). Q8_0 weights (8 bits)
  * would saturate maddubs as unsigned: they are used signed, |w| times sign(a, w), one madd per
  * maddubs. As in the AVX-512 kernels, every (row, token) result is one fixed sequence of
  * operations whatever the batch: batched == stepwise, bit for bit. */
