@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs the whole test suite twice: the optimised build (warnings are
-# errors) and an AddressSanitizer + UndefinedBehaviorSanitizer build. Test data comes from
-# ../shared or $SPECDEC_SHARED; tests needing a missing file skip with a message.
-# SPECDEC_SKIP_SANITIZE=1 runs only the first pass.
+# errors) and an AddressSanitizer + UndefinedBehaviorSanitizer build. Then the tests of the
+# kernels and the forward pass on the instruction-set paths the native build does not take:
+# the AVX2 kernels (a -march=x86-64-v3 build, where the CPU also has AVX-512) and the portable
+# scalar code. Test data comes from ../shared or $SPECDEC_SHARED; tests needing a missing file
+# skip with a message. SPECDEC_SKIP_SANITIZE=1 skips the second pass, SPECDEC_SKIP_PATHS=1 the
+# others.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,4 +17,25 @@ if [ "${SPECDEC_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== ASan + UBSan build: tests"
   scripts/setup.sh build-asan -DSPECDEC_WERROR=ON -DSPECDEC_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
   (cd build-asan && ctest --output-on-failure -j2 --timeout 1800)
+fi
+
+# A native build runs one set of kernels (AVX-512, else AVX2, else portable); each set keeps the
+# invariants on its own, so the others are built for this CPU too and run the tests that reach
+# every kernel: matmuls per type and batch, attention, contexts, the forward pass, speculation.
+PATH_TESTS=(test_kernels test_quant test_context test_model test_spec test_verify test_draft test_kv)
+path_pass() { # NAME BUILD_DIR CMAKE_ARGS...
+  local name=$1 dir=$2
+  shift 2
+  echo "== $name build: kernel and forward-pass tests"
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_WERROR=ON -DSPECDEC_NATIVE=OFF "$@" >/dev/null
+  cmake --build "$dir" -j"$(nproc)" --target "${PATH_TESTS[@]}" 2>&1 | grep -vE '^\[ *[0-9]+%\]|^-- ' || true
+  local re
+  re="^($(IFS='|'; echo "${PATH_TESTS[*]}"))\$"
+  (cd "$dir" && ctest --output-on-failure -j2 --timeout 900 -R "$re")
+}
+if [ "${SPECDEC_SKIP_PATHS:-0}" != 1 ]; then
+  if grep -qw avx512f /proc/cpuinfo && grep -qw avx2 /proc/cpuinfo && grep -qw f16c /proc/cpuinfo; then
+    path_pass "AVX2 (x86-64-v3)" build-avx2 "-DCMAKE_C_FLAGS=-march=x86-64-v3"
+  fi
+  path_pass "portable" build-portable
 fi
