@@ -12,8 +12,6 @@
 /* ------------------------------------------------------------------ activation quantisation
  * (the records are described in quant_internal.h); each gives the scalar reference's values. */
 
-static int weight_offset(sd_type t) { return t == SD_TYPE_Q8_0 ? 128 : t == SD_TYPE_Q5_0 ? 16 : 8; }
-
 static inline float hmax8(__m256 v) {
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
@@ -62,43 +60,7 @@ static inline float act_block(const float *x, int8_t q[32], int *sum) {
     return d;
 }
 
-static void act_a_place(act_quad *P, int k, const int8_t *q, float d, int32_t init) {
-    memcpy(P->lo + 16 * k, q, 16);
-    memcpy(P->hi + 16 * k, q + 16, 16);
-    for (int l = 4 * k; l < 4 * k + 4; l++) {
-        P->d[l] = d;
-        P->init[l] = init;
-    }
-}
-
-/* Q5_0's act_quad records (the layout quant_avx512.c reads; the row kernel here reads a
- * block's two halves as one vector). */
-static void act_a_token(sd_type t, const float *x, int64_t cols, void *out) {
-    const int64_t nb = cols / 32;
-    const int off = weight_offset(t);
-    for (int64_t b = 0; b < nb; b++) {
-        int8_t q[32];
-        int sum;
-        const float d = act_block(x + 32 * b, q, &sum);
-        act_a_place((act_quad *)out + b / 4, (int)(b & 3), q, d, -(off * sum) / 4);
-    }
-    for (int64_t b = nb; b % 4; b++) { /* the rest of the last group: zero meets zero weights */
-        static const int8_t zq[32];
-        act_a_place((act_quad *)out + b / 4, (int)(b & 3), zq, 0.0f, 0);
-    }
-}
-
-static void act_r_token(sd_type t, const float *x, int64_t cols, uint8_t *out) {
-    const r_layout L = r_layout_of(cols);
-    const int off = weight_offset(t);
-    float *d = (float *)(out + L.d);
-    int32_t *init = (int32_t *)(out + L.init);
-    for (int64_t b = 0; b < cols / 32; b++) {
-        int sum;
-        d[b] = act_block(x + 32 * b, (int8_t *)out + 32 * b, &sum);
-        init[b] = -off * sum;
-    }
-}
+#include "kernels/quant_act.h" /* weight_offset and the act_quad / r_layout writers, over act_block */
 
 /* act_k_block (quant_ref.c) 8 lanes at a time, the same values: the scale from the first
  * element of largest magnitude, q = round-to-even(x * -127/mx) clamped to +-127. */
@@ -246,34 +208,9 @@ enum { R16_Q4_0, R16_Q8_0, R16_Q4_K, R16_Q6_K, R16_TYPES };
 #define NB_CAT(name, nb) NB_CAT_(name, nb)
 #define NBF(name) NB_CAT(name, NB)
 
-#define NB 1
-#include "kernels/quant_avx2_nb.h"
-#undef NB
-#define NB 2
-#include "kernels/quant_avx2_nb.h"
-#undef NB
-#define NB 3
-#include "kernels/quant_avx2_nb.h"
-#undef NB
-#define NB 4
-#include "kernels/quant_avx2_nb.h"
-#undef NB
-#define NB 5
-#include "kernels/quant_avx2_nb.h"
-#undef NB
-#define NB 6
-#include "kernels/quant_avx2_nb.h"
-#undef NB
-#define NB 7
-#include "kernels/quant_avx2_nb.h"
-#undef NB
-#define NB 8
-#include "kernels/quant_avx2_nb.h"
-#undef NB
-#define NB 9
-#include "kernels/quant_avx2_nb.h"
-#undef NB
-_Static_assert(SD_R16_MAX_TOKENS == 9, "one include of quant_avx2_nb.h per token count");
+#define SD_NB_BODY "kernels/quant_avx2_nb.h"
+#include "kernels/quant_nb_each.h"
+#undef SD_NB_BODY
 
 typedef void (*rows_fn)(const sd_tensor *, const void *, size_t, float *, int64_t, int64_t);
 static const rows_fn k_rows_q5_0[ROWS_MAX_NB + 1] = {NULL,        rows_q5_0_1, rows_q5_0_2, rows_q5_0_3, rows_q5_0_4,
