@@ -665,8 +665,11 @@ void sd_rope_angles(int pos, const float *inv_freq, int rope_dim, float *cs) {
  * polynomial for e^r (about 1 ulp), and scalef for the 2^n. Softmax of a 32000-entry
  * vocabulary or of a few hundred attention scores is dominated by exp otherwise. */
 static inline __m512 exp512(__m512 x) {
-    /* x second: max and min return their second operand when one is NaN, so a NaN stays NaN
-     * (the other order made a NaN attention score a weight of 1e-38, hiding NaN weights) */
+    /* Above expf's overflow threshold the result is +inf as expf's (the clamp below left a
+     * finite 3.4e38 there: SwiGLU of a gate of -1e38 gave -0.29 instead of -0). x goes second
+     * in max and min, which return their second operand when one is NaN, so a NaN stays NaN
+     * (the other order made a NaN attention score a weight of 1e-38, hiding NaN weights). */
+    const __mmask16 over = _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72283f), _CMP_GT_OQ);
     x = _mm512_min_ps(_mm512_set1_ps(88.72283f), _mm512_max_ps(_mm512_set1_ps(-87.33654f), x));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -679,7 +682,7 @@ static inline __m512 exp512(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
+    return _mm512_mask_mov_ps(_mm512_scalef_ps(p, n), over, _mm512_set1_ps(INFINITY));
 }
 
 static inline __mmask16 tail_mask(int left) {
