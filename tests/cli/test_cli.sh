@@ -111,7 +111,7 @@ check "convert to q8_0"       0 "blk.0.ffn_down.weight stays f16: its rows do no
 check "converted generates"   0 "decode:"            -- "$BIN" generate -m "$TMP/tiny-q8.gguf" -n 8
 check "quantised self-draft"  0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/tiny.gguf" --draft-type q8_0 -n 12 --compare --ignore-eos --draft-fixed
 check "kv-type bad"           2 "--kv-type must be f32 or f16, got 'f8'" -- "$BIN" generate -m x --kv-type f8
-check "f16 cache, head_dim 8" 1 "f16 KV cache needs head_dim >= 16" -- "$BIN" generate -m "$TMP/odd.gguf" --kv-type f16 -n 4
+check "f16 cache, head_dim 8" 1 "^error: .*odd.gguf: an f16 KV cache needs head_dim >= 16 and a build with AVX-512 or AVX2 \(head_dim 8\)$" -- "$BIN" generate -m "$TMP/odd.gguf" --kv-type f16 -n 4
 # portable builds (neither AVX-512 nor AVX2 kernels) refuse f16 caches: the self-draft check is for native ones
 if ! "$BIN" generate -m "$TMP/q4.gguf" --kv-type f16 -n 1 2>&1 | grep -q "a build with AVX-512 or AVX2"; then
   check "f16 cache self-draft" 0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/q4.gguf" --draft-type q8_0 --kv-type f16 -n 12 --compare --ignore-eos
