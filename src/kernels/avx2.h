@@ -27,6 +27,18 @@ static inline float hsum8(__m256 a) {
     return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
 }
 
+/* The largest of v's 8 lanes, by one fixed tree of max. */
+static inline float hmax8(__m256 v) {
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
+
+/* Bit i set where lane i holds NaN or an infinity (x - x is NaN exactly for those). */
+static inline int nonfinite8(__m256 x) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(_mm256_sub_ps(x, x), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+}
+
 /* Mask of the first `left` of 8 lanes (all for left >= 8, none for left <= 0), for maskload
  * and maskstore. */
 static inline __m256i tail8(int left) {

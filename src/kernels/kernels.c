@@ -829,13 +829,8 @@ void sd_softmax(float *x, int n) {
     for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
     float mxs = -INFINITY;
     for (int j = i; j < n; j++) mxs = x[j] > mxs ? x[j] : mxs;
-    {
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_max_ss(h, _mm_movehdup_ps(h));
-        const float v = _mm_cvtss_f32(h);
-        mxs = v > mxs ? v : mxs;
-    }
+    const float vm = hmax8(vmax);
+    mxs = vm > mxs ? vm : mxs;
     const __m256 mx = _mm256_set1_ps(mxs);
     __m256 vsum = _mm256_setzero_ps();
     for (i = 0; i < n; i += 8) {
@@ -871,10 +866,8 @@ long sd_first_nonfinite(const float *x, size_t n) {
         if (bad) return (long)(i + (size_t)__builtin_ctz(bad));
     }
 #elif SD_HAVE_AVX2
-    /* x - x is 0 for finite x, NaN for NaN and infinities */
     for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(x + i);
-        const int bad = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+        const int bad = nonfinite8(_mm256_loadu_ps(x + i));
         if (bad) return (long)(i + (size_t)__builtin_ctz((unsigned)bad));
     }
 #endif

@@ -12,21 +12,10 @@
 /* ------------------------------------------------------------------ activation quantisation
  * (the records are described in quant_internal.h); each gives the scalar reference's values. */
 
-static inline float hmax8(__m256 v) {
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
-}
-
 static inline int hsum_i32(__m256i v) {
     __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
     return _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1)));
-}
-
-/* Lanes holding NaN or an infinity (x - x is NaN exactly for those). */
-static inline int nonfinite8(__m256 x) {
-    return _mm256_movemask_ps(_mm256_cmp_ps(_mm256_sub_ps(x, x), _mm256_setzero_ps(), _CMP_NEQ_UQ));
 }
 
 static inline __m256 abs8(__m256 x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
