@@ -185,6 +185,61 @@ static inline void store_rows(float *Y, int64_t rows, int64_t r, int j, __m256 v
     else _mm256_maskstore_ps(y, tail8((int)(rows - r)), v);
 }
 
+#define K_CHUNK 5 /* tokens per pass of half_q4_k: 2 K_CHUNK + 3 vectors live in its inner loop */
+
+/* Sub-block u (hn: its nibbles, a constant) of half h of super-block B for NT tokens: adds
+ * scale * dot to is[j]. */
+static inline __attribute__((always_inline)) void sub_q4_k(const uint8_t *B, int h, int u, const int hn, const uint8_t *act,
+                                                           size_t xs, int64_t sb, __m256i *is, const int NT) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    /* weight vector outer, tokens inner: NT int16 sums, one weight vector and a broadcast
+     * live at once, so that 16 ymm registers hold them (the token-outer order spilled) */
+    __m256i s[K_CHUNK];
+    for (int k = 0; k < 8; k++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(B + 320 + 512 * (u / 2) + 64 * k + 32 * h));
+        const __m256i w = _mm256_and_si256(hn ? _mm256_srli_epi16(v, 4) : v, m4);
+        for (int j = 0; j < NT; j++) {
+            const __m256i p = _mm256_maddubs_epi16(w, bcast32(act_k_at(act, xs, j, sb)->q + 32 * u + 4 * k));
+            s[j] = k ? _mm256_add_epi16(s[j], p) : p;
+            __asm__("" : "+x"(s[j])); /* keeps GCC from regrouping the sums (it spilled the products) */
+        }
+    }
+    const __m256i sc = scale_pairs(B + 64 + 16 * u + 8 * h, 0);
+    for (int j = 0; j < NT; j++) is[j] = _mm256_add_epi32(is[j], _mm256_madd_epi16(s[j], sc));
+}
+
+/* Q4_K, half h of a group (layout: r_pack_group_k): per super-block and token an exact int32
+ * sum over the 8 sub-blocks of scale * dot (the 8 maddubs of a sub-block as int16, then one
+ * madd by the (scale, scale) pairs) and one of min * (sum of the sub-block's activations) (madd
+ * of (min, min') pairs by the record's bs32 pairs), then acc = fma(sum, d * dx, acc) -
+ * msum * (dmin * dx). */
+static inline __attribute__((always_inline)) void half_q4_k(const uint8_t *G, int h, int64_t nblk, const uint8_t *act,
+                                                            size_t xs, __m256 *acc, const int NT, const int first) {
+    for (int j = 0; j < NT; j++) acc[j] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nblk / 8; sb++) {
+        const uint8_t *B = G + (size_t)sb * R16K_SB;
+        if (h == 0 && first) prefetch_ahead(B, R16K_SB);
+        __m256i is[K_CHUNK];
+        for (int j = 0; j < NT; j++) is[j] = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) { /* chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high) */
+            sub_q4_k(B, h, 2 * c, 0, act, xs, sb, is, NT);
+            sub_q4_k(B, h, 2 * c + 1, 1, act, xs, sb, is, NT);
+        }
+        __m256i mp[4];
+        for (int i = 0; i < 4; i++) mp[i] = two_pairs(B + 192 + 16 * (2 * i) + 8 * h, B + 192 + 16 * (2 * i + 1) + 8 * h, 0);
+        const __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(B + 16 * h)));
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(B + 32 + 16 * h)));
+        for (int j = 0; j < NT; j++) {
+            const act_k *a = act_k_at(act, xs, j, sb);
+            __m256i ms = _mm256_madd_epi16(mp[0], bcast32(a->bs32));
+            for (int i = 1; i < 4; i++) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mp[i], bcast32(a->bs32 + 2 * i)));
+            const __m256 ad = _mm256_set1_ps(a->d);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[j]), _mm256_mul_ps(dd, ad), acc[j]);
+            acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, ad), acc[j]);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ the kernels for each token count
  *
  * quant_avx2_nb.h holds the kernels' bodies with the token count NB a macro, included once per

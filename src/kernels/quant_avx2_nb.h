@@ -81,50 +81,6 @@ static inline __attribute__((always_inline)) void NBF(half_q)(const uint8_t *G, 
     }
 }
 
-/* Q4_K, half h of a group (layout: r_pack_group_k): per super-block and token an exact int32
- * sum over the 8 sub-blocks of scale * dot (the 8 maddubs of a sub-block as int16, then one
- * madd by the (scale, scale) pairs) and one of min * (sum of the sub-block's activations) (madd
- * of (min, min') pairs by the record's bs32 pairs), then acc = fma(sum, d * dx, acc) -
- * msum * (dmin * dx). */
-static inline __attribute__((always_inline)) void NBF(half_q4_k)(const uint8_t *G, int h, int64_t nblk,
-                                                                 const uint8_t *act, size_t xs, __m256 *acc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    for (int j = 0; j < NB; j++) acc[j] = _mm256_setzero_ps();
-    for (int64_t sb = 0; sb < nblk / 8; sb++) {
-        const uint8_t *B = G + (size_t)sb * R16K_SB;
-        if (h == 0) prefetch_ahead(B, R16K_SB);
-        __m256i is[NB];
-        for (int j = 0; j < NB; j++) is[j] = _mm256_setzero_si256();
-        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
-            __m256i v[8];
-            for (int k = 0; k < 8; k++) v[k] = _mm256_loadu_si256((const __m256i *)(B + 320 + 512 * c + 64 * k + 32 * h));
-            _Pragma("GCC unroll 2") for (int hn = 0; hn < 2; hn++) { /* sub-block 2c + hn: low / high nibbles */
-                __m256i w[8];
-                for (int k = 0; k < 8; k++) w[k] = _mm256_and_si256(hn ? _mm256_srli_epi16(v[k], 4) : v[k], m4);
-                const __m256i sc = scale_pairs(B + 64 + 16 * (2 * c + hn) + 8 * h, 0);
-                for (int j = 0; j < NB; j++) {
-                    const int8_t *aq = act_k_at(act, xs, j, sb)->q + 64 * c + 32 * hn;
-                    __m256i s = _mm256_maddubs_epi16(w[0], bcast32(aq));
-                    for (int k = 1; k < 8; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[k], bcast32(aq + 4 * k)));
-                    is[j] = _mm256_add_epi32(is[j], _mm256_madd_epi16(s, sc));
-                }
-            }
-        }
-        __m256i mp[4];
-        for (int i = 0; i < 4; i++) mp[i] = two_pairs(B + 192 + 16 * (2 * i) + 8 * h, B + 192 + 16 * (2 * i + 1) + 8 * h, 0);
-        const __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(B + 16 * h)));
-        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(B + 32 + 16 * h)));
-        for (int j = 0; j < NB; j++) {
-            const act_k *a = act_k_at(act, xs, j, sb);
-            __m256i ms = _mm256_madd_epi16(mp[0], bcast32(a->bs32));
-            for (int i = 1; i < 4; i++) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mp[i], bcast32(a->bs32 + 2 * i)));
-            const __m256 ad = _mm256_set1_ps(a->d);
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[j]), _mm256_mul_ps(dd, ad), acc[j]);
-            acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, ad), acc[j]);
-        }
-    }
-}
-
 /* Q6_K, half h of a group (layout: r_pack_group_q6): per 32-element unit the 6-bit values are
  * the low nibbles OR'd with the high bits moved to bits 4-5; per token, pairs of maddubs (<= 2
  * x 16002 per int16) madd'ed by the two 16-element sub-blocks' (scale, scale) pairs, plus the
@@ -187,7 +143,11 @@ static inline __attribute__((always_inline)) void NBF(r16_run)(const int K, cons
             switch (K) {
             case R16_Q4_0: NBF(half_q)(G, h, J->nblk, J->act, J->xs, J->L, acc, 256); break;
             case R16_Q8_0: NBF(half_q)(G, h, J->nblk, J->act, J->xs, J->L, acc, 512); break;
-            case R16_Q4_K: NBF(half_q4_k)(G, h, J->nblk, J->act, J->xs, acc); break;
+            case R16_Q4_K: /* tokens in chunks of at most K_CHUNK, each over the group's bytes */
+                _Pragma("GCC unroll 3") for (int j0 = 0; j0 < NB; j0 += K_CHUNK)
+                    half_q4_k(G, h, J->nblk, J->act + (size_t)j0 * J->xs, J->xs, acc + j0,
+                              NB - j0 < K_CHUNK ? NB - j0 : K_CHUNK, j0 == 0);
+                break;
             default: NBF(half_q6_k)(G, h, J->nblk, J->act, J->xs, acc);
             }
             for (int j = 0; j < NB; j++) store_rows(J->Y, J->rows, 16 * g + 8 * h, j, acc[j]);
