@@ -185,7 +185,54 @@ static inline void store_rows(float *Y, int64_t rows, int64_t r, int j, __m256 v
     else _mm256_maskstore_ps(y, tail8((int)(rows - r)), v);
 }
 
-#define K_CHUNK 5 /* tokens per pass of half_q4_k: 2 K_CHUNK + 3 vectors live in its inner loop */
+#define R16_CHUNK 5 /* most tokens per pass of half_q and half_q4_k: about 2 R16_CHUNK + 4 vectors live */
+
+/* Q4_0 (QB = 256 quant bytes per 16-row block) or Q8_0 (QB = 512): half h (rows 8h..8h+7) of
+ * a group for NT tokens, every block in order; per block and token
+ * acc = fma(float(int dot), dw * dx, acc). Weight vector outer, tokens inner, as in sub_q4_k.
+ * Q4_0: a block's 8 maddubs (low nibbles are elements 4k.., high ones 16 + 4k..) summed as
+ * int16, one madd, plus the act record's -8 * sum; Q8_0: |w| * sign(a, w), a madd each. */
+static inline __attribute__((always_inline)) void half_q(const uint8_t *G, int h, int64_t nblk, const uint8_t *act,
+                                                         size_t xs, r_layout L, __m256 *acc, const int QB, const int NT,
+                                                         const int first) {
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80);
+    for (int j = 0; j < NT; j++) acc[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        const size_t qo = r_qoff(b, QB), so = r_soff(b, nblk, QB);
+        if (h == 0 && first) prefetch_ahead(G + qo, QB + 32); /* half 1 then finds the lines in the caches */
+        const uint8_t *Q = G + qo + 32 * h;
+        __m256i s[R16_CHUNK];
+        for (int j = 0; j < NT; j++) s[j] = _mm256_setzero_si256(); /* folded into the first adds */
+        for (int k = 0; k < 8; k++) {
+            __m256i w, wa = w = _mm256_setzero_si256();
+            if (QB == 256) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(Q + 64 * (k % 4)));
+                w = _mm256_and_si256(k < 4 ? v : _mm256_srli_epi16(v, 4), m4);
+            } else {
+                w = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(Q + 64 * k)), flip); /* signed */
+                wa = _mm256_abs_epi8(w);
+            }
+            for (int j = 0; j < NT; j++) {
+                const uint8_t *aq = act + (size_t)j * xs + 32 * b + (QB == 256 ? 16 * (k / 4) + 4 * (k % 4) : 4 * k);
+                if (QB == 256) {
+                    const __m256i p = _mm256_maddubs_epi16(w, bcast32(aq));
+                    s[j] = _mm256_add_epi16(s[j], p);
+                } else {
+                    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(bcast32(aq), w)), ones);
+                    s[j] = _mm256_add_epi32(s[j], p);
+                }
+                __asm__("" : "+x"(s[j])); /* as in sub_q4_k */
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(G + so + 16 * h)));
+        for (int j = 0; j < NT; j++) {
+            const __m256i t =
+                QB == 256 ? _mm256_add_epi32(_mm256_madd_epi16(s[j], ones), bcast32(act + (size_t)j * xs + L.init + 4 * b)) : s[j];
+            const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(ldf(act + (size_t)j * xs + L.d + 4 * b)));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), sc, acc[j]);
+        }
+    }
+}
 
 /* Sub-block u (hn: its nibbles, a constant) of half h of super-block B for NT tokens: adds
  * scale * dot to is[j]. */
@@ -194,7 +241,7 @@ static inline __attribute__((always_inline)) void sub_q4_k(const uint8_t *B, int
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     /* weight vector outer, tokens inner: NT int16 sums, one weight vector and a broadcast
      * live at once, so that 16 ymm registers hold them (the token-outer order spilled) */
-    __m256i s[K_CHUNK];
+    __m256i s[R16_CHUNK];
     for (int k = 0; k < 8; k++) {
         const __m256i v = _mm256_loadu_si256((const __m256i *)(B + 320 + 512 * (u / 2) + 64 * k + 32 * h));
         const __m256i w = _mm256_and_si256(hn ? _mm256_srli_epi16(v, 4) : v, m4);
@@ -219,7 +266,7 @@ static inline __attribute__((always_inline)) void half_q4_k(const uint8_t *G, in
     for (int64_t sb = 0; sb < nblk / 8; sb++) {
         const uint8_t *B = G + (size_t)sb * R16K_SB;
         if (h == 0 && first) prefetch_ahead(B, R16K_SB);
-        __m256i is[K_CHUNK];
+        __m256i is[R16_CHUNK];
         for (int j = 0; j < NT; j++) is[j] = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) { /* chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high) */
             sub_q4_k(B, h, 2 * c, 0, act, xs, sb, is, NT);
@@ -237,6 +284,58 @@ static inline __attribute__((always_inline)) void half_q4_k(const uint8_t *G, in
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[j]), _mm256_mul_ps(dd, ad), acc[j]);
             acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, ad), acc[j]);
         }
+    }
+}
+
+/* Q6_K, half h of a group (layout: r_pack_group_q6) for NT tokens: per 32-element unit the
+ * 6-bit values are the low nibbles OR'd with the high bits moved to bits 4-5; per token, pairs of
+ * maddubs (<= 2 x 16002 per int16) madd'ed by the two 16-element sub-blocks' (scale, scale)
+ * pairs, plus the -32 * sum offset as 32 * madd((sc, sc') pairs, the record's -sum pairs); per
+ * super-block acc = fma(float(int32 sum), d * dx, acc). Two weight vectors outer, tokens inner. */
+static inline __attribute__((always_inline)) void half_q6_k(const uint8_t *G, int h, int64_t nblk, const uint8_t *act,
+                                                            size_t xs, __m256 *acc, const int NT, const int first) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
+    for (int j = 0; j < NT; j++) acc[j] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nblk / 8; sb++) {
+        const uint8_t *B = G + (size_t)sb * R16Q6_SB;
+        if (h == 0 && first) prefetch_ahead(B, R16Q6_SB);
+        __m256i is[SD_R16_MAX_TOKENS];
+        for (int j = 0; j < NT; j++) is[j] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 8") for (int u = 0; u < 8; u++) {
+            /* unrolled, so that each unit's shifts are constants: 42% fewer instructions at one
+             * token than the loop with its per-vector branches (callgrind) */
+            const int c = u / 2, hn = u % 2, f = u % 4;
+            const uint8_t *sc = B + 32 + 16 * (2 * u) + 8 * h; /* sub-blocks 2u and 2u + 1 */
+            for (int i = 0; i < 4; i++) { /* vectors 2i, 2i + 1: elements 8i .. 8i + 7 of each row */
+                const __m256i s = scale_pairs(sc + 16 * (i / 2), 1);
+                __m256i w[2];
+                for (int e = 0; e < 2; e++) {
+                    const int k = 2 * i + e;
+                    const __m256i lv = _mm256_loadu_si256((const __m256i *)(B + R16Q6_V(c) + 64 * k + 32 * h));
+                    const __m256i hv = _mm256_loadu_si256((const __m256i *)(B + R16Q6_H(u / 4) + 64 * k + 32 * h));
+                    const __m256i l4 = _mm256_and_si256(hn ? _mm256_srli_epi16(lv, 4) : lv, m4);
+                    const __m256i h2 = f == 0 ? _mm256_slli_epi16(hv, 4)
+                                       : f == 1 ? _mm256_slli_epi16(hv, 2)
+                                       : f == 2 ? hv
+                                                : _mm256_srli_epi16(hv, 2);
+                    w[e] = _mm256_or_si256(l4, _mm256_and_si256(h2, m2));
+                }
+                for (int j = 0; j < NT; j++) {
+                    const int8_t *aq = act_k_at(act, xs, j, sb)->q + 32 * u + 8 * i;
+                    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w[0], bcast32(aq)),
+                                                       _mm256_maddubs_epi16(w[1], bcast32(aq + 4)));
+                    is[j] = _mm256_add_epi32(is[j], _mm256_madd_epi16(p, s));
+                    __asm__("" : "+x"(is[j])); /* as in sub_q4_k */
+                }
+            }
+            const __m256i sp = two_pairs(sc, sc + 16, 1);
+            for (int j = 0; j < NT; j++)
+                is[j] = _mm256_add_epi32(is[j], _mm256_slli_epi32(_mm256_madd_epi16(sp, bcast32(act_k_at(act, xs, j, sb)->nbs + 2 * u)), 5));
+        }
+        const __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(B + 16 * h)));
+        for (int j = 0; j < NT; j++)
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[j]), _mm256_mul_ps(dd, _mm256_set1_ps(act_k_at(act, xs, j, sb)->d)),
+                                     acc[j]);
     }
 }
 
