@@ -20,6 +20,25 @@ static inline __m256 transpose_sum8(const __m256 p[8]) {
     return _mm256_add_ps(_mm256_permute2f128_ps(v0, v1, 0x20), _mm256_permute2f128_ps(v0, v1, 0x31));
 }
 
+/* r[0..7] (rows of 8) transposed in place: r[d] then holds element d of each row. */
+static inline void transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) { /* rows 4i..4i+3: u[4i + d] holds their elements d and d + 4 */
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int d = 0; d < 4; d++) {
+        r[d] = _mm256_permute2f128_ps(u[d], u[4 + d], 0x20);
+        r[d + 4] = _mm256_permute2f128_ps(u[d], u[4 + d], 0x31);
+    }
+}
+
 /* Sum of a's 8 lanes by transpose_sum8's tree. */
 static inline float hsum8(__m256 a) {
     __m256 h = _mm256_hadd_ps(a, a); /* e0+e1, e2+e3 in each 128-bit half */

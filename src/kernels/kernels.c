@@ -833,17 +833,22 @@ void sd_softmax(float *x, int n) {
     mxs = vm > mxs ? vm : mxs;
     const __m256 mx = _mm256_set1_ps(mxs);
     __m256 vsum = _mm256_setzero_ps();
-    for (i = 0; i < n; i += 8) {
-        const __m256i m = tail8(n - i);
+    /* full vectors unmasked, the tail masked (the same values: masking per vector cost ~30% of
+     * the instructions of an attention row of 65) */
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), mx));
+        _mm256_storeu_ps(x + i, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    const __m256i m = tail8(n - i);
+    if (i < n) {
         const __m256 e = _mm256_and_ps(exp256(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), mx)), _mm256_castsi256_ps(m));
         _mm256_maskstore_ps(x + i, m, e);
         vsum = _mm256_add_ps(vsum, e);
     }
     const __m256 inv = _mm256_set1_ps(1.0f / hsum8(vsum));
-    for (i = 0; i < n; i += 8) {
-        const __m256i m = tail8(n - i);
-        _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv));
-    }
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    if (i < n) _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv));
 #else
     float mx = x[0];
     for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;

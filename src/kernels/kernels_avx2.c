@@ -308,12 +308,43 @@ static inline __attribute__((always_inline)) void score8(const att_job *J, const
     else _mm256_maskstore_ps(att, tail8(cnt), s);
 }
 
+/* Short heads (HD <= 16): the 8 key rows of positions t0.. (past cnt the last one again; with
+ * use_path token j's rows) of KV head kvh, transposed so that kt[d] holds dimension d of the 8
+ * positions: built once for every query that sees the block. */
+static inline __attribute__((always_inline)) void keys_t(const att_job *J, int j, int kvh, int t0, int cnt, __m256 *kt,
+                                                         const int HD, const int f16, const int use_path) {
+    const char *k0 = J->K + (size_t)kvh * HD * J->esz;
+    const size_t rb = (size_t)J->kv_dim * J->esz;
+    for (int c = 0; c < HD; c += 8) {
+        const int w = HD - c < 8 ? HD - c : 8;
+        __m256 r[8];
+        for (int i = 0; i < 8; i++) {
+            const int t = t0 + (i < cnt ? i : cnt - 1);
+            const char *k = k0 + ((size_t)(use_path ? row_of(J, j, t) : t) * rb + (size_t)c * J->esz);
+            r[i] = w == 8 ? att_load(k, f16) : att_tail(k, w, f16);
+        }
+        transpose8(r);
+        for (int d = 0; d < w; d++) kt[c + d] = r[d];
+    }
+}
+
+/* att[t0 .. t0 + cnt) for query q from transposed keys: a chain of FMAs over the dimensions,
+ * each lane one position, times the scale. */
+static inline __attribute__((always_inline)) void score_t(const __m256 *kt, const float *q, float scale, int cnt,
+                                                          float *att, const int HD) {
+    __m256 s = _mm256_mul_ps(_mm256_broadcast_ss(q), kt[0]);
+    for (int d = 1; d < HD; d++) s = _mm256_fmadd_ps(_mm256_broadcast_ss(q + d), kt[d], s);
+    s = _mm256_mul_ps(s, _mm256_set1_ps(scale));
+    if (cnt == 8) _mm256_storeu_ps(att, s);
+    else _mm256_maskstore_ps(att, tail8(cnt), s);
+}
+
 /* out[0..HD) = sum over token j's positions of att[t] * value row, for heads of at most 16
  * dimensions (others: values_blk): NA accumulators take the positions in turn, added as (a0 +
  * a1) + (a2 + a3). NA and every loop bound are constants once inlined, so the accumulators stay
  * in registers (a remainder loop indexing them by a variable spilled them all to the stack). */
 static inline __attribute__((always_inline)) void values(const att_job *J, int j, int kvh, const float *att, int n_ctx,
-                                                         float *out, const int HD, const int f16) {
+                                                         float *out, const int HD, const int f16, const int use_path) {
     const int NA = HD <= 8 ? 4 : 2, nv = (HD + 7) / 8, last = HD - 8 * (nv - 1);
     __m256 a[4][2];
     for (int u = 0; u < 4; u++) a[u][0] = a[u][1] = _mm256_setzero_ps();
@@ -322,7 +353,7 @@ static inline __attribute__((always_inline)) void values(const att_job *J, int j
 #define VALUE_AT(u, t)                                                                                        \
     do {                                                                                                      \
         const __m256 w = _mm256_broadcast_ss(att + (t));                                                     \
-        const char *vr = vb + (size_t)(J->path ? row_of(J, j, (t)) : (t)) * rb;                               \
+        const char *vr = vb + (size_t)(use_path ? row_of(J, j, (t)) : (t)) * rb;                              \
         for (int v = 0; v < nv; v++) {                                                                        \
             const char *p = vr + (size_t)(8 * v) * J->esz;                                                    \
             a[u][v] = _mm256_fmadd_ps(w, v < nv - 1 || last == 8 ? att_load(p, f16) : att_tail(p, last, f16), a[u][v]); \
@@ -379,6 +410,25 @@ static inline __attribute__((always_inline)) void att_range(const att_job *J, in
     int nmax = 0;
     for (int j = j0; j < j1; j++) nmax = tok_ctx(J, j) > nmax ? tok_ctx(J, j) : nmax;
 #define ATT_ROW(j, h) (att + ((size_t)((j) - j0) * nh + ((h) - h0)) * stride)
+    if (HD <= 16) /* transposed keys, shared by the block's queries where their rows are */
+        for (int t0 = 0; t0 < nmax; t0 += 8) {
+            const int shared = !J->path || t0 + 8 <= J->pos0, g = J->group;
+            for (int kvh = h0 / g; kvh <= (h1 - 1) / g; kvh++) {
+                const int ha = kvh * g > h0 ? kvh * g : h0, hb = (kvh + 1) * g < h1 ? (kvh + 1) * g : h1;
+                __m256 kt[16];
+                if (shared) keys_t(J, j0, kvh, t0, nmax - t0 < 8 ? nmax - t0 : 8, kt, HD, f16, 0);
+                else
+                    for (int d = 0; d < HD; d++) kt[d] = _mm256_setzero_ps(); /* each token's below */
+                for (int j = j0; j < j1; j++) {
+                    const int nj = tok_ctx(J, j), cnt = nj - t0 < 8 ? nj - t0 : 8;
+                    if (cnt <= 0) continue;
+                    if (!shared) keys_t(J, j, kvh, t0, cnt, kt, HD, f16, 1);
+                    for (int h = ha; h < hb; h++)
+                        score_t(kt, J->q + ((size_t)j * J->n_heads + h) * HD, J->scale, cnt, ATT_ROW(j, h) + t0, HD);
+                }
+            }
+        }
+    else
     for (int t0 = 0; t0 < nmax; t0 += 8)
         for (int h = h0; h < h1; h++)
             for (int j = j0; j < j1; j++) {
@@ -394,7 +444,8 @@ static inline __attribute__((always_inline)) void att_range(const att_job *J, in
             const int nj = tok_ctx(J, j);
             sd_softmax(a, nj);
             if (blocked) memset(o, 0, (size_t)HD * sizeof(float));
-            else values(J, j, h / J->group, a, nj, o, HD, f16);
+            else if (J->path) values(J, j, h / J->group, a, nj, o, HD, f16, 1);
+            else values(J, j, h / J->group, a, nj, o, HD, f16, 0); /* no lookups in the loop */
         }
     if (!blocked) return;
     for (int t0 = 0; t0 < nmax; t0 += 16)
