@@ -1,6 +1,8 @@
 /* The AVX2 integer kernels for NB tokens: quant_avx2.c defines NB and includes this file once for
  * each NB = 1..9 (so no include guard). With NB a constant, every loop over the tokens unrolls
- * and each (row or group, token) accumulator can stay in a register. NBF(name) is name_NB. */
+ * and each (row or group, token) accumulator can stay in a register. NBF(name) is name_NB. The
+ * 16-row kernels' bodies (half_q, half_q4_k, half_q6_k) are in quant_avx2.c, over a constant
+ * count of tokens per chunk; the driver here splits NB into those chunks. */
 
 #if NB <= ROWS_MAX_NB
 /* Q5_0 rows [r0, r1) for NB tokens, one row at a time (file layout): per block, its 32 weights
@@ -45,12 +47,12 @@ static inline __attribute__((always_inline)) void NBF(r16_run)(const int K, cons
             /* tokens in chunks of at most C, each over the group's bytes */
             const int C = K == R16_Q6_K ? SD_R16_MAX_TOKENS : R16_CHUNK;
             _Pragma("GCC unroll 2") for (int j0 = 0; j0 < NB; j0 += C) {
-                    const int nt = NB - j0 < C ? NB - j0 : C;
-                    const uint8_t *act = J->act + (size_t)j0 * J->xs;
-                    if (K == R16_Q4_K) half_q4_k(G, h, J->nblk, act, J->xs, acc + j0, nt, j0 == 0);
-                    else if (K == R16_Q6_K) half_q6_k(G, h, J->nblk, act, J->xs, acc + j0, nt, j0 == 0);
-                    else half_q(G, h, J->nblk, act, J->xs, J->L, acc + j0, K == R16_Q4_0 ? 256 : 512, nt, j0 == 0);
-                }
+                const int nt = NB - j0 < C ? NB - j0 : C;
+                const uint8_t *act = J->act + (size_t)j0 * J->xs;
+                if (K == R16_Q4_K) half_q4_k(G, h, J->nblk, act, J->xs, acc + j0, nt, j0 == 0);
+                else if (K == R16_Q6_K) half_q6_k(G, h, J->nblk, act, J->xs, acc + j0, nt, j0 == 0);
+                else half_q(G, h, J->nblk, act, J->xs, J->L, acc + j0, K == R16_Q4_0 ? 256 : 512, nt, j0 == 0);
+            }
             for (int j = 0; j < NB; j++) store_rows(J->Y, J->rows, 16 * g + 8 * h, j, acc[j]);
         }
     }
