@@ -249,8 +249,10 @@ void sd_avx2_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r
 
 /* ---------------------------------------------------------------- attention
  *
- * Per (token, query head): scores of 8 positions at a time (8 accumulators over the head's
- * dimensions, summed by transpose_sum8, times the scale), softmax, then the value rows summed
+ * Per (token, query head): scores of 8 positions at a time (heads over 16 dimensions: 8
+ * accumulators over the head's dimensions, summed by transpose_sum8; shorter heads: a chain of
+ * FMAs over the dimensions from the block's keys transposed, keys_t, once for every query that
+ * sees them; then times the scale), softmax, then the value rows summed
  * in position order: with nacc(head_dim) accumulators taking positions in turn (4 for heads of
  * at most 8 dimensions, 2 up to 16, else 1; a single FMA chain per vector left short heads
  * latency-bound), added as (a0 + a1) + (a2 + a3), 64 dimensions at a time. These operations
@@ -291,8 +293,8 @@ static inline int64_t row_of(const att_job *J, int j, int t) {
 static inline __m256 att_load(const char *p, int f16) { return f16 ? load8_f16(p) : load8_f32(p); }
 static inline __m256 att_tail(const char *p, int n, int f16) { return f16 ? tail8_f16(p, n) : tail8_f32(p, n); }
 
-/* att[t0 .. t0 + cnt) for query q (HD dims, a constant once inlined) of token j against KV head
- * kvh; positions past cnt re-read the last row (their lanes are not stored). */
+/* att[t0 .. t0 + cnt) for query q (HD > 16 dims, a constant once inlined) of token j against
+ * KV head kvh; positions past cnt re-read the last row (their lanes are not stored). */
 static inline __attribute__((always_inline)) void score8(const att_job *J, const float *q, int j, int kvh, int t0,
                                                          int cnt, float *att, const int HD, const int f16) {
     const char *kp[8], *k0 = J->K + (size_t)kvh * HD * J->esz;
@@ -301,10 +303,9 @@ static inline __attribute__((always_inline)) void score8(const att_job *J, const
         for (int i = 0; i < 8; i++) kp[i] = k0 + (size_t)(t0 + (i < cnt ? i : cnt - 1)) * rb;
     else
         for (int i = 0; i < 8; i++) kp[i] = k0 + (size_t)row_of(J, j, t0 + (i < cnt ? i : cnt - 1)) * rb;
-    __m256 p[8];
-    const int w0 = HD < 8 ? HD : 8;
-    const __m256 q0 = w0 == 8 ? _mm256_loadu_ps(q) : _mm256_maskload_ps(q, tail8(w0));
-    for (int i = 0; i < 8; i++) p[i] = _mm256_mul_ps(q0, w0 == 8 ? att_load(kp[i], f16) : att_tail(kp[i], w0, f16));
+    __m256 p[8]; /* HD > 16: the first 8 dimensions are whole */
+    const __m256 q0 = _mm256_loadu_ps(q);
+    for (int i = 0; i < 8; i++) p[i] = _mm256_mul_ps(q0, att_load(kp[i], f16));
     for (int c = 8; c < HD; c += 8) {
         const int w = HD - c < 8 ? HD - c : 8;
         const __m256 qc = w == 8 ? _mm256_loadu_ps(q + c) : _mm256_maskload_ps(q + c, tail8(w));
@@ -439,14 +440,14 @@ static inline __attribute__((always_inline)) void att_range(const att_job *J, in
             }
         }
     else
-    for (int t0 = 0; t0 < nmax; t0 += 8)
-        for (int h = h0; h < h1; h++)
-            for (int j = j0; j < j1; j++) {
-                const int nj = tok_ctx(J, j);
-                if (t0 >= nj) continue;
-                score8(J, J->q + ((size_t)j * J->n_heads + h) * HD, j, h / J->group, t0, nj - t0 < 8 ? nj - t0 : 8,
-                       ATT_ROW(j, h) + t0, HD, f16);
-            }
+        for (int t0 = 0; t0 < nmax; t0 += 8)
+            for (int h = h0; h < h1; h++)
+                for (int j = j0; j < j1; j++) {
+                    const int nj = tok_ctx(J, j);
+                    if (t0 >= nj) continue;
+                    score8(J, J->q + ((size_t)j * J->n_heads + h) * HD, j, h / J->group, t0, nj - t0 < 8 ? nj - t0 : 8,
+                           ATT_ROW(j, h) + t0, HD, f16);
+                }
     const int blocked = HD > 16; /* one accumulator per vector: values may go block by block */
     for (int j = j0; j < j1; j++)
         for (int h = h0; h < h1; h++) {

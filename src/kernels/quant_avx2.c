@@ -204,7 +204,7 @@ static inline __attribute__((always_inline)) void half_q(const uint8_t *G, int h
         __m256i s[R16_CHUNK];
         for (int j = 0; j < NT; j++) s[j] = _mm256_setzero_si256(); /* folded into the first adds */
         for (int k = 0; k < 8; k++) {
-            __m256i w, wa = w = _mm256_setzero_si256();
+            __m256i w, wa = _mm256_setzero_si256(); /* wa: Q8_0's |w| */
             if (QB == 256) {
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(Q + 64 * (k % 4)));
                 w = _mm256_and_si256(k < 4 ? v : _mm256_srli_epi16(v, 4), m4);
