@@ -19,16 +19,39 @@ void sd_rng_seed(sd_rng *r, uint64_t seed);
 uint64_t sd_rng_next(sd_rng *r);
 float sd_rng_uniform(sd_rng *r);
 
+/* How a token is drawn from a processed distribution (temperature > 0). Both are exact draws;
+ * they differ in what a seed fixes once speculation is on (docs/design.md, "Sampling"). */
+typedef enum {
+    /* The exponential race (Gumbel-max) over noise hashed from (seed, position, token): the token
+     * at a position is a function of the seed, the position and the target's distribution there,
+     * so speculation of any kind yields plain decoding's text (drafter-invariant sampling;
+     * Daliri, Musco and Suresh 2024). Drafts are accepted where they equal that token. */
+    SD_SAMPLING_COUPLED = 0,
+    /* One RNG stream per generation; drafts verified by speculative (rejection) sampling
+     * (Leviathan et al. 2023): the output's distribution is the target's, but the text for a
+     * seed depends on what was drafted. */
+    SD_SAMPLING_REJECTION = 1,
+} sd_sampling_mode;
+
 typedef struct {
     float temperature; /* 0 = greedy (argmax); > 0 scales logits by 1/T */
     int top_k;         /* 0 = off; else keep the k most likely */
     float top_p;       /* 1 = off; else keep the smallest prefix with mass >= top_p, in (0, 1] */
     uint64_t seed;
+    sd_sampling_mode mode;
 } sd_sampler_params;
 
-sd_sampler_params sd_sampler_default_params(void); /* greedy, top_k 0, top_p 1, seed 42 */
+/* The mode sampling uses unless told otherwise (sd_sampler_default_params). */
+#define SD_SAMPLING_DEFAULT SD_SAMPLING_REJECTION
+#define SD_SAMPLING_DEFAULT_NAME "rejection"
 
-/* Checks ranges: temperature >= 0 and finite, top_k >= 0, top_p in (0, 1]. */
+/* greedy, top_k 0, top_p 1, seed 42, SD_SAMPLING_DEFAULT */
+sd_sampler_params sd_sampler_default_params(void);
+const char *sd_sampling_mode_name(sd_sampling_mode m); /* "coupled", "rejection" */
+/* Parses a name of sd_sampling_mode_name; SD_ERR_INVALID_ARG naming the value otherwise. */
+sd_status sd_sampling_mode_from_name(const char *name, sd_sampling_mode *out);
+
+/* Checks ranges: temperature >= 0 and finite, top_k >= 0, top_p in (0, 1], a known mode. */
 sd_status sd_sampler_params_check(const sd_sampler_params *p);
 
 /* Index of the largest value; ties go to the lowest index. -1 when n <= 0. */
@@ -52,5 +75,24 @@ size_t sd_sample_scratch_bytes(int n);
  * the last id with nonzero mass when rounding leaves u above the total. Tokens with zero
  * mass are never drawn; returns -1 only when probs has no positive mass (or n <= 0). */
 int32_t sd_sample_draw(const float *probs, int n, sd_rng *r);
+
+/* ---- Coupled sampling: the exponential race ------------------------------------------------
+ * Token x at a position gets noise E(x) ~ Exp(1), a pure function of (seed, position, x) through
+ * a counter-based hash, so no state is carried. argmax_x p(x) / E(x) is an exact draw from p
+ * (P(x wins) = p(x)); the draft model's proposal is the same race over its q, so a draft is
+ * right exactly when it equals the target's token. Every build computes the noise with the same
+ * IEEE operations (no libm), so a seed gives the same text on every machine. */
+
+/* The noise key of (seed, position): pos is the token's index in the sequence (prompt first). */
+uint64_t sd_coupled_key(uint64_t seed, int64_t pos);
+/* E(x) for the key: -ln(1 - V), V uniform in (0, 1) from 32 hashed bits, with relative
+ * precision kept where E is small (the likely winners). */
+float sd_coupled_noise(uint64_t key, int32_t x);
+/* The race's winner over probs[0..n): argmax probs[x] / E(x), ties to the lower id; tokens
+ * without mass never win. -1 when probs has no positive mass (or n <= 0). */
+int32_t sd_sample_coupled(const float *probs, int n, uint64_t key);
+/* The race's best `count` tokens with mass, best first, into out; returns how many (<= count).
+ * out[0] is sd_sample_coupled's token. A tree drafter's children at a node. */
+int sd_sample_coupled_top(const float *probs, int n, uint64_t key, int count, int32_t *out);
 
 #endif

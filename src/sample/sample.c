@@ -42,8 +42,23 @@ float sd_rng_uniform(sd_rng *r) { return (float)(sd_rng_next(r) >> 40) * 0x1.0p-
 /* ---- Parameters ------------------------------------------------------------------------ */
 
 sd_sampler_params sd_sampler_default_params(void) {
-    sd_sampler_params p = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 42};
+    sd_sampler_params p = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 42, .mode = SD_SAMPLING_DEFAULT};
     return p;
+}
+
+static const char *const k_mode_names[] = {[SD_SAMPLING_COUPLED] = "coupled", [SD_SAMPLING_REJECTION] = "rejection"};
+
+const char *sd_sampling_mode_name(sd_sampling_mode m) {
+    return (unsigned)m < sizeof k_mode_names / sizeof *k_mode_names ? k_mode_names[m] : "?";
+}
+
+sd_status sd_sampling_mode_from_name(const char *name, sd_sampling_mode *out) {
+    for (unsigned i = 0; name && i < sizeof k_mode_names / sizeof *k_mode_names; i++)
+        if (!strcmp(name, k_mode_names[i])) {
+            *out = (sd_sampling_mode)i;
+            return SD_OK;
+        }
+    return sd_fail(SD_ERR_INVALID_ARG, "sampling mode must be coupled or rejection, got '%s'", name ? name : "(null)");
 }
 
 sd_status sd_sampler_params_check(const sd_sampler_params *p) {
@@ -58,6 +73,8 @@ sd_status sd_sampler_params_check(const sd_sampler_params *p) {
     /* Written as !(in range) so NaN is rejected too. */
     if (!(p->top_p > 0 && p->top_p <= 1))
         return sd_fail(SD_ERR_INVALID_ARG, "top_p must be in (0, 1] (got %g)", (double)p->top_p);
+    if (p->mode != SD_SAMPLING_COUPLED && p->mode != SD_SAMPLING_REJECTION)
+        return sd_fail(SD_ERR_INVALID_ARG, "sampling mode %d (coupled or rejection)", (int)p->mode);
     return SD_OK;
 }
 
