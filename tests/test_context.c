@@ -260,17 +260,21 @@ static void *gen_thread(void *arg) {
     p.stop_at_eos = 0;
     p.sampling.temperature = 0.9f; /* sampled: the RNG stream is per engine */
     p.sampling.seed = 5;
+    sd_spec_batch *b = NULL;
     j->st = sd_context_create(j->m, NULL, &c);
-    if (j->st == SD_OK) j->st = sd_spec_create_with(c, 0, NULL, &p, &s);
+    if (j->st == SD_OK) j->st = sd_spec_batch_create(c, NULL, &b);
+    if (j->st == SD_OK) j->st = sd_spec_create_with(b, 0, NULL, &p, &s);
     int32_t *out = j->out;
     int n = 0;
     if (j->st == SD_OK) j->st = sd_spec_begin(s, j->prompt, j->n_prompt);
     while (j->st == SD_OK && !sd_spec_done(s)) {
-        int k = 0;
-        j->st = sd_spec_step(s, NULL, NULL, out + n, &k);
-        n += k;
+        sd_spec_round rd;
+        j->st = sd_spec_step(s, NULL, NULL, &rd);
+        memcpy(out + n, rd.tokens, (size_t)rd.n_tokens * sizeof *out);
+        n += rd.n_tokens;
     }
     sd_spec_free(s);
+    sd_spec_batch_free(b);
     sd_context_free(c);
     return NULL;
 }
@@ -408,6 +412,15 @@ static void test_bad_batches(void **state) {
 
 /* ---------------------------------------------------------------- the step API */
 
+/* One round of s: its tokens appended at out; returns how many. */
+static int step_into(sd_spec *s, int32_t *out) {
+    sd_spec_round rd;
+    assert_int_equal(sd_spec_step(s, NULL, NULL, &rd), SD_OK);
+    memcpy(out, rd.tokens, (size_t)rd.n_tokens * sizeof *out);
+    assert_int_equal(rd.done, sd_spec_done(s));
+    return rd.n_tokens;
+}
+
 /* A follow-up prompt that extends the last history reuses the target's cached tokens; the
  * output equals a fresh engine's. */
 static void test_begin_reuses_prefix(void **state) {
@@ -431,36 +444,29 @@ static void test_begin_reuses_prefix(void **state) {
     turn2[n] = 7;
     turn2[n + 1] = 8;
     const int n2 = n + 2;
-    int32_t a[20], b[20];
-    int na = 0, nb = 0, k;
+    int32_t a[20 + SD_MAX_DRAFT], b[20 + SD_MAX_DRAFT];
+    int na = 0, nb = 0;
     assert_int_equal(sd_spec_begin(s, turn2, n2), SD_OK);
     sd_spec_get_stats(s, &st);
     assert_int_equal(st.n_reused, n - 1); /* all it held: the history but its pending token */
-    while (!sd_spec_done(s)) {
-        assert_int_equal(sd_spec_step(s, NULL, NULL, a + na, &k), SD_OK);
-        na += k;
-    }
+    while (!sd_spec_done(s)) na += step_into(s, a + na);
     assert_int_equal(sd_spec_create(m, m, &p, &fresh), SD_OK);
     assert_int_equal(sd_spec_begin(fresh, turn2, n2), SD_OK);
-    while (!sd_spec_done(fresh)) {
-        assert_int_equal(sd_spec_step(fresh, NULL, NULL, b + nb, &k), SD_OK);
-        nb += k;
-    }
+    while (!sd_spec_done(fresh)) nb += step_into(fresh, b + nb);
     assert_int_equal(na, 20);
     assert_int_equal(nb, 20);
-    assert_memory_equal(a, b, sizeof a);
+    assert_memory_equal(a, b, 20 * sizeof(int32_t));
     /* a step after the end emits nothing */
-    assert_int_equal(sd_spec_step(s, NULL, NULL, a, &k), SD_OK);
-    assert_int_equal(k, 0);
+    assert_int_equal(step_into(s, a), 0);
     sd_spec_free(fresh);
     sd_spec_free(s);
     sd_model_free(m);
 }
 
 /* A slot's engine serves one request after another (a server): sd_spec_set_params changes the
- * sampling, the budget and the draft length between generations, sd_drafter_model_set_sampling
- * the draft model's, and the next prompt still reuses the cache. The sampled output equals a
- * fresh engine's with the same parameters (fixed draft length: the same random draws). */
+ * sampling (the drafter's with it), the budget and the draft length between generations, and
+ * the next prompt still reuses the cache. The sampled output equals a fresh engine's with the
+ * same parameters (fixed draft length: the same random draws), in both sampling modes. */
 static void test_set_params_between_requests(void **state) {
     (void)state;
     sd_model *m = model_of(0);
@@ -470,10 +476,13 @@ static void test_set_params_between_requests(void **state) {
     p.draft_max = 4;
     p.draft_mode = SD_DRAFT_FIXED;
     sd_context *tc = new_ctx(m, 64, 1), *dc = new_ctx(m, 64, 1), *tc2 = new_ctx(m, 64, 1), *dc2 = new_ctx(m, 64, 1);
-    sd_drafter *d = NULL, *d2 = NULL, *ng = NULL;
+    sd_spec_batch *tb = NULL, *tb2 = NULL;
+    assert_int_equal(sd_spec_batch_create(tc, NULL, &tb), SD_OK);
+    assert_int_equal(sd_spec_batch_create(tc2, NULL, &tb2), SD_OK);
+    sd_drafter *d = NULL, *d2 = NULL;
     sd_spec *s = NULL, *fresh = NULL;
     assert_int_equal(sd_drafter_model_create(dc, 0, 300, &p.sampling, &d), SD_OK);
-    assert_int_equal(sd_spec_create_with(tc, 0, d, &p, &s), SD_OK);
+    assert_int_equal(sd_spec_create_with(tb, 0, d, &p, &s), SD_OK);
     const int32_t prompt[4] = {1, 290, 291, 292};
     sd_spec_stats st;
     assert_int_equal(sd_spec_generate(s, prompt, 4, NULL, NULL, &st), SD_OK);
@@ -490,9 +499,8 @@ static void test_set_params_between_requests(void **state) {
     q.sampling.temperature = 0.9f;
     q.sampling.top_p = 0.95f;
     q.sampling.seed = 77;
-    assert_int_equal(sd_spec_set_params(s, &q), SD_OK);
-    assert_int_equal(sd_drafter_model_set_sampling(d, &q.sampling), SD_OK);
-    int32_t a[16], b[16];
+    assert_int_equal(sd_spec_set_params(s, &q), SD_OK); /* the drafter's sampling follows */
+    int32_t a[16 + SD_MAX_DRAFT], b[16 + SD_MAX_DRAFT];
     int na = 0, nb = 0, k;
     assert_int_equal(sd_spec_begin(s, turn2, n2), SD_OK);
     sd_spec_get_stats(s, &st);
@@ -502,17 +510,14 @@ static void test_set_params_between_requests(void **state) {
     assert_int_equal(sd_spec_set_params(s, &p), SD_ERR_INVALID_ARG);
     assert_non_null(strstr(sd_last_error(), "while a generation runs"));
     while (!sd_spec_done(s)) {
-        assert_int_equal(sd_spec_step(s, NULL, NULL, a + na, &k), SD_OK);
+        k = step_into(s, a + na);
         assert_true(k <= 3);
         na += k;
     }
     assert_int_equal(sd_drafter_model_create(dc2, 0, 300, &q.sampling, &d2), SD_OK);
-    assert_int_equal(sd_spec_create_with(tc2, 0, d2, &q, &fresh), SD_OK);
+    assert_int_equal(sd_spec_create_with(tb2, 0, d2, &q, &fresh), SD_OK);
     assert_int_equal(sd_spec_begin(fresh, turn2, n2), SD_OK);
-    while (!sd_spec_done(fresh)) {
-        assert_int_equal(sd_spec_step(fresh, NULL, NULL, b + nb, &k), SD_OK);
-        nb += k;
-    }
+    while (!sd_spec_done(fresh)) nb += step_into(fresh, b + nb);
     assert_int_equal(na, 9);
     assert_int_equal(nb, 9);
     assert_memory_equal(a, b, sizeof(int32_t) * 9);
@@ -524,19 +529,22 @@ static void test_set_params_between_requests(void **state) {
     q.draft_max = 2;
     q.sampling.temperature = -1;
     assert_int_equal(sd_spec_set_params(s, &q), SD_ERR_INVALID_ARG);
-    assert_int_equal(sd_drafter_model_set_sampling(d, &q.sampling), SD_ERR_INVALID_ARG);
-    assert_int_equal(sd_drafter_ngram_create(1, 3, 300, &ng), SD_OK);
-    assert_int_equal(sd_drafter_model_set_sampling(ng, &p.sampling), SD_ERR_INVALID_ARG);
-    assert_non_null(strstr(sd_last_error(), "drafter 'ngram' has no draft model"));
+    assert_int_equal(sd_drafter_set_sampling(d, &q.sampling), SD_ERR_INVALID_ARG);
+    q.sampling.temperature = 0.9f;
+    q.sampling.mode = (sd_sampling_mode)7;
+    assert_int_equal(sd_spec_set_params(s, &q), SD_ERR_INVALID_ARG);
+    assert_non_null(strstr(sd_last_error(), "sampling mode 7"));
     /* the engine still runs with the parameters it had */
     assert_int_equal(sd_spec_begin(s, turn2, n2), SD_OK);
     sd_spec_get_stats(s, &st);
     assert_int_equal(st.k, 2);
-    sd_drafter_free(ng);
+    sd_spec_cancel(s);
     sd_spec_free(fresh);
     sd_spec_free(s);
     sd_drafter_free(d2);
     sd_drafter_free(d);
+    sd_spec_batch_free(tb);
+    sd_spec_batch_free(tb2);
     sd_context_free(tc);
     sd_context_free(dc);
     sd_context_free(tc2);
@@ -544,9 +552,10 @@ static void test_set_params_between_requests(void **state) {
     sd_model_free(m);
 }
 
-/* sd_spec_set_draft_limit in the middle of a generation: 0 makes plain steps (one token each, no
- * verify pass), 2 caps the drafts, and the output stays the greedy one; a bad limit is refused. */
-static void test_draft_limit(void **state) {
+/* sd_spec_cancel ends a generation between rounds without a pass: the stop reason says so, the
+ * caches stay consistent (the next prompt reuses them and the output equals a fresh engine's),
+ * and cancelling an ended or never-started engine does nothing. */
+static void test_cancel(void **state) {
     (void)state;
     enum { N = 30 };
     sd_model *m = model_of(0);
@@ -559,34 +568,91 @@ static void test_draft_limit(void **state) {
     p.draft_mode = SD_DRAFT_FIXED;
     sd_spec *s = NULL;
     assert_int_equal(sd_spec_create(m, m, &p, &s), SD_OK);
+    sd_spec_cancel(s); /* nothing runs yet */
     assert_int_equal(sd_spec_begin(s, prompt, 4), SD_OK);
     int32_t got[N + SD_MAX_DRAFT + 1];
-    int n = 0, k;
-    assert_int_equal(sd_spec_step(s, NULL, NULL, got + n, &k), SD_OK); /* k = 4: all accepted (self-draft) */
-    assert_int_equal(k, 5);
-    n += k;
-    assert_int_equal(sd_spec_set_draft_limit(s, 0), SD_OK);
-    for (int r = 0; r < 5; r++) {
-        assert_int_equal(sd_spec_step(s, NULL, NULL, got + n, &k), SD_OK);
-        assert_int_equal(k, 1);
-        n += k;
-    }
+    int n = step_into(s, got); /* k = 4: all accepted (self-draft) */
+    assert_int_equal(n, 5);
+    sd_spec_cancel(s);
+    assert_true(sd_spec_done(s));
     sd_spec_stats st;
     sd_spec_get_stats(s, &st);
-    assert_int_equal(st.n_verify, 1);
-    assert_int_equal(st.n_target_steps, 5);
-    assert_int_equal(sd_spec_set_draft_limit(s, 2), SD_OK);
-    while (!sd_spec_done(s)) {
-        assert_int_equal(sd_spec_step(s, NULL, NULL, got + n, &k), SD_OK);
-        assert_true(k <= 3);
-        n += k;
-    }
+    assert_int_equal(st.stop_reason, SD_STOP_CANCELLED);
+    assert_string_equal(sd_stop_reason_name(st.stop_reason), "cancelled");
+    assert_int_equal(st.n_generated, 5);
+    assert_int_equal(step_into(s, got + n), 0);
+    sd_spec_cancel(s); /* again: nothing */
+    /* the cache holds the history but its last token; a new generation from the same prompt reuses
+     * it up to the prompt and gives the greedy text */
+    assert_int_equal(sd_context_seq_len(sd_spec_target_context(s), 0), 4 + 5 - 1);
+    assert_int_equal(sd_spec_begin(s, prompt, 4), SD_OK);
+    sd_spec_get_stats(s, &st);
+    assert_int_equal(st.n_reused, 3);
+    n = 0;
+    while (!sd_spec_done(s)) n += step_into(s, got + n);
     assert_int_equal(n, N);
     assert_memory_equal(got, want, N * sizeof(int32_t));
-    assert_int_equal(sd_spec_set_draft_limit(s, -1), SD_ERR_INVALID_ARG);
-    assert_int_equal(sd_spec_set_draft_limit(s, SD_MAX_DRAFT + 1), SD_ERR_INVALID_ARG);
     free(want);
     sd_spec_free(s);
+    sd_model_free(m);
+}
+
+/* draft_min (llama-server's speculative.n_min): a chain shorter than it is not verified, so every
+ * round is either a plain step or at least draft_min drafts, and greedy output is unchanged;
+ * a draft_min above draft_max, on a tree, or where dropping short chains would bias rejection
+ * sampling, is refused naming why. */
+static void test_draft_min(void **state) {
+    (void)state;
+    enum { N = 40 };
+    sd_model *m = model_of(0);
+    const int32_t prompt[4] = {1, 290, 291, 292};
+    int32_t *want = sdtest_greedy(m, NULL, prompt, 4, N, NULL);
+    sd_spec_params p = sd_spec_default_params();
+    p.n_predict = N;
+    p.stop_at_eos = 0;
+    p.draft_max = 6;
+    p.draft_min = 3;
+    p.draft_mode = SD_DRAFT_PMIN;
+    p.p_min = 0.025f; /* its top probabilities run 0.017-0.07: chains of every length */
+    sd_spec *s = NULL;
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_OK);
+    assert_int_equal(sd_spec_begin(s, prompt, 4), SD_OK);
+    int32_t got[N + SD_MAX_DRAFT + 1];
+    int n = 0, plain = 0, drafted = 0;
+    while (!sd_spec_done(s)) {
+        sd_spec_round rd;
+        assert_int_equal(sd_spec_step(s, NULL, NULL, &rd), SD_OK);
+        assert_true(rd.n_drafted == 0 || rd.n_drafted >= 3);
+        plain += rd.n_drafted == 0;
+        drafted += rd.n_drafted > 0;
+        memcpy(got + n, rd.tokens, (size_t)rd.n_tokens * sizeof *got);
+        n += rd.n_tokens;
+    }
+    printf("  draft_min 3, p_min 0.025: %d rounds with drafts, %d plain\n", drafted, plain);
+    assert_true(plain > 0 && drafted > 0);
+    assert_int_equal(n, N);
+    assert_memory_equal(got, want, N * sizeof(int32_t));
+    sd_spec_free(s);
+    s = NULL;
+    p.draft_min = 7;
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_ERR_INVALID_ARG);
+    assert_non_null(strstr(sd_last_error(), "draft_min 7 must be in 0..draft_max (6)"));
+    p.draft_min = 3;
+    p.tree_budget = 8;
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_ERR_UNSUPPORTED);
+    p.tree_budget = 0;
+    p.sampling.temperature = 0.8f;
+    p.sampling.mode = SD_SAMPLING_REJECTION;
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(sd_last_error(), "biases the output"));
+    p.draft_mode = SD_DRAFT_FIXED; /* a length fixed before any draw: fine */
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_OK);
+    sd_spec_free(s);
+    p.draft_mode = SD_DRAFT_PMIN;
+    p.sampling.mode = SD_SAMPLING_COUPLED; /* the output does not depend on the drafts: fine */
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_OK);
+    sd_spec_free(s);
+    free(want);
     sd_model_free(m);
 }
 
@@ -605,6 +671,8 @@ static void test_step_many_caps_the_pass(void **state) {
         free(g);
     }
     sd_context *tc = new_ctx(t, 64, S), *dc = new_ctx(t, 64, S);
+    sd_spec_batch *tb = NULL;
+    assert_int_equal(sd_spec_batch_create(tc, NULL, &tb), SD_OK);
     sd_drafter *dr[S];
     sd_spec *sp[S];
     for (int s = 0; s < S; s++) {
@@ -614,25 +682,22 @@ static void test_step_many_caps_the_pass(void **state) {
         p.draft_max = 8;
         p.draft_mode = SD_DRAFT_FIXED;
         assert_int_equal(sd_drafter_model_create(dc, s, 300, &p.sampling, &dr[s]), SD_OK);
-        assert_int_equal(sd_spec_create_with(tc, s, dr[s], &p, &sp[s]), SD_OK);
+        assert_int_equal(sd_spec_create_with(tb, s, dr[s], &p, &sp[s]), SD_OK);
         assert_int_equal(sd_spec_begin(sp[s], prompts[s], 5), SD_OK);
     }
-    sd_verify_round *vr = NULL;
-    assert_int_equal(sd_verify_round_create(tc, &vr), SD_OK);
-    int32_t got[S][N + SD_MAX_DRAFT + 1], bufs[S][SD_MAX_DRAFT + 1];
-    int n_got[S] = {0}, n_out[S], most = 0;
-    int32_t *outs[S];
-    for (int s = 0; s < S; s++) outs[s] = bufs[s];
+    int32_t got[S][N + SD_MAX_DRAFT + 1];
+    sd_spec_round rd[S];
+    int n_got[S] = {0}, most = 0;
     for (int live = S; live > 0;) {
-        assert_int_equal(sd_spec_step_many(vr, sp, S, outs, n_out), SD_OK);
-        const int n_tok = sd_verify_round_n_tokens(vr);
+        assert_int_equal(sd_spec_batch_step(tb, sp, S, rd), SD_OK);
+        const int n_tok = sd_spec_batch_pass_tokens(tb);
         assert_true(n_tok <= SD_MAX_DRAFT + 1);
         if (n_tok > most) most = n_tok;
         live = 0;
         for (int s = 0; s < S; s++) {
-            assert_true(n_out[s] <= (SD_MAX_DRAFT + 1) / S);
-            memcpy(got[s] + n_got[s], bufs[s], (size_t)n_out[s] * sizeof(int32_t));
-            n_got[s] += n_out[s];
+            assert_true(rd[s].n_tokens <= (SD_MAX_DRAFT + 1) / S);
+            memcpy(got[s] + n_got[s], rd[s].tokens, (size_t)rd[s].n_tokens * sizeof(int32_t));
+            n_got[s] += rd[s].n_tokens;
             live += !sd_spec_done(sp[s]);
         }
     }
@@ -642,11 +707,11 @@ static void test_step_many_caps_the_pass(void **state) {
         assert_int_equal(n_got[s], N);
         assert_memory_equal(got[s], want[s], sizeof want[s]);
     }
-    sd_verify_round_free(vr);
     for (int s = 0; s < S; s++) {
         sd_spec_free(sp[s]);
         sd_drafter_free(dr[s]);
     }
+    sd_spec_batch_free(tb);
     sd_context_free(tc);
     sd_context_free(dc);
     sd_model_free(t);
@@ -672,6 +737,8 @@ static void test_step_many(void **state) {
         free(g);
     }
     sd_context *tc = new_ctx(t, 64, S), *dc = new_ctx(t, 64, S), *dc2 = new_ctx(d, 64, 1);
+    sd_spec_batch *tb = NULL;
+    assert_int_equal(sd_spec_batch_create(tc, NULL, &tb), SD_OK);
     sd_drafter *dr[S] = {0};
     sd_spec *sp[S];
     for (int s = 0; s < S; s++) {
@@ -682,24 +749,21 @@ static void test_step_many(void **state) {
         p.draft_mode = s == 1 ? SD_DRAFT_PMIN : SD_DRAFT_FIXED;
         p.p_min = 0.02f;
         if (s != 3) assert_int_equal(sd_drafter_model_create(s == 1 ? dc2 : dc, s == 1 ? 0 : s, 300, &p.sampling, &dr[s]), SD_OK);
-        assert_int_equal(sd_spec_create_with(tc, s, dr[s], &p, &sp[s]), SD_OK);
+        assert_int_equal(sd_spec_create_with(tb, s, dr[s], &p, &sp[s]), SD_OK);
         assert_int_equal(sd_spec_begin(sp[s], prompts[s], 6), SD_OK);
     }
-    sd_verify_round *vr = NULL;
-    assert_int_equal(sd_verify_round_create(tc, &vr), SD_OK);
-    int32_t got[S][N + 8], bufs[S][SD_MAX_DRAFT + 1];
-    int n_got[S] = {0}, n_out[S], rounds = 0;
-    int32_t *outs[S];
-    for (int s = 0; s < S; s++) outs[s] = bufs[s];
+    int32_t got[S][N + SD_MAX_DRAFT + 1];
+    sd_spec_round rd[S];
+    int n_got[S] = {0}, rounds = 0;
     for (;;) {
         int live = 0;
         for (int s = 0; s < S; s++) live += !sd_spec_done(sp[s]);
         if (!live) break;
-        assert_int_equal(sd_spec_step_many(vr, sp, S, outs, n_out), SD_OK);
+        assert_int_equal(sd_spec_batch_step(tb, sp, S, rd), SD_OK);
         rounds++;
         for (int s = 0; s < S; s++) {
-            memcpy(got[s] + n_got[s], bufs[s], (size_t)n_out[s] * sizeof(int32_t));
-            n_got[s] += n_out[s];
+            memcpy(got[s] + n_got[s], rd[s].tokens, (size_t)rd[s].n_tokens * sizeof(int32_t));
+            n_got[s] += rd[s].n_tokens;
         }
     }
     for (int s = 0; s < S; s++) {
@@ -713,13 +777,18 @@ static void test_step_many(void **state) {
     printf("  %d engines, %d shared rounds: each output equals its run alone\n", S, rounds);
     /* engines of another context, or two on one sequence, are refused */
     sd_spec *twice[2] = {sp[0], sp[0]};
-    assert_int_equal(sd_spec_step_many(vr, twice, 2, outs, n_out), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_spec_batch_step(tb, twice, 2, rd), SD_ERR_INVALID_ARG);
     assert_non_null(strstr(sd_last_error(), "share sequence 0"));
-    sd_verify_round_free(vr);
+    sd_spec_batch *other = NULL;
+    assert_int_equal(sd_spec_batch_create(tc, NULL, &other), SD_OK);
+    assert_int_equal(sd_spec_batch_step(other, sp, 1, rd), SD_ERR_INVALID_ARG);
+    assert_non_null(strstr(sd_last_error(), "belongs to another batch"));
+    sd_spec_batch_free(other);
     for (int s = 0; s < S; s++) {
         sd_spec_free(sp[s]);
         sd_drafter_free(dr[s]);
     }
+    sd_spec_batch_free(tb);
     sd_context_free(tc);
     sd_context_free(dc);
     sd_context_free(dc2);
@@ -738,7 +807,8 @@ int main(void) {
         cmocka_unit_test(test_step_many),
         cmocka_unit_test(test_set_params_between_requests),
         cmocka_unit_test(test_step_many_caps_the_pass),
-        cmocka_unit_test(test_draft_limit),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_draft_min),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

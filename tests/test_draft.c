@@ -1,64 +1,86 @@
-/* Draft policies: the adaptive controller's decisions under given costs and acceptance records
- * (no clock: costs are injected), llama.cpp's p_min, and the engine under each policy keeping
- * greedy output identical to plain decoding. */
+/* The draft controller: the adaptive policy's decisions under given costs and acceptance records
+ * (no clock: costs are injected), llama.cpp's p_min, the limits every round obeys, the batch
+ * switch, and the engine under each policy keeping greedy output identical to plain decoding. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "draft/policy.h"
+#include "draft/controller.h"
 #include "sdtest.h"
 #include "sdtest_models.h"
 #include "specdec/spec.h"
 #include "specdec/tokenizer.h"
 
 /* Pass costs of a memory-bound target (a pass of n tokens costs 1 + 0.05 (n - 1) decode steps)
- * or of a cache-resident one (n steps), and a draft step of `draft`. */
-static void costs(sd_adaptive *a, int memory_bound, double draft) {
-    for (int n = 1; n <= SD_ADAPT_MAX_N; n++) sd_adaptive_time_pass(a, n, memory_bound ? 1 + 0.05 * (n - 1) : n);
-    sd_adaptive_time_draft(a, 1, draft);
+ * or of a cache-resident one (n steps), and a draft step of `draft`; fed as measurements. */
+static void costs(sd_draft_costs *c, int memory_bound, double draft) {
+    for (int n = 1; n <= SD_DRAFT_COST_MAX_N; n++) sd_draft_costs_pass(c, n, memory_bound ? 1 + 0.05 * (n - 1) : n);
+    sd_draft_costs_draft(c, 1, draft);
 }
 
-/* Runs one round of the policy on confidences conf[0..k), as a drafter would: the proposals
- * made (a dropped one is not). */
-static int round_of(sd_adaptive *a, int k_max, const float *conf) {
-    const int k = sd_adaptive_begin_round(a, k_max);
+/* What the other sequences of a shared pass put into it. */
+typedef struct {
+    int n;
+    double e, t;
+} others;
+
+/* Runs one round of the controller on pre-draw confidences conf[0..), as a drafter would: the
+ * proposals made. */
+static int round_with(sd_draft_ctl *c, const sd_draft_costs *cs, sd_draft_mode mode, int k_max, const float *conf,
+                      others o) {
+    sd_spec_params p = sd_spec_default_params();
+    p.draft_max = k_max;
+    p.draft_mode = mode;
+    p.p_min = 0.5f;
+    const sd_draft_round_in in = {1000, 1000, 1, o.n, o.e, o.t};
+    const int k = sd_draft_ctl_plan(c, &p, cs, &in);
+    sd_draft_policy *pol = sd_draft_ctl_policy(c);
     int n = 0;
     for (int i = 0; i < k; i++) {
-        const sd_draft_verdict v = a->base.judge(&a->base, 0, i, conf[i]);
-        if (v == SD_DRAFT_DROP) break;
-        n = i + 1;
+        const sd_draft_verdict v = pol ? pol->judge(pol, 0, i, conf[i]) : SD_DRAFT_MORE;
         if (v == SD_DRAFT_STOP) break;
+        n = i + 1;
+        if (v == SD_DRAFT_LAST) break;
     }
     return n;
+}
+
+static int round_of(sd_draft_ctl *c, const sd_draft_costs *cs, int k_max, const float *conf) {
+    return round_with(c, cs, SD_DRAFT_ADAPTIVE, k_max, conf, (others){0, 0, 0});
 }
 
 static void test_adaptive_decisions(void **state) {
     (void)state;
     const float sure[8] = {0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f};
     const float fading[8] = {0.95f, 0.9f, 0.3f, 0.05f, 0.05f, 0.9f, 0.9f, 0.9f};
-    sd_adaptive a;
+    sd_draft_ctl a;
+    sd_draft_costs cs;
 
     /* memory-bound, cheap draft, confident: all 8 */
-    sd_adaptive_init(&a);
-    costs(&a, 1, 0.05);
-    assert_int_equal(round_of(&a, 8, sure), 8);
-    /* confidence collapsing at the third draft: it stops there (the 0.3 one kept or dropped,
-     * never the 0.05 ones) */
-    const int n = round_of(&a, 8, fading);
+    sd_draft_ctl_init(&a);
+    sd_draft_costs_init(&cs);
+    costs(&cs, 1, 0.05);
+    assert_int_equal(round_of(&a, &cs, 8, sure), 8);
+    /* confidence collapsing at the third draft: it stops there (the 0.3 one drawn or not, never
+     * the 0.05 ones) */
+    const int n = round_of(&a, &cs, 8, fading);
     printf("  memory-bound target, confidences 0.95 0.9 0.3 0.05 ...: %d drafts\n", n);
     assert_true(n >= 2 && n <= 3);
     /* an expensive draft (as costly as the target): drafting does not pay */
-    sd_adaptive_init(&a);
-    costs(&a, 1, 1.0);
-    assert_int_equal(round_of(&a, 8, sure), 0);
+    sd_draft_ctl_init(&a);
+    sd_draft_costs_init(&cs);
+    costs(&cs, 1, 1.0);
+    assert_int_equal(round_of(&a, &cs, 8, sure), 0);
 
     /* a cache-resident target (a pass of n tokens costs n steps): never, but for one probing
      * draft after 32 plain rounds, then after 64, 128, ... while the probes keep failing */
-    sd_adaptive_init(&a);
-    costs(&a, 0, 0.3);
+    sd_draft_ctl_init(&a);
+    sd_draft_costs_init(&cs);
+    costs(&cs, 0, 0.3);
     int rounds_with = 0, at[8];
     for (int r = 0; r < 320; r++) {
-        const int d = round_of(&a, 4, sure);
+        const int d = round_of(&a, &cs, 4, sure);
         if (d > 0 && rounds_with < 8) at[rounds_with] = r;
         rounds_with += d > 0;
         assert_true(d <= 1);
@@ -71,55 +93,61 @@ static void test_adaptive_decisions(void **state) {
     assert_int_equal(at[2], 223);
     /* when drafting pays again (costs drift: the running averages follow), the wait starts over
      * from 32 */
-    for (int i = 0; i < 200; i++) costs(&a, 1, 0.05);
-    assert_true(round_of(&a, 4, sure) > 0);
-    for (int i = 0; i < 200; i++) costs(&a, 0, 0.3);
+    for (int i = 0; i < 200; i++) costs(&cs, 1, 0.05);
+    assert_true(round_of(&a, &cs, 4, sure) > 0);
+    for (int i = 0; i < 200; i++) costs(&cs, 0, 0.3);
     int first = -1;
     for (int r = 0; r < 64 && first < 0; r++)
-        if (round_of(&a, 4, sure) > 0) first = r;
+        if (round_of(&a, &cs, 4, sure) > 0) first = r;
     assert_int_equal(first, 31);
 
     /* learning: a drafter whose 0.95-confident drafts are always rejected stops being trusted */
-    sd_adaptive_init(&a);
-    costs(&a, 1, 0.05);
-    for (int r = 0; r < 50; r++) sd_adaptive_record(&a, 0, sure, 1, 0);
-    assert_int_equal(round_of(&a, 8, sure), 0);
+    sd_draft_ctl_init(&a);
+    sd_draft_costs_init(&cs);
+    costs(&cs, 1, 0.05);
+    for (int r = 0; r < 50; r++) sd_draft_ctl_record(&a, 0, sure, 1, 0);
+    assert_int_equal(round_of(&a, &cs, 8, sure), 0);
     /* ... while a reliable one at 0.35 confidence earns longer rounds than its prior allows */
-    sd_adaptive_init(&a);
-    costs(&a, 1, 0.05);
+    sd_draft_ctl_init(&a);
     const float low[8] = {0.35f, 0.35f, 0.35f, 0.35f, 0.35f, 0.35f, 0.35f, 0.35f};
-    const int before = round_of(&a, 8, low);
-    for (int r = 0; r < 200; r++) sd_adaptive_record(&a, 0, low, 8, 8);
-    const int after = round_of(&a, 8, low);
+    const int before = round_of(&a, &cs, 8, low);
+    for (int r = 0; r < 200; r++) sd_draft_ctl_record(&a, 0, low, 8, 8);
+    const int after = round_of(&a, &cs, 8, low);
     printf("  0.35-confident drafts, always accepted: %d drafts before learning, %d after\n", before, after);
     assert_true(after > before);
     assert_int_equal(after, 8);
+
+    /* given costs are never updated by measurements */
+    sd_draft_costs_init(&cs);
+    costs(&cs, 1, 0.05);
+    cs.given = 1;
+    const sd_draft_costs copy = cs;
+    costs(&cs, 0, 0.9);
+    assert_memory_equal(&cs, &copy, sizeof cs);
 }
 
 /* A pass of n tokens costs max(1, n / 8) decode steps: memory-bound up to 8 tokens, then
  * compute-bound (a batch of server slots). */
-static void batch_costs(sd_adaptive *a, double draft) {
-    for (int n = 1; n <= SD_ADAPT_MAX_N; n++) sd_adaptive_time_pass(a, n, n > 8 ? n / 8.0 : 1.0);
-    sd_adaptive_time_draft(a, 1, draft);
+static void batch_costs(sd_draft_costs *c, double draft) {
+    for (int n = 1; n <= SD_DRAFT_COST_MAX_N; n++) sd_draft_costs_pass(c, n, n > 8 ? n / 8.0 : 1.0);
+    sd_draft_costs_draft(c, 1, draft);
 }
 
-/* In a shared round (sd_spec_step_many) a draft must raise the whole round's rate: alone, or
- * beside a few plain slots while the pass stays memory-bound, drafts pay; beside 24 slots'
- * tokens, where each more token costs its share of compute, none does. */
+/* In a shared round a draft must raise the whole round's rate: alone, or beside a few plain
+ * slots while the pass stays memory-bound, drafts pay; beside 24 slots' tokens, where each more
+ * token costs its share of compute, none does. */
 static void test_adaptive_in_a_batch(void **state) {
     (void)state;
     const float sure[8] = {0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f};
-    sd_adaptive a;
-    sd_adaptive_init(&a);
-    batch_costs(&a, 0.05);
-    const int alone = round_of(&a, 8, sure);
-    a.others_n = 4; /* four plain slots, a token each */
-    a.others_e = 4;
-    const int beside4 = round_of(&a, 8, sure);
-    a.others_n = 24;
-    a.others_e = 24;
+    sd_draft_ctl a;
+    sd_draft_costs cs;
+    sd_draft_ctl_init(&a);
+    sd_draft_costs_init(&cs);
+    batch_costs(&cs, 0.05);
+    const int alone = round_of(&a, &cs, 8, sure);
+    const int beside4 = round_with(&a, &cs, SD_DRAFT_ADAPTIVE, 8, sure, (others){4, 4, 0}); /* 4 plain slots */
     int beside24 = 0;
-    for (int r = 0; r < 31; r++) beside24 += round_of(&a, 8, sure);
+    for (int r = 0; r < 31; r++) beside24 += round_with(&a, &cs, SD_DRAFT_ADAPTIVE, 8, sure, (others){24, 24, 0});
     printf("  drafts per round alone %d, beside 4 plain slots %d, beside 24: %d in 31 rounds\n", alone, beside4,
            beside24);
     /* alone: 7 drafts keep the pass at 8 tokens; the 8th costs more than its 0.95^8 */
@@ -129,19 +157,107 @@ static void test_adaptive_in_a_batch(void **state) {
     assert_int_equal(beside24, 0);
     /* the others' drafting time counts against the round too: beside 4 slots that spent 2 steps
      * drafting, the same three drafts still pay (time spent either way) */
-    a.others_n = 4;
-    a.others_e = 4;
-    a.others_t = 2;
-    assert_true(round_of(&a, 8, sure) >= 3);
+    assert_true(round_with(&a, &cs, SD_DRAFT_ADAPTIVE, 8, sure, (others){4, 4, 2}) >= 3);
 }
 
-static void test_pmin_policy(void **state) {
+/* p_min judges the distribution a draft is about to be drawn from (its top probability), before
+ * the draw; fixed drafts need no judging; every mode stays within the round's limits. */
+static void test_pmin_and_limits(void **state) {
     (void)state;
-    sd_pmin_policy p;
-    sd_pmin_policy_init(&p, 0.5f);
-    assert_int_equal(p.base.judge(&p.base, 0, 0, 0.9f), SD_DRAFT_MORE);
-    assert_int_equal(p.base.judge(&p.base, 0, 1, 0.5f), SD_DRAFT_MORE);
-    assert_int_equal(p.base.judge(&p.base, 0, 2, 0.49f), SD_DRAFT_DROP);
+    sd_draft_ctl c;
+    sd_draft_costs cs;
+    sd_draft_ctl_init(&c);
+    sd_draft_costs_init(&cs);
+    const float conf[6] = {0.9f, 0.5f, 0.49f, 0.9f, 0.9f, 0.9f};
+    /* 0.5 is kept (not below p_min 0.5), the round ends before the 0.49 one */
+    assert_int_equal(round_with(&c, &cs, SD_DRAFT_PMIN, 6, conf, (others){0, 0, 0}), 2);
+    assert_int_equal(sd_draft_ctl_judge(&c.base, 0, 2, 0.49f), SD_DRAFT_STOP);
+    assert_int_equal(round_with(&c, &cs, SD_DRAFT_FIXED, 6, conf, (others){0, 0, 0}), 6);
+    sd_spec_params p = sd_spec_default_params();
+    p.draft_max = 6;
+    p.draft_mode = SD_DRAFT_FIXED;
+    assert_null(sd_draft_ctl_policy(&c));
+    /* the round's limits: room, the batch share, the switch */
+    sd_draft_round_in in = {3, 1000, 1, 0, 0, 0};
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 3);
+    in = (sd_draft_round_in){1000, 2, 1, 0, 0, 0};
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 2);
+    in = (sd_draft_round_in){1000, 1000, 0, 0, 0, 0};
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 0);
+    in = (sd_draft_round_in){0, 1000, 1, 0, 0, 0};
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 0);
+    /* nothing measured: the adaptive round drafts its full k (and so measures) */
+    p.draft_mode = SD_DRAFT_ADAPTIVE;
+    in = (sd_draft_round_in){1000, 1000, 1, 0, 0, 0};
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 6);
+    /* the pass is measured but not the draft step: one draft, a cheap probe */
+    sd_draft_costs_pass(&cs, 1, 1.0);
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 1);
+}
+
+/* Measured pass costs: measured sizes as measured, interpolated between them, extrapolated past
+ * the largest with the slope of the two largest, scaled from the smallest below it. */
+static void test_costs(void **state) {
+    (void)state;
+    sd_draft_costs c;
+    sd_draft_costs_init(&c);
+    assert_true(sd_draft_costs_verify(&c, 3) == 0.0);
+    sd_draft_costs_pass(&c, 2, 2.0);
+    assert_true(fabs(sd_draft_costs_verify(&c, 1) - 1.0) < 1e-12); /* 2.0 * 1 / 2 */
+    sd_draft_costs_pass(&c, 5, 3.5);
+    assert_true(fabs(sd_draft_costs_verify(&c, 5) - 3.5) < 1e-12);
+    assert_true(fabs(sd_draft_costs_verify(&c, 3) - 2.5) < 1e-12);
+    assert_true(fabs(sd_draft_costs_verify(&c, 9) - 5.5) < 1e-12);  /* slope 0.5 past 5 */
+    assert_true(fabs(sd_draft_costs_verify(&c, 60) - 31.0) < 1e-12); /* past the table too */
+    /* a running mean: a new figure moves it by COST_EMA's share */
+    sd_draft_costs_pass(&c, 5, 5.5);
+    assert_true(sd_draft_costs_verify(&c, 5) > 3.5 && sd_draft_costs_verify(&c, 5) < 4.0);
+    sd_draft_costs_pass(&c, 0, 1.0); /* ignored: out of range, not positive */
+    sd_draft_costs_pass(&c, 7, -1.0);
+    assert_true(c.t_pass[7] == 0.0);
+}
+
+/* The batch switch (a server's rounds of several slots): it measures both modes for each batch
+ * size, takes the faster, tries the other now and then, waiting twice as long after each try that
+ * changes nothing, and starts the wait over when one does; a batch of one always may draft. */
+static void test_batch_switch(void **state) {
+    (void)state;
+    sd_draft_switch w;
+    assert_int_equal(sd_draft_switch_init(&w, 0), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_draft_switch_init(&w, 8), SD_OK);
+    assert_int_equal(sd_draft_switch_allow(&w, 1), 1);
+    /* drafting measured first, then plain */
+    int allowed_first = 0, plain_then = 0;
+    for (int r = 0; r < 8; r++) {
+        allowed_first += sd_draft_switch_allow(&w, 4);
+        sd_draft_switch_record(&w, 4, 1, 4 * 1.7, 5.0); /* drafting: slower per token here */
+    }
+    for (int r = 0; r < 8; r++) {
+        plain_then += !sd_draft_switch_allow(&w, 4);
+        sd_draft_switch_record(&w, 4, 0, 4, 1.0);
+    }
+    assert_int_equal(allowed_first, 8);
+    assert_int_equal(plain_then, 8);
+    /* plain wins; drafting is tried after 16, then 32, 64 ... rounds while it keeps losing */
+    int tries[6], n_tries = 0;
+    for (int r = 0; r < 600 && n_tries < 6; r++) {
+        const int a = sd_draft_switch_allow(&w, 4);
+        if (a) tries[n_tries++] = r;
+        sd_draft_switch_record(&w, 4, a, a ? 4 * 1.7 : 4, a ? 5.0 : 1.0);
+    }
+    printf("  plain faster at 4 slots: drafting tried at rounds %d, %d, %d, %d, %d\n", tries[0], tries[1], tries[2],
+           tries[3], tries[4]);
+    assert_true(n_tries >= 5);
+    assert_int_equal(tries[0], 15);
+    assert_int_equal(tries[1] - tries[0], 32);
+    assert_int_equal(tries[2] - tries[1], 64);
+    assert_int_equal(tries[3] - tries[2], 128);
+    /* other batch sizes keep their own figures */
+    assert_int_equal(sd_draft_switch_allow(&w, 2), 1);
+    sd_draft_switch_record(&w, 9, 1, 1, 1); /* beyond the table: ignored */
+    assert_int_equal(sd_draft_switch_allow(&w, 9), 1);
+    sd_draft_switch_free(&w);
+    sd_draft_switch_free(&w); /* twice is fine */
 }
 
 /* Every policy keeps greedy speculative output identical to plain decoding: stories260K drafting
@@ -238,9 +354,16 @@ static void test_ngram_matches_brute_force(void **state) {
     assert_int_equal(r2.n_out, 6); /* 10 11 12 7 8 9: up to the history's end */
     assert_int_equal(got[0], 10);
     assert_true(conf[0] == 3.0f / 5.0f);
-    sd_pmin_policy pm;
-    sd_pmin_policy_init(&pm, 0.7f);
-    r2.policy = &pm.base;
+    sd_draft_ctl pm;
+    sd_draft_costs cs;
+    sd_draft_ctl_init(&pm);
+    sd_draft_costs_init(&cs);
+    sd_spec_params pp = sd_spec_default_params();
+    pp.draft_mode = SD_DRAFT_PMIN;
+    pp.p_min = 0.7f;
+    const sd_draft_round_in in = {1000, 1000, 1, 0, 0, 0};
+    assert_int_equal(sd_draft_ctl_plan(&pm, &pp, &cs, &in), pp.draft_max);
+    r2.policy = sd_draft_ctl_policy(&pm);
     assert_int_equal(d->vt->draft(d, &r2), SD_OK);
     assert_int_equal(r2.n_out, 0); /* a 3-gram match is 0.6 < 0.7 */
     sd_drafter_free(d);
@@ -300,7 +423,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adaptive_decisions),
         cmocka_unit_test(test_adaptive_in_a_batch),
-        cmocka_unit_test(test_pmin_policy),
+        cmocka_unit_test(test_pmin_and_limits),
+        cmocka_unit_test(test_costs),
+        cmocka_unit_test(test_batch_switch),
         cmocka_unit_test(test_policies_lossless),
         cmocka_unit_test(test_ngram_matches_brute_force),
         cmocka_unit_test(test_ngram_engine),

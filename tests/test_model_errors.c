@@ -422,7 +422,7 @@ static void test_prompt_longer_than_context(void **state) {
     /* one position fewer fits */
     sd_spec_stats st;
     assert_int_equal(sd_spec_generate(s, prompt, 15, NULL, NULL, &st), SD_OK);
-    assert_string_equal(st.stop_reason, "context");
+    assert_int_equal(st.stop_reason, SD_STOP_CONTEXT);
     assert_int_equal(st.n_generated, 1);
     sd_spec_free(s);
     sd_model_free(m);

@@ -90,7 +90,7 @@ static void check_stats(const sd_spec_stats *st, int k, int n_emitted) {
     assert_int_equal(sum_a, st->n_accepted);
     assert_int_equal(st->drafted_at[0], st->n_verify); /* every verify pass drafts >= 1 */
     if (k == 0) assert_int_equal(st->n_verify, 0);
-    if (strcmp(st->stop_reason, "length") == 0 || strcmp(st->stop_reason, "context") == 0)
+    if (st->stop_reason == SD_STOP_LENGTH || st->stop_reason == SD_STOP_CONTEXT)
         assert_int_equal(st->n_generated, st->n_target_steps + st->n_verify + st->n_accepted);
 }
 
@@ -118,7 +118,7 @@ static void check_lossless(sd_model *target, sd_model *draft, const int32_t *pro
         collect spec;
         sd_spec_stats st;
         generate(target, draft, &sp, prompt, n_prompt, &spec, &st);
-        assert_string_equal(st.stop_reason, "length");
+        assert_int_equal(st.stop_reason, SD_STOP_LENGTH);
         check_stats(&st, ks[i], n_predict);
         assert_int_equal(spec.n, n_predict);
         for (int t = 0; t < n_predict; t++)
@@ -420,7 +420,7 @@ static void test_stop_mid_pass(void **state) {
         c.stop_after = stop_after;
         sd_spec_stats st;
         assert_int_equal(sd_spec_generate(s, prompt, 3, collect_cb, &c, &st), SD_OK);
-        assert_string_equal(st.stop_reason, "callback");
+        assert_int_equal(st.stop_reason, SD_STOP_CALLBACK);
         assert_int_equal(c.n, stop_after);
         assert_int_equal(st.n_generated, stop_after);
         int n = 0;
@@ -816,7 +816,7 @@ static sd_status fixed_draft(sd_drafter *d, sd_draft_req *r) {
     return SD_OK;
 }
 static void fixed_destroy(sd_drafter *d) { (void)d; }
-static const sd_drafter_vtbl k_fixed_vtbl = {NULL, fixed_draft, fixed_destroy, NULL};
+static const sd_drafter_vtbl k_fixed_vtbl = {NULL, fixed_draft, fixed_destroy, NULL, NULL};
 
 /* Speculative sampling with one-hot q: accept d with probability p(d), else draw from p with d
  * removed. The joint of the first three tokens matches the target's exactly; a loop that draws
@@ -843,6 +843,8 @@ static void test_deterministic_drafter_exact(void **state) {
     sd_context *c = NULL, *dc = NULL;
     assert_int_equal(sd_context_create(e.target, &cp, &c), SD_OK);
     assert_int_equal(sd_context_create(dm, &cp, &dc), SD_OK);
+    sd_spec_batch *batch = NULL;
+    assert_int_equal(sd_spec_batch_create(c, NULL, &batch), SD_OK);
     fixed_drafter f = {0, 0, dc};
     sd_drafter d = {&k_fixed_vtbl, &f, "fixed", {"greedy target"}, 1, EX_V, INT32_MAX};
     long drafted = 0, accepted = 0;
@@ -853,7 +855,7 @@ static void test_deterministic_drafter_exact(void **state) {
         sp.sampling = e.sp;
         sp.sampling.seed = 7000000 + (uint64_t)g;
         sd_spec *s = NULL;
-        assert_int_equal(sd_spec_create_with(c, 0, &d, &sp, &s), SD_OK);
+        assert_int_equal(sd_spec_create_with(batch, 0, &d, &sp, &s), SD_OK);
         collect out;
         memset(&out, 0, sizeof out);
         sd_spec_stats st;
@@ -896,7 +898,7 @@ static void test_deterministic_drafter_exact(void **state) {
                                         "drafter 'fixed' proposed id 19, outside the target's vocabulary of 16"};
     for (int mode = 1; mode <= 2; mode++) {
         f.mode = mode;
-        assert_int_equal(sd_spec_create_with(c, 0, &d, &sp, &s), SD_OK);
+        assert_int_equal(sd_spec_create_with(batch, 0, &d, &sp, &s), SD_OK);
         assert_int_equal(sd_spec_generate(s, e.prompt, 2, NULL, NULL, NULL), SD_ERR_INVALID_ARG);
         printf("  -> %s\n", sd_last_error());
         assert_non_null(strstr(sd_last_error(), want[mode - 1]));
@@ -904,10 +906,11 @@ static void test_deterministic_drafter_exact(void **state) {
     }
     /* a drafter that could propose ids the target cannot score is refused up front */
     d.n_vocab = EX_V + 1;
-    assert_int_equal(sd_spec_create_with(c, 0, &d, &sp, &s), SD_ERR_MISMATCH);
+    assert_int_equal(sd_spec_create_with(batch, 0, &d, &sp, &s), SD_ERR_MISMATCH);
     assert_null(s);
     sd_set_threads(threads);
     free(scratch);
+    sd_spec_batch_free(batch);
     sd_context_free(c);
     sd_context_free(dc);
     free(counts);
@@ -969,7 +972,7 @@ static void test_stop_at_eos(void **state) {
             assert_int_equal(sd_spec_create(t, run == 0 ? NULL : run == 1 ? t : d, &p, &s), SD_OK);
             memset(&out, 0, sizeof out);
             assert_int_equal(sd_spec_generate(s, prompt, 3, collect_cb, &out, &st), SD_OK);
-            assert_string_equal(st.stop_reason, "eos");
+            assert_int_equal(st.stop_reason, SD_STOP_EOS);
             assert_int_equal(out.n, j + 1);
             assert_memory_equal(out.out, ref.out, (size_t)(j + 1) * sizeof(int32_t));
             assert_int_equal(out.out[j], eos);
@@ -1160,7 +1163,7 @@ static void test_context_exhaustion(void **state) {
     collect plain;
     sd_spec_stats pst;
     generate(t, NULL, &pp, prompt, 3, &plain, &pst);
-    assert_string_equal(pst.stop_reason, "context");
+    assert_int_equal(pst.stop_reason, SD_STOP_CONTEXT);
     assert_int_equal(plain.n, N_CTX - 3);
     check_stats(&pst, 0, N_CTX - 3);
 
@@ -1176,7 +1179,7 @@ static void test_context_exhaustion(void **state) {
     memset(&c, 0, sizeof c);
     sd_spec_stats st;
     assert_int_equal(sd_spec_generate(s, prompt, 3, collect_cb, &c, &st), SD_OK);
-    assert_string_equal(st.stop_reason, "context");
+    assert_int_equal(st.stop_reason, SD_STOP_CONTEXT);
     assert_int_equal(c.n, N_CTX - 3);
     assert_memory_equal(c.out, plain.out, (size_t)c.n * sizeof(int32_t));
     check_stats(&st, 8, N_CTX - 3);
@@ -1192,7 +1195,7 @@ static void test_context_exhaustion(void **state) {
         sd_spec_params q = greedy_params(100, ks[i]);
         q.n_ctx = N_CTX;
         generate(t, d, &q, prompt, 3, &c, &st);
-        assert_string_equal(st.stop_reason, "context");
+        assert_int_equal(st.stop_reason, SD_STOP_CONTEXT);
         assert_int_equal(c.n, N_CTX - 3);
         assert_memory_equal(c.out, plain.out, (size_t)c.n * sizeof(int32_t));
         check_stats(&st, ks[i], N_CTX - 3);
@@ -1206,12 +1209,12 @@ static void test_context_exhaustion(void **state) {
     sd_model *dshort = sdtest_synth_model(&sdp);
     sd_spec_params q = greedy_params(100, 4);
     generate(t, dshort, &q, prompt, 3, &c, &st);
-    assert_string_equal(st.stop_reason, "context");
+    assert_int_equal(st.stop_reason, SD_STOP_CONTEXT);
     assert_int_equal(c.n, 40 - 3);
     collect plain_long;
     pp.n_ctx = 0;
     generate(t, NULL, &pp, prompt, 3, &plain_long, &pst);
-    assert_string_equal(pst.stop_reason, "length");
+    assert_int_equal(pst.stop_reason, SD_STOP_LENGTH);
     assert_memory_equal(c.out, plain_long.out, (size_t)c.n * sizeof(int32_t));
 
     /* Edge cases: a prompt of n_ctx - 1 tokens leaves room for exactly the first token; a prompt
@@ -1222,7 +1225,7 @@ static void test_context_exhaustion(void **state) {
     e.n_ctx = N_CTX;
     generate(t, d, &e, longp, N_CTX - 1, &c, &st);
     assert_int_equal(c.n, 1);
-    assert_string_equal(st.stop_reason, "context");
+    assert_int_equal(st.stop_reason, SD_STOP_CONTEXT);
     assert_int_equal(sd_spec_create(t, d, &e, &s), SD_OK);
     assert_int_equal(sd_spec_generate(s, longp, N_CTX, collect_cb, &c, &st), SD_ERR_CONTEXT_FULL);
     sd_spec_free(s);

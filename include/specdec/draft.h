@@ -13,17 +13,38 @@
 #include "specdec/model.h"
 #include "specdec/sample.h"
 
+/* Most proposals one round verifies for one sequence (a chain's length, a tree's nodes but the
+ * root): a verify pass of SD_MAX_DRAFT + 1 tokens fits the kernels whose rows equal decoding each
+ * token alone. */
+#define SD_MAX_DRAFT 32
+
 typedef struct sd_drafter sd_drafter;
 
-/* After each proposal: go on, keep this one and stop, or drop this one and stop. */
-typedef enum { SD_DRAFT_MORE = 0, SD_DRAFT_STOP = 1, SD_DRAFT_DROP = 2 } sd_draft_verdict;
+/* The answer to "draw proposal i?", asked BEFORE it is drawn (so the answer cannot depend on
+ * which token it turns out to be: that is what keeps speculative sampling exact; see
+ * src/draft/controller.h). */
+typedef enum {
+    SD_DRAFT_MORE = 0, /* draw it, propose it, and ask again before the next */
+    SD_DRAFT_LAST = 1, /* draw it, propose it, and end the round after it */
+    SD_DRAFT_STOP = 2, /* end the round before it: nothing drawn */
+} sd_draft_verdict;
 
 typedef struct sd_draft_policy sd_draft_policy;
 struct sd_draft_policy {
-    /* Called with proposal i (0-based) and its confidence: the drafter's probability of it (its
-     * top-1 probability when greedy). Return the verdict. */
+    /* Before proposal i (0-based) of `source` is drawn, with its pre-draw confidence: the top
+     * probability of the distribution it is about to be drawn from (the raw softmax's when
+     * greedy), or a deterministic drafter's own score. */
     sd_draft_verdict (*judge)(sd_draft_policy *p, int source, int i, float conf);
 };
+
+/* Measured costs the draft controller weighs drafts against: a target pass by its token count
+ * and a draft step (seconds). One record per target context, fed by every round's pass. */
+#define SD_DRAFT_COST_MAX_N (SD_MAX_DRAFT + 1) /* pass sizes tracked (larger: extrapolated) */
+typedef struct {
+    double t_pass[SD_DRAFT_COST_MAX_N + 1]; /* [n]: a pass of n tokens (0: not measured) */
+    double t_draft;                         /* one draft step (0: not measured) */
+    int given; /* 1: set by the caller (reproducible runs, tests): never measured or updated */
+} sd_draft_costs;
 
 /* One round's request and its answer. */
 typedef struct {
@@ -32,16 +53,20 @@ typedef struct {
     int k;               /* in: most proposals (>= 1) */
     sd_rng *rng;         /* in */
     float *q;            /* in: [k][n_vocab] room for distributions, or NULL when none are needed */
-    sd_draft_policy *policy; /* in: may be NULL (k proposals when the drafter has them) */
+    sd_draft_policy *policy; /* in: asked before each draw; may be NULL (k proposals when the
+                                drafter has them) */
     int32_t *out;        /* out: [k] proposals */
-    float *conf;         /* out: [k] each proposal's confidence (as given to the policy) */
+    float *conf;         /* out: [k] each proposal's pre-draw confidence (as given to the policy) */
     int n_out;           /* out: proposals made, 0..k */
     int q_filled;        /* out: 1 when q holds the distributions the proposals were drawn from */
     int source;          /* out: which of the drafter's sources proposed (sd_drafter.sources) */
 } sd_draft_req;
 
 /* A tree of proposals (see sd_verify_tree_*): node 0 is the root, the history's last token;
- * node i > 0 holds tok[i] with parent par[i] < i. */
+ * node i > 0 holds tok[i] with parent par[i] < i. How a node's children are chosen follows the
+ * drafter's sampling (sd_drafter_set_sampling): greedy, its likeliest tokens; coupled, the race's
+ * best at the children's position; rejection, i.i.d. draws from its distribution (their number
+ * fixed before drawing and none dropped: multi-candidate sampling stays exact), recorded in q. */
 typedef struct {
     const int32_t *hist; /* in: the history */
     int n_hist;
@@ -50,13 +75,11 @@ typedef struct {
     int depth;           /* in: most levels */
     int branch;          /* in: most children of a node */
     int width;           /* in: most nodes expanded per level */
-    int sample;          /* in: 1 draws each node's children i.i.d. from its distribution (the number
-                            fixed before drawing, none dropped: multi-candidate sampling stays
-                            exact); 0 takes its likeliest tokens */
     int32_t *tok;        /* out: [budget + 1] */
     int32_t *par;        /* out: [budget + 1] */
-    float *q;            /* out with sample: [budget + 1][n_vocab], row u the distribution node u's
-                            children were drawn from */
+    float *q;            /* in: room for [budget + 1][n_vocab], or NULL; out when q_filled: row u
+                            the distribution node u's children were drawn from */
+    int q_filled;        /* out */
     int n;               /* out: nodes, root included */
 } sd_draft_tree_req;
 
@@ -69,6 +92,10 @@ typedef struct {
     void (*destroy)(sd_drafter *d);
     /* Proposes a tree; NULL when the drafter has no trees. */
     sd_status (*draft_tree)(sd_drafter *d, sd_draft_tree_req *r);
+    /* The generation's sampling (temperature, top-k/top-p, mode, seed), so that a model's
+     * proposals are drawn as the target's tokens will be; NULL when proposals do not depend on it
+     * (prompt lookup). */
+    sd_status (*set_sampling)(sd_drafter *d, const sd_sampler_params *sp);
 } sd_drafter_vtbl;
 
 #define SD_DRAFT_MAX_SOURCES 4
@@ -85,14 +112,15 @@ struct sd_drafter {
 
 /* The model drafter: a draft model decoding one token at a time in sequence seq of ctx
  * (borrowed: it must outlive the drafter; the drafter owns that sequence). Distributions are
- * computed over the first n_vocab ids (the target's vocabulary), with the same sampling
- * processing as the target so that speculative sampling is exact. */
+ * computed over the first n_vocab ids (the target's vocabulary) with the generation's sampling
+ * processing (sp, then sd_drafter_set_sampling); proposals follow its mode: greedy, the argmax;
+ * coupled, the race at the proposal's position (no q needed); rejection, a draw recorded in q. */
 sd_status sd_drafter_model_create(sd_context *ctx, int seq, int n_vocab, const sd_sampler_params *sp,
                                   sd_drafter **out);
 void sd_drafter_free(sd_drafter *d); /* NULL is fine */
-/* The sampling of the model drafter d, or of the one inside a combined drafter (the next draft()
- * uses it; its cache is kept). SD_ERR_INVALID_ARG for bad values or a drafter with no model. */
-sd_status sd_drafter_model_set_sampling(sd_drafter *d, const sd_sampler_params *sp);
+/* The generation's sampling for any drafter (the next round uses it; caches are kept); the engine
+ * calls it whenever its own sampling is set. SD_ERR_INVALID_ARG for bad values. */
+sd_status sd_drafter_set_sampling(sd_drafter *d, const sd_sampler_params *sp);
 
 /* 1 when a and b are model drafters on one context (different sequences): their rounds can
  * draft in lockstep, every draft step of all of them in one pass. */
@@ -104,7 +132,7 @@ sd_status sd_drafter_model_draft_many(sd_drafter *const *ds, sd_draft_req *const
 
 /* Prompt lookup: proposes the continuation of the most recent earlier occurrence of the history's
  * last n tokens, n from n_max down to n_min (1 <= n_min <= n_max <= 64); no model, deterministic
- * proposals (q one-hot), confidence n / (n_max + 1). */
+ * proposals (q one-hot), confidence n / (n_max + 1), known before each proposal is taken. */
 sd_status sd_drafter_ngram_create(int n_min, int n_max, int n_vocab, sd_drafter **out);
 /* The n-gram drafter's proposal when it has one, else the model drafter's (sources "ngram" and
  * "model"). Takes ownership of both. */

@@ -382,8 +382,8 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
                 cp.n = cs.n = 0;
                 if ((st = sd_spec_generate(plain, ids[pi], n_ids[pi], collect, &cp, &ps)) != SD_OK) goto out;
                 if ((st = gen(spec, ids[pi], n_ids[pi], collect, &cs, &ss, p->hook_user)) != SD_OK) goto out;
-                if ((p->stop_flag && *p->stop_flag) || !strcmp(ps.stop_reason, "interrupted") ||
-                    !strcmp(ss.stop_reason, "interrupted")) {
+                if ((p->stop_flag && *p->stop_flag) || ps.stop_reason == SD_STOP_CANCELLED ||
+                    ss.stop_reason == SD_STOP_CANCELLED) {
                     st = sd_fail(SD_ERR_INTERRUPTED, "bench interrupted");
                     goto out;
                 }

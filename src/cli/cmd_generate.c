@@ -53,7 +53,7 @@ static cJSON *stats_json(const sd_spec_stats *s) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "prompt_tokens", s->n_prompt);
     cJSON_AddNumberToObject(o, "generated_tokens", s->n_generated);
-    cJSON_AddStringToObject(o, "stop_reason", s->stop_reason);
+    cJSON_AddStringToObject(o, "stop_reason", sd_stop_reason_name(s->stop_reason));
     cJSON_AddNumberToObject(o, "draft_max", s->k);
     cJSON_AddNumberToObject(o, "verify_passes", s->n_verify);
     cJSON_AddNumberToObject(o, "target_single_steps", s->n_target_steps);
@@ -95,7 +95,7 @@ static void print_stats(const sd_spec_stats *s, int spec, const char *mode) {
     double decode_t = s->t_total - s->t_prefill;
     fprintf(stderr, "\n--- %s ---\n", spec ? "speculative decoding" : "plain decoding");
     fprintf(stderr, "prompt tokens:       %d\n", s->n_prompt);
-    fprintf(stderr, "generated tokens:    %d (stopped: %s)\n", s->n_generated, s->stop_reason);
+    fprintf(stderr, "generated tokens:    %d (stopped: %s)\n", s->n_generated, sd_stop_reason_name(s->stop_reason));
     fprintf(stderr, "time to first token: %.2f ms (prefill %.1f tokens/s)\n", s->t_first * 1e3,
             s->t_prefill > 0 ? s->n_prompt / s->t_prefill : 0.0);
     fprintf(stderr, "decode:              %.1f tokens/s (%d tokens in %.2f ms)\n", sd_spec_decode_tps(s),
@@ -132,7 +132,6 @@ int cmd_generate(int argc, char **argv) {
     const char *model = o.model, *draft = o.draft, *prompt = o.prompt;
     const int n_predict = o.n_predict, k = o.draft_max, threads = o.threads, n_ctx = o.n_ctx, compare = o.compare;
     const int ngram = o.ngram, tree = o.tree, draft_type = o.draft_type, print_ids = o.ids;
-    const int draft_mode = o.draft_fixed ? SD_DRAFT_FIXED : o.p_min_set ? SD_DRAFT_PMIN : SD_DRAFT_ADAPTIVE;
     const sd_sampler_params sp = o.sampling;
     cli_prompt_opts po = {o.chat, o.system, o.chat_template, o.special};
     if (!model) return cli_usage_error("generate: -m MODEL is required (see specdec generate --help)");
@@ -175,19 +174,9 @@ int cmd_generate(int argc, char **argv) {
     if ((rc = cli_prompt_ids(tok, model, &po, prompt, &ids, &n_ids))) goto done;
     sd_status st;
 
-    sd_spec_params p = sd_spec_default_params();
-    p.n_predict = n_predict;
-    p.draft_max = k;
-    p.draft_mode = (sd_draft_mode)draft_mode;
-    p.ngram = ngram;
-    p.ngram_min = o.ngram_min;
-    p.ngram_max = o.ngram_max;
-    p.tree_budget = tree;
-    p.p_min = o.p_min;
-    p.sampling = sp;
-    p.stop_at_eos = !o.ignore_eos;
+    sd_spec_params p;
+    cli_spec_params(&o, &p);
     p.n_ctx = ctx;
-    p.kv_type = o.kv_type;
     p.stop_flag = &cli_interrupted;
     if (n_ids >= ctx) {
         rc = cli_usage_error("prompt of %d tokens does not fit the context of %d tokens (use a shorter prompt or a larger -c)",
@@ -222,9 +211,9 @@ int cmd_generate(int argc, char **argv) {
     fputc('\n', stdout);
     fflush(stdout);
     if (st != SD_OK) { rc = cli_error_status(st); goto done; }
-    const char *mode = draft_mode == SD_DRAFT_FIXED ? "fixed" : draft_mode == SD_DRAFT_PMIN ? "p_min" : "adaptive";
+    const char *mode = sd_draft_mode_name(p.draft_mode);
     print_stats(&stats, dm != NULL || ngram, mode);
-    if (!strcmp(stats.stop_reason, "context"))
+    if (stats.stop_reason == SD_STOP_CONTEXT)
         fprintf(stderr, "note: generation stopped because the context of %d tokens is full\n", ctx);
     root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "target", sd_model_path(tm));

@@ -36,19 +36,12 @@ int cmd_serve(int argc, char **argv) {
     p.host = o.host;
     p.port = o.port;
     p.parallel = o.parallel;
-    p.n_ctx = o.n_ctx;
     p.queue_max = o.queue;
     p.timeout_s = o.timeout;
     p.api_key = o.api_key;
     p.model_name = o.alias ? o.alias : o.model;
     p.special = o.special;
-    p.spec.draft_max = o.draft_max;
-    p.spec.draft_mode = o.draft_fixed ? SD_DRAFT_FIXED : o.p_min_set ? SD_DRAFT_PMIN : SD_DRAFT_ADAPTIVE;
-    p.spec.p_min = o.p_min;
-    p.ngram = o.ngram;
-    p.ngram_min = o.ngram_min;
-    p.ngram_max = o.ngram_max;
-    p.kv_type = o.kv_type;
+    cli_spec_params(&o, &p.spec);
     p.verbose = 1;
 
     /* Signals go to this thread only (sigwait below): every thread inherits the mask. */

@@ -58,6 +58,11 @@ static int fn_draft(const char *flag, const char *v, cli_opts *o) {
     o->ngram = 1;
     return 0;
 }
+static int fn_spec_sampling(const char *flag, const char *v, cli_opts *o) {
+    if (sd_sampling_mode_from_name(v, &o->sampling.mode) != SD_OK)
+        return cli_usage_error("%s must be coupled or rejection, got '%s'", flag, v);
+    return 0;
+}
 static int fn_chat_template(const char *flag, const char *v, cli_opts *o) {
     sd_chat_format f;
     if (sd_chat_format_from_name(v, &f) != SD_OK)
@@ -95,7 +100,12 @@ static const cli_opt k_opts[] = {
      "draft's confidence), and drafts nothing when not even one pays",
      NULL},
     {"--draft-p-min", NULL, OPT_FLOAT, GEN_LIKE, "drafting", "P", 0, 1, 0, F(p_min), NULL,
-     "instead, llama.cpp's rule: stop before a draft the draft model gives less than P, in [0, 1]", NULL},
+     "instead, llama.cpp's rule: stop before a draft whose distribution's top probability is below P, in [0, 1]",
+     NULL},
+    {"--draft-min", NULL, OPT_INT, GEN_LIKE, "drafting", "N", 0, SD_MAX_DRAFT, 0, F(draft_min), NULL,
+     "llama.cpp's n_min: a round whose chain has fewer than N drafts decodes plainly instead (refused with "
+     "rejection sampling at --temp > 0 when the draft length depends on the draws: adaptive or --draft-p-min)",
+     "0"},
     {"--draft", NULL, OPT_FN, GEN_LIKE, "drafting", "ngram", 0, 0, 0, 0, fn_draft,
      "prompt lookup: propose the continuation of the latest earlier match of the text's last n tokens (no model "
      "needed); with -md, tried first and the draft model used when it finds no match",
@@ -122,7 +132,17 @@ static const cli_opt k_opts[] = {
     {"--top-p", NULL, OPT_FLOAT, CMD_GENERATE, "generation", "P", 0, 1, 1, F(sampling.top_p), NULL,
      "nucleus sampling mass in (0, 1]; 1 = off", "1"},
     {"--seed", NULL, OPT_U64, CMD_GENERATE, "generation", "S", 0, 0, 0, F(sampling.seed), NULL,
-     "RNG seed: xoshiro256** seeded by SplitMix64", "42"},
+     "sampling seed: with coupled sampling it keys each position's noise, with rejection sampling it seeds the "
+     "RNG stream (xoshiro256**)", "42"},
+    {"--spec-sampling", NULL, OPT_FN, CMD_GENERATE, "generation", "MODE", 0, 0, 0, 0, fn_spec_sampling,
+     "how tokens are drawn at --temp > 0. coupled: each position's token is the exponential race over noise "
+     "hashed from (seed, position, token), so a seed gives the same text with or without any drafter (plain "
+     "decoding's text); rejection: one RNG stream and speculative sampling by rejection, exact in distribution "
+     "but the text for a seed depends on the drafts. Both are distributed exactly as the target",
+     SD_SAMPLING_DEFAULT_NAME},
+    {"--spec-sampling", NULL, OPT_FN, CMD_SERVE, "server", "MODE", 0, 0, 0, 0, fn_spec_sampling,
+     "coupled or rejection (see generate --help): for requests that do not say (\"spec_sampling\")",
+     SD_SAMPLING_DEFAULT_NAME},
     {"--ignore-eos", NULL, OPT_FLAG, CMD_GENERATE, "generation", NULL, 0, 0, 0, F(ignore_eos), NULL,
      "keep generating after an end-of-generation token (EOS, <|eot_id|>, <|im_end|>, ...: the model's, as "
      "llama.cpp decides them)",
@@ -361,15 +381,17 @@ static const cli_cmd *cmd_of(unsigned cmd) {
 
 void cli_opts_default(cli_opts *o) {
     memset(o, 0, sizeof *o);
+    const sd_spec_params sp = sd_spec_default_params(); /* the engine's defaults are the CLI's */
     o->draft_type = -1;
-    o->draft_max = 4;
-    o->ngram_min = 1;
-    o->ngram_max = 4;
-    o->p_min = 0.75f;
-    o->n_predict = 128;
-    o->sampling = sd_sampler_default_params();
+    o->draft_max = sp.draft_max;
+    o->draft_min = sp.draft_min;
+    o->ngram_min = sp.ngram_min;
+    o->ngram_max = sp.ngram_max;
+    o->p_min = sp.p_min;
+    o->n_predict = sp.n_predict;
+    o->sampling = sp.sampling;
     o->threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    o->kv_type = SD_TYPE_F32;
+    o->kv_type = sp.kv_type;
     o->prefill = 128;
     o->pos = 64;
     o->reps = 20;
@@ -381,6 +403,23 @@ void cli_opts_default(cli_opts *o) {
     o->parallel = 4;
     o->queue = 64;
     o->timeout = 60;
+}
+
+void cli_spec_params(const cli_opts *o, sd_spec_params *p) {
+    *p = sd_spec_default_params();
+    p->n_predict = o->n_predict;
+    p->draft_max = o->draft_max;
+    p->draft_min = o->draft_min;
+    p->draft_mode = o->draft_fixed ? SD_DRAFT_FIXED : o->p_min_set ? SD_DRAFT_PMIN : SD_DRAFT_ADAPTIVE;
+    p->p_min = o->p_min;
+    p->ngram = o->ngram;
+    p->ngram_min = o->ngram_min;
+    p->ngram_max = o->ngram_max;
+    p->tree_budget = o->tree;
+    p->sampling = o->sampling;
+    p->stop_at_eos = !o->ignore_eos;
+    p->n_ctx = o->n_ctx;
+    p->kv_type = o->kv_type;
 }
 
 /* The field an option sets. */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "specdec/sample.h"
+#include "specdec/spec.h"
 #include "specdec/types.h"
 
 enum {
@@ -29,7 +30,7 @@ typedef struct {
     const char *model, *draft, *tokenizer, *draft_tokenizer;
     int draft_type; /* -1: none */
     /* drafting */
-    int draft_max, draft_fixed, ngram, ngram_min, ngram_max, tree;
+    int draft_max, draft_min, draft_fixed, ngram, ngram_min, ngram_max, tree;
     float p_min;
     int p_min_set;
     /* generation */
@@ -61,8 +62,11 @@ typedef struct {
     int n_pos;
 } cli_opts;
 
-/* The defaults of every field (threads: the online CPUs). */
+/* The defaults of every field (threads: the online CPUs); the engine's from sd_spec_default_params. */
 void cli_opts_default(cli_opts *o);
+/* The engine parameters the options give (drafting, sampling, budget, contexts): the one mapping
+ * of flags to sd_spec_params for generate, serve and the bench. */
+void cli_spec_params(const cli_opts *o, sd_spec_params *p);
 
 /* Parses argv[1..argc) for one command into o. Returns 0 to go on, 1 after printing --help
  * (exit 0), 2 after a usage error (printed). At most max_pos positional arguments. */

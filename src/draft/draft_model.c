@@ -81,37 +81,54 @@ static sd_status md_sync(sd_drafter *d, const int32_t *hist, int n_hist) {
     return sync_from(d->impl, hist, n_hist, 0);
 }
 
-/* The next proposal from the logits in hand: sampled from (and recorded in) q, or the argmax;
- * *conf its probability (the processed distribution's, or the raw softmax's when greedy and a
- * confidence is wanted). */
-static sd_status md_pick(model_drafter *md, sd_rng *rng, float *q, int want_conf, int32_t *tok, float *conf) {
-    int nv = md->n_vocab, common = md->model_vocab < nv ? md->model_vocab : nv;
+/* The distribution the next proposal is drawn from, from the logits in hand, and its pre-draw
+ * confidence (its top probability; greedy: the raw softmax's, computed only when wanted). Into
+ * dst (q's row) when given, else the drafter's own buffer; *dist says where it is (NULL when
+ * greedy without q: the argmax needs none). */
+static sd_status md_dist(model_drafter *md, float *dst, int want_conf, const float **dist, float *conf) {
+    const int nv = md->n_vocab, common = md->model_vocab < nv ? md->model_vocab : nv;
     memcpy(md->row, md->logits, (size_t)common * sizeof(float));
     for (int i = common; i < nv; i++) md->row[i] = SD_MASKED_LOGIT;
     *conf = 1.0f;
-    if (md->sp.temperature == 0 && !q) {
-        *tok = sd_argmax(md->row, nv);
+    *dist = NULL;
+    if (md->sp.temperature == 0 && !dst) {
         if (want_conf) { /* the top-1 probability: exp(0) over the sum of exp(x - max) */
-            const float mx = md->row[*tok];
+            const float mx = md->row[sd_argmax(md->row, nv)];
             double sum = 0;
             for (int i = 0; i < nv; i++) sum += exp((double)(md->row[i] - mx));
             *conf = (float)(1.0 / sum);
         }
         return SD_OK;
     }
-    float *probs = q ? q : md->probs;
+    float *probs = dst ? dst : md->probs;
     sd_status st = sd_sample_probs(&md->sp, md->row, nv, probs, md->scratch);
     if (st != SD_OK) return st;
-    *tok = md->sp.temperature == 0 ? sd_argmax(probs, nv) : sd_sample_draw(probs, nv, rng);
-    *conf = probs[*tok];
+    float top = 0;
+    for (int i = 0; i < nv; i++) top = probs[i] > top ? probs[i] : top;
+    *conf = top;
+    *dist = probs;
     return SD_OK;
+}
+
+/* The proposal for history position pos, drawn after the policy said to: the argmax (greedy),
+ * the race's winner (coupled), or a draw from the distribution (rejection). */
+static int32_t md_draw(const model_drafter *md, const float *dist, sd_rng *rng, int64_t pos) {
+    if (md->sp.temperature == 0) return dist ? sd_argmax(dist, md->n_vocab) : sd_argmax(md->row, md->n_vocab);
+    if (md->sp.mode == SD_SAMPLING_COUPLED) return sd_sample_coupled(dist, md->n_vocab, sd_coupled_key(md->sp.seed, pos));
+    return sd_sample_draw(dist, md->n_vocab, rng);
+}
+
+/* Whether proposals need q recorded: only rejection sampling verifies against it. */
+static int md_wants_q(const model_drafter *md) {
+    return md->sp.temperature > 0 && md->sp.mode == SD_SAMPLING_REJECTION;
 }
 
 static sd_status md_draft(sd_drafter *d, sd_draft_req *r) {
     model_drafter *md = d->impl;
     r->n_out = 0;
     r->source = 0;
-    r->q_filled = r->q != NULL;
+    float *q = md_wants_q(md) ? r->q : NULL;
+    r->q_filled = q != NULL;
     /* The history extends the last one: its first `synced` tokens are the cache's. */
     int c = md->synced < md->n_fed ? md->synced : md->n_fed;
     sd_status st = sync_from(md, r->hist, r->n_hist, c < r->n_hist ? c : r->n_hist);
@@ -122,14 +139,16 @@ static sd_status md_draft(sd_drafter *d, sd_draft_req *r) {
     if (k > room + 1) k = room + 1;
     for (int i = 0; i < k; i++) {
         float conf;
-        if ((st = md_pick(md, r->rng, r->q ? r->q + (size_t)i * md->n_vocab : NULL, r->policy != NULL, &r->out[i], &conf)) !=
-            SD_OK)
+        const float *dist;
+        if ((st = md_dist(md, q ? q + (size_t)i * md->n_vocab : NULL, r->policy != NULL, &dist, &conf)) != SD_OK)
             return st;
-        if (r->conf) r->conf[i] = conf;
+        /* asked before the draw: the answer cannot depend on which token comes out */
         const sd_draft_verdict v = r->policy ? r->policy->judge(r->policy, 0, i, conf) : SD_DRAFT_MORE;
-        if (v == SD_DRAFT_DROP) break;
+        if (v == SD_DRAFT_STOP) break;
+        r->out[i] = md_draw(md, dist, r->rng, (int64_t)r->n_hist + i);
+        if (r->conf) r->conf[i] = conf;
         r->n_out = i + 1;
-        if (v == SD_DRAFT_STOP || i + 1 == k) break; /* the last draft is fed only if it is accepted */
+        if (v == SD_DRAFT_LAST || i + 1 == k) break; /* the last draft is fed only if it is accepted */
         if ((st = feed(md, &r->out[i], 1)) != SD_OK) return st;
     }
     return SD_OK;
@@ -175,7 +194,7 @@ sd_status sd_drafter_model_draft_many(sd_drafter *const *ds, sd_draft_req *const
         sd_draft_req *r = reqs[i];
         r->n_out = 0;
         r->source = 0;
-        r->q_filled = r->q != NULL;
+        r->q_filled = md_wants_q(md) && r->q != NULL;
         if (r->n_hist < 1 || r->n_hist > sd_context_n_ctx(md->ctx)) {
             st = sd_fail(SD_ERR_CONTEXT_FULL, "drafter: a history of %d tokens exceeds its context of %d", r->n_hist,
                          sd_context_n_ctx(md->ctx));
@@ -202,7 +221,7 @@ sd_status sd_drafter_model_draft_many(sd_drafter *const *ds, sd_draft_req *const
         k[i] = reqs[i]->k > room + 1 ? room + 1 : reqs[i]->k;
         live[i] = st == SD_OK && k[i] > 0;
     }
-    /* draft steps: each live drafter picks, then the ones going on feed their pick together */
+    /* draft steps: each live drafter is asked, draws, and the ones going on feed their draws together */
     for (int step = 0; st == SD_OK; step++) {
         sd_batch_clear(&b);
         n_who = 0;
@@ -211,15 +230,17 @@ sd_status sd_drafter_model_draft_many(sd_drafter *const *ds, sd_draft_req *const
             model_drafter *md = ds[i]->impl;
             sd_draft_req *r = reqs[i];
             float conf;
-            st = md_pick(md, r->rng, r->q ? r->q + (size_t)step * md->n_vocab : NULL, r->policy != NULL, &r->out[step],
-                         &conf);
+            const float *dist;
+            float *q = md_wants_q(md) ? r->q : NULL;
+            st = md_dist(md, q ? q + (size_t)step * md->n_vocab : NULL, r->policy != NULL, &dist, &conf);
             if (st != SD_OK) break;
-            if (r->conf) r->conf[step] = conf;
-            const sd_draft_verdict v = r->policy ? r->policy->judge(r->policy, 0, step, conf) : SD_DRAFT_MORE;
             live[i] = 0;
-            if (v == SD_DRAFT_DROP) continue;
+            const sd_draft_verdict v = r->policy ? r->policy->judge(r->policy, 0, step, conf) : SD_DRAFT_MORE;
+            if (v == SD_DRAFT_STOP) continue;
+            r->out[step] = md_draw(md, dist, r->rng, (int64_t)r->n_hist + step);
+            if (r->conf) r->conf[step] = conf;
             r->n_out = step + 1;
-            if (v == SD_DRAFT_STOP || step + 1 == k[i]) continue; /* the last draft is fed only if accepted */
+            if (v == SD_DRAFT_LAST || step + 1 == k[i]) continue; /* the last draft is fed only if accepted */
             live[i] = 1;
             sd_batch_add(&b, r->out[step], md->n_fed, md->seq, 1);
             md->fed[md->n_fed++] = r->out[step];
@@ -238,13 +259,24 @@ sd_status sd_drafter_model_draft_many(sd_drafter *const *ds, sd_draft_req *const
 
 /* ---- trees -------------------------------------------------------------------------------- */
 
+/* How a node's children are chosen, from the drafter's sampling. */
+typedef enum {
+    TREE_TOP,  /* greedy: the likeliest tokens */
+    TREE_RACE, /* coupled: the race's best tokens at the children's position */
+    TREE_IID,  /* rejection: i.i.d. draws from the node's distribution, recorded in q */
+} tree_mode;
+
+static tree_mode md_tree_mode(const model_drafter *md) {
+    return md->sp.temperature == 0 ? TREE_TOP : md->sp.mode == SD_SAMPLING_COUPLED ? TREE_RACE : TREE_IID;
+}
+
 /* The distribution at a node from its logits (restricted/padded to n_vocab) into out: the run's
  * processed distribution when sampling, else the plain softmax (scores for ranking). */
-static sd_status node_dist(model_drafter *md, const float *logits, int sample, float *out) {
+static sd_status node_dist(model_drafter *md, const float *logits, tree_mode mode, float *out) {
     const int nv = md->n_vocab, common = md->model_vocab < nv ? md->model_vocab : nv;
     memcpy(md->row, logits, (size_t)common * sizeof(float));
     for (int i = common; i < nv; i++) md->row[i] = SD_MASKED_LOGIT;
-    if (sample) return sd_sample_probs(&md->sp, md->row, nv, out, md->scratch);
+    if (mode != TREE_TOP) return sd_sample_probs(&md->sp, md->row, nv, out, md->scratch);
     sd_sampler_params t1 = sd_sampler_default_params();
     t1.temperature = 1.0f;
     return sd_sample_probs(&t1, md->row, nv, out, md->scratch);
@@ -265,14 +297,21 @@ static int top_indices(const float *x, int n, int count, int32_t *top) {
     return m;
 }
 
-/* Node u's children: its `count` likeliest tokens (greedy), or `count` i.i.d. draws from dist. */
-static void add_children(sd_draft_tree_req *r, const float *dist, int nv, int u, int count, double *score,
-                         int *depth_of) {
+/* Node u's children: its `count` likeliest tokens (greedy), the race's best `count` at their
+ * position (coupled), or `count` i.i.d. draws from dist (rejection). The count is fixed before
+ * any draw and every draw is kept. */
+static void add_children(sd_draft_tree_req *r, const model_drafter *md, tree_mode mode, const float *dist, int u,
+                         int count, double *score, int *depth_of) {
+    const int nv = md->n_vocab;
     int32_t top[16];
     if (count > 16) count = 16;
-    const int m = r->sample ? count : top_indices(dist, nv, count, top);
+    const int m = mode == TREE_IID  ? count
+                  : mode == TREE_TOP ? top_indices(dist, nv, count, top)
+                                     : sd_sample_coupled_top(dist, nv,
+                                                             sd_coupled_key(md->sp.seed, (int64_t)r->n_hist + depth_of[u]),
+                                                             count, top);
     for (int c = 0; c < m && r->n <= r->budget; c++) {
-        const int32_t t = r->sample ? sd_sample_draw(dist, nv, r->rng) : top[c];
+        const int32_t t = mode == TREE_IID ? sd_sample_draw(dist, nv, r->rng) : top[c];
         r->tok[r->n] = t;
         r->par[r->n] = u;
         score[r->n] = score[u] * dist[t];
@@ -297,7 +336,11 @@ static int children_for(const float *dist, int nv, int branch) {
 static sd_status md_draft_tree(sd_drafter *d, sd_draft_tree_req *r) {
     model_drafter *md = d->impl;
     const int nv = md->n_vocab, cap = r->budget + 1;
+    const tree_mode mode = md_tree_mode(md);
     r->n = 0;
+    r->q_filled = 0;
+    if (mode == TREE_IID && !r->q)
+        return sd_fail(SD_ERR_INVALID_ARG, "drafter: a sampled tree needs room for its distributions (q)");
     int c0 = md->synced < md->n_fed ? md->synced : md->n_fed;
     sd_status st = sync_from(md, r->hist, r->n_hist, c0 < r->n_hist ? c0 : r->n_hist);
     if (st != SD_OK) return st;
@@ -306,10 +349,10 @@ static sd_status md_draft_tree(sd_drafter *d, sd_draft_tree_req *r) {
     double *score = malloc((size_t)cap * sizeof *score);
     int *depth_of = malloc((size_t)cap * sizeof *depth_of), *in_batch = malloc((size_t)cap * sizeof *in_batch);
     int *expand = malloc((size_t)width * sizeof *expand);
-    float *dist = r->sample ? NULL : malloc((size_t)nv * sizeof *dist);
+    float *dist = mode == TREE_IID ? NULL : malloc((size_t)nv * sizeof *dist);
     float *lg = malloc((size_t)width * md->model_vocab * sizeof *lg);
     sd_batch b = {0};
-    if (!score || !depth_of || !in_batch || !expand || (!r->sample && !dist) || !lg || sd_batch_init(&b, cap) != SD_OK) {
+    if (!score || !depth_of || !in_batch || !expand || (mode != TREE_IID && !dist) || !lg || sd_batch_init(&b, cap) != SD_OK) {
         st = sd_fail(SD_ERR_NOMEM, "drafter: out of memory for a tree of %d nodes", cap);
         goto out;
     }
@@ -318,9 +361,9 @@ static sd_status md_draft_tree(sd_drafter *d, sd_draft_tree_req *r) {
     score[0] = 1;
     depth_of[0] = 0;
     r->n = 1;
-    float *du = r->sample ? r->q : dist; /* the root's distribution: the logits after the history */
-    if ((st = node_dist(md, md->logits, r->sample, du)) != SD_OK) goto out;
-    add_children(r, du, nv, 0, children_for(du, nv, r->branch), score, depth_of);
+    float *du = mode == TREE_IID ? r->q : dist; /* the root's distribution: the logits after the history */
+    if ((st = node_dist(md, md->logits, mode, du)) != SD_OK) goto out;
+    add_children(r, md, mode, du, 0, children_for(du, nv, r->branch), score, depth_of);
     for (int level = 1, level_start = 1; level < r->depth && r->n < cap; level++) {
         int n_exp = 0; /* the newest level's best `width`, best first */
         for (int i = level_start; i < r->n; i++) {
@@ -354,13 +397,14 @@ static sd_status md_draft_tree(sd_drafter *d, sd_draft_tree_req *r) {
         const int level_end = r->n;
         for (int e = 0; e < n_exp && r->n < cap; e++) {
             const int u = expand[e];
-            du = r->sample ? r->q + (size_t)u * nv : dist;
-            if ((st = node_dist(md, lg + (size_t)out_row[in_batch[u]] * md->model_vocab, r->sample, du)) != SD_OK) goto out;
-            add_children(r, du, nv, u, children_for(du, nv, r->branch), score, depth_of);
+            du = mode == TREE_IID ? r->q + (size_t)u * nv : dist;
+            if ((st = node_dist(md, lg + (size_t)out_row[in_batch[u]] * md->model_vocab, mode, du)) != SD_OK) goto out;
+            add_children(r, md, mode, du, u, children_for(du, nv, r->branch), score, depth_of);
         }
         level_start = level_end;
     }
 out:
+    r->q_filled = st == SD_OK && mode == TREE_IID;
     sd_context_seq_truncate(md->ctx, md->seq, base);
     sd_batch_free(&b);
     free(score);
@@ -385,7 +429,14 @@ static void md_destroy(sd_drafter *d) {
     free(d);
 }
 
-static const sd_drafter_vtbl k_model_vtbl = {md_sync, md_draft, md_destroy, md_draft_tree};
+static sd_status md_set_sampling(sd_drafter *d, const sd_sampler_params *sp) {
+    model_drafter *md = d->impl;
+    sd_status st = sd_sampler_params_check(sp);
+    if (st == SD_OK) md->sp = *sp;
+    return st;
+}
+
+static const sd_drafter_vtbl k_model_vtbl = {md_sync, md_draft, md_destroy, md_draft_tree, md_set_sampling};
 
 sd_status sd_drafter_model_create(sd_context *ctx, int seq, int n_vocab, const sd_sampler_params *sp,
                                   sd_drafter **out) {
@@ -429,9 +480,6 @@ sd_status sd_drafter_model_create(sd_context *ctx, int seq, int n_vocab, const s
     return SD_OK;
 }
 
-void sd_drafter_free(sd_drafter *d) {
-    if (d) d->vt->destroy(d);
-}
 
 /* d itself, or the model drafter inside a combined one; NULL otherwise. */
 static const model_drafter *model_of(const sd_drafter *d) {
@@ -439,13 +487,6 @@ static const model_drafter *model_of(const sd_drafter *d) {
     return d && d->vt == &k_model_vtbl ? d->impl : NULL;
 }
 
-sd_status sd_drafter_model_set_sampling(sd_drafter *d, const sd_sampler_params *sp) {
-    model_drafter *md = (model_drafter *)model_of(d);
-    if (!md) return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' has no draft model to set sampling for", d ? d->name : "(none)");
-    sd_status st = sd_sampler_params_check(sp);
-    if (st == SD_OK) md->sp = *sp;
-    return st;
-}
 
 sd_context *sd_drafter_model_context(const sd_drafter *d) {
     const model_drafter *md = model_of(d);

@@ -118,12 +118,12 @@ static sd_status ng_draft(sd_drafter *d, sd_draft_req *r) {
         /* longer matches are more reliable: their length is the proposals' confidence */
         const float conf = (float)n / (float)(g->n_max + 1);
         for (int i = 0; i < r->k && pos + 1 + i <= last; i++) {
+            const sd_draft_verdict v = r->policy ? r->policy->judge(r->policy, r->source, i, conf) : SD_DRAFT_MORE;
+            if (v == SD_DRAFT_STOP) break;
             r->out[i] = g->tok[pos + 1 + i];
             if (r->conf) r->conf[i] = conf;
-            const sd_draft_verdict v = r->policy ? r->policy->judge(r->policy, r->source, i, conf) : SD_DRAFT_MORE;
-            if (v == SD_DRAFT_DROP) break;
             r->n_out = i + 1;
-            if (v == SD_DRAFT_STOP) break;
+            if (v == SD_DRAFT_LAST) break;
         }
         break;
     }
@@ -140,7 +140,7 @@ static void ng_destroy(sd_drafter *d) {
     free(d);
 }
 
-static const sd_drafter_vtbl k_ngram_vtbl = {ng_sync, ng_draft, ng_destroy, NULL};
+static const sd_drafter_vtbl k_ngram_vtbl = {ng_sync, ng_draft, ng_destroy, NULL, NULL};
 
 sd_status sd_drafter_ngram_create(int n_min, int n_max, int n_vocab, sd_drafter **out) {
     *out = NULL;
@@ -200,7 +200,12 @@ static void combo_destroy(sd_drafter *d) {
     free(d);
 }
 
-static const sd_drafter_vtbl k_combo_vtbl = {combo_sync, combo_draft, combo_destroy, NULL};
+static sd_status combo_set_sampling(sd_drafter *d, const sd_sampler_params *sp) {
+    combo_drafter *c = d->impl;
+    return sd_drafter_set_sampling(c->model, sp);
+}
+
+static const sd_drafter_vtbl k_combo_vtbl = {combo_sync, combo_draft, combo_destroy, NULL, combo_set_sampling};
 
 sd_status sd_drafter_combo_create(sd_drafter *ngram, sd_drafter *model, sd_drafter **out) {
     *out = NULL;

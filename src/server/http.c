@@ -30,9 +30,6 @@ srv_params srv_default_params(void) {
     p.max_body = (size_t)4 << 20;
     p.model_name = "specdec";
     p.spec = sd_spec_default_params();
-    p.ngram_min = 1;
-    p.ngram_max = 4;
-    p.kv_type = SD_TYPE_F32;
     return p;
 }
 
@@ -140,7 +137,7 @@ static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, int route) {
     meta = cJSON_AddObjectToObject(m, "meta");
     cJSON_AddNumberToObject(meta, "n_ctx_slot", s->n_ctx);
     cJSON_AddNumberToObject(meta, "slots", s->n_slots);
-    cJSON_AddStringToObject(meta, "draft", s->dm && s->p.ngram ? "ngram+model" : s->dm ? "model" : s->p.ngram ? "ngram" : "none");
+    cJSON_AddStringToObject(meta, "draft", s->dm && s->p.spec.ngram ? "ngram+model" : s->dm ? "model" : s->p.spec.ngram ? "ngram" : "none");
     cJSON_AddNumberToObject(meta, "n_vocab", sd_tokenizer_n_vocab(s->tok));
     char *js = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

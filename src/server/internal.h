@@ -11,7 +11,6 @@
 #include "server/server.h"
 #include "server/text.h"
 #include "specdec/draft.h"
-#include "specdec/target.h"
 
 struct MHD_Daemon;
 struct MHD_Connection;
@@ -111,24 +110,17 @@ struct srv_req {
 
 typedef struct {
     int id;
-    sd_drafter *drafter;        /* owned (model, n-gram or both); NULL: plain */
-    sd_spec *spec;
+    sd_spec *spec;              /* the pair's engine of sequence id */
     volatile sig_atomic_t stop; /* polled by the engine between tokens */
     srv_req *req;               /* mu; NULL: free */
     unsigned long last_used;
-    sd_spec_stats seen;         /* the request's statistics already counted in the metrics */
 } srv_slot;
 
-/* Drafting by batch size: for each count of busy slots, the measured tokens per second of rounds
- * with drafting allowed (the adaptive policy then drafts what it judges to pay) and of rounds
- * without; a round takes the better, and the other now and then to keep both current. */
+/* The batch switch's figures for one batch size, as /metrics shows them (copied from the engine
+ * after each round, under mu). */
 typedef struct {
-    double rate[2]; /* [0] plain rounds, [1] drafting allowed: tokens per second, running mean */
+    double rate[2]; /* [0] plain rounds, [1] drafting allowed: tokens per second */
     int n[2];       /* rounds measured */
-    int since;      /* rounds since the other mode was last tried */
-    int every;      /* try the other mode after this many rounds (0: MODE_EXPLORE) */
-    int trying;     /* the last round tried the other mode; which mode was best before it */
-    int best_before;
 } srv_mode;
 
 #define SRV_HTTP_CODES 600
@@ -163,12 +155,11 @@ struct srv {
     const sd_tokenizer *tok;
     sd_chat_format chat;
     int n_ctx;
-    sd_context *tctx, *dctx;
-    sd_verify_round *round;
+    sd_pair *pair;    /* the contexts, drafters and engines of every slot */
     srv_slot *slots;
     int n_slots;
-    srv_mode *modes;  /* [n_slots + 1], by busy slots; engine thread (mu for /metrics) */
-    int auto_spec;    /* a drafter with the adaptive policy: drafting per batch size as measured */
+    srv_mode *modes;  /* [n_slots + 1], by busy slots: the batch switch's figures (mu) */
+    int auto_spec;    /* the engine switches drafting per batch size (sd_draft_switch) */
     pthread_t engine;
     int engine_started;
     unsigned long use_clock;

@@ -169,19 +169,10 @@ static srv_slot *pick_slot(srv *s, const srv_req *r) {
     return best;
 }
 
-/* Ends a generation the engine still considers running (a stop string ended the request, or its
- * client left): with the stop flag up, a step ends it without a pass. */
-static void end_engine(srv_slot *sl) {
-    if (sd_spec_done(sl->spec)) return;
-    int n = 0;
-    sl->stop = 1;
-    sd_spec_step(sl->spec, NULL, NULL, NULL, &n);
-}
-
 /* The request's parameters into its slot's engine, then the prefill. 0, or -1 with *e set. */
 static int start(srv *s, srv_slot *sl, srv_err *e) {
     srv_req *r = sl->req;
-    end_engine(sl);
+    sd_spec_cancel(sl->spec); /* a generation a stop string or a departed client left running */
     sl->stop = 0;
     sd_spec_params p = s->p.spec;
     p.n_predict = r->g.max_tokens;
@@ -189,7 +180,6 @@ static int start(srv *s, srv_slot *sl, srv_err *e) {
     p.stop_at_eos = !r->g.ignore_eos;
     p.stop_flag = &sl->stop;
     sd_status st = sd_spec_set_params(sl->spec, &p);
-    if (st == SD_OK && sd_drafter_model_context(sl->drafter)) st = sd_drafter_model_set_sampling(sl->drafter, &p.sampling);
     if (st == SD_OK) st = sd_spec_begin(sl->spec, r->g.ids, r->g.n_ids);
     if (st == SD_OK && srv_text_init(&r->text, s->tok, r->g.ids[r->g.n_ids - 1], r->g.stops, r->g.n_stops) != 0)
         st = sd_fail(SD_ERR_NOMEM, "out of memory");
@@ -197,19 +187,15 @@ static int start(srv *s, srv_slot *sl, srv_err *e) {
         srv_err_set(e, st == SD_ERR_NOMEM ? 503 : 500, "server_error", NULL, NULL, "%s", sd_last_error());
         return -1;
     }
-    sd_spec_get_stats(sl->spec, &sl->seen);
     return 0;
 }
 
-/* Statistics of the round into the metrics (mu held). */
-static void count_round(srv *s, srv_slot *sl) {
-    sd_spec_stats st;
-    sd_spec_get_stats(sl->spec, &st);
-    s->m.drafts += (unsigned long)(st.n_verify - sl->seen.n_verify);
-    s->m.draft_tokens += (unsigned long)(st.n_drafted - sl->seen.n_drafted);
-    s->m.accepted += (unsigned long)(st.n_accepted - sl->seen.n_accepted);
-    for (int i = 0; i < SD_MAX_DRAFT; i++) s->m.accepted_at[i] += (unsigned long)(st.accepted_at[i] - sl->seen.accepted_at[i]);
-    sl->seen = st;
+/* A round's statistics into the metrics (mu held). */
+static void count_round(srv *s, const sd_spec_round *rd) {
+    s->m.drafts += rd->n_drafted > 0;
+    s->m.draft_tokens += (unsigned long)rd->n_drafted;
+    s->m.accepted += (unsigned long)rd->n_accepted;
+    for (int i = 0; i < rd->n_accepted && i < SD_MAX_DRAFT; i++) s->m.accepted_at[i]++;
 }
 
 /* ---- the engine thread ----------------------------------------------------------------------- */
@@ -248,10 +234,9 @@ static int take_tokens(srv *s, srv_slot *sl, const int32_t *toks, int n, slot_ou
     if (!stop_hit && !sd_spec_done(sl->spec)) return 0;
     sd_spec_stats st;
     sd_spec_get_stats(sl->spec, &st);
-    const char *why = st.stop_reason ? st.stop_reason : "";
-    o->reason = stop_hit || !strcmp(why, "eos") ? "stop"
-                : !strcmp(why, "interrupted")    ? "abort"
-                                                 : "length"; /* the budget or the context */
+    o->reason = stop_hit || st.stop_reason == SD_STOP_EOS ? "stop"
+                : st.stop_reason == SD_STOP_CANCELLED      ? "abort"
+                                                           : "length"; /* the budget or the context */
     conclude(s, r, sl->spec, o->reason, NULL, &o->pending, &o->status, &o->body);
     o->done = 1;
     return 1;
@@ -290,63 +275,18 @@ static void drop_departed(srv *s) {
     }
 }
 
-/* Rounds of each mode measured before comparing, how often the other one is tried at first and
- * at most, and how many recent rounds the rates follow (a running mean up to that many, then
- * exponential). A try of the losing mode costs: at 8 busy slots on the cost twins, a drafting
- * round (the draft catching up on every token since its last round, its steps, a 40-token
- * pass) took about 5 plain rounds' time for 1.7 tokens a slot, and trying it every 16 rounds
- * kept speculative serving at 0.93x of plain (0.91-0.95). So each try that does not change
- * which mode is best doubles the wait before the next, as the adaptive policy's probes do. */
-#define MODE_MIN 8
-#define MODE_EXPLORE 16
-#define MODE_EXPLORE_MAX 512
-#define MODE_WINDOW 20
-
-/* Whether a round of b busy slots may draft. */
-static int drafting_allowed(srv *s, int b) {
-    if (!s->auto_spec) return 1;
-    srv_mode *m = &s->modes[b];
-    if (m->n[1] < MODE_MIN) return 1;
-    if (m->n[0] < MODE_MIN) return 0;
-    const int best = m->rate[1] >= m->rate[0];
-    if (!m->every) m->every = MODE_EXPLORE;
-    if (m->trying) { /* the try is measured: did it change the verdict? */
-        m->trying = 0;
-        if (best == m->best_before) {
-            if (m->every < MODE_EXPLORE_MAX) m->every *= 2;
-        } else {
-            m->every = MODE_EXPLORE;
-        }
-    }
-    if (++m->since >= m->every) {
-        m->since = 0;
-        m->trying = 1;
-        m->best_before = best;
-        return !best;
-    }
-    return best;
-}
-
-static void mode_record(srv_mode *m, int spec, double tokens, double seconds) {
-    if (!(seconds > 0)) return;
-    const double r = tokens / seconds;
-    const int n = ++m->n[spec];
-    m->rate[spec] += (r - m->rate[spec]) / (n < MODE_WINDOW ? n : MODE_WINDOW);
-}
-
 static void *engine_main(void *arg) {
     srv *s = arg;
     const int N = s->n_slots;
     srv_slot **busy = calloc((size_t)N, sizeof *busy), **fresh = calloc((size_t)N, sizeof *fresh);
     sd_spec **specs = calloc((size_t)N, sizeof *specs);
-    int32_t **outs = calloc((size_t)N, sizeof *outs), *out_rows = calloc((size_t)N * (SD_MAX_DRAFT + 1), sizeof(int32_t));
-    int *n_outs = calloc((size_t)N, sizeof *n_outs);
+    sd_spec_round *rounds = calloc((size_t)N, sizeof *rounds);
     slot_out *so = calloc((size_t)N, sizeof *so);
-    if (!busy || !fresh || !specs || !outs || !out_rows || !n_outs || !so) {
+    sd_spec_batch *batch = sd_pair_batch(s->pair);
+    if (!busy || !fresh || !specs || !rounds || !so) {
         fprintf(stderr, "error: serve: out of memory for the engine thread\n");
         abort();
     }
-    for (int i = 0; i < N; i++) outs[i] = out_rows + (size_t)i * (SD_MAX_DRAFT + 1);
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->stopping && s->n_busy == 0 && !s->q_head) pthread_cond_wait(&s->cv, &s->mu);
@@ -400,8 +340,10 @@ static void *engine_main(void *arg) {
             if (r->g.stream && r->g.chat) /* the role comes first, as OpenAI sends it */
                 srv_sse_chunk(&o->pending, &r->g, r->id, r->created, s->model_name, "", 0, 1, NULL);
             pthread_mutex_lock(&s->mu);
-            s->m.prompt_tokens += (unsigned long)sl->seen.n_prompt;
-            s->m.prompt_cached += (unsigned long)sl->seen.n_reused;
+            sd_spec_stats pst;
+            sd_spec_get_stats(sl->spec, &pst);
+            s->m.prompt_tokens += (unsigned long)pst.n_prompt;
+            s->m.prompt_cached += (unsigned long)pst.n_reused;
             s->m.prompt_s += dt;
             deliver(r, &o->pending, 0, 0, NULL);
             pthread_mutex_unlock(&s->mu);
@@ -414,12 +356,9 @@ static void *engine_main(void *arg) {
                 busy[n_b] = &s->slots[i];
                 specs[n_b++] = s->slots[i].spec;
             }
-        const int allow = n_b ? drafting_allowed(s, n_b) : 1;
-        for (int i = 0; i < n_b; i++) sd_spec_set_draft_limit(specs[i], allow ? SD_MAX_DRAFT : 0);
         const double t0 = sd_now();
-        sd_status st = n_b ? sd_spec_step_many(s->round, specs, n_b, outs, n_outs) : SD_OK;
-        const double t_step = sd_now() - t0;
-        const int pass_tokens = n_b ? sd_verify_round_n_tokens(s->round) : 0;
+        sd_status st = n_b ? sd_spec_batch_step(batch, specs, n_b, rounds) : SD_OK;
+        const int pass_tokens = n_b ? sd_spec_batch_pass_tokens(batch) : 0;
         unsigned long taken = 0;
         for (int i = 0; i < n_b; i++) {
             srv_slot *sl = busy[i];
@@ -432,21 +371,25 @@ static void *engine_main(void *arg) {
                 continue;
             }
             const int before = sl->req->n_gen;
-            take_tokens(s, sl, outs[i], n_outs[i], o);
+            take_tokens(s, sl, rounds[i].tokens, rounds[i].n_tokens, o);
             taken += (unsigned long)(sl->req->n_gen - before);
         }
         const double dt = sd_now() - t0;
 
         pthread_mutex_lock(&s->mu);
-        if (n_b && st == SD_OK && s->auto_spec) mode_record(&s->modes[n_b], allow, (double)taken, t_step);
         if (n_b) {
             s->m.rounds++;
             s->m.gen_s += dt;
             s->m.gen_tokens += taken;
             s->m.pass_tokens += (unsigned long)pass_tokens;
-            const unsigned long drafted = s->m.draft_tokens;
-            for (int i = 0; i < n_b; i++) count_round(s, busy[i]);
-            s->m.rounds_drafting += s->m.draft_tokens > drafted;
+            int drafting = 0;
+            for (int i = 0; i < n_b; i++) {
+                count_round(s, &rounds[i]);
+                drafting |= rounds[i].n_drafted > 0;
+            }
+            s->m.rounds_drafting += drafting;
+            if (s->auto_spec && n_b <= s->n_slots)
+                sd_spec_batch_switch_rates(batch, n_b, s->modes[n_b].rate, s->modes[n_b].n);
         }
         for (int i = 0; i < N; i++) {
             srv_slot *sl = &s->slots[i];
@@ -467,9 +410,7 @@ static void *engine_main(void *arg) {
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < N; i++) srv_buf_free(&so[i].pending);
     free(so);
-    free(n_outs);
-    free(out_rows);
-    free(outs);
+    free(rounds);
     free(specs);
     free(fresh);
     free(busy);
@@ -495,72 +436,36 @@ void srv_engine_stop(srv *s) {
 }
 
 void srv_slots_free(srv *s) {
-    for (int i = 0; s->slots && i < s->n_slots; i++) {
-        sd_spec_free(s->slots[i].spec);
-        sd_drafter_free(s->slots[i].drafter);
-    }
     free(s->slots);
     s->slots = NULL;
     free(s->modes);
     s->modes = NULL;
-    sd_verify_round_free(s->round);
-    sd_context_free(s->dctx);
-    sd_context_free(s->tctx);
-    s->round = NULL;
-    s->dctx = s->tctx = NULL;
+    sd_pair_free(s->pair);
+    s->pair = NULL;
 }
 
 sd_status srv_load(srv *s, const sd_model *tm, const sd_model *dm, sd_chat_format chat) {
     const sd_tokenizer *tt = sd_model_tokenizer(tm);
     sd_status st;
-    if (dm && tt && sd_model_tokenizer(dm) && (st = sd_tokenizer_check_compatible(tt, sd_model_tokenizer(dm))) != SD_OK)
-        return st;
     if (!tt) return sd_fail(SD_ERR_UNSUPPORTED, "serve: the target model has no tokenizer");
-    int n_ctx = sd_model_hparams(tm)->ctx_len;
-    if (dm && sd_model_hparams(dm)->ctx_len < n_ctx) n_ctx = sd_model_hparams(dm)->ctx_len;
-    if (s->p.n_ctx > 0) n_ctx = s->p.n_ctx;
-    const int N = s->p.parallel, V = sd_model_hparams(tm)->vocab_size;
-    sd_context_params cp = sd_context_default_params();
-    cp.n_ctx = n_ctx;
-    cp.n_seq = N;
-    cp.kv_type = s->p.kv_type;
-    if ((st = sd_context_create(tm, &cp, &s->tctx)) != SD_OK) goto fail;
-    if (dm && (st = sd_context_create(dm, &cp, &s->dctx)) != SD_OK) goto fail;
-    if ((st = sd_verify_round_create(s->tctx, &s->round)) != SD_OK) goto fail;
+    const int N = s->p.parallel;
+    /* the pair's engines start greedy; each request brings its own sampling and budget */
+    if ((st = sd_pair_create((sd_model *)tm, (sd_model *)dm, &s->p.spec, N, &s->pair)) != SD_OK) goto fail;
     if (!(s->slots = calloc((size_t)N, sizeof *s->slots)) || !(s->modes = calloc((size_t)N + 1, sizeof *s->modes))) {
         st = sd_fail(SD_ERR_NOMEM, "out of memory");
         goto fail;
     }
     s->n_slots = N;
     for (int i = 0; i < N; i++) {
-        srv_slot *sl = &s->slots[i];
-        sl->id = i;
-        sd_drafter *model = NULL, *ng = NULL;
-        sd_sampler_params sp = sd_sampler_default_params();
-        if (dm && (st = sd_drafter_model_create(s->dctx, i, V, &sp, &model)) != SD_OK) goto fail;
-        if (s->p.ngram && (st = sd_drafter_ngram_create(s->p.ngram_min, s->p.ngram_max, V, &ng)) != SD_OK) {
-            sd_drafter_free(model);
-            goto fail;
-        }
-        if (model && ng) {
-            if ((st = sd_drafter_combo_create(ng, model, &sl->drafter)) != SD_OK) {
-                sd_drafter_free(ng);
-                sd_drafter_free(model);
-                goto fail;
-            }
-        } else {
-            sl->drafter = model ? model : ng;
-        }
-        sd_spec_params p = s->p.spec;
-        p.stop_flag = &sl->stop;
-        if ((st = sd_spec_create_with(s->tctx, i, sl->drafter, &p, &sl->spec)) != SD_OK) goto fail;
+        s->slots[i].id = i;
+        s->slots[i].spec = sd_pair_spec(s->pair, i);
     }
     s->tm = tm;
     s->dm = dm;
-    s->auto_spec = (dm || s->p.ngram) && s->p.spec.draft_mode == SD_DRAFT_ADAPTIVE;
+    s->auto_spec = N > 1 && (dm || s->p.spec.ngram) && s->p.spec.draft_mode == SD_DRAFT_ADAPTIVE;
     s->tok = tt;
     s->chat = chat;
-    s->n_ctx = n_ctx;
+    s->n_ctx = sd_pair_n_ctx(s->pair);
     if ((st = srv_engine_start(s)) != SD_OK) goto fail;
     pthread_mutex_lock(&s->mu);
     s->ready = 1;

@@ -15,16 +15,15 @@ typedef struct {
     const char *host;       /* address to bind (a numeric IPv4/IPv6 address or a host name) */
     int port;               /* 0: any free port (srv_port tells which) */
     int parallel;           /* slots */
-    int n_ctx;              /* positions per slot; 0: the smaller model context */
     int queue_max;          /* requests waiting for a slot at most; more get 429 */
     int timeout_s;          /* a connection idle (or stalled) this long is closed */
     size_t max_body;        /* request bodies larger than this get 413 */
     const char *api_key;    /* NULL: no authentication */
     const char *model_name; /* the id /v1/models lists and responses carry */
     int special;            /* completions: parse special tokens written in a prompt */
-    sd_spec_params spec;    /* draft_max, draft_mode, p_min; a request sets sampling and budget */
-    int ngram, ngram_min, ngram_max; /* prompt-lookup drafting (with or without a draft model) */
-    sd_type kv_type;
+    sd_spec_params spec;    /* the engine's: drafting (draft_max, draft_mode, p_min, ngram...), the
+                               contexts (n_ctx per slot, kv_type); a request sets sampling, budget
+                               and its own draft settings */
     int verbose;            /* a log line per request on stderr */
 } srv_params;
 

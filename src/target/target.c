@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
-#include "specdec/spec.h"
+#include "specdec/draft.h"
 
 /* A verify pass of k+1 tokens must take the small-batch kernels, whose rows equal token-by-token
  * decoding bit for bit: that is what keeps greedy speculative output identical to plain. */

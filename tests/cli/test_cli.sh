@@ -165,7 +165,7 @@ gpid=$!
 sleep 1
 kill -INT $gpid
 wait $gpid; rc=$?
-if [ "$rc" = 130 ] && grep -q "stopped: interrupted" "$TMP/int.err"; then
+if [ "$rc" = 130 ] && grep -q "stopped: cancelled" "$TMP/int.err"; then
   echo "ok   SIGINT stops with statistics and exit 130"; pass=$((pass+1))
 else
   echo "FAIL SIGINT: exit $rc"; tail -3 "$TMP/int.err"; fail=$((fail+1))

@@ -322,7 +322,7 @@ expect "SIGTERM: the stream's last chunk" "$(sed -n 's/^data: {/{/p' "$TMP/term.
   "abort data: [DONE]"
 
 # ---- server C: 503 while loading, then API keys ----------------------------------------------
-NOWAIT=1 start_server C -m "$TMP/slow.gguf" --draft-type q8_0 -c 256 -np 1 --api-key 's3cret key' --alias 'my "model"'
+NOWAIT=1 start_server C -m "$TMP/slow.gguf" --draft-type q8_0 -c 256 -np 2 --api-key 's3cret key' --alias 'my "model"'
 code=$(curl -s -o "$TMP/body" -w '%{http_code}' "$U/health")
 if [ "$code" = 503 ] && jq -e '.error.message == "loading model"' "$TMP/body" >/dev/null; then ok "health while loading (503)"
 else bad "health while loading: $code" "$(cat "$TMP/body")"; fi
@@ -335,8 +335,15 @@ code=$(status /v1/completions '{"prompt": "a", "max_tokens": 2}' -H 'Authorizati
 expect "right API key (200)" "$code" 200
 expect "--alias names the model" "$(curl -s -H 'Authorization: Bearer s3cret key' "$U/v1/models" | jq -r '.data[0].id')|$(jq -r .model "$TMP/body")" \
   'my "model"|my "model"'
-# drafting by batch size: the rounds' rates of the one busy slot, drafting allowed so far
-if curl -s -H 'Authorization: Bearer s3cret key' "$U/metrics" | grep -qE '^specdec:round_tokens_per_second\{slots="1",drafting="allowed"\} [0-9.e+]+$'; then
+# drafting by batch size (rounds of two or more slots; one slot's own controller decides alone):
+# two requests at once, then the rates of rounds with both slots busy, drafting allowed so far
+pids=()
+for i in 1 2; do
+  curl -s -o /dev/null -H 'Authorization: Bearer s3cret key' "$U/v1/completions" -d '{"prompt": "a", "max_tokens": 24, "ignore_eos": true}' &
+  pids+=($!)
+done
+wait "${pids[@]}"
+if curl -s -H 'Authorization: Bearer s3cret key' "$U/metrics" | grep -qE '^specdec:round_tokens_per_second\{slots="2",drafting="allowed"\} [0-9.e+]+$'; then
   ok "metrics with the key: rates by batch size"
 else bad "metrics: no round_tokens_per_second" "$(curl -s -H 'Authorization: Bearer s3cret key' "$U/metrics" | grep round_tokens)"; fi
 stop_server C

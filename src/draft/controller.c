@@ -1,0 +1,223 @@
+/* The draft controller (controller.h): fixed length, llama.cpp's p_min, and the adaptive default
+ * (a cost model fed by measured pass and draft-step times, and an online estimate of how often a
+ * proposal is accepted given its pre-draw confidence, stopping where one more draft no longer
+ * raises the round's expected tokens per second); and the batch switch that measures, per batch
+ * size, whether rounds that may draft beat plain ones. */
+#include "draft/controller.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Pseudo-counts of each confidence bin's prior (acceptance = the bin's centre): a few proposals
+ * outweigh it, and a drafter whose confidence is calibrated starts near right. */
+#define PRIOR_N 2.0
+/* Weight of a new measurement in the running pass costs (noisy machines: ~20 samples). */
+#define COST_EMA 0.05
+/* A round that drafts after this many plain ones keeps the estimates alive where drafting
+ * stopped paying (costs drift, a draft may improve with the text). Each probe that finds
+ * drafting still unprofitable doubles the wait, up to EXPLORE_MAX: a probe costs the draft
+ * catching up on every token since the last one. */
+#define EXPLORE_EVERY 32
+#define EXPLORE_MAX 1024
+
+/* ---- costs -------------------------------------------------------------------------------- */
+
+void sd_draft_costs_init(sd_draft_costs *c) { memset(c, 0, sizeof *c); }
+
+void sd_draft_costs_pass(sd_draft_costs *c, int n_tokens, double seconds) {
+    if (c->given || n_tokens < 1 || n_tokens > SD_DRAFT_COST_MAX_N || !(seconds > 0)) return;
+    double *t = &c->t_pass[n_tokens];
+    *t = *t > 0 ? (1 - COST_EMA) * *t + COST_EMA * seconds : seconds;
+}
+
+void sd_draft_costs_draft(sd_draft_costs *c, int n_steps, double seconds) {
+    if (c->given || n_steps < 1 || !(seconds >= 0)) return;
+    const double per = seconds / n_steps;
+    c->t_draft = c->t_draft > 0 ? (1 - COST_EMA) * c->t_draft + COST_EMA * per : per;
+}
+
+double sd_draft_costs_verify(const sd_draft_costs *c, int n) {
+    const int N = SD_DRAFT_COST_MAX_N;
+    if (n < 1) n = 1;
+    if (n <= N && c->t_pass[n] > 0) return c->t_pass[n];
+    int lo = (n <= N ? n : N + 1) - 1, hi = n + 1; /* the nearest measured sizes below and above */
+    while (lo >= 1 && !(c->t_pass[lo] > 0)) lo--;
+    while (hi <= N && !(c->t_pass[hi] > 0)) hi++;
+    if (lo >= 1 && hi <= N) return c->t_pass[lo] + (c->t_pass[hi] - c->t_pass[lo]) * (n - lo) / (hi - lo);
+    if (lo >= 1) { /* past the largest: the slope of the two largest measured, else a step per token */
+        int l2 = lo - 1;
+        while (l2 >= 1 && !(c->t_pass[l2] > 0)) l2--;
+        const double slope = l2 >= 1 ? (c->t_pass[lo] - c->t_pass[l2]) / (lo - l2) : c->t_pass[lo] / lo;
+        return c->t_pass[lo] + slope * (n - lo);
+    }
+    return hi <= N ? c->t_pass[hi] * n / hi : 0.0;
+}
+
+/* ---- the sequence's controller ---------------------------------------------------------------- */
+
+void sd_draft_ctl_init(sd_draft_ctl *c) {
+    memset(c, 0, sizeof *c);
+    c->base.judge = sd_draft_ctl_judge;
+}
+
+static int conf_bin(float conf) {
+    const int b = (int)(conf * SD_CTL_BINS);
+    return b < 0 ? 0 : b >= SD_CTL_BINS ? SD_CTL_BINS - 1 : b;
+}
+
+static double accept_est(const sd_draft_ctl *c, int source, float conf) {
+    const int b = conf_bin(conf);
+    const double prior = (b + 0.5) / SD_CTL_BINS;
+    return (c->acc[source][b] + PRIOR_N * prior) / (c->tried[source][b] + PRIOR_N);
+}
+
+/* Expected tokens per second of the whole round when this sequence emits e tokens (expected)
+ * after d draft steps and puts n tokens into the pass, beside the other sequences' share. */
+static double round_rate(const sd_draft_ctl *c, double e, int d, int n) {
+    const double t = c->others_t + d * c->costs->t_draft + sd_draft_costs_verify(c->costs, c->others_n + n);
+    return t > 0 ? (c->others_e + e) / t : 0.0;
+}
+
+/* The adaptive round's start: k_max, 0 when not even one draft is expected to pay (now and then
+ * 1 instead, a probe). */
+static int adaptive_plan(sd_draft_ctl *c, int k_max) {
+    if (!(c->costs->t_pass[1] > 0)) return k_max; /* nothing measured yet: a full round measures */
+    /* The draft step's cost is only known once the drafter has run: until then a single draft
+     * (a cheap probe) rather than k_max of them, since on a pair whose draft step costs as much as
+     * the target's a full first round costs several target steps. */
+    if (!(c->costs->t_draft > 0)) return k_max < 1 ? k_max : 1;
+    /* Does even one draft pay? Its acceptance before seeing it: the first position's record. */
+    const double first = c->first_tried > 0 ? (c->first_acc + PRIOR_N * 0.5) / (c->first_tried + PRIOR_N) : 0.5;
+    const int pays = round_rate(c, 1 + first, 1, 2) > round_rate(c, 1, 0, 1);
+    if (!c->explore_every) c->explore_every = EXPLORE_EVERY;
+    if (pays) {
+        c->plain_run = 0;
+        c->explore_every = EXPLORE_EVERY;
+        c->probing = 0;
+        return k_max;
+    }
+    if (c->probing) { /* the last probe did not make drafting pay: wait longer next time */
+        c->probing = 0;
+        if (c->explore_every < EXPLORE_MAX) c->explore_every *= 2;
+    }
+    if (++c->plain_run >= c->explore_every) {
+        c->plain_run = 0;
+        c->probing = 1;
+        return 1;
+    }
+    return 0;
+}
+
+int sd_draft_ctl_plan(sd_draft_ctl *c, const sd_spec_params *p, const sd_draft_costs *costs,
+                      const sd_draft_round_in *in) {
+    c->mode = p->draft_mode;
+    c->p_min = p->p_min;
+    c->costs = costs;
+    c->others_n = in->others_n;
+    c->others_e = in->others_e;
+    c->others_t = in->others_t;
+    c->cum = 1;
+    c->e = 1;
+    int k = p->draft_max;
+    if (k > in->room) k = in->room;
+    if (k > in->share) k = in->share;
+    if (!in->allowed || k < 1) return 0;
+    if (p->draft_mode == SD_DRAFT_ADAPTIVE) k = adaptive_plan(c, k);
+    return k;
+}
+
+sd_draft_policy *sd_draft_ctl_policy(sd_draft_ctl *c) { return c->mode == SD_DRAFT_FIXED ? NULL : &c->base; }
+
+sd_draft_verdict sd_draft_ctl_judge(sd_draft_policy *policy, int source, int i, float conf) {
+    sd_draft_ctl *c = (sd_draft_ctl *)policy;
+    if (c->mode == SD_DRAFT_FIXED) return SD_DRAFT_MORE;
+    if (c->mode == SD_DRAFT_PMIN) return conf < c->p_min ? SD_DRAFT_STOP : SD_DRAFT_MORE;
+    if (source < 0 || source >= SD_DRAFT_MAX_SOURCES) source = 0;
+    /* adaptive: propose it unless verifying it lowers the round's expected rate (the draft step
+     * that produced its distribution is spent either way) */
+    const double acc = accept_est(c, source, conf);
+    const double cum = c->cum * acc, e_with = c->e + cum;
+    const double r_keep = round_rate(c, e_with, i + 1, i + 2);
+    const double r_stop = round_rate(c, c->e, i + 1, i + 1);
+    if (r_keep < r_stop) return SD_DRAFT_STOP;
+    c->cum = cum;
+    c->e = e_with;
+    /* one more after it, expected to be accepted as often as this one (confidence runs in
+     * streaks): is its draft step worth taking? */
+    const double r_next = round_rate(c, e_with + cum * acc, i + 2, i + 3);
+    return r_next > r_keep ? SD_DRAFT_MORE : SD_DRAFT_LAST;
+}
+
+void sd_draft_ctl_record(sd_draft_ctl *c, int source, const float *conf, int n_drafted, int n_accepted) {
+    if (source < 0 || source >= SD_DRAFT_MAX_SOURCES || !conf) return;
+    /* a proposal is tried when every earlier one was accepted */
+    for (int i = 0; i < n_drafted && i <= n_accepted; i++) {
+        const int b = conf_bin(conf[i]);
+        c->tried[source][b] += 1;
+        if (i < n_accepted) c->acc[source][b] += 1;
+    }
+    if (n_drafted > 0) {
+        c->first_tried += 1;
+        c->first_acc += n_accepted > 0;
+    }
+}
+
+/* ---- the batch switch ---------------------------------------------------------------------- */
+
+/* Rounds of each mode measured before comparing, how often the other one is tried at first and
+ * at most, and how many recent rounds the rates follow (a running mean up to that many, then
+ * exponential). A try of the losing mode costs: at 8 busy slots on the cost twins, a drafting
+ * round took about 5 plain rounds' time for 1.7 tokens a slot, and trying it every 16 rounds
+ * kept speculative serving at 0.93x of plain. So each try that does not change which mode is best
+ * doubles the wait before the next, as the adaptive probes do. */
+#define SWITCH_MIN 8
+#define SWITCH_EXPLORE 16
+#define SWITCH_EXPLORE_MAX 512
+#define SWITCH_WINDOW 20
+
+sd_status sd_draft_switch_init(sd_draft_switch *w, int max_batch) {
+    memset(w, 0, sizeof *w);
+    if (max_batch < 1) return sd_fail(SD_ERR_INVALID_ARG, "draft switch: batch of %d", max_batch);
+    if (!(w->size = calloc((size_t)max_batch + 1, sizeof *w->size))) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    w->max_batch = max_batch;
+    return SD_OK;
+}
+
+void sd_draft_switch_free(sd_draft_switch *w) {
+    free(w->size);
+    memset(w, 0, sizeof *w);
+}
+
+int sd_draft_switch_allow(sd_draft_switch *w, int batch) {
+    if (batch < 2 || batch > w->max_batch || !w->size) return 1;
+    sd_draft_switch_size *m = &w->size[batch];
+    if (m->n[1] < SWITCH_MIN) return 1;
+    if (m->n[0] < SWITCH_MIN) return 0;
+    const int best = m->rate[1] >= m->rate[0];
+    if (!m->every) m->every = SWITCH_EXPLORE;
+    if (m->trying) { /* the try is measured: did it change the verdict? */
+        m->trying = 0;
+        if (best == m->best_before) {
+            if (m->every < SWITCH_EXPLORE_MAX) m->every *= 2;
+        } else {
+            m->every = SWITCH_EXPLORE;
+        }
+    }
+    if (++m->since >= m->every) {
+        m->since = 0;
+        m->trying = 1;
+        m->best_before = best;
+        return !best;
+    }
+    return best;
+}
+
+void sd_draft_switch_record(sd_draft_switch *w, int batch, int allowed, double tokens, double seconds) {
+    if (batch < 2 || batch > w->max_batch || !w->size || !(seconds > 0)) return;
+    sd_draft_switch_size *m = &w->size[batch];
+    const int i = allowed ? 1 : 0;
+    const double r = tokens / seconds;
+    const int n = ++m->n[i];
+    m->rate[i] += (r - m->rate[i]) / (n < SWITCH_WINDOW ? n : SWITCH_WINDOW);
+}

@@ -1,0 +1,103 @@
+/* The one draft controller: how many drafts a round makes. Every decision about draft length is
+ * here, as functions over plain records (no clock: costs are measured by the engine and handed
+ * in), so the CLI, the bench and the server decide alike and the tests can drive it directly.
+ *
+ * The stop rule that keeps sampling exact (docs/design.md, "Sampling"): a decision may use
+ * anything known before a proposal is drawn (the draft's distribution and its top probability,
+ * measured costs, the batch, earlier proposals); a proposal once drawn is proposed, never thrown
+ * away for being the token it is. So the controller is asked before each draw (judge), and its
+ * answers are "draw it and go on", "draw it and end the round after it", or "end the round
+ * before it". */
+#ifndef SD_DRAFT_CONTROLLER_H
+#define SD_DRAFT_CONTROLLER_H
+
+#include "specdec/draft.h"
+#include "specdec/spec.h"
+
+#define SD_CTL_BINS 10
+
+/* One sequence's controller: what it has learned of its drafter's proposals, and the round in
+ * progress. A sequence keeps it across generations (a server slot's drafts stay as reliable). */
+typedef struct {
+    sd_draft_policy base; /* judge: sd_draft_ctl_judge */
+    /* acceptance of a tried proposal by source and by pre-draw confidence bin */
+    double acc[SD_DRAFT_MAX_SOURCES][SD_CTL_BINS], tried[SD_DRAFT_MAX_SOURCES][SD_CTL_BINS];
+    double first_acc, first_tried; /* the first proposal of a round, whatever its confidence */
+    int plain_run;                 /* rounds without drafts in a row (adaptive) */
+    int explore_every;             /* plain rounds between probes (doubles while they fail) */
+    int probing;                   /* the last round was a probe */
+    /* the round in progress (sd_draft_ctl_plan sets them) */
+    sd_draft_mode mode;
+    float p_min;
+    const sd_draft_costs *costs;
+    int others_n;            /* what the pass's other sequences put into it (their last round): */
+    double others_e;         /* tokens, tokens they emitted, seconds they spent drafting */
+    double others_t;
+    double cum, e;           /* P(every proposal so far accepted), expected tokens */
+} sd_draft_ctl;
+
+void sd_draft_ctl_init(sd_draft_ctl *c);
+
+/* What bounds a round, besides the request's draft_max. */
+typedef struct {
+    int room;     /* drafts the context and the token budget can still take */
+    int share;    /* drafts this sequence's share of a shared pass may hold */
+    int allowed;  /* 0: the batch switch has this round decode plainly */
+    int others_n; /* the other sequences of the pass (their last round): tokens in it, */
+    double others_e, others_t; /* tokens emitted, seconds drafting (0 when alone) */
+} sd_draft_round_in;
+
+/* The most proposals of the round about to start (0: a plain step), and the controller set up
+ * to judge them: draft_max within room and share, then, adaptive, what is expected to pay
+ * (now and then one probe where nothing pays, to keep the estimates current). */
+int sd_draft_ctl_plan(sd_draft_ctl *c, const sd_spec_params *p, const sd_draft_costs *costs,
+                      const sd_draft_round_in *in);
+/* The policy to hand the drafter for the planned round (NULL: fixed length, no judging). */
+sd_draft_policy *sd_draft_ctl_policy(sd_draft_ctl *c);
+/* Before proposal i (0-based) of source `source` is drawn; conf is its pre-draw confidence (the
+ * top probability of the draft's distribution, an n-gram's match score). */
+sd_draft_verdict sd_draft_ctl_judge(sd_draft_policy *policy, int source, int i, float conf);
+/* A verified round: pre-draw confidences of the n_drafted proposals, the first n_accepted of
+ * which were accepted. */
+void sd_draft_ctl_record(sd_draft_ctl *c, int source, const float *conf, int n_drafted, int n_accepted);
+
+/* ---- costs -------------------------------------------------------------------------------- */
+
+void sd_draft_costs_init(sd_draft_costs *c);
+/* A target pass of n tokens took `seconds` (a running mean; ignored when c->given). */
+void sd_draft_costs_pass(sd_draft_costs *c, int n_tokens, double seconds);
+/* n draft steps took `seconds` (ignored when c->given). */
+void sd_draft_costs_draft(sd_draft_costs *c, int n_steps, double seconds);
+/* Seconds of a pass of n tokens: measured, else interpolated between the nearest measured sizes
+ * (extrapolated past the largest); 0 when nothing is measured. */
+double sd_draft_costs_verify(const sd_draft_costs *c, int n);
+
+/* ---- the batch switch ---------------------------------------------------------------------- */
+
+/* Rounds of several sequences: for each batch size, the measured tokens per second of rounds
+ * with drafting allowed (each sequence's controller then drafts what it judges to pay) and of
+ * rounds without; a round takes the better, and now and then the other, to keep both current.
+ * It catches what a sequence's own cost model misses in a batch (the drafts' catching up, the
+ * pass turning compute-bound). */
+typedef struct {
+    double rate[2]; /* [0] plain rounds, [1] drafting allowed: tokens per second, running mean */
+    int n[2];       /* rounds measured */
+    int since;      /* rounds since the other mode was last tried */
+    int every;      /* try the other mode after this many rounds (0: not yet set) */
+    int trying;     /* the last round tried the other mode */
+    int best_before;/* which mode was best before that try */
+} sd_draft_switch_size;
+
+typedef struct {
+    sd_draft_switch_size *size; /* [max_batch + 1] */
+    int max_batch;
+} sd_draft_switch;
+
+sd_status sd_draft_switch_init(sd_draft_switch *w, int max_batch);
+void sd_draft_switch_free(sd_draft_switch *w);
+/* Whether a round of `batch` sequences may draft (1 for a batch of one: its controller decides). */
+int sd_draft_switch_allow(sd_draft_switch *w, int batch);
+/* The round's outcome: tokens emitted by all sequences in `seconds`, drafting allowed or not. */
+void sd_draft_switch_record(sd_draft_switch *w, int batch, int allowed, double tokens, double seconds);
+
+#endif

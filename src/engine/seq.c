@@ -1,0 +1,558 @@
+/* One sequence's generation: its history, the phases of a round (plan, draft, add to the pass,
+ * accept and emit) and its statistics; plain decoding is the round without drafts.
+ * Invariant between rounds: the target's sequence holds every history token but the last (the
+ * pending one), all accepted; the drafter syncs itself to the history on each call. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/io.h"
+#include "engine/internal.h"
+#include "specdec/verify.h"
+
+/* ---- names and defaults ------------------------------------------------------------------- */
+
+static const char *const k_draft_modes[] = {[SD_DRAFT_ADAPTIVE] = "adaptive", [SD_DRAFT_FIXED] = "fixed",
+                                            [SD_DRAFT_PMIN] = "p_min"};
+
+const char *sd_draft_mode_name(sd_draft_mode m) {
+    return (unsigned)m < sizeof k_draft_modes / sizeof *k_draft_modes ? k_draft_modes[m] : "?";
+}
+
+sd_status sd_draft_mode_from_name(const char *name, sd_draft_mode *out) {
+    for (unsigned i = 0; name && i < sizeof k_draft_modes / sizeof *k_draft_modes; i++)
+        if (!strcmp(name, k_draft_modes[i])) {
+            *out = (sd_draft_mode)i;
+            return SD_OK;
+        }
+    return sd_fail(SD_ERR_INVALID_ARG, "draft mode must be adaptive, fixed or p_min, got '%s'", name ? name : "(null)");
+}
+
+static const char *const k_stop_names[] = {[SD_STOP_NONE] = "none",         [SD_STOP_LENGTH] = "length",
+                                           [SD_STOP_EOS] = "eos",           [SD_STOP_CONTEXT] = "context",
+                                           [SD_STOP_CANCELLED] = "cancelled", [SD_STOP_CALLBACK] = "callback"};
+
+const char *sd_stop_reason_name(sd_stop_reason r) {
+    return (unsigned)r < sizeof k_stop_names / sizeof *k_stop_names ? k_stop_names[r] : "?";
+}
+
+sd_spec_params sd_spec_default_params(void) {
+    sd_spec_params p;
+    memset(&p, 0, sizeof p);
+    p.n_predict = 128;
+    p.draft_max = 4;
+    p.draft_mode = SD_DRAFT_ADAPTIVE;
+    p.p_min = 0.75f;
+    p.ngram_min = 1;
+    p.ngram_max = 4;
+    p.tree_branch = 3;
+    p.tree_width = 4;
+    p.sampling = sd_sampler_default_params();
+    p.stop_at_eos = 1;
+    p.kv_type = SD_TYPE_F32;
+    return p;
+}
+
+/* ---- derived figures ---------------------------------------------------------------------- */
+
+double sd_spec_acceptance(const sd_spec_stats *st) {
+    return st->n_drafted ? (double)st->n_accepted / st->n_drafted : 0.0;
+}
+double sd_spec_tokens_per_pass(const sd_spec_stats *st) {
+    const int passes = st->n_verify + st->n_target_steps;
+    return passes ? (double)st->n_generated / passes : 0.0;
+}
+double sd_spec_mean_accepted(const sd_spec_stats *st) {
+    return st->n_verify ? 1.0 + (double)st->n_accepted / st->n_verify : 0.0;
+}
+double sd_spec_decode_tps(const sd_spec_stats *st) {
+    const double t = st->t_total - st->t_first;
+    return st->n_generated > 1 && t > 0 ? (st->n_generated - 1) / t : 0.0;
+}
+
+/* ---- creation and parameters --------------------------------------------------------------- */
+
+/* has_model: the drafter draws from a draft model (NULL drafter: plain). */
+static sd_status check_params(const sd_spec_params *p, int with_draft, int has_model) {
+    if (p->n_predict <= 0) return sd_fail(SD_ERR_INVALID_ARG, "tokens to generate must be > 0 (got %d)", p->n_predict);
+    if (with_draft && (p->draft_max < 1 || p->draft_max > SD_MAX_DRAFT))
+        return sd_fail(SD_ERR_INVALID_ARG, "draft length k must be in 1..%d (got %d)", SD_MAX_DRAFT, p->draft_max);
+    if (p->n_ctx < 0) return sd_fail(SD_ERR_INVALID_ARG, "context size must be >= 0 (got %d)", p->n_ctx);
+    if (p->draft_mode != SD_DRAFT_ADAPTIVE && p->draft_mode != SD_DRAFT_FIXED && p->draft_mode != SD_DRAFT_PMIN)
+        return sd_fail(SD_ERR_INVALID_ARG, "draft mode %d (adaptive, fixed or p_min)", (int)p->draft_mode);
+    if (p->tree_budget < 0 || p->tree_budget > SD_MAX_DRAFT || p->tree_branch < 1 || p->tree_branch > 16 ||
+        p->tree_width < 1 || p->tree_width > SD_MAX_DRAFT)
+        return sd_fail(SD_ERR_INVALID_ARG, "tree budget %d (0..%d), branch %d (1..16), width %d (1..%d)", p->tree_budget,
+                       SD_MAX_DRAFT, p->tree_branch, p->tree_width, SD_MAX_DRAFT);
+    if (!(p->p_min >= 0 && p->p_min <= 1))
+        return sd_fail(SD_ERR_INVALID_ARG, "draft p_min must be in [0, 1] (got %g)", (double)p->p_min);
+    if (p->draft_min < 0 || (with_draft && p->draft_min > p->draft_max))
+        return sd_fail(SD_ERR_INVALID_ARG, "draft_min %d must be in 0..draft_max (%d)", p->draft_min, p->draft_max);
+    if (p->draft_min > 1 && p->tree_budget > 0)
+        return sd_fail(SD_ERR_UNSUPPORTED, "draft_min %d applies to chains of drafts, not to trees (tree budget %d)",
+                       p->draft_min, p->tree_budget);
+    /* Dropping a chain for being short looks at sampled drafts: their length depends on the
+     * draws under adaptive or p_min drafting, which would bias rejection sampling. Greedy and
+     * coupled outputs do not depend on the drafts at all; n-gram and fixed-length chains have a
+     * length fixed before any draw. */
+    if (p->draft_min > 1 && has_model && p->sampling.temperature > 0 && p->sampling.mode == SD_SAMPLING_REJECTION &&
+        p->draft_mode != SD_DRAFT_FIXED)
+        return sd_fail(SD_ERR_UNSUPPORTED,
+                       "draft_min %d with rejection sampling and %s drafting would drop sampled drafts by their "
+                       "length, which biases the output: use coupled sampling, fixed-length drafting, or draft_min <= 1",
+                       p->draft_min, sd_draft_mode_name(p->draft_mode));
+    return sd_sampler_params_check(&p->sampling);
+}
+
+void sd_spec_free(sd_spec *s) {
+    if (!s) return;
+    if (s->owner) {
+        sd_pair *pr = s->owner;
+        s->owner = NULL;
+        sd_pair_free(pr); /* frees s with the pair's other parts */
+        return;
+    }
+    free(s->tokens);
+    free(s->p_rows);
+    free(s->q_rows);
+    free(s->residual);
+    free(s->scratch);
+    free(s->picks);
+    free(s);
+}
+
+sd_status sd_spec_create_with(sd_spec_batch *batch, int seq, sd_drafter *drafter, const sd_spec_params *p,
+                              sd_spec **out) {
+    *out = NULL;
+    sd_status st;
+    if (!batch) return sd_fail(SD_ERR_INVALID_ARG, "no batch (sd_spec_batch_create over the target context)");
+    sd_context *target = batch->ctx;
+    const int has_model = sd_drafter_model_context(drafter) != NULL;
+    if ((st = check_params(p, drafter != NULL, has_model)) != SD_OK) return st;
+    if (seq < 0 || seq >= sd_context_n_seq(target))
+        return sd_fail(SD_ERR_INVALID_ARG, "sequence %d not in the target context's %d", seq, sd_context_n_seq(target));
+    const sd_model *tm = sd_context_model(target);
+    const int n_vocab = sd_model_hparams(tm)->vocab_size;
+    if (drafter && drafter->n_vocab > n_vocab)
+        return sd_fail(SD_ERR_MISMATCH, "the drafter proposes ids up to %d; the target scores %d", drafter->n_vocab,
+                       n_vocab);
+    if (p->tree_budget > 0 && drafter && !drafter->vt->draft_tree)
+        return sd_fail(SD_ERR_UNSUPPORTED, "the '%s' drafter proposes no trees (a draft model does)", drafter->name);
+    if (drafter && (st = sd_drafter_set_sampling(drafter, &p->sampling)) != SD_OK) return st;
+    sd_spec *s = calloc(1, sizeof *s);
+    if (!s) return sd_fail(SD_ERR_NOMEM, "out of memory");
+    s->batch = batch;
+    s->seq = seq;
+    s->drafter = drafter;
+    s->has_model = has_model;
+    s->p = *p;
+    if (!drafter) s->p.draft_max = 0;
+    s->n_vocab = n_vocab;
+    s->n_ctx = sd_context_n_ctx(target);
+    if (drafter && drafter->capacity < s->n_ctx) s->n_ctx = drafter->capacity;
+    s->tok = sd_model_tokenizer(tm);
+    sd_draft_ctl_init(&s->ctl);
+    const int k = s->p.draft_max > s->p.tree_budget ? s->p.draft_max : s->p.tree_budget; /* rows of p and q */
+    const size_t V = (size_t)n_vocab;
+    s->k_alloc = k;
+    s->tokens = malloc((size_t)s->n_ctx * sizeof(int32_t));
+    s->p_rows = malloc((size_t)(k + 1) * V * sizeof(float));
+    s->q_rows = malloc((size_t)(k + 1) * V * sizeof(float));
+    s->residual = malloc(V * sizeof(float));
+    s->scratch = malloc(sd_sample_scratch_bytes(n_vocab));
+    s->picks = malloc((size_t)(k + 1) * sizeof(int32_t));
+    if (!s->tokens || !s->p_rows || !s->q_rows || !s->residual || !s->scratch || !s->picks) {
+        sd_spec_free(s);
+        return sd_fail(SD_ERR_NOMEM, "out of memory");
+    }
+    *out = s;
+    return SD_OK;
+}
+
+sd_status sd_spec_set_params(sd_spec *s, const sd_spec_params *p) {
+    sd_status st = check_params(p, s->drafter != NULL, s->has_model);
+    if (st != SD_OK) return st;
+    if (s->active) return sd_fail(SD_ERR_INVALID_ARG, "spec: parameters cannot change while a generation runs");
+    const int k = s->drafter ? (p->draft_max > p->tree_budget ? p->draft_max : p->tree_budget) : 0;
+    if (k > s->k_alloc)
+        return sd_fail(SD_ERR_INVALID_ARG, "spec: %d drafts per pass exceed the %d this engine was created for", k,
+                       s->k_alloc);
+    if (p->tree_budget > 0 && s->drafter && !s->drafter->vt->draft_tree)
+        return sd_fail(SD_ERR_UNSUPPORTED, "the '%s' drafter proposes no trees (a draft model does)", s->drafter->name);
+    if (s->drafter && (st = sd_drafter_set_sampling(s->drafter, &p->sampling)) != SD_OK) return st;
+    const int ngram = s->p.ngram, n_ctx = s->p.n_ctx;
+    const sd_type kv_type = s->p.kv_type;
+    s->p = *p;
+    s->p.ngram = ngram; /* the drafter and the contexts stay as created */
+    s->p.n_ctx = n_ctx;
+    s->p.kv_type = kv_type;
+    if (!s->drafter) s->p.draft_max = 0;
+    return SD_OK;
+}
+
+const sd_spec_params *sd_spec_get_params(const sd_spec *s) { return &s->p; }
+
+sd_context *sd_spec_target_context(sd_spec *s) { return s->batch->ctx; }
+int sd_spec_seq(const sd_spec *s) { return s->seq; }
+sd_drafter *sd_spec_drafter(sd_spec *s) { return s->drafter; }
+const int32_t *sd_spec_tokens(const sd_spec *s, int *n) {
+    *n = s->n_tokens;
+    return s->tokens;
+}
+int sd_spec_done(const sd_spec *s) { return !s->active; }
+
+/* ---- a generation --------------------------------------------------------------------------- */
+
+sd_status sd_spec_begin(sd_spec *s, const int32_t *prompt, int n_prompt) {
+    sd_context *tctx = s->batch->ctx;
+    s->active = 0;
+    if (n_prompt <= 0) return sd_fail(SD_ERR_INVALID_ARG, "empty prompt (need at least one token, e.g. BOS)");
+    if (n_prompt >= s->n_ctx)
+        return sd_fail(SD_ERR_CONTEXT_FULL,
+                       "prompt of %d tokens does not fit the context of %d (it needs room for at least one more token)",
+                       n_prompt, s->n_ctx);
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= s->n_vocab)
+            return sd_fail(SD_ERR_INVALID_ARG, "prompt token %d at %d outside vocabulary of %d", (int)prompt[i], i,
+                           s->n_vocab);
+    sd_spec_stats *st = &s->st;
+    memset(st, 0, sizeof *st);
+    st->n_prompt = n_prompt;
+    st->k = s->p.draft_max;
+    s->last_n = s->last_e = 0;
+    s->last_td = 0;
+    s->t0 = sd_now();
+    sd_rng_seed(&s->rng, s->p.sampling.seed);
+
+    /* The cache holds tokens[0..len) of the last history: keep what the prompt shares with it,
+     * short of the prompt's last token, which stays pending. */
+    int keep = sd_context_seq_len(tctx, s->seq);
+    if (keep > s->n_tokens) keep = s->n_tokens;
+    int c = 0;
+    while (c < keep && c < n_prompt - 1 && s->tokens[c] == prompt[c]) c++;
+    sd_status rc = sd_context_seq_truncate(tctx, s->seq, c);
+    if (rc != SD_OK) return rc;
+    memcpy(s->tokens, prompt, (size_t)n_prompt * sizeof(int32_t));
+    s->n_tokens = n_prompt;
+    st->n_reused = c;
+    if (n_prompt - 1 > c && (rc = sd_context_forward(tctx, s->seq, prompt + c, n_prompt - 1 - c, NULL, 0)) != SD_OK)
+        return rc;
+    if (s->drafter && s->drafter->vt->sync && (rc = s->drafter->vt->sync(s->drafter, prompt, n_prompt)) != SD_OK)
+        return rc;
+    if (s->drafter && s->p.draft_mode == SD_DRAFT_ADAPTIVE && !s->p.costs.given && !(s->batch->costs.t_pass[1] > 0) &&
+        (rc = sd_batch_measure(s->batch, s)) != SD_OK)
+        return rc;
+    st->t_prefill = sd_now() - s->t0;
+    st->n_sources = s->drafter ? s->drafter->n_sources : 0;
+    for (int i = 0; i < st->n_sources; i++) st->sources[i] = s->drafter->sources[i];
+    s->active = 1;
+    return SD_OK;
+}
+
+static void finish(sd_spec *s, sd_stop_reason reason) {
+    s->active = 0;
+    s->st.stop_reason = reason;
+    s->st.t_total = sd_now() - s->t0;
+}
+
+void sd_spec_cancel(sd_spec *s) {
+    if (s && s->active) finish(s, SD_STOP_CANCELLED); /* between rounds the caches match the history */
+}
+
+void sd_spec_get_stats(const sd_spec *s, sd_spec_stats *st) {
+    *st = s->st;
+    if (s->active) st->t_total = sd_now() - s->t0;
+}
+
+/* Appends one token to the history and hands it on; ends the generation on EOS, the budget,
+ * the callback or the stop flag. Returns 1 when the generation has ended. */
+static int emit(sd_spec *s, int32_t tok, sd_token_cb cb, void *user, sd_spec_round *out) {
+    sd_spec_stats *st = &s->st;
+    s->tokens[s->n_tokens++] = tok;
+    if (out) out->tokens[out->n_tokens++] = tok;
+    if (st->n_generated++ == 0) st->t_first = sd_now() - s->t0;
+    if (cb && cb(tok, user)) finish(s, SD_STOP_CALLBACK);
+    else if (s->p.stop_at_eos && s->tok && sd_tokenizer_is_eog(s->tok, tok)) finish(s, SD_STOP_EOS);
+    else if (st->n_generated >= s->p.n_predict) finish(s, SD_STOP_LENGTH);
+    else if (s->p.stop_flag && *s->p.stop_flag) finish(s, SD_STOP_CANCELLED);
+    else if (s->n_tokens >= s->n_ctx) finish(s, SD_STOP_CONTEXT);
+    return !s->active;
+}
+
+/* How the target's token at a row is chosen. */
+static int sampling(const sd_spec *s) { return s->p.sampling.temperature > 0; }
+static int coupled(const sd_spec *s) { return sampling(s) && s->p.sampling.mode == SD_SAMPLING_COUPLED; }
+
+/* The target's own token for history position pos from a row of logits: the argmax (greedy),
+ * the race's winner (coupled), or a draw from the RNG stream (rejection). prob: [n_vocab] room. */
+static sd_status target_pick(sd_spec *s, const float *row, int64_t pos, float *prob, int32_t *tok) {
+    if (!sampling(s)) {
+        *tok = sd_argmax(row, s->n_vocab);
+        return SD_OK;
+    }
+    sd_status st = sd_sample_probs(&s->p.sampling, row, s->n_vocab, prob, s->scratch);
+    if (st != SD_OK) return st;
+    *tok = coupled(s) ? sd_sample_coupled(prob, s->n_vocab, sd_coupled_key(s->p.sampling.seed, pos))
+                      : sd_sample_draw(prob, s->n_vocab, &s->rng);
+    return SD_OK;
+}
+
+/* The end of a round whose accepted drafts (m of them: acc[0..m)) and target token `next` are
+ * known: emits them until the generation ends, then the target keeps the history but its last
+ * token. n_drafted proposals reached depths 1..depth. */
+static sd_status end_round(sd_spec *s, const int32_t *acc, int m, int32_t next, int n_drafted, int depth, int source,
+                           sd_token_cb cb, void *user, sd_spec_round *out) {
+    sd_spec_stats *st = &s->st;
+    int emitted = 0;
+    for (int i = 0; i < m && s->active; i++, emitted++) emit(s, acc[i], cb, user, out);
+    if (s->active) emit(s, next, cb, user, out);
+    if (n_drafted > 0) {
+        st->n_verify++;
+        st->n_drafted += n_drafted;
+        st->n_accepted += emitted;
+        st->drafted_by[source] += n_drafted;
+        st->accepted_by[source] += emitted;
+        for (int i = 0; i < depth; i++) {
+            st->drafted_at[i]++;
+            if (i < emitted) st->accepted_at[i]++;
+        }
+    }
+    if (out) {
+        out->n_drafted = n_drafted;
+        out->n_accepted = n_drafted > 0 ? emitted : 0;
+        out->depth = depth;
+        out->source = source;
+        out->done = !s->active;
+    }
+    sd_context *tctx = s->batch->ctx;
+    sd_status rc = sd_context_seq_truncate(tctx, s->seq, s->n_tokens - 1);
+    if (rc != SD_OK) return rc;
+    if (!s->active) {
+        st->kv_bytes_target = (size_t)sd_context_seq_len(tctx, s->seq) * sd_kv_bytes_per_token(sd_context_kv(tctx));
+        sd_context *dc = sd_drafter_model_context(s->drafter);
+        int n_fed = 0;
+        sd_drafter_model_tokens(s->drafter, &n_fed);
+        if (dc) st->kv_bytes_draft = (size_t)n_fed * sd_kv_bytes_per_token(sd_context_kv(dc));
+    }
+    if (s->p.on_step) s->p.on_step(s, s->p.step_user);
+    return SD_OK;
+}
+
+/* ---- the round's phases --------------------------------------------------------------------- */
+
+int sd_seq_plan(sd_spec *s, int share, int allowed, int others_n, double others_e, double others_t, sd_status *rc) {
+    *rc = SD_OK;
+    if (!s->active) return 1;
+    if (s->p.stop_flag && *s->p.stop_flag) {
+        finish(s, SD_STOP_CANCELLED);
+        return 1;
+    }
+    const int n_hist = s->n_tokens;
+    if (sd_context_seq_len(s->batch->ctx, s->seq) != n_hist - 1) {
+        *rc = sd_fail(SD_ERR_INVALID_ARG, "spec: the target sequence holds %d tokens, the history %d (another user of sequence %d?)",
+                      sd_context_seq_len(s->batch->ctx, s->seq), n_hist, s->seq);
+        return 1;
+    }
+    /* Drafts that could still be emitted: context room (the history takes at most n_ctx
+     * tokens) and the generation budget, each less the token the target adds itself. */
+    const int room = s->n_ctx - n_hist, left = s->p.n_predict - s->st.n_generated;
+    memset(&s->rnd, 0, sizeof s->rnd);
+    s->rnd.chain[0] = s->tokens[n_hist - 1];
+    s->rnd.room = room;
+    s->rnd.share = share;
+    s->rnd.t_draft0 = s->st.t_draft;
+    if (!s->drafter) return 0;
+    const sd_draft_round_in in = {room - 1 < left - 1 ? room - 1 : left - 1, share, allowed, others_n, others_e, others_t};
+    const sd_draft_costs *costs = s->p.costs.given ? &s->p.costs : &s->batch->costs;
+    if (s->p.tree_budget > 0) { /* a tree: the controller's limits, not its judging */
+        sd_spec_params fixed = s->p;
+        fixed.draft_mode = SD_DRAFT_FIXED;
+        s->rnd.k = sd_draft_ctl_plan(&s->ctl, &fixed, costs, &in);
+        s->rnd.tree = s->rnd.k >= 1;
+    } else {
+        s->rnd.k = sd_draft_ctl_plan(&s->ctl, &s->p, costs, &in);
+    }
+    return 0;
+}
+
+void sd_seq_fill_req(sd_spec *s) {
+    sd_draft_req *req = &s->rnd.req;
+    req->hist = s->tokens;
+    req->n_hist = s->n_tokens;
+    req->k = s->rnd.k;
+    req->rng = &s->rng;
+    req->q = s->q_rows; /* a model drafter records q only for rejection sampling */
+    req->policy = sd_draft_ctl_policy(&s->ctl);
+    req->out = s->rnd.chain + 1;
+    req->conf = s->conf;
+}
+
+sd_status sd_seq_check_req(sd_spec *s, double td) {
+    sd_draft_req *req = &s->rnd.req;
+    if (req->n_out < 0 || req->n_out > s->rnd.k)
+        return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' proposed %d tokens; at most %d were asked for", s->drafter->name,
+                       req->n_out, s->rnd.k);
+    if (req->source < 0 || req->source >= s->drafter->n_sources)
+        return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' named source %d of its %d", s->drafter->name, req->source,
+                       s->drafter->n_sources);
+    for (int i = 0; i < req->n_out; i++)
+        if (req->out[i] < 0 || req->out[i] >= s->n_vocab)
+            return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' proposed id %d, outside the target's vocabulary of %d",
+                           s->drafter->name, (int)req->out[i], s->n_vocab);
+    if (!s->p.costs.given) sd_draft_costs_draft(&s->batch->costs, req->n_out > 0 ? req->n_out : 1, td);
+    /* llama-server's n_min: too short a chain is not worth its pass (check_params refused the
+     * combinations where dropping it by its length would bias the output) */
+    if (req->n_out > 0 && req->n_out < s->p.draft_min) req->n_out = 0;
+    return SD_OK;
+}
+
+sd_status sd_seq_draft(sd_spec *s) {
+    sd_spec_stats *st = &s->st;
+    const int n_hist = s->n_tokens, k = s->rnd.k;
+    if (k < 1) return SD_OK;
+    sd_status rc;
+    if (s->rnd.tree) {
+        sd_draft_tree_req r;
+        memset(&r, 0, sizeof r);
+        r.hist = s->tokens;
+        r.n_hist = n_hist;
+        r.rng = &s->rng;
+        r.budget = s->p.tree_budget < s->rnd.room ? s->p.tree_budget : s->rnd.room; /* its rows must fit */
+        if (r.budget > s->rnd.share) r.budget = s->rnd.share;
+        r.depth = k;
+        r.branch = s->p.tree_branch;
+        r.width = s->p.tree_width;
+        r.tok = s->tree_tok;
+        r.par = s->tree_par;
+        r.q = s->q_rows;
+        double td = sd_now();
+        rc = s->drafter->vt->draft_tree(s->drafter, &r);
+        st->t_draft += sd_now() - td;
+        if (rc != SD_OK) return rc;
+        if (r.n < 1 || r.n > r.budget + 1 || r.par[0] != -1 || r.tok[0] != s->tokens[n_hist - 1])
+            return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' returned a tree of %d nodes (budget %d) without its root",
+                           s->drafter->name, r.n, r.budget);
+        if (sampling(s) && !coupled(s) && !r.q_filled)
+            return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' returned a sampled tree without its distributions",
+                           s->drafter->name);
+        int depth[SD_MAX_DRAFT + 1] = {0};
+        for (int i = 1; i < r.n; i++) {
+            if (r.par[i] < 0 || r.par[i] >= i || r.tok[i] < 0 || r.tok[i] >= s->n_vocab)
+                return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s': tree node %d has parent %d and id %d", s->drafter->name,
+                               i, (int)r.par[i], (int)r.tok[i]);
+            depth[i] = depth[r.par[i]] + 1;
+            if (depth[i] > k)
+                return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s': tree node %d is %d deep; at most %d were asked for",
+                               s->drafter->name, i, depth[i], k);
+            if (depth[i] > s->rnd.max_depth) s->rnd.max_depth = depth[i];
+        }
+        s->rnd.n_nodes = r.n;
+        return SD_OK;
+    }
+    sd_seq_fill_req(s);
+    double td = sd_now();
+    rc = s->drafter->vt->draft(s->drafter, &s->rnd.req);
+    td = sd_now() - td;
+    st->t_draft += td;
+    return rc == SD_OK ? sd_seq_check_req(s, td) : rc;
+}
+
+sd_status sd_seq_add(sd_spec *s, sd_verify_round *vr) {
+    if (s->rnd.tree) return sd_verify_round_add_tree(vr, s->seq, s->tree_tok, s->tree_par, s->rnd.n_nodes, &s->rnd.row0);
+    return sd_verify_round_add_chain(vr, s->seq, s->rnd.chain, s->rnd.req.n_out + 1, &s->rnd.row0);
+}
+
+/* The target's token at every row of the round (greedy or coupled): row i scores history
+ * position n_hist + depth(i), where a chain's depth(i) is i. */
+static sd_status picks(sd_spec *s, const sd_verify_round *vr, int n, const int *depth) {
+    const size_t V = (size_t)s->n_vocab;
+    for (int i = 0; i < n; i++) {
+        const int64_t pos = (int64_t)s->n_tokens + (depth ? depth[i] : i);
+        sd_status rc = target_pick(s, sd_verify_round_logits(vr, s->rnd.row0 + i), pos, s->p_rows + (size_t)i * V, &s->picks[i]);
+        if (rc != SD_OK) return rc;
+    }
+    return SD_OK;
+}
+
+/* The target's processed distribution at every row (rejection sampling). */
+static sd_status rows_probs(sd_spec *s, const sd_verify_round *vr, int n) {
+    const size_t V = (size_t)s->n_vocab;
+    for (int i = 0; i < n; i++) {
+        sd_status rc = sd_sample_probs(&s->p.sampling, sd_verify_round_logits(vr, s->rnd.row0 + i), s->n_vocab,
+                                       s->p_rows + (size_t)i * V, s->scratch);
+        if (rc != SD_OK) return rc;
+    }
+    return SD_OK;
+}
+
+sd_status sd_seq_finish(sd_spec *s, const sd_verify_round *vr, sd_token_cb cb, void *user, sd_spec_round *out) {
+    sd_spec_stats *st = &s->st;
+    const int n_hist = s->n_tokens, row0 = s->rnd.row0;
+    const int exact_match = !sampling(s) || coupled(s); /* a draft is accepted iff it is the target's token */
+    double ts = sd_now();
+    sd_status rc = SD_OK;
+    int m = 0;
+    int32_t next = 0, acc[SD_MAX_DRAFT];
+    if (out) memset(out, 0, sizeof *out);
+    if (s->rnd.tree) {
+        const int n = s->rnd.n_nodes;
+        if (exact_match) {
+            int depth[SD_MAX_DRAFT + 1] = {0};
+            for (int i = 1; i < n; i++) depth[i] = depth[s->tree_par[i]] + 1;
+            rc = picks(s, vr, n, depth);
+            if (rc == SD_OK) m = sd_verify_tree_greedy(s->tree_tok, s->tree_par, n, s->picks, s->path, &next);
+        } else {
+            rc = rows_probs(s, vr, n);
+            if (rc == SD_OK)
+                m = sd_verify_tree_stochastic(s->tree_tok, s->tree_par, n, s->p_rows, s->q_rows, s->n_vocab, &s->rng,
+                                              s->residual, s->path, &next);
+        }
+        /* the root and the accepted path: their rows go behind the history in path order */
+        if (rc == SD_OK) rc = sd_target_keep_path(s->batch->ctx, s->seq, n_hist - 1, s->path, m + 1);
+        for (int i = 0; i < m; i++) acc[i] = s->tree_tok[s->path[1 + i]];
+    } else {
+        const int nd = s->rnd.req.n_out;
+        if (nd == 0) {
+            st->n_target_steps++;
+            rc = target_pick(s, sd_verify_round_logits(vr, row0), n_hist, s->p_rows, &next);
+        } else if (exact_match) {
+            rc = picks(s, vr, nd + 1, NULL);
+            if (rc == SD_OK) m = sd_verify_greedy(s->rnd.chain + 1, nd, s->picks, &next);
+        } else {
+            const float *q = s->rnd.req.q_filled ? s->q_rows : NULL; /* none: deterministic drafts, q one-hot */
+            rc = rows_probs(s, vr, nd + 1);
+            if (rc == SD_OK)
+                m = sd_verify_stochastic(s->p_rows, q, s->rnd.chain + 1, nd, s->n_vocab, &s->rng, s->residual, &next);
+        }
+        if (rc == SD_OK && nd > 0) sd_draft_ctl_record(&s->ctl, s->rnd.req.source, s->conf, nd, m);
+        memcpy(acc, s->rnd.chain + 1, (size_t)m * sizeof *acc);
+    }
+    st->t_sample += sd_now() - ts;
+    if (rc != SD_OK) {
+        sd_context_seq_truncate(s->batch->ctx, s->seq, n_hist - 1);
+        return rc;
+    }
+    const int n_drafted = s->rnd.tree ? s->rnd.n_nodes - 1 : s->rnd.req.n_out;
+    const int depth = s->rnd.tree ? s->rnd.max_depth : n_drafted;
+    /* this round as the others of the next shared one see it */
+    s->last_n = n_drafted + 1;
+    s->last_td = s->st.t_draft - s->rnd.t_draft0;
+    const int before = s->st.n_generated;
+    rc = end_round(s, acc, m, next, n_drafted, depth, s->rnd.tree ? 0 : s->rnd.req.source, cb, user, out);
+    s->last_e = s->st.n_generated - before;
+    return rc;
+}
+
+/* ---- one sequence's loop --------------------------------------------------------------------- */
+
+sd_status sd_spec_step(sd_spec *s, sd_token_cb cb, void *user, sd_spec_round *round) {
+    return sd_batch_step_cb(s->batch, &s, 1, round, cb, user);
+}
+
+sd_status sd_spec_generate(sd_spec *s, const int32_t *prompt, int n_prompt, sd_token_cb cb, void *user,
+                           sd_spec_stats *stats) {
+    sd_status rc = sd_spec_begin(s, prompt, n_prompt);
+    while (rc == SD_OK && s->active) rc = sd_spec_step(s, cb, user, NULL);
+    if (stats) sd_spec_get_stats(s, stats);
+    return rc;
+}
