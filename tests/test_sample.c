@@ -550,6 +550,148 @@ static void test_invalid_args(void **state) {
     assert_true(sd_sample_scratch_bytes(0) == 0);
 }
 
+/* ---- coupled sampling: the exponential race --------------------------------------------- */
+
+/* The race's winner by hand: every token's noise from sd_coupled_noise, one at a time (no
+ * blocks, no vector loop), the score p / E in double. The library's winner must be the same. */
+static int32_t race_by_hand(const float *p, int n, uint64_t key) {
+    int32_t best = -1;
+    double top = 0;
+    for (int32_t x = 0; x < n; x++) {
+        if (!(p[x] > 0)) continue;
+        const double sc = (double)p[x] / (double)sd_coupled_noise(key, x);
+        if (sc > top) {
+            top = sc;
+            best = x;
+        }
+    }
+    return best;
+}
+
+/* The race is an exact draw: over many positions its winners follow p (temperature 1, and with
+ * top-k/top-p zeros, which never win), and a wrong race (Gumbel noise added to p instead of
+ * log p) is rejected by the same statistic. */
+static void test_coupled_frequencies(void **state) {
+    (void)state;
+    const float logits[12] = {2.0f, 1.5f, 1.4f, 0.3f, 0.0f, -0.5f, -1.0f, -1.2f, -2.0f, -3.0f, 0.9f, 1.0f};
+    const sd_sampler_params cfg[3] = {params(1.0f, 0, 1.0f), params(0.7f, 6, 1.0f), params(1.3f, 0, 0.8f)};
+    const long draws = 200000;
+    for (int c = 0; c < 3; c++) {
+        float *p = make_probs(&cfg[c], logits, 12);
+        long obs[12] = {0}, wrong[12] = {0};
+        for (long r = 0; r < draws; r++) {
+            const uint64_t key = sd_coupled_key(99, r);
+            const int32_t t = sd_sample_coupled(p, 12, key);
+            assert_true(t >= 0 && t < 12 && p[t] > 0);
+            obs[t]++;
+            if (c == 0) { /* the control: argmax p + Gumbel, which over-weights likely tokens */
+                int32_t best = 0;
+                double top = -1e30;
+                for (int x = 0; x < 12; x++) {
+                    const double g = -log((double)sd_coupled_noise(key, x));
+                    if (p[x] + g > top) top = p[x] + g, best = x;
+                }
+                wrong[best]++;
+            }
+        }
+        int df;
+        const double x = chi2_stat(obs, p, 12, draws, &df);
+        printf("  race, T %.1f top-k %d top-p %.1f: chi2 %.1f, df %d, crit(p=0.001) %.1f\n", (double)cfg[c].temperature,
+               cfg[c].top_k, (double)cfg[c].top_p, x, df, chi2_crit_001(df));
+        assert_true(x < chi2_crit_001(df));
+        if (c == 0) {
+            const double xw = chi2_stat(wrong, p, 12, draws, &df);
+            printf("  control: Gumbel noise on p, not log p: chi2 %.1f\n", xw);
+            assert_true(xw > 10 * chi2_crit_001(df));
+        }
+        free(p);
+    }
+}
+
+/* The race is a pure function of (seed, position, distribution): the same arguments give the same
+ * token; different positions and seeds give independent races; the vector loop equals the
+ * token-by-token one on a 32k row; the best-n list starts with the winner, is ordered, and holds
+ * only tokens with mass; a row without mass has no winner. The noise's bits are pinned: a change
+ * would change every seeded text users have. */
+static void test_coupled_properties(void **state) {
+    (void)state;
+    enum { N = 32000 };
+    float *lg = malloc(N * sizeof *lg);
+    for (int i = 0; i < N; i++) lg[i] = (float)((i * 7919) % 1013) / 120.0f;
+    sd_sampler_params sp = params(1.0f, 0, 1.0f);
+    float *p = make_probs(&sp, lg, N);
+    int same_pos = 0;
+    for (int pos = 0; pos < 200; pos++) {
+        const uint64_t key = sd_coupled_key(5, pos);
+        const int32_t a = sd_sample_coupled(p, N, key);
+        assert_int_equal(a, sd_sample_coupled(p, N, key));
+        assert_int_equal(a, race_by_hand(p, N, key));
+        same_pos += a == sd_sample_coupled(p, N, sd_coupled_key(6, pos));
+        int32_t top[8];
+        const int m = sd_sample_coupled_top(p, N, key, 8, top);
+        assert_int_equal(m, 8);
+        assert_int_equal(top[0], a);
+        for (int i = 1; i < m; i++)
+            assert_true((double)p[top[i - 1]] / sd_coupled_noise(key, top[i - 1]) >=
+                        (double)p[top[i]] / sd_coupled_noise(key, top[i]));
+    }
+    printf("  seeds 5 and 6 agree at %d of 200 positions (independent races: rarely)\n", same_pos);
+    assert_true(same_pos < 20);
+    /* top-k 3: three tokens at most, all with mass */
+    sp = params(1.0f, 3, 1.0f);
+    float *pk = make_probs(&sp, lg, N);
+    int32_t top[8];
+    const int m = sd_sample_coupled_top(pk, N, sd_coupled_key(1, 2), 8, top);
+    assert_int_equal(m, 3);
+    for (int i = 0; i < m; i++) assert_true(pk[top[i]] > 0);
+    /* no mass, no winner */
+    float zero[4] = {0, 0, 0, 0};
+    assert_int_equal(sd_sample_coupled(zero, 4, 1), -1);
+    assert_int_equal(sd_sample_coupled_top(zero, 4, 1, 2, top), 0);
+    assert_int_equal(sd_sample_coupled(NULL, 4, 1), -1);
+    /* pinned values, as tests/tools/coupled_ref.py (numpy float32) computes them too */
+    const uint64_t k0 = sd_coupled_key(42, 0);
+    printf("  key(42, 0) = %016llx, E(token 0) = %a, E(token 1000) = %a\n", (unsigned long long)k0,
+           (double)sd_coupled_noise(k0, 0), (double)sd_coupled_noise(k0, 1000));
+    assert_true(k0 == 0xd72311270bcf7d3cULL);
+    assert_true(sd_coupled_noise(k0, 0) == 0x1.5c616p-1f);
+    assert_true(sd_coupled_noise(k0, 1000) == 0x1.2966f8p+1f);
+    /* Exp(1): the noise's mean and the mass below 0.01 (tiny E matters: it makes winners) */
+    double mean = 0;
+    long below = 0;
+    const long M = 400000;
+    for (long i = 0; i < M; i++) {
+        const float e = sd_coupled_noise(sd_coupled_key(7, i / 64), (int32_t)(i % 64));
+        assert_true(e > 0 && isfinite(e));
+        mean += e;
+        below += e < 0.01f;
+    }
+    mean /= (double)M;
+    const double frac = (double)below / (double)M, want = 1 - exp(-0.01);
+    printf("  noise: mean %.4f (1), P(E < 0.01) %.5f (%.5f)\n", mean, frac, want);
+    assert_true(fabs(mean - 1) < 5 * 1 / sqrt((double)M));
+    assert_true(fabs(frac - want) < 5 * sqrt(want / (double)M));
+    free(p);
+    free(pk);
+    free(lg);
+}
+
+/* Mode names round-trip; an unknown name or value is refused naming it. */
+static void test_sampling_mode_names(void **state) {
+    (void)state;
+    sd_sampling_mode m;
+    assert_int_equal(sd_sampling_mode_from_name("coupled", &m), SD_OK);
+    assert_int_equal(m, SD_SAMPLING_COUPLED);
+    assert_string_equal(sd_sampling_mode_name(SD_SAMPLING_REJECTION), "rejection");
+    assert_int_equal(sd_sampling_mode_from_name("gumbel", &m), SD_ERR_INVALID_ARG);
+    assert_non_null(strstr(sd_last_error(), "got 'gumbel'"));
+    assert_string_equal(sd_sampling_mode_name(SD_SAMPLING_DEFAULT), SD_SAMPLING_DEFAULT_NAME);
+    sd_sampler_params sp = sd_sampler_default_params();
+    assert_int_equal(sp.mode, SD_SAMPLING_DEFAULT);
+    sp.mode = (sd_sampling_mode)3;
+    assert_int_equal(sd_sampler_params_check(&sp), SD_ERR_INVALID_ARG);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rng_published_vector),
@@ -571,6 +713,9 @@ int main(void) {
         cmocka_unit_test(test_params_check),
         cmocka_unit_test(test_nonfinite_logits),
         cmocka_unit_test(test_invalid_args),
+        cmocka_unit_test(test_coupled_frequencies),
+        cmocka_unit_test(test_coupled_properties),
+        cmocka_unit_test(test_sampling_mode_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

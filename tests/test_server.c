@@ -3,6 +3,7 @@
  * bad field named, defaults, the chat template), and the response and chunk JSON. The HTTP side
  * is tests/server/test_server.sh. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,8 +132,12 @@ static void test_text_holds_back(void **state) {
 
 /* ---- requests ------------------------------------------------------------------------------ */
 
+/* A server's engine parameters: a draft model, k 4, adaptive, the default sampling mode. */
+static sd_spec_params k_server_spec;
+
 static srv_api_ctx api(const sd_tokenizer *t) {
-    srv_api_ctx c = {t, SD_CHAT_CHATML, 64, 0, 1234};
+    k_server_spec = sd_spec_default_params();
+    srv_api_ctx c = {t, SD_CHAT_CHATML, 64, 0, 1234, &k_server_spec, 1, 1};
     return c;
 }
 
@@ -173,6 +178,20 @@ static void test_parse_errors(void **state) {
         {0, "{\"prompt\": \"a\", \"stream_options\": {\"include_usage\": \"y\"}}", "stream_options",
          "stream_options: include_usage must be a boolean, got a string"},
         {0, "{\"prompt\": \"a\", \"ignore_eos\": \"y\"}", "ignore_eos", "ignore_eos: must be a boolean, got a string"},
+        {0, "{\"prompt\": \"a\", \"spec_sampling\": \"gumbel\"}", "spec_sampling",
+         "spec_sampling: must be \"coupled\" or \"rejection\", got 'gumbel'"},
+        {0, "{\"prompt\": \"a\", \"spec_sampling\": 1}", "spec_sampling", "spec_sampling: must be a string, got a number"},
+        {0, "{\"prompt\": \"a\", \"speculative.n_max\": 5}", "speculative.n_max",
+         "speculative.n_max: 5 exceeds this server's draft length of 4 (its --draft-max)"},
+        {0, "{\"prompt\": \"a\", \"speculative.n_max\": -1}", "speculative.n_max",
+         "speculative.n_max: must be an integer in 0..32, got -1"},
+        {0, "{\"prompt\": \"a\", \"speculative.n_min\": 1.5}", "speculative.n_min",
+         "speculative.n_min: must be an integer, got 1.5"},
+        {0, "{\"prompt\": \"a\", \"speculative.p_min\": 2}", "speculative.p_min",
+         "speculative.p_min: must be in [0, 1], got 2"},
+        {0, "{\"prompt\": \"a\", \"spec_sampling\": \"rejection\", \"speculative.n_min\": 3}", "speculative.n_min",
+         "speculative.n_min: draft_min 3 with rejection sampling and adaptive drafting would drop sampled drafts by their "
+         "length, which biases the output: use coupled sampling, fixed-length drafting, or draft_min <= 1"},
         {0, "{\"prompt\": \"a\", \"stop\": [1]}", "stop", "stop: stop[0] must be a string, got a number"},
         {0, "{\"prompt\": \"a\", \"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
          "stop", "stop: at most 16 stop strings, got 17"},
@@ -365,10 +384,47 @@ static void test_responses(void **state) {
     srv_buf_free(&b);
 }
 
+/* The draft settings a request may give (llama-server's flat speculative.* keys) and the sampling
+ * mode reach the request's engine parameters with llama-server's meaning; what is not given stays
+ * the server's. */
+static void test_parse_spec_fields(void **state) {
+    (void)state;
+    sd_tokenizer *t = tok512();
+    const srv_api_ctx c = api(t);
+    srv_gen g;
+    srv_err e;
+    const char *b1 = "{\"prompt\": \"a\", \"spec_sampling\": \"coupled\", \"speculative.n_max\": 2, "
+                     "\"speculative.n_min\": 5, \"speculative.p_min\": 0.6}";
+    assert_int_equal(srv_parse_gen(&c, 0, b1, strlen(b1), &g, &e), 0);
+    assert_int_equal(g.sampling.mode, SD_SAMPLING_COUPLED);
+    assert_int_equal(g.spec.draft_max, 2);
+    assert_int_equal(g.spec.draft_min, 2); /* clamped to n_max, as llama-server does */
+    assert_int_equal(g.spec.draft_mode, SD_DRAFT_PMIN);
+    assert_true(fabs(g.spec.p_min - 0.6) < 1e-6);
+    srv_gen_free(&g);
+    const char *b2 = "{\"prompt\": \"a\", \"temperature\": 0.5}";
+    assert_int_equal(srv_parse_gen(&c, 0, b2, strlen(b2), &g, &e), 0);
+    assert_int_equal(g.sampling.mode, k_server_spec.sampling.mode);
+    assert_int_equal(g.spec.draft_max, 4);
+    assert_int_equal(g.spec.draft_mode, SD_DRAFT_ADAPTIVE);
+    srv_gen_free(&g);
+    /* n_max 0: this request decodes plainly; n_min 3 with coupled sampling is exact */
+    const char *b3 = "{\"prompt\": \"a\", \"speculative.n_max\": 0}";
+    assert_int_equal(srv_parse_gen(&c, 0, b3, strlen(b3), &g, &e), 0);
+    assert_int_equal(g.spec.draft_max, 0);
+    srv_gen_free(&g);
+    const char *b4 = "{\"prompt\": \"a\", \"spec_sampling\": \"coupled\", \"speculative.n_min\": 3}";
+    assert_int_equal(srv_parse_gen(&c, 0, b4, strlen(b4), &g, &e), 0);
+    assert_int_equal(g.spec.draft_min, 3);
+    srv_gen_free(&g);
+    sd_tokenizer_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_utf8_check),   cmocka_unit_test(test_text_holds_back),
-        cmocka_unit_test(test_parse_errors), cmocka_unit_test(test_parse_values),
+        cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_parse_spec_fields), cmocka_unit_test(test_parse_values),
         cmocka_unit_test(test_responses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -467,7 +467,7 @@ static void test_stop_mid_pass(void **state) {
 
 typedef struct {
     sd_model *target, *draft;
-    int32_t prompt[2];
+    int32_t prompt[8];
     int n_prompt;
     sd_sampler_params sp;
     double *joint; /* [EX_CELLS] exact P(t1, t2, t3) */
@@ -665,6 +665,382 @@ static void test_sampling_exact(void **state) {
     free(e.joint);
     sd_model_free(e.draft);
     sd_model_free(e.target);
+}
+
+/* ---------------------------------------------------------------- 3b. every drafter and policy
+ *
+ * The same exact joint of (t1, t2, t3), for every way of drafting, in both sampling modes: a
+ * draft model under fixed, adaptive and p_min lengths, prompt lookup alone and before the model,
+ * and two sequences stepped in one batch (a server's slots). The adaptive controller gets given
+ * costs (a draft step 0.1, a pass of n tokens 1 + 0.2 (n - 1)) so that it drafts 0, 1 or 2
+ * tokens depending on the draft's confidence; p_min 0.3 likewise. The prompt repeats tokens so
+ * that prompt lookup finds matches. The control is the stop rule this suite exists for: a
+ * drafter that draws a token and then drops it when its own probability is low (what md_draft
+ * did before drafts were judged before the draw) must fail, and the same drafter judging the top
+ * probability before the draw must pass. */
+
+typedef struct {
+    const char *what;
+    int model, ngram;       /* drafters: the draft model, prompt lookup */
+    sd_draft_mode mode;
+    int k, tree;            /* draft length; tree budget (0: chains) */
+    sd_sampling_mode smode;
+    float temp;
+    int top_k;
+    float top_p;
+} ex_cfg;
+
+static sd_spec_params ex_params(const exact_setup *e, const ex_cfg *c) {
+    sd_spec_params p = greedy_params(c->k + 2, c->k);
+    p.draft_mode = c->mode;
+    p.tree_budget = c->tree;
+    p.p_min = 0.3f;
+    p.ngram = c->ngram;
+    p.sampling = e->sp;
+    p.sampling.mode = c->smode;
+    p.n_ctx = 16;
+    p.costs.given = 1;
+    for (int n = 1; n <= SD_DRAFT_COST_MAX_N; n++) p.costs.t_pass[n] = 1 + 0.2 * (n - 1);
+    p.costs.t_draft = 0.1;
+    return p;
+}
+
+/* n generations, one engine each (seed base + i); counts of (t1, t2, t3); drafts per round. */
+static void counts_cfg(const exact_setup *e, const ex_cfg *c, uint64_t base, int n, long *counts, double *acc,
+                       double *per_round, int *lengths_seen) {
+    long drafted = 0, accepted = 0, rounds = 0;
+    *lengths_seen = 0;
+    for (int i = 0; i < n; i++) {
+        sd_spec_params p = ex_params(e, c);
+        p.sampling.seed = base + (uint64_t)i;
+        collect out;
+        sd_spec_stats st;
+        generate(e->target, c->model ? e->draft : NULL, &p, e->prompt, e->n_prompt, &out, &st);
+        assert_int_equal(out.n, c->k + 2);
+        counts[(out.out[0] * EX_V + out.out[1]) * EX_V + out.out[2]]++;
+        drafted += st.n_drafted;
+        accepted += st.n_accepted;
+        rounds += st.n_verify + st.n_target_steps;
+        for (int d = 0; d < c->k; d++) *lengths_seen |= st.drafted_at[d] > 0 ? 1 << (d + 1) : 0;
+        *lengths_seen |= st.n_target_steps > 0;
+    }
+    *acc = drafted ? (double)accepted / (double)drafted : 0;
+    *per_round = (double)drafted / (double)rounds;
+}
+
+/* Two sequences of one pair stepped together, a pair kept across generations as a server keeps
+ * its slots (prefix reuse, learned acceptance); each generation's seed differs. */
+static void counts_batched(const exact_setup *e, const ex_cfg *c, uint64_t base, int n, long *counts, double *acc) {
+    sd_spec_params p = ex_params(e, c);
+    sd_pair *pr = NULL;
+    assert_int_equal(sd_pair_create(e->target, c->model ? e->draft : NULL, &p, 2, &pr), SD_OK);
+    sd_spec *sp[2] = {sd_pair_spec(pr, 0), sd_pair_spec(pr, 1)};
+    long drafted = 0, accepted = 0;
+    for (int g = 0; g < n; g += 2) {
+        for (int j = 0; j < 2; j++) {
+            p.sampling.seed = base + (uint64_t)(g + j);
+            assert_int_equal(sd_spec_set_params(sp[j], &p), SD_OK);
+            assert_int_equal(sd_spec_begin(sp[j], e->prompt, e->n_prompt), SD_OK);
+        }
+        int32_t got[2][SD_MAX_DRAFT + 8];
+        int n_got[2] = {0, 0};
+        while (!sd_spec_done(sp[0]) || !sd_spec_done(sp[1])) {
+            sd_spec_round rd[2];
+            assert_int_equal(sd_spec_batch_step(sd_pair_batch(pr), sp, 2, rd), SD_OK);
+            for (int j = 0; j < 2; j++) {
+                memcpy(got[j] + n_got[j], rd[j].tokens, (size_t)rd[j].n_tokens * sizeof(int32_t));
+                n_got[j] += rd[j].n_tokens;
+                drafted += rd[j].n_drafted;
+                accepted += rd[j].n_accepted;
+            }
+        }
+        for (int j = 0; j < 2; j++) {
+            assert_int_equal(n_got[j], c->k + 2);
+            counts[(got[j][0] * EX_V + got[j][1]) * EX_V + got[j][2]]++;
+        }
+    }
+    *acc = drafted ? (double)accepted / (double)drafted : 0;
+    sd_pair_free(pr);
+}
+
+/* The control drafter: the draft model run from scratch in its own context, drawing each draft
+ * from its processed distribution q (recorded) with the engine's RNG. BROKEN looks at the drawn
+ * token's own probability and drops it below `thr`; otherwise the top probability is judged
+ * before the draw. */
+typedef struct {
+    sd_context *c;
+    sd_sampler_params sp;
+    float thr;
+    int broken;
+} drop_drafter;
+
+static sd_status drop_draft(sd_drafter *d, sd_draft_req *r) {
+    drop_drafter *f = d->impl;
+    float lg[EX_V];
+    void *scratch = NULL;
+    r->n_out = 0;
+    r->source = 0;
+    r->q_filled = 1;
+    sd_context_seq_truncate(f->c, 0, 0);
+    sd_status st = sd_context_forward(f->c, 0, r->hist, r->n_hist, lg, 0);
+    for (int i = 0; i < r->k && st == SD_OK; i++) {
+        float *q = r->q + (size_t)i * EX_V;
+        if ((st = sd_sample_probs(&f->sp, lg, EX_V, q, scratch)) != SD_OK) break;
+        float top = 0;
+        for (int x = 0; x < EX_V; x++) top = q[x] > top ? q[x] : top;
+        if (!f->broken && top < f->thr) break; /* before the draw: exact */
+        const int32_t t = sd_sample_draw(q, EX_V, r->rng);
+        if (f->broken && q[t] < f->thr) break; /* after the draw, by its value: biased */
+        r->out[i] = t;
+        r->n_out = i + 1;
+        if (i + 1 < r->k) st = sd_context_forward(f->c, 0, &r->out[i], 1, lg, 0);
+    }
+    return st;
+}
+static void drop_destroy(sd_drafter *d) { (void)d; }
+static const sd_drafter_vtbl k_drop_vtbl = {NULL, drop_draft, drop_destroy, NULL, NULL};
+
+static void counts_drop(const exact_setup *e, int broken, uint64_t base, int n, long *counts) {
+    sd_context_params cp = sd_context_default_params();
+    cp.n_ctx = 16;
+    sd_context *tc = NULL, *dc = NULL;
+    assert_int_equal(sd_context_create(e->target, &cp, &tc), SD_OK);
+    assert_int_equal(sd_context_create(e->draft, &cp, &dc), SD_OK);
+    sd_spec_batch *b = NULL;
+    assert_int_equal(sd_spec_batch_create(tc, NULL, &b), SD_OK);
+    drop_drafter f = {dc, e->sp, 0.3f, broken};
+    sd_drafter d = {&k_drop_vtbl, &f, "drop", {"model"}, 1, EX_V, INT32_MAX};
+    for (int i = 0; i < n; i++) {
+        sd_spec_params p = greedy_params(4, 2);
+        p.sampling = e->sp;
+        p.sampling.mode = SD_SAMPLING_REJECTION;
+        p.sampling.seed = base + (uint64_t)i;
+        sd_spec *s = NULL;
+        assert_int_equal(sd_spec_create_with(b, 0, &d, &p, &s), SD_OK);
+        collect out;
+        memset(&out, 0, sizeof out);
+        assert_int_equal(sd_spec_generate(s, e->prompt, e->n_prompt, collect_cb, &out, NULL), SD_OK);
+        assert_int_equal(out.n, 4);
+        counts[(out.out[0] * EX_V + out.out[1]) * EX_V + out.out[2]]++;
+        sd_spec_free(s);
+    }
+    sd_spec_batch_free(b);
+    sd_context_free(tc);
+    sd_context_free(dc);
+}
+
+static void test_sampling_exact_every_drafter(void **state) {
+    (void)state;
+    sd_synth_params tp = sdtest_synth_shape(16, 1, 2, 1, 32, EX_V, 32, 61);
+    sd_synth_params dp = sdtest_synth_shape(8, 1, 2, 2, 16, EX_V, 32, 62);
+    exact_setup e;
+    memset(&e, 0, sizeof e);
+    e.target = sdtest_synth_model(&tp);
+    e.draft = sdtest_synth_model(&dp);
+    static const int32_t prompt[6] = {1, 5, 3, 5, 7, 5};
+    memcpy(e.prompt, prompt, sizeof prompt);
+    e.n_prompt = 6;
+    e.joint = malloc(EX_CELLS * sizeof(double));
+    long *counts = malloc(EX_CELLS * sizeof(long));
+    const int threads = sd_get_threads();
+    sd_set_threads(1);
+    const sd_sampling_mode R = SD_SAMPLING_REJECTION, C = SD_SAMPLING_COUPLED;
+    static const ex_cfg cfgs[] = {
+        {"plain", 0, 0, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f},
+        {"model, adaptive", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f},
+        {"model, adaptive", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f},
+        {"model, adaptive, top-k 6 top-p 0.9", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 0.8f, 6, 0.9f},
+        {"model, p_min 0.3", 1, 0, SD_DRAFT_PMIN, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f},
+        {"model, p_min 0.3, top-p 0.9", 1, 0, SD_DRAFT_PMIN, 2, 0, SD_SAMPLING_COUPLED, 1.2f, 0, 0.9f},
+        {"model, fixed", 1, 0, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f},
+        {"model, tree of 6", 1, 0, SD_DRAFT_FIXED, 2, 6, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f},
+        {"ngram, fixed", 0, 1, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f},
+        {"ngram, adaptive", 0, 1, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f},
+        {"ngram + model, adaptive", 1, 1, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f},
+        {"ngram + model, p_min, top-k 8", 1, 1, SD_DRAFT_PMIN, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 8, 1.0f},
+    };
+    (void)R;
+    (void)C;
+    for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
+        const ex_cfg *c = &cfgs[i];
+        e.sp = sd_sampler_default_params();
+        e.sp.temperature = c->temp;
+        e.sp.top_k = c->top_k;
+        e.sp.top_p = c->top_p;
+        exact_joint(&e);
+        memset(counts, 0, EX_CELLS * sizeof(long));
+        double acc = 0, per_round = 0;
+        int seen = 0;
+        counts_cfg(&e, c, 11000000 + 100000 * i, EX_N, counts, &acc, &per_round, &seen);
+        char what[120];
+        snprintf(what, sizeof what, "%s, %s", c->what, sd_sampling_mode_name(c->smode));
+        const double r = chi2_report(what, counts, e.joint, EX_N);
+        printf("  %-36s acceptance %.3f, %.2f drafts per round, lengths %s%s%s\n", "", acc, per_round,
+               seen & 1 ? "0 " : "", seen & 2 ? "1+ " : "", seen & 4 ? "2" : "");
+        assert_true(r < 1.0);
+        if (c->model || c->ngram) assert_true(per_round > 0.1); /* it drafts ... */
+        if (c->mode != SD_DRAFT_FIXED) assert_true((seen & 1) && (seen & 2)); /* ... and not always */
+        if (c->tree) assert_true(acc > 0.1);
+    }
+    /* two sequences stepped in one batch, kept across generations */
+    const ex_cfg both = {"two slots in one batch, adaptive", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0,
+                         1.0f};
+    e.sp = sd_sampler_default_params();
+    e.sp.temperature = 1.0f;
+    exact_joint(&e);
+    for (int m = 0; m < 2; m++) {
+        ex_cfg c = both;
+        c.smode = m ? SD_SAMPLING_COUPLED : SD_SAMPLING_REJECTION;
+        memset(counts, 0, EX_CELLS * sizeof(long));
+        double acc = 0;
+        counts_batched(&e, &c, 13000000 + 1000000 * (uint64_t)m, EX_N, counts, &acc);
+        char what[120];
+        snprintf(what, sizeof what, "%s, %s", c.what, sd_sampling_mode_name(c.smode));
+        const double r = chi2_report(what, counts, e.joint, EX_N);
+        printf("  %-36s acceptance %.3f\n", "", acc);
+        assert_true(r < 1.0);
+    }
+    /* the control: the same draws, dropped after the draw by their value, or judged before it */
+    memset(counts, 0, EX_CELLS * sizeof(long));
+    counts_drop(&e, 0, 15000000, EX_N, counts);
+    assert_true(chi2_report("drafts judged before the draw", counts, e.joint, EX_N) < 1.0);
+    memset(counts, 0, EX_CELLS * sizeof(long));
+    counts_drop(&e, 1, 15000000, EX_N, counts);
+    assert_true(chi2_report("control: drawn drafts dropped by value", counts, e.joint, EX_N) > 1.0);
+    sd_set_threads(threads);
+    free(counts);
+    free(e.joint);
+    sd_model_free(e.draft);
+    sd_model_free(e.target);
+}
+
+/* ---------------------------------------------------------------- 3c. coupled sampling gives plain
+ * decoding's text
+ *
+ * With coupled sampling the token at each position is the race's winner over the target's
+ * distribution there, so speculation changes nothing: for 50 seeds, temperatures 0.5, 1.0 and
+ * 1.5 (top-p 0.9), every drafter and draft length (the trained stories pair: drafts are often
+ * right and often wrong), chains and trees, alone and three sequences stepped in one batch, the
+ * speculative tokens equal plain decoding's. The control: the same run in rejection mode does
+ * not (its text depends on the drafts), so the equality is not a property of the models. */
+#define ID_SEEDS 50
+#define ID_N 32
+
+static void coupled_params(sd_spec_params *p, float temp, uint64_t seed) {
+    p->n_predict = ID_N;
+    p->stop_at_eos = 0;
+    p->sampling.temperature = temp;
+    p->sampling.top_p = 0.9f;
+    p->sampling.seed = seed;
+    p->sampling.mode = SD_SAMPLING_COUPLED;
+}
+
+static void test_coupled_identity(void **state) {
+    (void)state;
+    require_shared(REAL_TARGET, REAL_DRAFT, REAL_TOKENIZER);
+    sd_model *t = sdtest_shared_model(REAL_TARGET, REAL_TOKENIZER);
+    sd_model *d = sdtest_shared_model(REAL_DRAFT, REAL_TOKENIZER);
+    int32_t prompt[64];
+    const int np = encode(t, "Once upon a time, there was a little dog. The dog", prompt, 64);
+    const int threads = sd_get_threads();
+    sd_set_threads(1); /* tiny models: a team would only wait at barriers */
+    static const struct {
+        const char *what;
+        int model, ngram, tree;
+        sd_draft_mode mode;
+        int k;
+    } cfgs[] = {
+        {"model, fixed k=4", 1, 0, 0, SD_DRAFT_FIXED, 4},   {"model, adaptive k=6", 1, 0, 0, SD_DRAFT_ADAPTIVE, 6},
+        {"model, p_min 0.5", 1, 0, 0, SD_DRAFT_PMIN, 5},    {"ngram", 0, 1, 0, SD_DRAFT_FIXED, 4},
+        {"ngram + model", 1, 1, 0, SD_DRAFT_ADAPTIVE, 4}, {"tree of 8, depth 4", 1, 0, 8, SD_DRAFT_FIXED, 4},
+    };
+    static const float temps[3] = {0.5f, 1.0f, 1.5f};
+    enum { B = 3 };
+    long checked = 0, drafted = 0, accepted = 0, rejection_differs = 0;
+    for (int ti = 0; ti < 3; ti++) {
+        /* plain references, one per seed */
+        int32_t(*plain)[ID_N] = malloc(sizeof(int32_t[ID_SEEDS][ID_N]));
+        sd_spec_params pp = sd_spec_default_params();
+        for (int sd = 0; sd < ID_SEEDS; sd++) {
+            coupled_params(&pp, temps[ti], 1000 + (uint64_t)sd);
+            collect c;
+            sd_spec_stats st;
+            generate(t, NULL, &pp, prompt, np, &c, &st);
+            assert_int_equal(c.n, ID_N);
+            memcpy(plain[sd], c.out, sizeof plain[sd]);
+        }
+        for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
+            sd_spec_params p = sd_spec_default_params();
+            p.draft_max = cfgs[ci].k;
+            p.draft_mode = cfgs[ci].mode;
+            p.p_min = 0.5f;
+            p.ngram = cfgs[ci].ngram;
+            p.tree_budget = cfgs[ci].tree;
+            sd_model *dm = cfgs[ci].model ? d : NULL;
+            /* alone: one engine per seed */
+            for (int sd = 0; sd < ID_SEEDS; sd++) {
+                coupled_params(&p, temps[ti], 1000 + (uint64_t)sd);
+                collect c;
+                sd_spec_stats st;
+                generate(t, dm, &p, prompt, np, &c, &st);
+                assert_int_equal(c.n, ID_N);
+                for (int i = 0; i < ID_N; i++)
+                    if (c.out[i] != plain[sd][i])
+                        fail_msg("%s, T %.1f, seed %d: token %d is %d speculatively, %d plainly", cfgs[ci].what,
+                                 (double)temps[ti], 1000 + sd, i, c.out[i], plain[sd][i]);
+                checked++;
+                drafted += st.n_drafted;
+                accepted += st.n_accepted;
+                if (sd == 0 && ti == 1 && !cfgs[ci].tree) { /* the control: rejection sampling's text */
+                    p.sampling.mode = SD_SAMPLING_REJECTION;
+                    generate(t, dm, &p, prompt, np, &c, &st);
+                    rejection_differs += memcmp(c.out, plain[sd], sizeof plain[sd]) != 0;
+                    p.sampling.mode = SD_SAMPLING_COUPLED;
+                }
+            }
+            /* batched: B sequences of one pair stepped together, seeds sd..sd+B-1, the pair kept */
+            sd_pair *pr = NULL;
+            assert_int_equal(sd_pair_create(t, dm, &p, B, &pr), SD_OK);
+            sd_spec *sp[B];
+            for (int j = 0; j < B; j++) sp[j] = sd_pair_spec(pr, j);
+            for (int sd = 0; sd + B <= ID_SEEDS; sd += B) {
+                int32_t got[B][ID_N + SD_MAX_DRAFT + 1];
+                int n_got[B] = {0};
+                for (int j = 0; j < B; j++) {
+                    coupled_params(&p, temps[ti], 1000 + (uint64_t)(sd + j));
+                    assert_int_equal(sd_spec_set_params(sp[j], &p), SD_OK);
+                    assert_int_equal(sd_spec_begin(sp[j], prompt, np), SD_OK);
+                }
+                for (int live = B; live > 0;) {
+                    sd_spec_round rd[B];
+                    assert_int_equal(sd_spec_batch_step(sd_pair_batch(pr), sp, B, rd), SD_OK);
+                    live = 0;
+                    for (int j = 0; j < B; j++) {
+                        memcpy(got[j] + n_got[j], rd[j].tokens, (size_t)rd[j].n_tokens * sizeof(int32_t));
+                        n_got[j] += rd[j].n_tokens;
+                        live += !rd[j].done;
+                    }
+                }
+                for (int j = 0; j < B; j++) {
+                    assert_int_equal(n_got[j], ID_N);
+                    if (memcmp(got[j], plain[sd + j], sizeof plain[0]) != 0)
+                        fail_msg("%s, batched, T %.1f, seed %d: differs from plain decoding", cfgs[ci].what,
+                                 (double)temps[ti], 1000 + sd + j);
+                    checked++;
+                }
+            }
+            sd_pair_free(pr);
+        }
+        free(plain);
+    }
+    printf("  %ld speculative generations equal plain decoding's text (acceptance %.2f); rejection sampling's "
+           "text differed from it in %ld of 5 runs\n",
+           checked, drafted ? (double)accepted / (double)drafted : 0, rejection_differs);
+    assert_true(drafted > 0 && accepted > 0 && accepted < drafted);
+    assert_true(rejection_differs >= 3);
+    sd_set_threads(threads);
+    sd_model_free(d);
+    sd_model_free(t);
 }
 
 /* ---------------------------------------------------------------- 4. bonus tokens and
@@ -1106,7 +1482,15 @@ static void test_spec_create_args(void **state) {
     sd_model *m = sdtest_tiny_model(32, 1, 4, 2, 64, 64, 91);
     sd_spec *s = NULL;
     sd_spec_params p = greedy_params(10, 0);
-    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_ERR_INVALID_ARG); /* k = 0 with a draft */
+    /* k = 0 with a draft: no drafting (a server request's speculative.n_max 0) */
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_OK);
+    const int32_t prompt[2] = {1, 5};
+    sd_spec_stats st;
+    assert_int_equal(sd_spec_generate(s, prompt, 2, NULL, NULL, &st), SD_OK);
+    assert_int_equal(st.n_verify, 0);
+    assert_int_equal(st.n_target_steps, 10);
+    sd_spec_free(s);
+    s = NULL;
     p.draft_max = SD_MAX_DRAFT + 1;
     assert_int_equal(sd_spec_create(m, m, &p, &s), SD_ERR_INVALID_ARG);
     p.draft_max = 4;
@@ -1246,6 +1630,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_rollback_invariants),
         cmocka_unit_test(test_stop_mid_pass),
         cmocka_unit_test(test_sampling_exact),
+        cmocka_unit_test(test_sampling_exact_every_drafter),
+        cmocka_unit_test(test_coupled_identity),
         cmocka_unit_test(test_bonus_token_exact),
         cmocka_unit_test(test_deterministic_drafter_exact),
         cmocka_unit_test(test_stop_at_eos),

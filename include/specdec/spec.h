@@ -52,7 +52,7 @@ const char *sd_stop_reason_name(sd_stop_reason r); /* "none", "length", "eos", "
 
 typedef struct {
     int n_predict;          /* tokens to generate at most (> 0) */
-    int draft_max;          /* k: drafts per verify pass at most, 1..SD_MAX_DRAFT */
+    int draft_max;          /* k: drafts per verify pass at most, 0..SD_MAX_DRAFT (0: none) */
     int draft_min;          /* llama-server's speculative.n_min: a chain of fewer drafts is not
                                verified (the round decodes plainly); 0 or 1: any length. Refused
                                where dropping a chain by its length would bias the output: rejection
@@ -81,6 +81,10 @@ typedef struct {
 
 /* n_predict 128, k 4 adaptive, greedy, stop at EOS: the one source of the engine's defaults */
 sd_spec_params sd_spec_default_params(void);
+/* The checks sd_spec_create_with and sd_spec_set_params make, for an engine that drafts or not
+ * (drafting) and whose drafter draws from a draft model (model_drafts): a caller validates a
+ * request before it reaches an engine. */
+sd_status sd_spec_params_check(const sd_spec_params *p, int drafting, int model_drafts);
 
 /* Statistics of a generation: the one record the CLI, the bench and the server report from. */
 typedef struct {

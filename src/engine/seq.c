@@ -75,8 +75,8 @@ double sd_spec_decode_tps(const sd_spec_stats *st) {
 /* has_model: the drafter draws from a draft model (NULL drafter: plain). */
 static sd_status check_params(const sd_spec_params *p, int with_draft, int has_model) {
     if (p->n_predict <= 0) return sd_fail(SD_ERR_INVALID_ARG, "tokens to generate must be > 0 (got %d)", p->n_predict);
-    if (with_draft && (p->draft_max < 1 || p->draft_max > SD_MAX_DRAFT))
-        return sd_fail(SD_ERR_INVALID_ARG, "draft length k must be in 1..%d (got %d)", SD_MAX_DRAFT, p->draft_max);
+    if (with_draft && (p->draft_max < 0 || p->draft_max > SD_MAX_DRAFT))
+        return sd_fail(SD_ERR_INVALID_ARG, "draft length k must be in 0..%d (got %d)", SD_MAX_DRAFT, p->draft_max);
     if (p->n_ctx < 0) return sd_fail(SD_ERR_INVALID_ARG, "context size must be >= 0 (got %d)", p->n_ctx);
     if (p->draft_mode != SD_DRAFT_ADAPTIVE && p->draft_mode != SD_DRAFT_FIXED && p->draft_mode != SD_DRAFT_PMIN)
         return sd_fail(SD_ERR_INVALID_ARG, "draft mode %d (adaptive, fixed or p_min)", (int)p->draft_mode);
@@ -102,6 +102,11 @@ static sd_status check_params(const sd_spec_params *p, int with_draft, int has_m
                        "length, which biases the output: use coupled sampling, fixed-length drafting, or draft_min <= 1",
                        p->draft_min, sd_draft_mode_name(p->draft_mode));
     return sd_sampler_params_check(&p->sampling);
+}
+
+sd_status sd_spec_params_check(const sd_spec_params *p, int drafting, int model_drafts) {
+    if (!p) return sd_fail(SD_ERR_INVALID_ARG, "no parameters");
+    return check_params(p, drafting, drafting && model_drafts);
 }
 
 void sd_spec_free(sd_spec *s) {

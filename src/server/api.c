@@ -178,6 +178,49 @@ static int parse_stops(const cJSON *o, srv_gen *g, srv_err *e) {
     return 0;
 }
 
+/* The sampling mode and llama-server's per-request draft settings, with its meaning: n_max the
+ * most drafts (0: none), n_min the shortest chain worth verifying (clamped to n_max, as
+ * llama-server does), p_min the top probability below which drafting stops (the request then
+ * drafts by p_min). Checked as the engine will check them, so a refusal is a 400 naming the
+ * field. */
+static int parse_spec(const srv_api_ctx *c, const cJSON *o, srv_gen *g, srv_err *e) {
+    const cJSON *v;
+    if ((v = field(o, "spec_sampling"))) {
+        if (!cJSON_IsString(v)) return bad(e, "spec_sampling", "must be a string, got %s", type_name(v));
+        if (sd_sampling_mode_from_name(v->valuestring, &g->sampling.mode) != SD_OK)
+            return bad(e, "spec_sampling", "must be \"coupled\" or \"rejection\", got '%.40s'", v->valuestring);
+    }
+    g->spec = *c->spec;
+    double x = 0;
+    const int k_alloc = c->spec->draft_max > c->spec->tree_budget ? c->spec->draft_max : c->spec->tree_budget;
+    const char *given = NULL;
+    if (field(o, "speculative.n_max")) {
+        if (get_int(o, "speculative.n_max", 0, SD_MAX_DRAFT, &x, e)) return -1;
+        if (c->drafting && (int)x > k_alloc)
+            return bad(e, "speculative.n_max", "%d exceeds this server's draft length of %d (its --draft-max)", (int)x,
+                       k_alloc);
+        g->spec.draft_max = (int)x;
+        given = "speculative.n_max";
+    }
+    if (field(o, "speculative.n_min")) {
+        if (get_int(o, "speculative.n_min", 0, SD_MAX_DRAFT, &x, e)) return -1;
+        g->spec.draft_min = (int)x;
+        given = "speculative.n_min";
+    }
+    if (g->spec.draft_min > g->spec.draft_max) g->spec.draft_min = g->spec.draft_max;
+    if (field(o, "speculative.p_min")) {
+        if (get_number(o, "speculative.p_min", 0, 1, 0, &x, e)) return -1;
+        g->spec.p_min = (float)x;
+        g->spec.draft_mode = SD_DRAFT_PMIN;
+        given = given ? given : "speculative.p_min";
+    }
+    if (!c->drafting) return 0; /* plain decoding drafts nothing: any limit holds */
+    g->spec.sampling = g->sampling;
+    if (sd_spec_params_check(&g->spec, 1, c->model_drafts) != SD_OK)
+        return bad(e, given ? given : "spec_sampling", "%s", sd_last_error());
+    return 0;
+}
+
 /* A tokenizer failure (the text too long for it, say) as a 400. */
 static int tokenize_failed(srv_err *e, const char *param, sd_status st) {
     return bad(e, param, "%s", sd_last_error()[0] ? sd_last_error() : sd_status_str(st));
@@ -326,6 +369,7 @@ int srv_parse_gen(const srv_api_ctx *c, int chat, const char *body, size_t len, 
     }
     if (!rc) rc = get_bool(o, "ignore_eos", &g->ignore_eos, e);
     g->sampling = sd_sampler_default_params();
+    g->sampling.mode = c->spec->sampling.mode; /* the server's, unless spec_sampling says */
     g->sampling.temperature = 1.0f; /* OpenAI's default */
     g->sampling.seed = c->seed;
     double x = 1.0;
@@ -337,6 +381,7 @@ int srv_parse_gen(const srv_api_ctx *c, int chat, const char *body, size_t len, 
     x = (double)c->seed;
     if (!rc && field(o, "seed") && !(rc = get_int(o, "seed", -9007199254740992.0, 9007199254740992.0, &x, e)))
         g->sampling.seed = (uint64_t)(int64_t)x;
+    if (!rc) rc = parse_spec(c, o, g, e);
     double max_tokens = 0;
     const char *max_name = field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if (!rc) rc = get_int(o, max_name, 1, 2147483647.0, &max_tokens, e);

@@ -225,7 +225,8 @@ static enum MHD_Result answer(srv *s, struct MHD_Connection *c, conn_state *cs) 
 }
 
 static enum MHD_Result submit(srv *s, struct MHD_Connection *c, conn_state *cs) {
-    srv_api_ctx ac = {s->tok, s->chat, s->n_ctx, s->p.special, next_seed(s)};
+    srv_api_ctx ac = {s->tok, s->chat, s->n_ctx, s->p.special, next_seed(s), &s->p.spec, s->dm || s->p.spec.ngram,
+                      s->dm != NULL};
     srv_gen g;
     srv_err e;
     cs->answered = 1;

@@ -38,7 +38,9 @@ typedef struct {
     int32_t *ids;          /* the prompt */
     int n_ids;
     int max_tokens;        /* tokens to generate at most (> 0, fits the context) */
-    sd_sampler_params sampling;
+    sd_sampler_params sampling; /* with the mode: spec_sampling, else the server's */
+    sd_spec_params spec;   /* the server's engine parameters with the request's draft settings
+                              (llama-server's speculative.n_max, n_min, p_min) */
     int ignore_eos;
     char *stops[SRV_MAX_STOPS];
     int n_stops;
@@ -53,6 +55,8 @@ typedef struct {
     int n_ctx;        /* positions per slot */
     int special;      /* completions: parse special tokens in prompt text */
     uint64_t seed;    /* the seed of a request that gives none */
+    const sd_spec_params *spec; /* the server's engine parameters (draft settings, sampling mode) */
+    int drafting, model_drafts; /* the slots have a drafter; it draws from a draft model */
 } srv_api_ctx;
 
 /* Parses a request body (len bytes; need not be NUL-terminated) of /v1/completions (chat 0) or

@@ -174,7 +174,7 @@ static int start(srv *s, srv_slot *sl, srv_err *e) {
     srv_req *r = sl->req;
     sd_spec_cancel(sl->spec); /* a generation a stop string or a departed client left running */
     sl->stop = 0;
-    sd_spec_params p = s->p.spec;
+    sd_spec_params p = r->g.spec; /* the server's, with the request's draft settings */
     p.n_predict = r->g.max_tokens;
     p.sampling = r->g.sampling;
     p.stop_at_eos = !r->g.ignore_eos;

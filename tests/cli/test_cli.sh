@@ -202,6 +202,21 @@ if [ -f "$SHARED/models/stories260K/stories260K.bin" ] && [ -f "$SHARED/models/s
   "$BIN" generate -m stories260K -md stories-draft -n 64 --draft-fixed --no-stream 2>&1 >/dev/null | grep "^acceptance rate" >"$TMP/acc.small"
   "$BIN" generate -m stories260K -md "$TMP/d15.gguf" -n 64 --draft-fixed --no-stream 2>&1 >/dev/null | grep "^acceptance rate" >"$TMP/acc.twin"
   [ -s "$TMP/acc.small" ] && cmp -s "$TMP/acc.small" "$TMP/acc.twin" && { echo "ok   twin draft accepts as stories-draft: $(cat "$TMP/acc.twin")"; pass=$((pass+1)); } || { echo "FAIL twin draft acceptance: $(cat "$TMP/acc.small") vs $(cat "$TMP/acc.twin")"; fail=$((fail+1)); }
+  # Coupled sampling: the same seed gives plain decoding's text with any drafter (a draft model,
+  # prompt lookup, both, a tree), and --compare says so; rejection sampling promises no such thing.
+  COUPLED=(-m stories260K -n 48 --temp 1.0 --top-p 0.9 --seed 7 --spec-sampling coupled --no-stream --ignore-eos)
+  want=$("$BIN" generate "${COUPLED[@]}" 2>/dev/null)
+  for d in "-md stories-draft" "-md stories-draft --draft-fixed -k 6" "--draft ngram" "-md stories-draft --draft ngram" \
+           "-md stories-draft --draft-tree 8"; do
+    # shellcheck disable=SC2086
+    got=$("$BIN" generate "${COUPLED[@]}" $d 2>/dev/null)
+    [ -n "$want" ] && [ "$got" = "$want" ] && { echo "ok   coupled sampling, $d: plain decoding's text"; pass=$((pass+1)); } \
+      || { echo "FAIL coupled sampling, $d: $got"; echo "  plain: $want"; fail=$((fail+1)); }
+  done
+  check "coupled --compare" 0 "coupled sampling outputs identical: yes" -- "$BIN" generate "${COUPLED[@]}" -md stories-draft --compare
+  check "--spec-sampling bad" 2 "--spec-sampling must be coupled or rejection, got 'x'" -- "$BIN" generate -m stories260K --spec-sampling x
+  check "--draft-min biased"  1 "draft_min 3 with rejection sampling and adaptive drafting would drop sampled drafts" -- \
+    "$BIN" generate -m stories260K -md stories-draft --temp 1 --spec-sampling rejection --draft-min 3
   # Same vocabulary size (512), different pieces: the pair check must refuse it.
   "$BIN" mkmodel "$TMP/other512.gguf" --dim 32 --layers 1 --heads 4 --hidden 64 --vocab 512 --ctx 64 2>/dev/null
   check "incompatible pair"    1 "differ at id [0-9]+" -- "$BIN" generate -m stories260K -md "$TMP/other512.gguf"

@@ -120,6 +120,28 @@ expect "chat stream text" "$(sse_text "$TMP/cs.txt")" "$(jq -r '.choices[0].mess
 expect "chat stream first chunk" "$(sed -n 's/^data: {/{/p' "$TMP/cs.txt" | head -n 1 | jq -r '.object + " " + .choices[0].delta.role')" "chat.completion.chunk assistant"
 expect "chat stream usage chunk" "$(sed -n 's/^data: {/{/p' "$TMP/cs.txt" | tail -n 1 | jq -c '[(.choices | length), .usage.completion_tokens]')" "[0,40]"
 
+# coupled sampling: a seeded request gives plain decoding's text (the CLI without a drafter),
+# streamed or not, alone or beside 7 other requests, drafting or not (speculative.n_max 0)
+plain=$("$BIN" generate -m stories260K -t 1 -p "Once upon a time" -n 40 --temp 0.9 --top-p 0.95 --seed 123 \
+  --spec-sampling coupled --ignore-eos --no-stream 2>/dev/null)
+SEEDED='{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0.9, "top_p": 0.95, "seed": 123, "spec_sampling": "coupled", "ignore_eos": true'
+post /v1/completions "$SEEDED}" >"$TMP/seed1.json"
+expect "coupled: seeded completion equals plain generate" "Once upon a time$(jq -r '.choices[0].text' "$TMP/seed1.json")" "$plain"
+curl -sN -m 60 "$U/v1/completions" -d "$SEEDED, \"stream\": true}" >"$TMP/seed_s.txt"
+expect "coupled: streamed alike" "Once upon a time$(sse_text "$TMP/seed_s.txt")" "$plain"
+post /v1/completions "$SEEDED, \"speculative.n_max\": 0}" >"$TMP/seed0.json"
+expect "coupled: without drafting alike" "Once upon a time$(jq -r '.choices[0].text' "$TMP/seed0.json")" "$plain"
+pids=()
+for i in 1 2 3 4 5 6 7; do
+  curl -s -o "$TMP/other$i.json" -m 120 "$U/v1/completions" -d "{\"prompt\": \"The dog $i\", \"max_tokens\": 40, \"temperature\": 1.0, \"seed\": $i, \"ignore_eos\": true}" &
+  pids+=($!)
+done
+curl -sN -m 120 "$U/v1/completions" -d "$SEEDED, \"stream\": true}" >"$TMP/seed8.txt"
+wait "${pids[@]}"
+got8=$(sse_text "$TMP/seed8.txt")
+expect "coupled: beside 7 other requests alike" "Once upon a time$got8" "$plain"
+expect "the 7 others completed" "$(cat "$TMP"/other?.json | jq -r '.choices[0].finish_reason' | sort | uniq -c | tr -s ' ')" " 7 length"
+
 # stop strings: the text ends before the first occurrence, finish_reason stop, streamed alike
 full=$(jq -r '.choices[0].text' "$TMP/c.json")
 want=${full%%.*}
