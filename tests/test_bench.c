@@ -244,7 +244,7 @@ static void test_config_errors(void **state) {
     /* Unknown key. */
     expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
                  " \"sweep\": {\"k\": [1]}, \"sampling\": {\"temprature\": 1}}",
-                 A, "configs/x.json: .sampling.temprature: unknown key (expected one of: temperature, top_k, top_p, seed)");
+                 A, "configs/x.json: .sampling.temprature: unknown key (expected one of: temperature, top_k, top_p, seed, mode)");
     expect_error("{\"tagret\": {}}", A,
                  "configs/x.json: .tagret: unknown key (expected one of: name, description, target, draft, prompts, "
                  "n_predict, ignore_eos, sweep, sampling, threads, repetitions, output)");
@@ -567,6 +567,58 @@ static void test_run_greedy_identical(void **state) {
     tiny_free(&tp);
 }
 
+/* Both sampling modes in one run (sampling.mode as an array): a block of results per mode, the
+ * modes alternating run by run; sampled at T 0.8, coupled runs must equal plain decoding token for
+ * token (counted as divergences otherwise), rejection runs need not. The config refuses an unknown
+ * mode and the same mode twice, naming the path. */
+static void test_run_sampling_modes(void **state) {
+    (void)state;
+    tiny_pair tp;
+    tiny_load(&tp, 0);
+    tp.cfg.sampling.temperature = 0.8f;
+    tp.cfg.modes[0] = SD_SAMPLING_REJECTION;
+    tp.cfg.modes[1] = SD_SAMPLING_COUPLED;
+    tp.cfg.n_modes = 2;
+    const sd_bench_strategy strats[] = {SD_BENCH_FIXED, SD_BENCH_ADAPTIVE};
+    tp.cfg.n_strategies = 2;
+    memcpy(tp.cfg.strategies, strats, sizeof strats);
+    sd_bench_run_params p = tiny_params(&tp);
+    sd_bench_report *r = calloc(1, sizeof *r);
+    assert_int_equal(sd_bench_run(&p, r), SD_OK);
+    assert_int_equal(r->n_modes, 2);
+    assert_int_equal(r->n_k, 2 * 3); /* (k 1, k 3, adaptive) x 2 */
+    for (int i = 0; i < r->n_k; i++) {
+        const sd_bench_k_result *k = &r->k[i];
+        printf("  %-9s %-9s k=%d: %.2fx, acceptance %.0f%%\n", sd_bench_strategy_name(k->strategy),
+               sd_sampling_mode_name(k->mode), k->k, k->speedup, 100 * k->acceptance);
+        assert_int_equal(k->mode, i < 3 ? SD_SAMPLING_REJECTION : SD_SAMPLING_COUPLED);
+        assert_int_equal(k->strategy, i % 3 == 2 ? SD_BENCH_ADAPTIVE : SD_BENCH_FIXED);
+        assert_int_equal(k->runs, 4);
+        assert_true(k->tps_spec > 0);
+    }
+    assert_int_equal(r->n_divergences, 0); /* coupled runs: plain decoding's text */
+    char *js = sd_bench_report_json(r);
+    assert_non_null(strstr(js, "\"sampling_modes\":\t[\"rejection\", \"coupled\"]"));
+    free(js);
+    free(r);
+    tiny_free(&tp);
+    static const char *bad[] = {
+        "{\"sampling\": {\"mode\": \"gumbel\"}}", "{\"sampling\": {\"mode\": [\"coupled\", \"coupled\"]}}",
+        "{\"sampling\": {\"mode\": []}}"};
+    static const char *want[] = {".sampling.mode: expected \"coupled\" or \"rejection\", got \"gumbel\"",
+                                 ".sampling.mode: expected the other mode, got \"coupled\"",
+                                 ".sampling.mode: expected \"coupled\", \"rejection\" or an array of one or both"};
+    for (int b = 0; b < 3; b++) {
+        char text[512];
+        snprintf(text, sizeof text,
+                 "{\"target\": {\"model\": \"t\"}, \"draft\": {\"model\": \"d\"}, \"prompts\": {\"text\": [\"a\"]},"
+                 " \"sweep\": {\"k\": [1]}, %s", bad[b] + 1);
+        sd_bench_config c;
+        assert_int_equal(sd_bench_config_parse(text, strlen(text), "m.json", &c), SD_ERR_INVALID_ARG);
+        if (!strstr(sd_last_error(), want[b])) fail_msg("got: %s", sd_last_error());
+    }
+}
+
 /* Every strategy side by side in one run on the tiny pair: one result per fixed k, then one per
  * other strategy at the largest k; each greedy run identical to plain decoding; the cost model
  * only for fixed k; prompt lookup alone drafts without the draft model. */
@@ -855,7 +907,7 @@ static void test_report_svg_and_table(void **state) {
     assert_non_null(strstr(text, "best k:   3: 1.23x plain decoding measured"));
     assert_non_null(strstr(text, "best:     model+ngram (k up to 5): 1.50x plain decoding at 2.00 mean accepted length, "
                                  "ahead of every fixed k"));
-    assert_non_null(strstr(text, "model+ngram   5   34.3%  0.780   2.00   3.50      -     333.3    1200.5    1.50x         -")); /* its row: no cost-model columns */
+    assert_non_null(strstr(text, "model+ngram greedy      5   34.3%  0.780   2.00   3.50      -     333.3    1200.5    1.50x         -")); /* its row: no cost-model columns */
     assert_non_null(strstr(text, "model+ngram, prompt 3, k=3, rep 1: first difference"));
     assert_non_null(strstr(text, "A<B & C, 16 cores, 8 threads, 12.3 GB/s"));
     free(text);
@@ -924,7 +976,8 @@ int main(void) {
         cmocka_unit_test(test_config_shipped),        cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_prompt_file),           cmocka_unit_test(test_cost_model),
         cmocka_unit_test(test_first_divergence),      cmocka_unit_test(test_run_greedy_identical),
-        cmocka_unit_test(test_run_strategies),        cmocka_unit_test(test_config_strategies_template),
+        cmocka_unit_test(test_run_strategies),
+        cmocka_unit_test(test_run_sampling_modes),        cmocka_unit_test(test_config_strategies_template),
         cmocka_unit_test(test_run_self_draft_bound),  cmocka_unit_test(test_run_broken_verifier_diverges),
         cmocka_unit_test(test_run_draft_larger_vocab),
         cmocka_unit_test(test_report_json_round_trip), cmocka_unit_test(test_report_svg_and_table),

@@ -68,6 +68,10 @@ typedef struct {
     int tree_budget;   /* "sweep.tree_budget": nodes per pass of "tree" (default 16) */
     float p_min;       /* "sweep.p_min": threshold of "p_min" (default 0.75, llama.cpp's) */
     sd_sampler_params sampling; /* "sampling": temperature, top_k, top_p, seed */
+    /* "sampling.mode": "coupled", "rejection", or both as an array: every run is made in each
+     * (plain and speculative alike), the modes alternating run by run (default: the engine's) */
+    sd_sampling_mode modes[2];
+    int n_modes;
     int threads;       /* "threads": 0 = online CPUs */
     int repetitions;   /* "repetitions": plain/speculative pairs per prompt and k (default 3) */
     char *out_json;    /* "output.json" (default bench/results/NAME.json) */

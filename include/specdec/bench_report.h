@@ -13,8 +13,9 @@
 #include "specdec/spec.h"
 
 #define SD_BENCH_SCHEMA "specdec-bench/2"
-/* One result per fixed k, one per other strategy. */
-#define SD_BENCH_MAX_RESULTS (SD_MAX_DRAFT + SD_BENCH_N_STRATEGIES - 1)
+/* One result per fixed k, one per other strategy, for each of up to two sampling modes. */
+#define SD_BENCH_MAX_VARIANTS (SD_MAX_DRAFT + SD_BENCH_N_STRATEGIES - 1)
+#define SD_BENCH_MAX_RESULTS (2 * SD_BENCH_MAX_VARIANTS)
 #define SD_BENCH_MAX_DIVERGENCES 16
 
 /* ---- cost model (Leviathan et al. 2023, section 3.4, with measured costs) ---- */
@@ -46,6 +47,7 @@ int sd_bench_first_divergence(const int32_t *a, int na, const int32_t *b, int nb
 
 typedef struct {
     sd_bench_strategy strategy;
+    sd_sampling_mode mode;
     int prompt, k, rep; /* which run */
     int index;          /* first differing generated token */
     int32_t plain_token, spec_token; /* -1 where that output had already ended */
@@ -53,6 +55,7 @@ typedef struct {
 
 typedef struct {
     sd_bench_strategy strategy;
+    sd_sampling_mode mode;    /* how the runs sampled (plain and speculative alike) */
     int k;                    /* the draft length (fixed), else the cap on it */
     int runs;                 /* speculative runs (prompts x repetitions) */
     double acceptance;        /* accepted / drafted, pooled over runs */
@@ -93,7 +96,9 @@ typedef struct {
     double cost_pos;               /* context length at which the costs were measured */
     double t_decode_target_s, t_decode_draft_s; /* T_decode(1) medians */
     double peak_rss_bytes;
-    int n_k;                       /* results: the fixed sweep first (k ascending), then the strategies */
+    int n_modes;                   /* sampling modes run (1 or 2), each a block of results */
+    sd_sampling_mode modes[2];
+    int n_k;                       /* results: per mode, the fixed sweep first (k ascending), then the strategies */
     sd_bench_k_result k[SD_BENCH_MAX_RESULTS];
     int best_k;                    /* the fastest fixed k; 0 when plain decoding beats them all */
     int best;                      /* the fastest result of all; -1 when plain decoding is fastest */

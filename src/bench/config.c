@@ -291,14 +291,38 @@ out:
     return st;
 }
 
+/* "mode": a sampling mode's name, or an array of one or two different ones. */
+static sd_status parse_modes(sd_json_ctx *c, const cJSON *o, sd_bench_config *cf) {
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "mode");
+    if (!m) return SD_OK;
+    size_t n = sd_json_enter_key(c, "mode");
+    sd_status st = SD_OK;
+    const int arr = cJSON_IsArray(m);
+    if (!cJSON_IsString(m) && !(arr && cJSON_GetArraySize(m) >= 1 && cJSON_GetArraySize(m) <= 2))
+        st = sd_json_expected(c, "\"coupled\", \"rejection\" or an array of one or both", m);
+    cf->n_modes = 0;
+    for (const cJSON *it = arr ? m->child : m; !st && it; it = arr ? it->next : NULL) {
+        sd_sampling_mode mode;
+        if (!cJSON_IsString(it) || sd_sampling_mode_from_name(it->valuestring, &mode) != SD_OK ||
+            (cf->n_modes == 1 && cf->modes[0] == mode)) {
+            st = sd_json_expected(c, cf->n_modes ? "the other mode" : "\"coupled\" or \"rejection\"", it);
+            break;
+        }
+        cf->modes[cf->n_modes++] = mode;
+    }
+    sd_json_leave(c, n);
+    return st;
+}
+
 static sd_status parse_sampling(sd_json_ctx *c, const cJSON *root, sd_bench_config *cf) {
     const cJSON *o;
     sd_status st;
     if ((st = sd_json_obj(c, root, "sampling", 0, &o)) || !o) return st;
     size_t n = sd_json_enter_key(c, "sampling");
-    static const char *const keys[] = {"temperature", "top_k", "top_p", "seed", NULL};
+    static const char *const keys[] = {"temperature", "top_k", "top_p", "seed", "mode", NULL};
     double t = cf->sampling.temperature, p = cf->sampling.top_p, seed = (double)cf->sampling.seed;
-    if ((st = sd_json_check_keys(c, o, keys)) || (st = sd_json_num(c, o, "temperature", 0, 1000, 0, &t)) ||
+    if ((st = sd_json_check_keys(c, o, keys)) || (st = parse_modes(c, o, cf)) ||
+        (st = sd_json_num(c, o, "temperature", 0, 1000, 0, &t)) ||
         (st = sd_json_int(c, o, "top_k", 0, 1 << 24, &cf->sampling.top_k)) || (st = sd_json_num(c, o, "top_p", 0, 1, 1, &p)) ||
         (st = sd_json_num(c, o, "seed", 0, MAX_SEED, 0, &seed)))
         goto out;
@@ -356,6 +380,8 @@ sd_status sd_bench_config_parse(const char *text, size_t len, const char *file, 
     cf->n_predict = 128;
     cf->ignore_eos = 1;
     cf->sampling = sd_sampler_default_params();
+    cf->modes[0] = cf->sampling.mode;
+    cf->n_modes = 1;
     cf->repetitions = 3;
     cf->strategies[0] = SD_BENCH_FIXED;
     cf->n_strategies = 1;

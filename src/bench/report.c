@@ -29,6 +29,7 @@ static cJSON *k_json(const sd_bench_k_result *k) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
     cJSON_AddStringToObject(o, "strategy", sd_bench_strategy_name(k->strategy));
+    cJSON_AddStringToObject(o, "sampling_mode", sd_sampling_mode_name(k->mode));
     add_number(o, "k", k->k);
     add_number(o, "runs", k->runs);
     add_number(o, "acceptance_rate", k->acceptance);
@@ -84,6 +85,8 @@ char *sd_bench_report_json(const sd_bench_report *r) {
     add_number(run, "top_k", r->top_k);
     add_number(run, "top_p", r->top_p);
     add_number(run, "seed", r->seed);
+    cJSON *modes = cJSON_AddArrayToObject(run, "sampling_modes");
+    for (int i = 0; modes && i < r->n_modes; i++) cJSON_AddItemToArray(modes, cJSON_CreateString(sd_sampling_mode_name(r->modes[i])));
     cJSON *c = cJSON_AddObjectToObject(o, "costs");
     add_number(c, "context", r->cost_pos);
     add_number(c, "t_decode_target_s", r->t_decode_target_s);
@@ -100,6 +103,7 @@ char *sd_bench_report_json(const sd_bench_report *r) {
     for (int i = 0; first && i < nd; i++) {
         cJSON *d = cJSON_CreateObject();
         cJSON_AddStringToObject(d, "strategy", sd_bench_strategy_name(r->div[i].strategy));
+        cJSON_AddStringToObject(d, "sampling_mode", sd_sampling_mode_name(r->div[i].mode));
         add_number(d, "prompt", r->div[i].prompt);
         add_number(d, "k", r->div[i].k);
         add_number(d, "rep", r->div[i].rep);
@@ -173,9 +177,11 @@ enum { W = 760, H = 510, X0 = 70, X1 = 660, Y0 = 92, Y1 = 392 };
 
 char *sd_bench_report_svg(const sd_bench_report *r) {
     sbuf b = {0};
-    /* The fixed sweep is drawn against k; every other strategy as a level line across the plot. */
+    /* The fixed sweep is drawn against k; every other strategy as a level line across the plot. A
+     * second sampling mode's block (results nb..) draws its sweep in green, its strategies labelled. */
+    const int nb = r->n_modes > 1 ? r->n_k / r->n_modes : r->n_k;
     int nf = 0;
-    while (nf < r->n_k && r->k[nf].strategy == SD_BENCH_FIXED) nf++;
+    while (nf < nb && r->k[nf].strategy == SD_BENCH_FIXED) nf++;
     int kmin = nf ? r->k[0].k : 1, kmax = nf ? r->k[nf - 1].k : 1;
     double smax = 1.25;
     for (int i = 0; i < r->n_k; i++) {
@@ -230,27 +236,44 @@ char *sd_bench_report_svg(const sd_bench_report *r) {
     sb_printf(&b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#555\" stroke-width=\"1.5\" "
                   "stroke-dasharray=\"2 3\"/>\n", X0, YS(1.0), X1, YS(1.0));
     /* Series. */
+    char lab[3][96];
+    const char *m0 = r->n_modes > 1 ? sd_sampling_mode_name(r->modes[0]) : NULL;
+    snprintf(lab[0], sizeof lab[0], "measured speedup (median)%s%s", m0 ? ", " : "", m0 ? m0 : "");
+    snprintf(lab[1], sizeof lab[1], "predicted speedup (cost model)");
+    snprintf(lab[2], sizeof lab[2], "acceptance rate%s%s", m0 ? ", " : "", m0 ? m0 : "");
     struct {
         const char *color, *dash, *label;
         int which; /* 0 speedup, 1 predicted, 2 acceptance */
+        int block; /* which sampling mode's results */
     } series[] = {
-        {"#1f5fbf", "", "measured speedup (median)", 0},
-        {"#1f5fbf", "6 4", "predicted speedup (cost model)", 1},
-        {"#d07000", "", "acceptance rate", 2},
+        {"#1f5fbf", "", lab[0], 0, 0},
+        {"#1f5fbf", "6 4", lab[1], 1, 0},
+        {"#d07000", "", lab[2], 2, 0},
+        {"#2a9d3a", "", "measured speedup (median), second mode", 0, 1},
+        {"#b8860b", "4 3", "acceptance rate, second mode", 2, 1},
     };
-    for (size_t s = 0; s < sizeof series / sizeof series[0]; s++) {
+    const size_t n_series = r->n_modes > 1 ? 5 : 3;
+    char lab2[2][96];
+    if (r->n_modes > 1) {
+        snprintf(lab2[0], sizeof lab2[0], "measured speedup (median), %s", sd_sampling_mode_name(r->modes[1]));
+        snprintf(lab2[1], sizeof lab2[1], "acceptance rate, %s", sd_sampling_mode_name(r->modes[1]));
+        series[3].label = lab2[0];
+        series[4].label = lab2[1];
+    }
+    for (size_t s = 0; s < n_series; s++) {
+        const int off = series[s].block * nb;
         if (nf > 1) {
             sb_printf(&b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s%s%s points=\"", series[s].color,
                       series[s].dash[0] ? " stroke-dasharray=\"" : "", series[s].dash, series[s].dash[0] ? "\"" : "");
             for (int i = 0; i < nf; i++) {
-                const sd_bench_k_result *k = &r->k[i];
+                const sd_bench_k_result *k = &r->k[off + i];
                 double y = series[s].which == 0 ? YS(k->speedup) : series[s].which == 1 ? YS(k->predicted_speedup) : YA(k->acceptance);
                 sb_printf(&b, "%s%.1f,%.1f", i ? " " : "", XK(k->k), y);
             }
             sb_printf(&b, "\"/>\n");
         }
         for (int i = 0; i < nf; i++) {
-            const sd_bench_k_result *k = &r->k[i];
+            const sd_bench_k_result *k = &r->k[off + i];
             double x = XK(k->k);
             if (series[s].which == 0)
                 sb_printf(&b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"><title>k=%d: %.2fx measured</title></circle>\n", x,
@@ -266,24 +289,29 @@ char *sd_bench_report_svg(const sd_bench_report *r) {
     }
     /* The other strategies: a labelled level line each at its measured speedup. */
     static const char *const level_colors[] = {"#2a9d3a", "#8e44ad", "#c0392b", "#16a085", "#7f6000"};
-    for (int i = nf; i < r->n_k; i++) {
+    for (int i = nf, li = 0; i < r->n_k; i++) {
+        if (i % nb < nf) continue; /* a second mode's fixed sweep: a series above */
         const sd_bench_k_result *k = &r->k[i];
-        const char *col = level_colors[(i - nf) % 5];
-        const char *nm = sd_bench_strategy_name(k->strategy);
+        const char *col = level_colors[li % 5];
+        char nm[64];
+        snprintf(nm, sizeof nm, "%s%s%s", sd_bench_strategy_name(k->strategy), r->n_modes > 1 ? ", " : "",
+                 r->n_modes > 1 ? sd_sampling_mode_name(k->mode) : "");
         sb_printf(&b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\" "
                       "stroke-dasharray=\"8 3\"><title>%s (k up to %d): %.2fx measured, %.2f mean accepted length</title></line>\n",
                   X0, YS(k->speedup), X1, YS(k->speedup), col, nm, k->k, k->speedup, k->mean_accepted);
         sb_printf(&b, "<text x=\"%d\" y=\"%.1f\" fill=\"%s\" text-anchor=\"end\">%s %.2fx</text>\n", X1 - 4,
-                  YS(k->speedup) - 4 - 12 * ((i - nf) % 2), col, nm, k->speedup);
+                  YS(k->speedup) - 4 - 12 * (li % 2), col, nm, k->speedup);
+        li++;
     }
     /* Legend: two rows under the axis label, clear of the data. */
-    for (size_t s = 0; s < 4; s++) {
+    for (size_t s = 0; s < n_series + 1; s++) {
         int x = X0 + 10 + (int)(s % 2) * 290, y = Y1 + 60 + (int)(s / 2) * 18;
-        const char *color = s < 3 ? series[s].color : "#555";
-        const char *dash = s < 3 ? series[s].dash : "2 3";
+        const int is_series = s < n_series;
+        const char *color = is_series ? series[s].color : "#555";
+        const char *dash = is_series ? series[s].dash : "2 3";
         sb_printf(&b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s%s%s/>", x, y, x + 26, y,
                   color, dash[0] ? " stroke-dasharray=\"" : "", dash, dash[0] ? "\"" : "");
-        sb_printf(&b, "<text x=\"%d\" y=\"%d\">%s</text>\n", x + 34, y + 4, s < 3 ? series[s].label : "plain decoding (the 1.00x baseline)");
+        sb_printf(&b, "<text x=\"%d\" y=\"%d\">%s</text>\n", x + 34, y + 4, is_series ? series[s].label : "plain decoding (the 1.00x baseline)");
     }
     sb_printf(&b, "<text x=\"%d\" y=\"%d\" fill=\"#666\" font-size=\"11\">%s; specdec bench ", X0, H - 10, r->date);
     sb_text(&b, r->config);
@@ -323,7 +351,7 @@ void sd_bench_report_print(const sd_bench_report *r, FILE *f) {
         fprintf(f, "note:     cost only: %s\n", r->self_draft
                     ? "random weights; the target drafts for itself, so every draft is accepted: the upper bound"
                     : "random weights, so acceptance means nothing; read the costs and the break-even alpha");
-    fprintf(f, "\n%-11s %3s %7s %6s %6s %6s %6s %9s %9s %8s %9s %8s %7s %7s %7s %15s\n", "strategy", "k", "accept",
+    fprintf(f, "\n%-11s %-9s %3s %7s %6s %6s %6s %6s %9s %9s %8s %9s %8s %7s %7s %7s %15s\n", "strategy", "sampling", "k", "accept",
             "alpha", "mal", "tok/vp", "E[tok]", "plain t/s", "spec t/s", "speedup", "predicted", "Tver/Tt", "be.alpha",
             "draft%", "verif%", "TTFT plain/spec");
     for (int i = 0; i < r->n_k; i++) {
@@ -335,20 +363,22 @@ void sd_bench_report_print(const sd_bench_report *r, FILE *f) {
             snprintf(be, sizeof be, "%.3f", k->break_even_alpha);
             snprintf(e, sizeof e, "%.2f", k->expected_tokens);
         }
-        fprintf(f, "%-11s %3d %6.1f%% %6.3f %6.2f %6.2f %6s %9.1f %9.1f %7.2fx %9s %8s %8s %6.1f%% %6.1f%% %7.2f/%.2f ms\n",
-                sd_bench_strategy_name(k->strategy), k->k, 100 * k->acceptance, k->alpha, k->mean_accepted,
+        fprintf(f, "%-11s %-9s %3d %6.1f%% %6.3f %6.2f %6.2f %6s %9.1f %9.1f %7.2fx %9s %8s %8s %6.1f%% %6.1f%% %7.2f/%.2f ms\n",
+                sd_bench_strategy_name(k->strategy), r->greedy ? "greedy" : sd_sampling_mode_name(k->mode), k->k, 100 * k->acceptance, k->alpha, k->mean_accepted,
                 k->tokens_per_pass, e, k->tps_plain, k->tps_spec, k->speedup, pred, tv, be, 100 * k->draft_share,
                 100 * k->verify_share, k->ttft_plain_s * 1e3, k->ttft_spec_s * 1e3);
     }
     fprintf(f, "\ncolumns: strategy: fixed k, or what else drafts with k as its cap (adaptive length, p_min threshold,\n"
-               "prompt-lookup ngram, model+ngram, tree); accept = accepted/drafted; alpha = per-token acceptance given\n"
+               "prompt-lookup ngram, model+ngram, tree); sampling: coupled (plain decoding's text for a seed) or\n"
+               "rejection (exact in distribution), plain and speculative runs alike; accept = accepted/drafted; alpha = per-token acceptance given\n"
                "the earlier drafts were accepted; mal = mean accepted length, 1 + accepted per verify pass;\n"
                "tok/vp = tokens per target pass (measured), E[tok] = (1-alpha^(k+1))/(1-alpha); t/s = decode tokens/s\n"
                "(medians); speedup = median of paired spec/plain ratios; predicted = E[tok] / (k*Tdraft/Tt + Tver/Tt);\n"
                "be.alpha = alpha at which speculation breaks even; draft%%/verif%% = share of speculative wall time.\n");
     fprintf(f, "\nacceptance by draft position:\n");
     for (int i = 0; i < r->n_k; i++) {
-        fprintf(f, "  %-11s k=%-2d", sd_bench_strategy_name(r->k[i].strategy), r->k[i].k);
+        fprintf(f, "  %-11s %-9s k=%-2d", sd_bench_strategy_name(r->k[i].strategy),
+                r->greedy ? "" : sd_sampling_mode_name(r->k[i].mode), r->k[i].k);
         for (int j = 0; j < r->k[i].k && j < SD_MAX_DRAFT; j++) fprintf(f, " %d:%.0f%%", j + 1, 100 * r->k[i].accept_at[j]);
         fprintf(f, "\n");
     }
@@ -359,31 +389,36 @@ void sd_bench_report_print(const sd_bench_report *r, FILE *f) {
         human_bytes(r->peak_rss_bytes, rss, sizeof rss);
         fprintf(f, "memory:   KV cache in use at the end of a run: target %s, draft %s; peak RSS %s\n", kt, kd, rss);
     }
-    if (r->greedy) {
-        int runs = 0;
-        for (int i = 0; i < r->n_k; i++) runs += r->k[i].runs;
-        if (!r->n_divergences) fprintf(f, "greedy:   speculative output identical to plain decoding in all %d runs\n", runs);
+    /* greedy and coupled runs promise plain decoding's text */
+    int runs = 0;
+    for (int i = 0; i < r->n_k; i++) runs += r->greedy || r->k[i].mode == SD_SAMPLING_COUPLED ? r->k[i].runs : 0;
+    if (runs) {
+        const char *what = r->greedy ? "greedy:  " : "coupled: ";
+        if (!r->n_divergences) fprintf(f, "%s speculative output identical to plain decoding in all %d runs\n", what, runs);
         else {
-            fprintf(f, "greedy:   FAILED: %d of %d speculative runs differ from plain decoding (a bug)\n", r->n_divergences, runs);
+            fprintf(f, "%s FAILED: %d of %d speculative runs differ from plain decoding (a bug)\n", what, r->n_divergences, runs);
             int nd = r->n_divergences < SD_BENCH_MAX_DIVERGENCES ? r->n_divergences : SD_BENCH_MAX_DIVERGENCES;
             for (int i = 0; i < nd; i++)
-                fprintf(f, "          %s, prompt %d, k=%d, rep %d: first difference at generated token %d (plain %d, speculative %d)\n",
-                        sd_bench_strategy_name(r->div[i].strategy), r->div[i].prompt + 1, r->div[i].k, r->div[i].rep + 1, r->div[i].index, (int)r->div[i].plain_token,
-                        (int)r->div[i].spec_token);
+                fprintf(f, "          %s%s%s, prompt %d, k=%d, rep %d: first difference at generated token %d (plain %d, speculative %d)\n",
+                        sd_bench_strategy_name(r->div[i].strategy), r->greedy ? "" : " ",
+                        r->greedy ? "" : sd_sampling_mode_name(r->div[i].mode), r->div[i].prompt + 1,
+                        r->div[i].k, r->div[i].rep + 1, r->div[i].index, (int)r->div[i].plain_token, (int)r->div[i].spec_token);
         }
     }
     /* Recommendation and the reading of the gap between measurement and model. */
-    int nf = 0; /* the fixed sweep comes first */
-    while (nf < r->n_k && r->k[nf].strategy == SD_BENCH_FIXED) nf++;
-    const sd_bench_k_result *best = NULL;
-    for (int i = 0; i < nf; i++)
-        if (r->k[i].k == r->best_k) best = &r->k[i];
+    const int nb = r->n_modes > 1 ? r->n_k / r->n_modes : r->n_k; /* results per sampling mode */
+    int nf = 0; /* the fixed sweep comes first in each mode's block */
+    while (nf < nb && r->k[nf].strategy == SD_BENCH_FIXED) nf++;
+    const sd_bench_k_result *best = NULL; /* the fastest fixed k of any mode, if it beats plain */
+    for (int i = 0; i < r->n_k; i++)
+        if (i % nb < nf && r->k[i].k == r->best_k && (!best || r->k[i].speedup > best->speedup)) best = &r->k[i];
     if (r->cost_only && !r->self_draft)
         fprintf(f, "best k:   none recommended: random weights, so the measured acceptance is not a real draft's\n");
     else if (best)
-        fprintf(f, "best k:   %d: %.2fx plain decoding measured (%.2fx predicted) at %.0f%% acceptance%s\n", best->k, best->speedup,
+        fprintf(f, "best k:   %d%s%s: %.2fx plain decoding measured (%.2fx predicted) at %.0f%% acceptance%s\n", best->k,
+                r->n_modes > 1 ? ", " : "", r->n_modes > 1 ? sd_sampling_mode_name(best->mode) : "", best->speedup,
                 best->predicted_speedup, 100 * best->acceptance, r->self_draft ? " (the self-draft bound)" : "");
-    else if (r->best < nf) { /* neither a fixed k nor another strategy beats plain decoding */
+    else if (r->best < 0) { /* neither a fixed k nor another strategy beats plain decoding */
         const sd_bench_k_result *top = NULL;
         for (int i = 0; i < r->n_k; i++)
             if (!top || r->k[i].speedup > top->speedup) top = &r->k[i];
@@ -391,10 +426,11 @@ void sd_bench_report_print(const sd_bench_report *r, FILE *f) {
         if (top) fprintf(f, " (best speculative: %s k=%d at %.2fx)", sd_bench_strategy_name(top->strategy), top->k, top->speedup);
         fprintf(f, "\n");
     }
-    if (r->best >= nf && r->best < r->n_k) { /* a strategy beats every fixed k */
+    if (r->best >= 0 && r->best < r->n_k && r->best % nb >= nf) { /* a strategy beats every fixed k */
         const sd_bench_k_result *b = &r->k[r->best];
-        fprintf(f, "best:     %s (k up to %d): %.2fx plain decoding at %.2f mean accepted length%s\n",
-                sd_bench_strategy_name(b->strategy), b->k, b->speedup, b->mean_accepted,
+        fprintf(f, "best:     %s%s%s (k up to %d): %.2fx plain decoding at %.2f mean accepted length%s\n",
+                sd_bench_strategy_name(b->strategy), r->n_modes > 1 ? ", " : "",
+                r->n_modes > 1 ? sd_sampling_mode_name(b->mode) : "", b->k, b->speedup, b->mean_accepted,
                 best ? ", ahead of every fixed k" : "");
     }
     for (int i = 0; i < nf; i++) {

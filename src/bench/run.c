@@ -248,10 +248,11 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
     cp.cap = cs.cap = n_predict;
     cp.tok = malloc((size_t)n_predict * sizeof(int32_t));
     cs.tok = malloc((size_t)n_predict * sizeof(int32_t));
-    double *v_tps_p = malloc((size_t)n_runs * sizeof(double)), *v_tps_s = malloc((size_t)n_runs * sizeof(double));
-    double *v_ttft_p = malloc((size_t)n_runs * sizeof(double)), *v_ttft_s = malloc((size_t)n_runs * sizeof(double));
-    double *v_speed = malloc((size_t)n_runs * sizeof(double)), *v_draft = malloc((size_t)n_runs * sizeof(double));
-    double *v_verify = malloc((size_t)n_runs * sizeof(double));
+    const size_t n_v = 2 * (size_t)n_runs; /* per sampling mode */
+    double *v_tps_p = malloc(n_v * sizeof(double)), *v_tps_s = malloc(n_v * sizeof(double));
+    double *v_ttft_p = malloc(n_v * sizeof(double)), *v_ttft_s = malloc(n_v * sizeof(double));
+    double *v_speed = malloc(n_v * sizeof(double)), *v_draft = malloc(n_v * sizeof(double));
+    double *v_verify = malloc(n_v * sizeof(double));
     sd_spec *plain = NULL, *spec = NULL;
     sd_context *ctx_t = NULL, *ctx_d = NULL;
     if (!ids || !n_ids || !cp.tok || !cs.tok || !v_tps_p || !v_tps_s || !v_ttft_p || !v_ttft_s || !v_speed || !v_draft ||
@@ -321,23 +322,22 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
     struct {
         sd_bench_strategy s;
         int k, ki; /* ki: the index into cfg->k of a fixed k, else -1 */
-    } var[SD_BENCH_MAX_RESULTS];
+    } var[SD_BENCH_MAX_VARIANTS];
     int nv = 0;
     for (int si = 0; si < cfg->n_strategies; si++)
         if (cfg->strategies[si] == SD_BENCH_FIXED)
             for (int ki = 0; ki < cfg->n_k; ki++) var[nv].s = SD_BENCH_FIXED, var[nv].k = cfg->k[ki], var[nv++].ki = ki;
     for (int si = 0; si < cfg->n_strategies; si++)
         if (cfg->strategies[si] != SD_BENCH_FIXED) var[nv].s = cfg->strategies[si], var[nv].k = kmax, var[nv++].ki = -1;
-    r->n_k = nv;
-    int done = 0, total = nv * n_runs;
+    const int nm = cfg->n_modes > 0 ? cfg->n_modes : 1;
+    r->n_modes = nm;
+    for (int m = 0; m < nm; m++) r->modes[m] = cfg->n_modes > 0 ? cfg->modes[m] : sp.sampling.mode;
+    r->n_k = nv * nm; /* a block of results per mode, in the variants' order */
+    int done = 0, total = nv * n_runs * nm;
     for (int vi = 0; vi < nv; vi++) {
-        sd_bench_k_result *kr = &r->k[vi];
         const int k = var[vi].k, ki = var[vi].ki;
         const sd_bench_strategy strat = var[vi].s;
         const char *sname = sd_bench_strategy_name(strat);
-        kr->strategy = strat;
-        kr->k = k;
-        kr->t_verify_s = ki >= 0 ? t_verify[ki] : NAN;
         sd_spec_params vp = sp;
         vp.draft_max = k;
         vp.draft_mode = strat == SD_BENCH_FIXED ? SD_DRAFT_FIXED : strat == SD_BENCH_PMIN ? SD_DRAFT_PMIN : SD_DRAFT_ADAPTIVE;
@@ -345,6 +345,13 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
         vp.ngram = strat == SD_BENCH_NGRAM || strat == SD_BENCH_MODEL_NGRAM;
         vp.tree_budget = strat == SD_BENCH_TREE ? cfg->tree_budget : 0;
         sd_model *dm = strat == SD_BENCH_NGRAM ? NULL : p->draft;
+        for (int m = 0; m < nm; m++) {
+            sd_bench_k_result *kr = &r->k[m * nv + vi];
+            kr->strategy = strat;
+            kr->mode = r->modes[m];
+            kr->k = k;
+            kr->t_verify_s = ki >= 0 ? t_verify[ki] : NAN;
+        }
         sd_spec_free(spec);
         spec = NULL;
         if ((st = sd_spec_create(p->target, dm, &vp, &spec)) != SD_OK) goto out;
@@ -361,88 +368,108 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
         if (sd_spec_create(p->target, NULL, &wp, &w) == SD_OK) sd_spec_generate(w, ids[0], n_ids[0], NULL, NULL, NULL);
         sd_spec_free(w);
 
-        long drafted_at[SD_MAX_DRAFT] = {0}, accepted_at[SD_MAX_DRAFT] = {0};
-        long drafted = 0, accepted = 0, gen_after_first = 0, passes = 0, verify_passes = 0;
-        int nr = 0;
+        struct {
+            long drafted_at[SD_MAX_DRAFT], accepted_at[SD_MAX_DRAFT];
+            long drafted, accepted, gen_after_first, passes, verify_passes;
+            int nr;
+        } acc[2];
+        memset(acc, 0, sizeof acc);
         for (int pi = 0; pi < p->n_prompts; pi++) {
             for (int rep = 0; rep < reps; rep++) {
-                if (p->stop_flag && *p->stop_flag) {
-                    st = sd_fail(SD_ERR_INTERRUPTED, "bench interrupted");
-                    goto out;
-                }
-                if (p->progress) {
-                    char what[96];
-                    snprintf(what, sizeof what, "%s k=%d prompt %d/%d rep %d/%d", sname, k, pi + 1, p->n_prompts, rep + 1,
-                             reps);
-                    p->progress(done, total, what, p->progress_user);
-                }
-                /* Plain then speculative, back to back with the same seed: slow drift of the
-                 * machine (frequency, other load) hits both sides of the pair alike. */
-                sd_spec_stats ps, ss;
-                cp.n = cs.n = 0;
-                if ((st = sd_spec_generate(plain, ids[pi], n_ids[pi], collect, &cp, &ps)) != SD_OK) goto out;
-                if ((st = gen(spec, ids[pi], n_ids[pi], collect, &cs, &ss, p->hook_user)) != SD_OK) goto out;
-                if ((p->stop_flag && *p->stop_flag) || ps.stop_reason == SD_STOP_CANCELLED ||
-                    ss.stop_reason == SD_STOP_CANCELLED) {
-                    st = sd_fail(SD_ERR_INTERRUPTED, "bench interrupted");
-                    goto out;
-                }
-                done++;
-                if (r->greedy) {
-                    int d = sd_bench_first_divergence(cp.tok, cp.n, cs.tok, cs.n);
-                    if (d >= 0) {
-                        kr->diverged++;
-                        if (r->n_divergences < SD_BENCH_MAX_DIVERGENCES) {
-                            sd_bench_divergence *dv = &r->div[r->n_divergences];
-                            dv->strategy = strat;
-                            dv->prompt = pi;
-                            dv->k = k;
-                            dv->rep = rep;
-                            dv->index = d;
-                            dv->plain_token = d < cp.n ? cp.tok[d] : -1;
-                            dv->spec_token = d < cs.n ? cs.tok[d] : -1;
-                        }
-                        r->n_divergences++;
+                /* the modes alternate run by run, so drift hits them alike too */
+                for (int m = 0; m < nm; m++) {
+                    sd_bench_k_result *kr = &r->k[m * nv + vi];
+                    if (p->stop_flag && *p->stop_flag) {
+                        st = sd_fail(SD_ERR_INTERRUPTED, "bench interrupted");
+                        goto out;
                     }
+                    if (p->progress) {
+                        char what[128];
+                        snprintf(what, sizeof what, "%s k=%d%s%s prompt %d/%d rep %d/%d", sname, k, nm > 1 ? " " : "",
+                                 nm > 1 ? sd_sampling_mode_name(kr->mode) : "", pi + 1, p->n_prompts, rep + 1, reps);
+                        p->progress(done, total, what, p->progress_user);
+                    }
+                    sd_spec_params pm = sp, vm = vp;
+                    pm.sampling.mode = vm.sampling.mode = kr->mode;
+                    if ((st = sd_spec_set_params(plain, &pm)) != SD_OK || (st = sd_spec_set_params(spec, &vm)) != SD_OK)
+                        goto out;
+                    /* Plain then speculative, back to back with the same seed: slow drift of the
+                     * machine (frequency, other load) hits both sides of the pair alike. */
+                    sd_spec_stats ps, ss;
+                    cp.n = cs.n = 0;
+                    if ((st = sd_spec_generate(plain, ids[pi], n_ids[pi], collect, &cp, &ps)) != SD_OK) goto out;
+                    if ((st = gen(spec, ids[pi], n_ids[pi], collect, &cs, &ss, p->hook_user)) != SD_OK) goto out;
+                    if ((p->stop_flag && *p->stop_flag) || ps.stop_reason == SD_STOP_CANCELLED ||
+                        ss.stop_reason == SD_STOP_CANCELLED) {
+                        st = sd_fail(SD_ERR_INTERRUPTED, "bench interrupted");
+                        goto out;
+                    }
+                    done++;
+                    /* greedy and coupled runs promise plain decoding's text */
+                    if (r->greedy || kr->mode == SD_SAMPLING_COUPLED) {
+                        int d = sd_bench_first_divergence(cp.tok, cp.n, cs.tok, cs.n);
+                        if (d >= 0) {
+                            kr->diverged++;
+                            if (r->n_divergences < SD_BENCH_MAX_DIVERGENCES) {
+                                sd_bench_divergence *dv = &r->div[r->n_divergences];
+                                dv->strategy = strat;
+                                dv->mode = kr->mode;
+                                dv->prompt = pi;
+                                dv->k = k;
+                                dv->rep = rep;
+                                dv->index = d;
+                                dv->plain_token = d < cp.n ? cp.tok[d] : -1;
+                                dv->spec_token = d < cs.n ? cs.tok[d] : -1;
+                            }
+                            r->n_divergences++;
+                        }
+                    }
+                    const size_t at = (size_t)m * n_runs + (size_t)acc[m].nr;
+                    double tp = sd_spec_decode_tps(&ps), ts = sd_spec_decode_tps(&ss);
+                    v_tps_p[at] = tp;
+                    v_tps_s[at] = ts;
+                    v_ttft_p[at] = ps.t_prefill;
+                    v_ttft_s[at] = ss.t_prefill;
+                    v_speed[at] = ratio(ts, tp);
+                    v_draft[at] = ratio(ss.t_draft, ss.t_total);
+                    v_verify[at] = ratio(ss.t_verify, ss.t_total);
+                    acc[m].nr++;
+                    for (int i = 0; i < k; i++) {
+                        acc[m].drafted_at[i] += ss.drafted_at[i];
+                        acc[m].accepted_at[i] += ss.accepted_at[i];
+                    }
+                    acc[m].drafted += ss.n_drafted;
+                    acc[m].accepted += ss.n_accepted;
+                    acc[m].gen_after_first += ss.n_generated > 0 ? ss.n_generated - 1 : 0;
+                    acc[m].passes += ss.n_verify + ss.n_target_steps;
+                    acc[m].verify_passes += ss.n_verify;
+                    kr->kv_bytes_target = (double)ss.kv_bytes_target;
+                    kr->kv_bytes_draft = (double)ss.kv_bytes_draft;
                 }
-                double tp = sd_spec_decode_tps(&ps), ts = sd_spec_decode_tps(&ss);
-                v_tps_p[nr] = tp;
-                v_tps_s[nr] = ts;
-                v_ttft_p[nr] = ps.t_prefill;
-                v_ttft_s[nr] = ss.t_prefill;
-                v_speed[nr] = ratio(ts, tp);
-                v_draft[nr] = ratio(ss.t_draft, ss.t_total);
-                v_verify[nr] = ratio(ss.t_verify, ss.t_total);
-                nr++;
-                for (int i = 0; i < k; i++) {
-                    drafted_at[i] += ss.drafted_at[i];
-                    accepted_at[i] += ss.accepted_at[i];
-                }
-                drafted += ss.n_drafted;
-                accepted += ss.n_accepted;
-                gen_after_first += ss.n_generated > 0 ? ss.n_generated - 1 : 0;
-                passes += ss.n_verify + ss.n_target_steps;
-                verify_passes += ss.n_verify;
-                kr->kv_bytes_target = (double)ss.kv_bytes_target;
-                kr->kv_bytes_draft = (double)ss.kv_bytes_draft;
             }
         }
-        kr->runs = nr;
-        kr->acceptance = drafted ? (double)accepted / (double)drafted : 0.0;
-        kr->alpha = sd_bench_alpha(drafted_at, accepted_at, k);
-        kr->tokens_per_pass = passes ? (double)gen_after_first / (double)passes : 0.0;
-        kr->mean_accepted = verify_passes ? 1.0 + (double)accepted / (double)verify_passes : 0.0;
-        kr->expected_tokens = sd_bench_expected_tokens(kr->alpha, k);
-        for (int i = 0; i < k; i++) kr->accept_at[i] = drafted_at[i] ? (double)accepted_at[i] / (double)drafted_at[i] : 0.0;
-        kr->tps_plain = sd_median(v_tps_p, nr);
-        kr->tps_spec = sd_median(v_tps_s, nr);
-        kr->ttft_plain_s = sd_median(v_ttft_p, nr);
-        kr->ttft_spec_s = sd_median(v_ttft_s, nr);
-        kr->speedup = sd_median(v_speed, nr);
-        kr->draft_share = sd_median(v_draft, nr);
-        kr->verify_share = sd_median(v_verify, nr);
-        kr->predicted_speedup = ki >= 0 ? sd_bench_predicted_speedup(kr->alpha, k, draft_ratio, verify_ratio[ki]) : NAN;
-        kr->break_even_alpha = ki >= 0 ? sd_bench_break_even_alpha(k, draft_ratio, verify_ratio[ki]) : NAN;
+        for (int m = 0; m < nm; m++) {
+            sd_bench_k_result *kr = &r->k[m * nv + vi];
+            const int nr = acc[m].nr;
+            double *vt = v_tps_p + (size_t)m * n_runs, *vs = v_tps_s + (size_t)m * n_runs;
+            kr->runs = nr;
+            kr->acceptance = acc[m].drafted ? (double)acc[m].accepted / (double)acc[m].drafted : 0.0;
+            kr->alpha = sd_bench_alpha(acc[m].drafted_at, acc[m].accepted_at, k);
+            kr->tokens_per_pass = acc[m].passes ? (double)acc[m].gen_after_first / (double)acc[m].passes : 0.0;
+            kr->mean_accepted = acc[m].verify_passes ? 1.0 + (double)acc[m].accepted / (double)acc[m].verify_passes : 0.0;
+            kr->expected_tokens = sd_bench_expected_tokens(kr->alpha, k);
+            for (int i = 0; i < k; i++)
+                kr->accept_at[i] = acc[m].drafted_at[i] ? (double)acc[m].accepted_at[i] / (double)acc[m].drafted_at[i] : 0.0;
+            kr->tps_plain = sd_median(vt, nr);
+            kr->tps_spec = sd_median(vs, nr);
+            kr->ttft_plain_s = sd_median(v_ttft_p + (size_t)m * n_runs, nr);
+            kr->ttft_spec_s = sd_median(v_ttft_s + (size_t)m * n_runs, nr);
+            kr->speedup = sd_median(v_speed + (size_t)m * n_runs, nr);
+            kr->draft_share = sd_median(v_draft + (size_t)m * n_runs, nr);
+            kr->verify_share = sd_median(v_verify + (size_t)m * n_runs, nr);
+            kr->predicted_speedup = ki >= 0 ? sd_bench_predicted_speedup(kr->alpha, k, draft_ratio, verify_ratio[ki]) : NAN;
+            kr->break_even_alpha = ki >= 0 ? sd_bench_break_even_alpha(k, draft_ratio, verify_ratio[ki]) : NAN;
+        }
     }
     if (p->progress) p->progress(done, total, NULL, p->progress_user);
 

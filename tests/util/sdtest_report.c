@@ -44,6 +44,14 @@ static sd_bench_strategy strategy(rd *c, const cJSON *o) {
     if (!c->st) c->st = sd_fail(SD_ERR_FORMAT, "bench report: %s.strategy: unknown strategy '%s'", c->path, s);
     return SD_BENCH_FIXED;
 }
+static sd_sampling_mode mode_of(rd *c, const cJSON *o, const char *key) {
+    char s[32] = "";
+    str(c, o, key, s, sizeof s);
+    sd_sampling_mode m = SD_SAMPLING_DEFAULT;
+    if (!c->st && sd_sampling_mode_from_name(s, &m) != SD_OK)
+        c->st = sd_fail(SD_ERR_FORMAT, "bench report: %s.%s: unknown sampling mode '%s'", c->path, key, s);
+    return m;
+}
 static int boolean(rd *c, const cJSON *o, const char *key) {
     const cJSON *v = item(c, o, key, cJSON_IsBool, "true or false");
     return v ? cJSON_IsTrue(v) : 0;
@@ -95,6 +103,12 @@ sd_status sdtest_bench_report_from_json(const char *text, sd_bench_report *r) {
     r->top_k = inum(&c, run, "top_k");
     r->top_p = num(&c, run, "top_p");
     r->seed = num(&c, run, "seed");
+    const cJSON *modes = arr(&c, run, "sampling_modes");
+    for (const cJSON *mo = modes ? modes->child : NULL; mo && r->n_modes < 2 && !c.st; mo = mo->next) {
+        if (!cJSON_IsString(mo) || sd_sampling_mode_from_name(mo->valuestring, &r->modes[r->n_modes]) != SD_OK)
+            c.st = sd_fail(SD_ERR_FORMAT, "bench report: .run.sampling_modes: expected mode names");
+        r->n_modes++;
+    }
     c.path[0] = 0;
     const cJSON *cost = obj(&c, o, "costs");
     snprintf(c.path, sizeof c.path, ".costs");
@@ -114,6 +128,7 @@ sd_status sdtest_bench_report_from_json(const char *text, sd_bench_report *r) {
             break;
         }
         k->strategy = strategy(&c, e);
+        k->mode = mode_of(&c, e, "sampling_mode");
         k->k = inum(&c, e, "k");
         k->runs = inum(&c, e, "runs");
         k->acceptance = num(&c, e, "acceptance_rate");
@@ -152,6 +167,7 @@ sd_status sdtest_bench_report_from_json(const char *text, sd_bench_report *r) {
     for (const cJSON *e = first ? first->child : NULL; e && !c.st && i < SD_BENCH_MAX_DIVERGENCES; e = e->next, i++) {
         snprintf(c.path, sizeof c.path, ".divergences.first[%d]", i);
         r->div[i].strategy = strategy(&c, e);
+        r->div[i].mode = mode_of(&c, e, "sampling_mode");
         r->div[i].prompt = inum(&c, e, "prompt");
         r->div[i].k = inum(&c, e, "k");
         r->div[i].rep = inum(&c, e, "rep");
