@@ -326,6 +326,7 @@ static void test_responses(void **state) {
     st.n_drafted = 12;
     st.n_accepted = 9;
     st.n_verify = 4;
+    st.n_generated = 20;
     st.t_prefill = 0.002;
     st.t_total = 0.102;
     const srv_outcome oc = {"length", 5, 20, &st};

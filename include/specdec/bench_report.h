@@ -60,7 +60,7 @@ typedef struct {
     int runs;                 /* speculative runs (prompts x repetitions) */
     double acceptance;        /* accepted / drafted, pooled over runs */
     double alpha;             /* per-token acceptance probability (sd_bench_alpha) */
-    double tokens_per_pass;   /* measured: tokens after the first / target passes */
+    double tokens_per_pass;   /* measured: tokens generated / target passes (sd_spec_tokens_per_pass, pooled) */
     double mean_accepted;     /* 1 + accepted / verify passes (vLLM's mean acceptance length) */
     double expected_tokens;   /* E(alpha, k) */
     double accept_at[SD_MAX_DRAFT]; /* acceptance rate at draft position i (k entries) */

@@ -370,7 +370,7 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
 
         struct {
             long drafted_at[SD_MAX_DRAFT], accepted_at[SD_MAX_DRAFT];
-            long drafted, accepted, gen_after_first, passes, verify_passes;
+            long drafted, accepted, generated, passes, verify_passes;
             int nr;
         } acc[2];
         memset(acc, 0, sizeof acc);
@@ -440,7 +440,7 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
                     }
                     acc[m].drafted += ss.n_drafted;
                     acc[m].accepted += ss.n_accepted;
-                    acc[m].gen_after_first += ss.n_generated > 0 ? ss.n_generated - 1 : 0;
+                    acc[m].generated += ss.n_generated;
                     acc[m].passes += ss.n_verify + ss.n_target_steps;
                     acc[m].verify_passes += ss.n_verify;
                     kr->kv_bytes_target = (double)ss.kv_bytes_target;
@@ -455,7 +455,7 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
             kr->runs = nr;
             kr->acceptance = acc[m].drafted ? (double)acc[m].accepted / (double)acc[m].drafted : 0.0;
             kr->alpha = sd_bench_alpha(acc[m].drafted_at, acc[m].accepted_at, k);
-            kr->tokens_per_pass = acc[m].passes ? (double)acc[m].gen_after_first / (double)acc[m].passes : 0.0;
+            kr->tokens_per_pass = acc[m].passes ? (double)acc[m].generated / (double)acc[m].passes : 0.0; /* as sd_spec_tokens_per_pass */
             kr->mean_accepted = acc[m].verify_passes ? 1.0 + (double)acc[m].accepted / (double)acc[m].verify_passes : 0.0;
             kr->expected_tokens = sd_bench_expected_tokens(kr->alpha, k);
             for (int i = 0; i < k; i++)

@@ -11,6 +11,7 @@
 #include "specdec/chat.h"
 #include "specdec/convert.h"
 #include "specdec/spec.h"
+#include "specdec/stats.h"
 
 typedef struct {
     const sd_tokenizer *tok;
@@ -51,43 +52,10 @@ static int on_token(int32_t tok, void *user) {
 
 static cJSON *stats_json(const sd_spec_stats *s) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "prompt_tokens", s->n_prompt);
-    cJSON_AddNumberToObject(o, "generated_tokens", s->n_generated);
-    cJSON_AddStringToObject(o, "stop_reason", sd_stop_reason_name(s->stop_reason));
-    cJSON_AddNumberToObject(o, "draft_max", s->k);
-    cJSON_AddNumberToObject(o, "verify_passes", s->n_verify);
-    cJSON_AddNumberToObject(o, "target_single_steps", s->n_target_steps);
-    cJSON_AddNumberToObject(o, "drafted", s->n_drafted);
-    cJSON_AddNumberToObject(o, "accepted", s->n_accepted);
-    cJSON_AddNumberToObject(o, "acceptance_rate", sd_spec_acceptance(s));
-    cJSON_AddNumberToObject(o, "tokens_per_pass", sd_spec_tokens_per_pass(s));
-    cJSON_AddNumberToObject(o, "mean_accepted_length", sd_spec_mean_accepted(s));
-    cJSON *pos = cJSON_AddArrayToObject(o, "acceptance_by_position");
-    for (int i = 0; i < s->k && i < SD_MAX_DRAFT; i++)
-        cJSON_AddItemToArray(pos, cJSON_CreateNumber(s->drafted_at[i] ? (double)s->accepted_at[i] / s->drafted_at[i] : 0));
-    /* the counters vLLM and llama.cpp report, under their names */
-    cJSON_AddNumberToObject(o, "num_drafts", s->n_verify);
-    cJSON_AddNumberToObject(o, "num_draft_tokens", s->n_drafted);
-    cJSON_AddNumberToObject(o, "num_accepted_tokens", s->n_accepted);
-    cJSON *per = cJSON_AddArrayToObject(o, "num_accepted_tokens_per_pos");
-    for (int i = 0; i < s->k && i < SD_MAX_DRAFT; i++) cJSON_AddItemToArray(per, cJSON_CreateNumber(s->accepted_at[i]));
-    cJSON *src = cJSON_AddArrayToObject(o, "sources");
-    for (int i = 0; i < s->n_sources; i++) {
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "name", s->sources[i]);
-        cJSON_AddNumberToObject(e, "drafted", s->drafted_by[i]);
-        cJSON_AddNumberToObject(e, "accepted", s->accepted_by[i]);
-        cJSON_AddItemToArray(src, e);
+    if (o && sd_spec_stats_to_json(s, o) != SD_OK) {
+        cJSON_Delete(o);
+        return NULL;
     }
-    cJSON_AddNumberToObject(o, "time_to_first_token_s", s->t_first);
-    cJSON_AddNumberToObject(o, "prefill_tokens_per_s", s->t_prefill > 0 ? s->n_prompt / s->t_prefill : 0);
-    cJSON_AddNumberToObject(o, "decode_tokens_per_s", sd_spec_decode_tps(s));
-    cJSON_AddNumberToObject(o, "time_draft_s", s->t_draft);
-    cJSON_AddNumberToObject(o, "time_verify_s", s->t_verify);
-    cJSON_AddNumberToObject(o, "time_sample_s", s->t_sample);
-    cJSON_AddNumberToObject(o, "time_total_s", s->t_total);
-    cJSON_AddNumberToObject(o, "kv_bytes_target", (double)s->kv_bytes_target);
-    cJSON_AddNumberToObject(o, "kv_bytes_draft", (double)s->kv_bytes_draft);
     return o;
 }
 

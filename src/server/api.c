@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "server/internal.h"
+#include "specdec/stats.h"
 
 void srv_err_set(srv_err *e, int status, const char *type, const char *param, const char *code, const char *fmt, ...) {
     e->status = status;
@@ -412,29 +413,11 @@ int srv_parse_gen(const srv_api_ctx *c, int chat, const char *body, size_t len, 
 
 /* ---- responses ---------------------------------------------------------------------------- */
 
-/* llama.cpp's timings object, with the speculative statistics of the request. */
+/* llama.cpp's timings object, with the speculative statistics of the request (stats.h). */
 static void add_timings(cJSON *o, const srv_outcome *oc) {
-    const sd_spec_stats *s = oc->stats;
-    if (!s) return;
+    if (!oc->stats) return;
     cJSON *t = cJSON_AddObjectToObject(o, "timings");
-    const int prompt_n = s->n_prompt - s->n_reused;
-    const double prompt_ms = s->t_prefill * 1e3, pred_ms = (s->t_total - s->t_prefill) * 1e3;
-    const int pred_n = oc->completion_tokens;
-    cJSON_AddNumberToObject(t, "cache_n", s->n_reused);
-    cJSON_AddNumberToObject(t, "prompt_n", prompt_n);
-    cJSON_AddNumberToObject(t, "prompt_ms", prompt_ms);
-    cJSON_AddNumberToObject(t, "prompt_per_token_ms", prompt_n > 0 ? prompt_ms / prompt_n : 0);
-    cJSON_AddNumberToObject(t, "prompt_per_second", prompt_ms > 0 ? prompt_n * 1e3 / prompt_ms : 0);
-    cJSON_AddNumberToObject(t, "predicted_n", pred_n);
-    cJSON_AddNumberToObject(t, "predicted_ms", pred_ms);
-    cJSON_AddNumberToObject(t, "predicted_per_token_ms", pred_n > 0 ? pred_ms / pred_n : 0);
-    cJSON_AddNumberToObject(t, "predicted_per_second", pred_ms > 0 ? pred_n * 1e3 / pred_ms : 0);
-    cJSON_AddNumberToObject(t, "draft_n", s->n_drafted);
-    cJSON_AddNumberToObject(t, "draft_n_accepted", s->n_accepted);
-    cJSON_AddNumberToObject(t, "verify_n", s->n_verify);
-    cJSON_AddNumberToObject(t, "target_steps_n", s->n_target_steps);
-    cJSON_AddNumberToObject(t, "mean_accepted_length", sd_spec_mean_accepted(s));
-    cJSON_AddNumberToObject(t, "acceptance_rate", sd_spec_acceptance(s));
+    if (t) sd_spec_stats_to_json(oc->stats, t);
 }
 
 static void add_usage(cJSON *o, const srv_outcome *oc) {

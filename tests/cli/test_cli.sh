@@ -94,8 +94,11 @@ check "tree needs a model"    2 "--draft-tree needs a draft model" -- "$BIN" gen
 check "tree too big"          2 "--draft-tree expects an integer in 1..32, got '40'" -- "$BIN" generate -m x -md x --draft-tree 40
 check "tree tiny self-draft"  0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" --draft-tree 8 -n 12 --compare --ignore-eos
 check "p-min out of range"    2 "--draft-p-min expects a number in \[0, 1\], got '1.5'" -- "$BIN" generate -m x --draft-p-min 1.5
-check "stats json"            0 ""                   -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 8 --stats-json "$TMP/s.json"
-grep -q '"acceptance_rate"' "$TMP/s.json" && { echo "ok   stats json content"; pass=$((pass+1)); } || { echo "FAIL stats json content"; fail=$((fail+1)); }
+check "stats json"            0 ""                   -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 8 --draft-fixed --stats-json "$TMP/s.json"
+# the one serialiser's figures (stats.h): 8 tokens, stopped by length, every token from a pass
+jq -e '.speculative | .predicted_n == 8 and .stop_reason == "length" and .acceptance_rate == 1 and
+  (.tokens_per_pass - 8 / (.verify_n + .target_steps_n) | fabs) < 1e-9 and .num_draft_tokens == .draft_n' "$TMP/s.json" >/dev/null \
+  && { echo "ok   stats json content"; pass=$((pass+1)); } || { echo "FAIL stats json content"; cat "$TMP/s.json"; fail=$((fail+1)); }
 
 # Quantised models: mkmodel --type, convert (usage errors, fallback note, result loads), a
 # self-draft quantised in memory.
