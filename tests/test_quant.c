@@ -13,7 +13,7 @@
 #include "kernels/quant.h"
 #include "sdtest.h"
 #include "sdtest_models.h"
-#include "specdec/convert.h"
+#include "specdec/quant.h"
 #include "specdec/spec.h"
 
 /* Q8_0: a value is off by at most half a step d = amax/127, plus 127 steps times the fp16

@@ -14,7 +14,7 @@
 
 #include "core/io.h"
 #include "core/json.h"
-#include "specdec/convert.h"
+#include "specdec/quant.h"
 #include "specdec/twin.h"
 #include "specdec/types.h"
 

@@ -10,7 +10,7 @@
 #include "cli/cli.h"
 #include "cli/options.h"
 #include "specdec/bench.h"
-#include "specdec/convert.h"
+#include "specdec/quant.h"
 #include "specdec/bench_config.h"
 #include "specdec/bench_report.h"
 

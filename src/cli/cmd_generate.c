@@ -9,7 +9,7 @@
 #include "cli/cli.h"
 #include "cli/options.h"
 #include "specdec/chat.h"
-#include "specdec/convert.h"
+#include "specdec/quant.h"
 #include "specdec/spec.h"
 #include "specdec/stats.h"
 

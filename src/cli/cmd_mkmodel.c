@@ -5,7 +5,7 @@
 
 #include "cli/cli.h"
 #include "cli/options.h"
-#include "specdec/convert.h"
+#include "specdec/quant.h"
 #include "specdec/synth.h"
 #include "specdec/twin.h"
 #include "specdec/types.h"

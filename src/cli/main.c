@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "specdec/convert.h"
+#include "specdec/quant.h"
 #include "cli/options.h"
 #include "specdec/bench.h"
 

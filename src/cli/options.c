@@ -10,7 +10,7 @@
 
 #include "cli/cli.h"
 #include "specdec/chat.h"
-#include "specdec/convert.h"
+#include "specdec/quant.h"
 #include "specdec/spec.h"
 #include "specdec/synth.h"
 

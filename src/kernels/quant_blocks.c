@@ -6,7 +6,7 @@
 
 #include "core/fp16.h"
 #include "kernels/quant_internal.h"
-#include "specdec/convert.h"
+#include "specdec/quant.h"
 
 /* ------------------------------------------------------------------ reference dequantisation */
 

@@ -7,7 +7,7 @@
 #include "kernels/kernels.h"
 #include "model/model_internal.h"
 #include "model/writer_internal.h"
-#include "specdec/convert.h"
+#include "specdec/quant.h"
 
 int64_t sd_writer_rope_half_row(int64_t r, int heads, int head_dim, int rope_dim) {
     if (!heads) return r;

@@ -11,7 +11,7 @@
 #include "core/fp16.h"
 #include "model/arch.h"
 #include "model/writer_internal.h"
-#include "specdec/convert.h"
+#include "specdec/quant.h"
 #include "specdec/types.h"
 
 #define SYNTH_MAX_DIM (1 << 20) /* any single size above this is a typo, not a model */

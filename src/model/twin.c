@@ -12,7 +12,7 @@
 #include "kernels/kernels.h"
 #include "model/model_internal.h"
 #include "model/writer_internal.h"
-#include "specdec/convert.h"
+#include "specdec/quant.h"
 #include "specdec/synth.h"
 
 /* Extras sharing a block with small weights are zero: 256 covers every block a writable type

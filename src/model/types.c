@@ -3,7 +3,7 @@
  * computed exactly as llama.cpp does. */
 #include <ctype.h>
 
-#include "specdec/convert.h"
+#include "specdec/quant.h"
 #include "specdec/types.h"
 
 /* Indexed by ggml type id; ids ggml retired or we do not know have a NULL name. */
