@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "server/server.h"
 #include "specdec/chat.h"
 #include "specdec/quant.h"
 #include "specdec/spec.h"
@@ -30,10 +31,12 @@ typedef struct {
     size_t off;          /* the field it sets */
     opt_fn fn;           /* OPT_FN */
     const char *help;    /* may hold one %g: hi */
-    const char *def;     /* the default as help shows it; NULL: none shown */
+    const char *def;     /* the default as help shows it; NULL: none shown; DEF_OPTS: the field's
+                            value in cli_opts_default (the engine's and the server's defaults) */
 } cli_opt;
 
 #define F(field) offsetof(cli_opts, field)
+#define DEF_OPTS "\x01"
 #define GEN_LIKE (CMD_GENERATE | CMD_SERVE)
 #define RUNTIME (CMD_GENERATE | CMD_SERVE | CMD_BENCH_DECODE)
 
@@ -92,8 +95,8 @@ static const cli_opt k_opts[] = {
      "the target drafts for itself",
      NULL},
     /* drafting */
-    {"--draft-max", "-k", OPT_INT, GEN_LIKE, "drafting", "K", 1, SD_MAX_DRAFT, 0, F(draft_max), NULL,
-     "most draft tokens per verify pass, 1..%g", "4"},
+    {"--draft-max", "-k", OPT_INT, GEN_LIKE, "drafting", "K", 0, SD_MAX_DRAFT, 0, F(draft_max), NULL,
+     "most draft tokens per verify pass, 0..%g (0: none)", DEF_OPTS},
     {"--draft-fixed", NULL, OPT_FLAG, GEN_LIKE, "drafting", NULL, 0, 0, 0, F(draft_fixed), NULL,
      "always draft K tokens per pass; by default the draft length adapts: each pass stops where one more draft no "
      "longer pays for its draft step and verify cost (measured) given its expected acceptance (learned by the "
@@ -105,15 +108,15 @@ static const cli_opt k_opts[] = {
     {"--draft-min", NULL, OPT_INT, GEN_LIKE, "drafting", "N", 0, SD_MAX_DRAFT, 0, F(draft_min), NULL,
      "llama.cpp's n_min: a round whose chain has fewer than N drafts decodes plainly instead (refused with "
      "rejection sampling at --temp > 0 when the draft length depends on the draws: adaptive or --draft-p-min)",
-     "0"},
+     DEF_OPTS},
     {"--draft", NULL, OPT_FN, GEN_LIKE, "drafting", "ngram", 0, 0, 0, 0, fn_draft,
      "prompt lookup: propose the continuation of the latest earlier match of the text's last n tokens (no model "
      "needed); with -md, tried first and the draft model used when it finds no match",
      NULL},
     {"--ngram-min", NULL, OPT_INT, GEN_LIKE, "drafting", "N", 1, 64, 0, F(ngram_min), NULL, "shortest n-gram matched",
-     "1"},
+     DEF_OPTS},
     {"--ngram-max", NULL, OPT_INT, GEN_LIKE, "drafting", "N", 1, 64, 0, F(ngram_max), NULL,
-     "longest n-gram matched, tried first", "4"},
+     "longest n-gram matched, tried first", DEF_OPTS},
     {"--draft-tree", NULL, OPT_INT, CMD_GENERATE, "drafting", "N", 1, SD_MAX_DRAFT, 0, F(tree), NULL,
      "the draft model proposes a tree of at most N drafts (1..%g), at most K deep, branching where it is unsure; "
      "the target verifies every node in one pass and keeps the longest accepted path",
@@ -124,16 +127,16 @@ static const cli_opt k_opts[] = {
     {"--file", "-f", OPT_STR, CMD_GENERATE, "generation", "PATH", 0, 0, 0, F(prompt_file), NULL,
      "read the prompt from a file, as it is", NULL},
     {"--n-predict", "-n", OPT_INT, CMD_GENERATE, "generation", "N", 1, 1 << 24, 0, F(n_predict), NULL,
-     "tokens to generate", "128"},
+     "tokens to generate", DEF_OPTS},
     {"--temp", NULL, OPT_FLOAT, CMD_GENERATE, "generation", "T", 0, 1e6, 0, F(sampling.temperature), NULL,
-     "temperature; 0 = greedy", "0"},
+     "temperature; 0 = greedy", DEF_OPTS},
     {"--top-k", NULL, OPT_INT, CMD_GENERATE, "generation", "K", 0, 1 << 24, 0, F(sampling.top_k), NULL,
-     "keep the K most likely tokens; 0 = off", "0"},
+     "keep the K most likely tokens; 0 = off", DEF_OPTS},
     {"--top-p", NULL, OPT_FLOAT, CMD_GENERATE, "generation", "P", 0, 1, 1, F(sampling.top_p), NULL,
-     "nucleus sampling mass in (0, 1]; 1 = off", "1"},
+     "nucleus sampling mass in (0, 1]; 1 = off", DEF_OPTS},
     {"--seed", NULL, OPT_U64, CMD_GENERATE, "generation", "S", 0, 0, 0, F(sampling.seed), NULL,
      "sampling seed: with coupled sampling it keys each position's noise, with rejection sampling it seeds the "
-     "RNG stream (xoshiro256**)", "42"},
+     "RNG stream (xoshiro256**)", DEF_OPTS},
     {"--spec-sampling", NULL, OPT_FN, CMD_GENERATE, "generation", "MODE", 0, 0, 0, 0, fn_spec_sampling,
      "how tokens are drawn at --temp > 0. coupled: each position's token is the exponential race over noise "
      "hashed from (seed, position, token), so a seed gives the same text with or without any drafter (plain "
@@ -189,16 +192,16 @@ static const cli_opt k_opts[] = {
     {"--no-stream", NULL, OPT_FLAG, CMD_GENERATE, "runtime", NULL, 0, 0, 0, F(no_stream), NULL,
      "print the text only at the end", NULL},
     /* serve */
-    {"--host", NULL, OPT_STR, CMD_SERVE, "server", "ADDR", 0, 0, 0, F(host), NULL, "address to listen on", "127.0.0.1"},
-    {"--port", NULL, OPT_INT, CMD_SERVE, "server", "N", 0, 65535, 0, F(port), NULL, "port (0: any free one)", "8080"},
+    {"--host", NULL, OPT_STR, CMD_SERVE, "server", "ADDR", 0, 0, 0, F(host), NULL, "address to listen on", DEF_OPTS},
+    {"--port", NULL, OPT_INT, CMD_SERVE, "server", "N", 0, 65535, 0, F(port), NULL, "port (0: any free one)", DEF_OPTS},
     {"--parallel", "-np", OPT_INT, CMD_SERVE, "server", "N", 1, 256, 0, F(parallel), NULL,
-     "slots: sequences served at once", "4"},
+     "slots: sequences served at once", DEF_OPTS},
     {"--api-key", NULL, OPT_STR, CMD_SERVE, "server", "KEY", 0, 0, 0, F(api_key), NULL,
      "require Authorization: Bearer KEY on every route but /health", NULL},
     {"--queue", NULL, OPT_INT, CMD_SERVE, "server", "N", 0, 65536, 0, F(queue), NULL,
-     "requests that may wait for a free slot; more get 429 with Retry-After", "64"},
+     "requests that may wait for a free slot; more get 429 with Retry-After", DEF_OPTS},
     {"--timeout", NULL, OPT_INT, CMD_SERVE, "server", "S", 1, 86400, 0, F(timeout), NULL,
-     "close a connection idle or stalled (not sending its request, not reading its response) for S seconds", "60"},
+     "close a connection idle or stalled (not sending its request, not reading its response) for S seconds", DEF_OPTS},
     {"--alias", NULL, OPT_STR, CMD_SERVE, "server", "NAME", 0, 0, 0, F(alias), NULL,
      "the model id /v1/models lists and responses carry", "the -m argument"},
     {"--chat-template", NULL, OPT_FN, CMD_SERVE, "server", "NAME", 0, 0, 0, 0, fn_chat_template,
@@ -209,13 +212,13 @@ static const cli_opt k_opts[] = {
      NULL},
     /* bench-decode */
     {"--prefill", NULL, OPT_INT, CMD_BENCH_DECODE, "measurement", "N", 1, 1 << 20, 0, F(prefill), NULL,
-     "prompt length for the prefill figure", "128"},
+     "prompt length for the prefill figure", DEF_OPTS},
     {"--pos", NULL, OPT_INT, CMD_BENCH_DECODE, "measurement", "N", 0, 1 << 20, 0, F(pos), NULL,
-     "context length before decode/verify steps", "64"},
+     "context length before decode/verify steps", DEF_OPTS},
     {"--reps", NULL, OPT_INT, CMD_BENCH_DECODE, "measurement", "N", 1, 100000, 0, F(reps), NULL, "measurement rounds",
-     "20"},
+     DEF_OPTS},
     {"--bw-mib", NULL, OPT_INT, CMD_BENCH_DECODE, "measurement", "N", 64, 1 << 16, 0, F(bw_mib), NULL,
-     "bandwidth probe buffer in MiB", "1024"},
+     "bandwidth probe buffer in MiB", DEF_OPTS},
     {"--no-batch", NULL, OPT_FLAG, CMD_BENCH_DECODE, "measurement", NULL, 0, 0, 0, F(no_batch), NULL,
      "skip the several-sequence passes", NULL},
     /* bench */
@@ -256,7 +259,7 @@ static const cli_opt k_opts[] = {
     {"--tied", NULL, OPT_FLAG, CMD_MKMODEL, "shape", NULL, 0, 0, 0, F(tied), NULL,
      "no output.weight: the embeddings classify", NULL},
     {"--seed", NULL, OPT_U64, CMD_MKMODEL, "shape", "S", 0, 0, 0, F(model_seed), NULL,
-     "the weights' seed (the same seed gives the same weights in every type)", "1234"},
+     "the weights' seed (the same seed gives the same weights in every type)", DEF_OPTS},
 };
 #define N_OPTS (sizeof k_opts / sizeof k_opts[0])
 
@@ -398,11 +401,12 @@ void cli_opts_default(cli_opts *o) {
     o->bw_mib = 1024;
     o->type = -1;
     o->model_seed = 1234;
-    o->host = "127.0.0.1";
-    o->port = 8080;
-    o->parallel = 4;
-    o->queue = 64;
-    o->timeout = 60;
+    const srv_params sv = srv_default_params();
+    o->host = sv.host;
+    o->port = sv.port;
+    o->parallel = sv.parallel;
+    o->queue = sv.queue_max;
+    o->timeout = sv.timeout_s;
 }
 
 void cli_spec_params(const cli_opts *o, sd_spec_params *p) {
@@ -424,6 +428,25 @@ void cli_spec_params(const cli_opts *o, sd_spec_params *p) {
 
 /* The field an option sets. */
 static void *field(cli_opts *o, const cli_opt *op) { return (char *)o + op->off; }
+
+/* The default help shows: the option's own text, or (DEF_OPTS) its field's value in the defaults,
+ * which come from the engine's and the server's *_default_params. */
+static void default_text(const cli_opt *op, char *buf, size_t cap) {
+    if (strcmp(op->def, DEF_OPTS) != 0) {
+        snprintf(buf, cap, "%s", op->def);
+        return;
+    }
+    cli_opts d;
+    cli_opts_default(&d);
+    const void *v = field(&d, op);
+    switch (op->kind) {
+    case OPT_INT: snprintf(buf, cap, "%d", *(const int *)v); break;
+    case OPT_FLOAT: snprintf(buf, cap, "%g", (double)*(const float *)v); break;
+    case OPT_U64: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)v); break;
+    case OPT_STR: snprintf(buf, cap, "%s", *(const char *const *)v ? *(const char *const *)v : ""); break;
+    default: snprintf(buf, cap, "?");
+    }
+}
 
 static int set_value(const cli_opt *op, const char *flag, const char *v, cli_opts *o) {
     switch (op->kind) {
@@ -537,7 +560,9 @@ void cli_help(FILE *f, unsigned cmd) {
             }
             if (op->def) {
                 size_t l = strlen(text);
-                snprintf(text + l, sizeof text - l, " (default: %s)", op->def);
+                char dv[96];
+                default_text(op, dv, sizeof dv);
+                snprintf(text + l, sizeof text - l, " (default: %s)", dv);
             }
             fputs(lhs, f);
             print_wrapped(f, text, n);

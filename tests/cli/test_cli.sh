@@ -53,7 +53,7 @@ check "serve missing model"   1 "^error: model '/nonexistent.gguf' not found" --
 check "unknown option"        2 "unknown option '--frobnicate'" -- "$BIN" generate -m x --frobnicate
 check "missing model"         1 "model '/nonexistent.gguf' not found" -- "$BIN" generate -m /nonexistent.gguf
 check "bad -n"                2 "-n expects an integer" -- "$BIN" generate -m x -n lots
-check "k = 0"                 2 "--draft-max expects an integer in 1..32" -- "$BIN" generate -m x --draft-max 0
+check "k = 33"                2 "--draft-max expects an integer in 0..32" -- "$BIN" generate -m x --draft-max 33
 check "negative temperature"  2 "--temp expects a number" -- "$BIN" generate -m x --temp -1
 check "top-p outside (0,1]"   2 "--top-p" -- "$BIN" generate -m x --top-p 1.5
 check "threads < 1"           2 "--threads expects an integer in 1" -- "$BIN" generate -m x --threads 0
