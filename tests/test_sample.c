@@ -692,6 +692,82 @@ static void test_sampling_mode_names(void **state) {
     assert_int_equal(sd_sampler_params_check(&sp), SD_ERR_INVALID_ARG);
 }
 
+/* min-p keeps exactly the tokens with p >= min_p * the top p (of what top-k/top-p left), alone
+ * and after top-k; the penalties match their definition written out over a random history, leave
+ * their scratch zeroed, and do nothing at their neutral values; bad values are refused. */
+static void test_min_p_and_penalties(void **state) {
+    (void)state;
+    enum { N = 500 };
+    float lg[N], ref[N], row[N];
+    uint64_t x = 12345;
+    for (int i = 0; i < N; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        lg[i] = (float)((x >> 40) % 1000) / 150.0f - 3.0f;
+    }
+    for (int k = 0; k < 2; k++) {
+        sd_sampler_params sp = params(0.8f, k ? 40 : 0, 1.0f);
+        float *full = make_probs(&sp, lg, N);
+        sp.min_p = 0.2f;
+        float *mp = make_probs(&sp, lg, N);
+        float top = 0;
+        double kept = 0;
+        for (int i = 0; i < N; i++) top = full[i] > top ? full[i] : top;
+        for (int i = 0; i < N; i++) {
+            const int keep = full[i] > 0 && full[i] >= 0.2f * top * (1 - 1e-6f);
+            if (!keep) assert_true(mp[i] == 0);
+            else kept += full[i];
+        }
+        for (int i = 0; i < N; i++)
+            if (mp[i] > 0) assert_true(fabs(mp[i] - full[i] / kept) < 1e-5);
+        free(full);
+        free(mp);
+    }
+    /* penalties over a history of 300 (prompt 100, generated 200) */
+    int32_t hist[300];
+    for (int i = 0; i < 300; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        hist[i] = (int32_t)((x >> 33) % 80); /* repeats */
+    }
+    hist[7] = -3; /* ignored: outside the vocabulary */
+    hist[8] = N + 9;
+    sd_sampler_params sp = sd_sampler_default_params();
+    sp.presence_penalty = 0.5f;
+    sp.frequency_penalty = 0.25f;
+    sp.repetition_penalty = 1.3f;
+    int32_t *cnt = calloc(N, sizeof *cnt);
+    memcpy(row, lg, sizeof row);
+    sd_penalize(&sp, hist, 300, 100, row, N, cnt);
+    for (int t = 0; t < N; t++) {
+        int seen = 0, count = 0;
+        for (int i = 0; i < 300; i++) {
+            seen |= hist[i] == t;
+            count += i >= 100 && hist[i] == t;
+        }
+        float v = lg[t];
+        if (seen) v = v > 0 ? v / 1.3f : v * 1.3f;
+        if (count) v -= 0.5f + 0.25f * (float)count;
+        ref[t] = v;
+        assert_int_equal(cnt[t], 0);
+    }
+    assert_memory_equal(row, ref, sizeof row);
+    sd_sampler_params neutral = sd_sampler_default_params();
+    assert_int_equal(sd_sampler_has_penalties(&neutral), 0);
+    memcpy(row, lg, sizeof row);
+    sd_penalize(&neutral, hist, 300, 100, row, N, cnt);
+    assert_memory_equal(row, lg, sizeof row);
+    free(cnt);
+    sp = sd_sampler_default_params();
+    sp.min_p = 1.5f;
+    assert_int_equal(sd_sampler_params_check(&sp), SD_ERR_INVALID_ARG);
+    sp = sd_sampler_default_params();
+    sp.presence_penalty = 2.5f;
+    assert_int_equal(sd_sampler_params_check(&sp), SD_ERR_INVALID_ARG);
+    sp = sd_sampler_default_params();
+    sp.repetition_penalty = 0;
+    assert_int_equal(sd_sampler_params_check(&sp), SD_ERR_INVALID_ARG);
+    assert_non_null(strstr(sd_last_error(), "repetition penalty must be in (0, 10]"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rng_published_vector),
@@ -716,6 +792,7 @@ int main(void) {
         cmocka_unit_test(test_coupled_frequencies),
         cmocka_unit_test(test_coupled_properties),
         cmocka_unit_test(test_sampling_mode_names),
+        cmocka_unit_test(test_min_p_and_penalties),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

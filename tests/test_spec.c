@@ -473,6 +473,22 @@ typedef struct {
     double *joint; /* [EX_CELLS] exact P(t1, t2, t3) */
 } exact_setup;
 
+/* The penalties by their definition (sample.h), written out here as the reference: the history is
+ * the prompt and then gen[0..n_gen). */
+static void ref_penalize(const sd_sampler_params *sp, const int32_t *prompt, int n_prompt, const int32_t *gen, int n_gen,
+                         float *logits) {
+    for (int t = 0; t < EX_V; t++) {
+        int seen = 0, count = 0;
+        for (int i = 0; i < n_prompt; i++) seen |= prompt[i] == t;
+        for (int i = 0; i < n_gen; i++) count += gen[i] == t;
+        seen |= count > 0;
+        float x = logits[t];
+        if (seen && sp->repetition_penalty != 1) x = x > 0 ? x / sp->repetition_penalty : x * sp->repetition_penalty;
+        if (count > 0) x -= sp->presence_penalty + sp->frequency_penalty * (float)count;
+        logits[t] = x;
+    }
+}
+
 static void exact_joint(exact_setup *e) {
     const int V = EX_V;
     sd_context *kv = NULL;
@@ -480,13 +496,17 @@ static void exact_joint(exact_setup *e) {
     float logits[EX_V], p0[EX_V], p1[EX_V], p2[EX_V];
     void *scratch = malloc(sd_sample_scratch_bytes(V));
     assert_int_equal(sd_context_forward(kv, 0, e->prompt, e->n_prompt, logits, 0), SD_OK);
+    ref_penalize(&e->sp, e->prompt, e->n_prompt, NULL, 0, logits);
     assert_int_equal(sd_sample_probs(&e->sp, logits, V, p0, scratch), SD_OK);
     double total = 0;
     for (int32_t a = 0; a < V; a++) {
         assert_int_equal(sd_context_forward(kv, 0, &a, 1, logits, 0), SD_OK);
+        ref_penalize(&e->sp, e->prompt, e->n_prompt, &a, 1, logits);
         assert_int_equal(sd_sample_probs(&e->sp, logits, V, p1, scratch), SD_OK);
         for (int32_t b = 0; b < V; b++) {
             assert_int_equal(sd_context_forward(kv, 0, &b, 1, logits, 0), SD_OK);
+            const int32_t ab[2] = {a, b};
+            ref_penalize(&e->sp, e->prompt, e->n_prompt, ab, 2, logits);
             assert_int_equal(sd_sample_probs(&e->sp, logits, V, p2, scratch), SD_OK);
             for (int c = 0; c < V; c++) {
                 double pr = (double)p0[a] * p1[b] * p2[c];
@@ -688,6 +708,7 @@ typedef struct {
     float temp;
     int top_k;
     float top_p;
+    float min_p, presence, frequency, repetition; /* 0 0 0 0: none (repetition 0 means 1) */
 } ex_cfg;
 
 static sd_spec_params ex_params(const exact_setup *e, const ex_cfg *c) {
@@ -698,7 +719,7 @@ static sd_spec_params ex_params(const exact_setup *e, const ex_cfg *c) {
     p.ngram = c->ngram;
     p.sampling = e->sp;
     p.sampling.mode = c->smode;
-    p.n_ctx = 16;
+    p.n_ctx = 24;
     p.costs.given = 1;
     for (int n = 1; n <= SD_DRAFT_COST_MAX_N; n++) p.costs.t_pass[n] = 1 + 0.2 * (n - 1);
     p.costs.t_draft = 0.1;
@@ -846,18 +867,26 @@ static void test_sampling_exact_every_drafter(void **state) {
     sd_set_threads(1);
     const sd_sampling_mode R = SD_SAMPLING_REJECTION, C = SD_SAMPLING_COUPLED;
     static const ex_cfg cfgs[] = {
-        {"plain", 0, 0, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f},
-        {"model, adaptive", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f},
-        {"model, adaptive", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f},
-        {"model, adaptive, top-k 6 top-p 0.9", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 0.8f, 6, 0.9f},
-        {"model, p_min 0.3", 1, 0, SD_DRAFT_PMIN, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f},
-        {"model, p_min 0.3, top-p 0.9", 1, 0, SD_DRAFT_PMIN, 2, 0, SD_SAMPLING_COUPLED, 1.2f, 0, 0.9f},
-        {"model, fixed", 1, 0, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f},
-        {"model, tree of 6", 1, 0, SD_DRAFT_FIXED, 2, 6, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f},
-        {"ngram, fixed", 0, 1, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f},
-        {"ngram, adaptive", 0, 1, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f},
-        {"ngram + model, adaptive", 1, 1, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f},
-        {"ngram + model, p_min, top-k 8", 1, 1, SD_DRAFT_PMIN, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 8, 1.0f},
+        {"plain", 0, 0, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f, 0, 0, 0, 0},
+        {"model, adaptive", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f, 0, 0, 0, 0},
+        {"model, adaptive", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f, 0, 0, 0, 0},
+        {"model, adaptive, top-k 6 top-p 0.9", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 0.8f, 6, 0.9f, 0, 0, 0, 0},
+        {"model, p_min 0.3", 1, 0, SD_DRAFT_PMIN, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f, 0, 0, 0, 0},
+        {"model, p_min 0.3, top-p 0.9", 1, 0, SD_DRAFT_PMIN, 2, 0, SD_SAMPLING_COUPLED, 1.2f, 0, 0.9f, 0, 0, 0, 0},
+        {"model, fixed", 1, 0, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f, 0, 0, 0, 0},
+        {"model, tree of 6", 1, 0, SD_DRAFT_FIXED, 2, 6, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f, 0, 0, 0, 0},
+        {"ngram, fixed", 0, 1, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f, 0, 0, 0, 0},
+        {"ngram, adaptive", 0, 1, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f, 0, 0, 0, 0},
+        {"ngram + model, adaptive", 1, 1, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f, 0, 0, 0, 0},
+        {"ngram + model, p_min, top-k 8", 1, 1, SD_DRAFT_PMIN, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 8, 1.0f, 0, 0, 0, 0},
+        {"model, adaptive, min-p 0.1, penalties", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f,
+         0.1f, 0.4f, 0.3f, 1.5f},
+        {"model, fixed, repetition 2, frequency 1", 1, 0, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_COUPLED, 0.9f, 0, 0.95f, 0.0f,
+         0.0f, 1.0f, 2.0f},
+        {"ngram + model, presence -0.5, min-p", 1, 1, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f,
+         0.05f, -0.5f, 0.0f, 0.0f},
+        {"model, tree of 6, penalties", 1, 0, SD_DRAFT_FIXED, 2, 6, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f, 0.0f, 0.5f, 0.5f,
+         1.3f},
     };
     (void)R;
     (void)C;
@@ -867,6 +896,10 @@ static void test_sampling_exact_every_drafter(void **state) {
         e.sp.temperature = c->temp;
         e.sp.top_k = c->top_k;
         e.sp.top_p = c->top_p;
+        e.sp.min_p = c->min_p;
+        e.sp.presence_penalty = c->presence;
+        e.sp.frequency_penalty = c->frequency;
+        e.sp.repetition_penalty = c->repetition > 0 ? c->repetition : 1.0f;
         exact_joint(&e);
         memset(counts, 0, EX_CELLS * sizeof(long));
         double acc = 0, per_round = 0;
@@ -878,13 +911,22 @@ static void test_sampling_exact_every_drafter(void **state) {
         printf("  %-36s acceptance %.3f, %.2f drafts per round, lengths %s%s%s\n", "", acc, per_round,
                seen & 1 ? "0 " : "", seen & 2 ? "1+ " : "", seen & 4 ? "2" : "");
         assert_true(r < 1.0);
+        if (c->repetition == 1.5f) { /* the control: the same counts against the joint without penalties */
+            sd_sampler_params keep = e.sp;
+            e.sp.min_p = 0;
+            e.sp.presence_penalty = e.sp.frequency_penalty = 0;
+            e.sp.repetition_penalty = 1;
+            exact_joint(&e);
+            assert_true(chi2_report("control: penalties left out", counts, e.joint, EX_N) > 1.0);
+            e.sp = keep;
+        }
         if (c->model || c->ngram) assert_true(per_round > 0.1); /* it drafts ... */
         if (c->mode != SD_DRAFT_FIXED) assert_true((seen & 1) && (seen & 2)); /* ... and not always */
         if (c->tree) assert_true(acc > 0.1);
     }
     /* two sequences stepped in one batch, kept across generations */
     const ex_cfg both = {"two slots in one batch, adaptive", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0,
-                         1.0f};
+                         1.0f, 0, 0, 0, 0};
     e.sp = sd_sampler_default_params();
     e.sp.temperature = 1.0f;
     exact_joint(&e);
@@ -926,13 +968,17 @@ static void test_sampling_exact_every_drafter(void **state) {
 #define ID_SEEDS 50
 #define ID_N 32
 
-static void coupled_params(sd_spec_params *p, float temp, uint64_t seed) {
+static void coupled_params(sd_spec_params *p, float temp, uint64_t seed, int penalties) {
     p->n_predict = ID_N;
     p->stop_at_eos = 0;
     p->sampling.temperature = temp;
     p->sampling.top_p = 0.9f;
     p->sampling.seed = seed;
     p->sampling.mode = SD_SAMPLING_COUPLED;
+    p->sampling.min_p = penalties ? 0.05f : 0.0f;
+    p->sampling.presence_penalty = penalties ? 0.3f : 0.0f;
+    p->sampling.frequency_penalty = penalties ? 0.2f : 0.0f;
+    p->sampling.repetition_penalty = penalties ? 1.3f : 1.0f;
 }
 
 static void test_coupled_identity(void **state) {
@@ -948,28 +994,37 @@ static void test_coupled_identity(void **state) {
         const char *what;
         int model, ngram, tree;
         sd_draft_mode mode;
-        int k;
+        int k, penalties;
     } cfgs[] = {
-        {"model, fixed k=4", 1, 0, 0, SD_DRAFT_FIXED, 4},   {"model, adaptive k=6", 1, 0, 0, SD_DRAFT_ADAPTIVE, 6},
-        {"model, p_min 0.5", 1, 0, 0, SD_DRAFT_PMIN, 5},    {"ngram", 0, 1, 0, SD_DRAFT_FIXED, 4},
-        {"ngram + model", 1, 1, 0, SD_DRAFT_ADAPTIVE, 4}, {"tree of 8, depth 4", 1, 0, 8, SD_DRAFT_FIXED, 4},
+        {"model, fixed k=4", 1, 0, 0, SD_DRAFT_FIXED, 4, 0},
+        {"model, adaptive k=6", 1, 0, 0, SD_DRAFT_ADAPTIVE, 6, 0},
+        {"model, p_min 0.5", 1, 0, 0, SD_DRAFT_PMIN, 5, 0},
+        {"ngram", 0, 1, 0, SD_DRAFT_FIXED, 4, 0},
+        {"ngram + model", 1, 1, 0, SD_DRAFT_ADAPTIVE, 4, 0},
+        {"tree of 8, depth 4", 1, 0, 8, SD_DRAFT_FIXED, 4, 0},
+        {"model, fixed k=4, min-p and penalties", 1, 0, 0, SD_DRAFT_FIXED, 4, 1},
+        {"tree of 8, min-p and penalties", 1, 0, 8, SD_DRAFT_FIXED, 4, 1},
     };
     static const float temps[3] = {0.5f, 1.0f, 1.5f};
     enum { B = 3 };
-    long checked = 0, drafted = 0, accepted = 0, rejection_differs = 0;
+    long checked = 0, drafted = 0, accepted = 0, rejection_differs = 0, rejection_runs = 0;
     for (int ti = 0; ti < 3; ti++) {
-        /* plain references, one per seed */
-        int32_t(*plain)[ID_N] = malloc(sizeof(int32_t[ID_SEEDS][ID_N]));
+        /* plain references, one per seed, without and with the penalties */
+        int32_t(*plains)[ID_SEEDS][ID_N] = malloc(sizeof(int32_t[2][ID_SEEDS][ID_N]));
         sd_spec_params pp = sd_spec_default_params();
-        for (int sd = 0; sd < ID_SEEDS; sd++) {
-            coupled_params(&pp, temps[ti], 1000 + (uint64_t)sd);
-            collect c;
-            sd_spec_stats st;
-            generate(t, NULL, &pp, prompt, np, &c, &st);
-            assert_int_equal(c.n, ID_N);
-            memcpy(plain[sd], c.out, sizeof plain[sd]);
-        }
+        for (int pen = 0; pen < 2; pen++)
+            for (int sd = 0; sd < ID_SEEDS; sd++) {
+                coupled_params(&pp, temps[ti], 1000 + (uint64_t)sd, pen);
+                collect c;
+                sd_spec_stats st;
+                generate(t, NULL, &pp, prompt, np, &c, &st);
+                assert_int_equal(c.n, ID_N);
+                memcpy(plains[pen][sd], c.out, sizeof plains[pen][sd]);
+            }
+        assert_true(memcmp(plains[0], plains[1], sizeof plains[0]) != 0); /* the penalties change the text */
         for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
+            int32_t(*plain)[ID_N] = plains[cfgs[ci].penalties];
+            const int pen = cfgs[ci].penalties;
             sd_spec_params p = sd_spec_default_params();
             p.draft_max = cfgs[ci].k;
             p.draft_mode = cfgs[ci].mode;
@@ -979,7 +1034,7 @@ static void test_coupled_identity(void **state) {
             sd_model *dm = cfgs[ci].model ? d : NULL;
             /* alone: one engine per seed */
             for (int sd = 0; sd < ID_SEEDS; sd++) {
-                coupled_params(&p, temps[ti], 1000 + (uint64_t)sd);
+                coupled_params(&p, temps[ti], 1000 + (uint64_t)sd, pen);
                 collect c;
                 sd_spec_stats st;
                 generate(t, dm, &p, prompt, np, &c, &st);
@@ -995,6 +1050,7 @@ static void test_coupled_identity(void **state) {
                     p.sampling.mode = SD_SAMPLING_REJECTION;
                     generate(t, dm, &p, prompt, np, &c, &st);
                     rejection_differs += memcmp(c.out, plain[sd], sizeof plain[sd]) != 0;
+                    rejection_runs++;
                     p.sampling.mode = SD_SAMPLING_COUPLED;
                 }
             }
@@ -1007,7 +1063,7 @@ static void test_coupled_identity(void **state) {
                 int32_t got[B][ID_N + SD_MAX_DRAFT + 1];
                 int n_got[B] = {0};
                 for (int j = 0; j < B; j++) {
-                    coupled_params(&p, temps[ti], 1000 + (uint64_t)(sd + j));
+                    coupled_params(&p, temps[ti], 1000 + (uint64_t)(sd + j), pen);
                     assert_int_equal(sd_spec_set_params(sp[j], &p), SD_OK);
                     assert_int_equal(sd_spec_begin(sp[j], prompt, np), SD_OK);
                 }
@@ -1031,14 +1087,106 @@ static void test_coupled_identity(void **state) {
             }
             sd_pair_free(pr);
         }
-        free(plain);
+        free(plains);
     }
     printf("  %ld speculative generations equal plain decoding's text (acceptance %.2f); rejection sampling's "
-           "text differed from it in %ld of 5 runs\n",
-           checked, drafted ? (double)accepted / (double)drafted : 0, rejection_differs);
+           "text differed from it in %ld of %ld runs\n",
+           checked, drafted ? (double)accepted / (double)drafted : 0, rejection_differs, rejection_runs);
     assert_true(drafted > 0 && accepted > 0 && accepted < drafted);
-    assert_true(rejection_differs >= 3);
+    assert_true(rejection_differs * 2 > rejection_runs);
     sd_set_threads(threads);
+    sd_model_free(d);
+    sd_model_free(t);
+}
+
+/* ---------------------------------------------------------------- 3d. log-probabilities
+ *
+ * Each emitted token's log-probability (and its 5 likeliest alternatives') come from the row that
+ * scores it, so they are the same bits whether the token was drafted, corrected or decoded plainly:
+ * the speculative runs (a chain, a tree, greedy and coupled) report exactly the plain run's, which
+ * match a reference log-softmax in double of a one-token-at-a-time forward. */
+typedef struct {
+    int32_t tok[64];
+    sd_token_logprobs lp[64];
+    int n;
+} lp_run;
+
+static void run_logprobs(sd_model *t, sd_model *d, int k, int tree, float temp, const int32_t *prompt, int np, lp_run *out) {
+    sd_spec_params p = greedy_params(24, k);
+    p.tree_budget = tree;
+    p.sampling.temperature = temp;
+    p.sampling.mode = SD_SAMPLING_COUPLED;
+    p.sampling.seed = 5;
+    p.logprobs = 1;
+    p.top_logprobs = 5;
+    sd_spec *s = NULL;
+    assert_int_equal(sd_spec_create(t, d, &p, &s), SD_OK);
+    assert_int_equal(sd_spec_begin(s, prompt, np), SD_OK);
+    out->n = 0;
+    while (!sd_spec_done(s)) {
+        sd_spec_round rd;
+        assert_int_equal(sd_spec_step(s, NULL, NULL, &rd), SD_OK);
+        for (int i = 0; i < rd.n_tokens && out->n < 64; i++, out->n++) {
+            out->tok[out->n] = rd.tokens[i];
+            out->lp[out->n] = rd.logprobs[i];
+        }
+    }
+    sd_spec_free(s);
+}
+
+static void test_logprobs(void **state) {
+    (void)state;
+    require_shared(REAL_TARGET, REAL_DRAFT, REAL_TOKENIZER);
+    sd_model *t = sdtest_shared_model(REAL_TARGET, REAL_TOKENIZER);
+    sd_model *d = sdtest_shared_model(REAL_DRAFT, REAL_TOKENIZER);
+    int32_t prompt[32];
+    const int np = encode(t, "Once upon a time", prompt, 32);
+    for (int ti = 0; ti < 2; ti++) {
+        const float temp = ti ? 0.9f : 0.0f;
+        lp_run plain, chain, tree;
+        run_logprobs(t, NULL, 0, 0, temp, prompt, np, &plain);
+        run_logprobs(t, d, 4, 0, temp, prompt, np, &chain);
+        run_logprobs(t, d, 4, 8, temp, prompt, np, &tree);
+        assert_int_equal(plain.n, 24);
+        assert_int_equal(chain.n, 24);
+        assert_int_equal(tree.n, 24);
+        assert_memory_equal(plain.tok, chain.tok, 24 * sizeof(int32_t));
+        assert_memory_equal(plain.tok, tree.tok, 24 * sizeof(int32_t));
+        assert_memory_equal(plain.lp, chain.lp, 24 * sizeof(sd_token_logprobs));
+        assert_memory_equal(plain.lp, tree.lp, 24 * sizeof(sd_token_logprobs));
+        /* the reference: one token at a time, log-softmax in double */
+        sd_context *c = NULL;
+        assert_int_equal(sd_context_create(t, NULL, &c), SD_OK);
+        const int V = sd_model_hparams(t)->vocab_size;
+        float *lg = malloc((size_t)V * sizeof *lg);
+        assert_int_equal(sd_context_forward(c, 0, prompt, np, lg, 0), SD_OK);
+        double worst = 0;
+        for (int i = 0; i < 24; i++) {
+            double mx = lg[0], sum = 0;
+            for (int v = 0; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
+            for (int v = 0; v < V; v++) sum += exp(lg[v] - mx);
+            const double lse = mx + log(sum);
+            const double want = lg[plain.tok[i]] - lse, d0 = fabs(want - plain.lp[i].logprob);
+            worst = d0 > worst ? d0 : worst;
+            assert_int_equal(plain.lp[i].n_top, 5);
+            for (int j = 0; j < 5; j++) {
+                if (j) assert_true(plain.lp[i].top_logprob[j] <= plain.lp[i].top_logprob[j - 1]);
+                for (int v = 0; v < V; v++) /* nothing outside the list beats its last entry */
+                    if (lg[v] > lg[plain.lp[i].top_id[4]]) {
+                        int in = 0;
+                        for (int q = 0; q < 5; q++) in |= plain.lp[i].top_id[q] == v;
+                        assert_true(in);
+                    }
+            }
+            if (temp == 0) assert_int_equal(plain.lp[i].top_id[0], plain.tok[i]); /* greedy: the argmax */
+            assert_int_equal(sd_context_forward(c, 0, &plain.tok[i], 1, lg, 0), SD_OK);
+        }
+        printf("  T %.1f: chain and tree logprobs equal plain decoding's bit for bit; against the reference "
+               "log-softmax in double: %.2g at most\n", (double)temp, worst);
+        assert_true(worst < 1e-5);
+        free(lg);
+        sd_context_free(c);
+    }
     sd_model_free(d);
     sd_model_free(t);
 }
@@ -1251,7 +1399,7 @@ static void test_deterministic_drafter_exact(void **state) {
         for (int t = 0; t < 3; t++) {
             assert_int_equal(sd_sample_probs(&e.sp, lg, EX_V, p, scratch), SD_OK);
             int32_t dft = 0;
-            sd_draft_req rq = {hist, 2 + t, 1, &rng, NULL, NULL, &dft, NULL, 0, 0, 0};
+            sd_draft_req rq = {hist, 2 + t, 2, 1, &rng, NULL, NULL, &dft, NULL, 0, 0, 0};
             assert_int_equal(fixed_draft(&d, &rq), SD_OK);
             hist[2 + t] = sd_rng_uniform(&rng) < p[dft] ? dft : sd_sample_draw(p, EX_V, &rng);
             if (t < 2) assert_int_equal(sd_context_forward(c, 0, &hist[2 + t], 1, lg, 0), SD_OK);
@@ -1632,6 +1780,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_sampling_exact),
         cmocka_unit_test(test_sampling_exact_every_drafter),
         cmocka_unit_test(test_coupled_identity),
+        cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_bonus_token_exact),
         cmocka_unit_test(test_deterministic_drafter_exact),
         cmocka_unit_test(test_stop_at_eos),

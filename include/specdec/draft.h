@@ -50,6 +50,7 @@ typedef struct {
 typedef struct {
     const int32_t *hist; /* in: the history, hist[0..n_hist) */
     int n_hist;
+    int n_prompt;        /* in: the generated tokens start here (the sampling penalties count them) */
     int k;               /* in: most proposals (>= 1) */
     sd_rng *rng;         /* in */
     float *q;            /* in: [k][n_vocab] room for distributions, or NULL when none are needed */
@@ -70,6 +71,7 @@ typedef struct {
 typedef struct {
     const int32_t *hist; /* in: the history */
     int n_hist;
+    int n_prompt;        /* in: the generated tokens start here */
     sd_rng *rng;         /* in */
     int budget;          /* in: most proposals (nodes besides the root) */
     int depth;           /* in: most levels */

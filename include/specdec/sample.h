@@ -39,27 +39,36 @@ typedef struct {
     float top_p;       /* 1 = off; else keep the smallest prefix with mass >= top_p, in (0, 1] */
     uint64_t seed;
     sd_sampling_mode mode;
+    float min_p;              /* 0 = off; else keep the tokens with p >= min_p * the top p, in [0, 1] */
+    /* Penalties on the logits, from the history (sd_penalize), before everything else:
+     * OpenAI's presence and frequency penalties count the generated tokens only (logit -=
+     * presence * [count > 0] + frequency * count, each in [-2, 2]); the repetition penalty
+     * (HF's, llama.cpp's repeat_penalty) looks at the prompt and the generated tokens: a seen
+     * token's logit is divided by it when positive, multiplied when not (> 0; 1 = off). */
+    float presence_penalty, frequency_penalty, repetition_penalty;
 } sd_sampler_params;
 
 /* The mode sampling uses unless told otherwise (sd_sampler_default_params). */
 #define SD_SAMPLING_DEFAULT SD_SAMPLING_REJECTION
 #define SD_SAMPLING_DEFAULT_NAME "rejection"
 
-/* greedy, top_k 0, top_p 1, seed 42, SD_SAMPLING_DEFAULT */
+/* greedy, top_k 0, top_p 1, seed 42, SD_SAMPLING_DEFAULT, min_p 0, no penalties */
 sd_sampler_params sd_sampler_default_params(void);
 const char *sd_sampling_mode_name(sd_sampling_mode m); /* "coupled", "rejection" */
 /* Parses a name of sd_sampling_mode_name; SD_ERR_INVALID_ARG naming the value otherwise. */
 sd_status sd_sampling_mode_from_name(const char *name, sd_sampling_mode *out);
 
-/* Checks ranges: temperature >= 0 and finite, top_k >= 0, top_p in (0, 1], a known mode. */
+/* Checks ranges: temperature >= 0 and finite, top_k >= 0, top_p in (0, 1], a known mode, min_p in
+ * [0, 1], presence and frequency penalties in [-2, 2], the repetition penalty in (0, 10]. */
 sd_status sd_sampler_params_check(const sd_sampler_params *p);
 
 /* Index of the largest value; ties go to the lowest index. -1 when n <= 0. */
 int32_t sd_argmax(const float *x, int n);
 
-/* Processed distribution of logits: greedy -> one-hot at argmax; else softmax(logits/T)
- * restricted to top-k then top-p (ties broken by lower index), renormalised.
- * Order: temperature -> softmax -> top-k -> top-p -> renormalise. top-p measures mass
+/* Processed distribution of logits (after sd_penalize, when there are penalties): greedy ->
+ * one-hot at argmax; else softmax(logits/T) restricted to top-k, then top-p, then min-p (ties
+ * broken by lower index), renormalised.
+ * Order: temperature -> softmax -> top-k -> top-p -> min-p -> renormalise. top-p measures mass
  * within what top-k kept (as HF transformers and llama.cpp do): it keeps the shortest prefix,
  * ranked by probability then lower index, holding >= top_p of the top-k mass. top-k keeps
  * exactly k tokens even through ties (the lower indices win). Top-k/top-p use expected-linear
@@ -70,6 +79,28 @@ int32_t sd_argmax(const float *x, int n);
 sd_status sd_sample_probs(const sd_sampler_params *p, const float *logits, int n, float *probs,
                           void *scratch);
 size_t sd_sample_scratch_bytes(int n);
+
+/* 1 when p has a penalty that changes logits (sd_penalize does something). */
+int sd_sampler_has_penalties(const sd_sampler_params *p);
+/* Applies p's penalties to row[0..n) in place, from the history hist[0..n_hist), whose tokens
+ * from n_prompt on were generated (ids outside [0, n) are ignored). cnt: n int32 of scratch that
+ * must be zero on entry and is zero again on return (calloc it once). O(n_hist). */
+void sd_penalize(const sd_sampler_params *p, const int32_t *hist, int n_hist, int n_prompt, float *row, int n,
+                 int32_t *cnt);
+
+/* A token's log-probability under a row of logits (the model's own distribution: softmax at
+ * temperature 1, before penalties, top-k/top-p or min-p), and the n_top likeliest tokens' (most
+ * likely first, ties to the lower id), as OpenAI's logprobs report them. */
+#define SD_MAX_LOGPROBS 20
+typedef struct {
+    float logprob;
+    int n_top;
+    int32_t top_id[SD_MAX_LOGPROBS];
+    float top_logprob[SD_MAX_LOGPROBS];
+} sd_token_logprobs;
+
+/* out for token tok of logits[0..n); n_top in 0..SD_MAX_LOGPROBS. SD_ERR_NUMERIC for NaN/Inf. */
+sd_status sd_logprobs(const float *logits, int n, int32_t tok, int n_top, sd_token_logprobs *out);
 
 /* Draws from a distribution with one uniform (inverse CDF, ascending ids). Falls back to
  * the last id with nonzero mass when rounding leaves u above the total. Tokens with zero

@@ -72,6 +72,9 @@ typedef struct {
                                <|eot_id|>, <|im_end|>, ... (sd_tokenizer_is_eog; default 1) */
     int n_ctx;              /* sd_pair_create's contexts: 0 = the smaller model's training context */
     sd_type kv_type;        /* sd_pair_create's contexts: SD_TYPE_F32 (default) or SD_TYPE_F16 */
+    int logprobs;           /* 1: each emitted token's log-probability in sd_spec_round (the model's
+                               distribution, the same whether the token was drafted or not) */
+    int top_logprobs;       /* with logprobs: also the likeliest 0..SD_MAX_LOGPROBS tokens' */
     sd_draft_costs costs;   /* costs.given: the adaptive controller weighs drafts against these
                                instead of measured ones (reproducible draft lengths: tests, benches) */
     volatile sig_atomic_t *stop_flag; /* polled between tokens: nonzero stops (SIGINT) */
@@ -123,6 +126,7 @@ typedef struct {
     int depth;       /* deepest proposal (a chain: n_drafted); positions 0..depth-1 were drafted */
     int source;      /* the drafter's source of a chain's proposals */
     int done;        /* the generation has ended (in this round or before) */
+    sd_token_logprobs logprobs[SD_MAX_DRAFT + 1]; /* with params.logprobs: tokens[i]'s */
 } sd_spec_round;
 
 /* ---- one sequence --------------------------------------------------------------------------- */

@@ -22,6 +22,7 @@ typedef struct {
     float *row;        /* [n_vocab] logits restricted/padded to the target's vocabulary */
     float *probs;      /* [n_vocab] when q is not requested */
     void *scratch;     /* sd_sample_scratch_bytes(n_vocab) */
+    int32_t *pen_cnt;  /* [n_vocab] zeroed: sd_penalize's scratch */
 } model_drafter;
 
 static const sd_drafter_vtbl k_model_vtbl;
@@ -81,14 +82,23 @@ static sd_status md_sync(sd_drafter *d, const int32_t *hist, int n_hist) {
     return sync_from(d->impl, hist, n_hist, 0);
 }
 
+/* The logits in hand restricted/padded to the target's vocabulary into md->row, with the
+ * generation's penalties from what the cache holds (the history and the drafts fed so far, the
+ * generated part from n_prompt), as the target's rows will have them. */
+static void md_row(model_drafter *md, const float *logits, int n_prompt) {
+    const int nv = md->n_vocab, common = md->model_vocab < nv ? md->model_vocab : nv;
+    memcpy(md->row, logits, (size_t)common * sizeof(float));
+    for (int i = common; i < nv; i++) md->row[i] = SD_MASKED_LOGIT;
+    sd_penalize(&md->sp, md->fed, md->n_fed, n_prompt, md->row, nv, md->pen_cnt);
+}
+
 /* The distribution the next proposal is drawn from, from the logits in hand, and its pre-draw
  * confidence (its top probability; greedy: the raw softmax's, computed only when wanted). Into
  * dst (q's row) when given, else the drafter's own buffer; *dist says where it is (NULL when
  * greedy without q: the argmax needs none). */
-static sd_status md_dist(model_drafter *md, float *dst, int want_conf, const float **dist, float *conf) {
-    const int nv = md->n_vocab, common = md->model_vocab < nv ? md->model_vocab : nv;
-    memcpy(md->row, md->logits, (size_t)common * sizeof(float));
-    for (int i = common; i < nv; i++) md->row[i] = SD_MASKED_LOGIT;
+static sd_status md_dist(model_drafter *md, int n_prompt, float *dst, int want_conf, const float **dist, float *conf) {
+    const int nv = md->n_vocab;
+    md_row(md, md->logits, n_prompt);
     *conf = 1.0f;
     *dist = NULL;
     if (md->sp.temperature == 0 && !dst) {
@@ -140,7 +150,8 @@ static sd_status md_draft(sd_drafter *d, sd_draft_req *r) {
     for (int i = 0; i < k; i++) {
         float conf;
         const float *dist;
-        if ((st = md_dist(md, q ? q + (size_t)i * md->n_vocab : NULL, r->policy != NULL, &dist, &conf)) != SD_OK)
+        if ((st = md_dist(md, r->n_prompt, q ? q + (size_t)i * md->n_vocab : NULL, r->policy != NULL, &dist, &conf)) !=
+            SD_OK)
             return st;
         /* asked before the draw: the answer cannot depend on which token comes out */
         const sd_draft_verdict v = r->policy ? r->policy->judge(r->policy, 0, i, conf) : SD_DRAFT_MORE;
@@ -232,7 +243,7 @@ sd_status sd_drafter_model_draft_many(sd_drafter *const *ds, sd_draft_req *const
             float conf;
             const float *dist;
             float *q = md_wants_q(md) ? r->q : NULL;
-            st = md_dist(md, q ? q + (size_t)step * md->n_vocab : NULL, r->policy != NULL, &dist, &conf);
+            st = md_dist(md, r->n_prompt, q ? q + (size_t)step * md->n_vocab : NULL, r->policy != NULL, &dist, &conf);
             if (st != SD_OK) break;
             live[i] = 0;
             const sd_draft_verdict v = r->policy ? r->policy->judge(r->policy, 0, step, conf) : SD_DRAFT_MORE;
@@ -272,10 +283,10 @@ static tree_mode md_tree_mode(const model_drafter *md) {
 
 /* The distribution at a node from its logits (restricted/padded to n_vocab) into out: the run's
  * processed distribution when sampling, else the plain softmax (scores for ranking). */
-static sd_status node_dist(model_drafter *md, const float *logits, tree_mode mode, float *out) {
-    const int nv = md->n_vocab, common = md->model_vocab < nv ? md->model_vocab : nv;
-    memcpy(md->row, logits, (size_t)common * sizeof(float));
-    for (int i = common; i < nv; i++) md->row[i] = SD_MASKED_LOGIT;
+static sd_status node_dist(model_drafter *md, const float *logits, int n_prompt, tree_mode mode, float *out) {
+    const int nv = md->n_vocab;
+    md_row(md, logits, n_prompt); /* a node's own path is left out of the penalties: q is still what
+                                     its children are drawn from, and verification stays exact */
     if (mode != TREE_TOP) return sd_sample_probs(&md->sp, md->row, nv, out, md->scratch);
     sd_sampler_params t1 = sd_sampler_default_params();
     t1.temperature = 1.0f;
@@ -362,7 +373,7 @@ static sd_status md_draft_tree(sd_drafter *d, sd_draft_tree_req *r) {
     depth_of[0] = 0;
     r->n = 1;
     float *du = mode == TREE_IID ? r->q : dist; /* the root's distribution: the logits after the history */
-    if ((st = node_dist(md, md->logits, mode, du)) != SD_OK) goto out;
+    if ((st = node_dist(md, md->logits, r->n_prompt, mode, du)) != SD_OK) goto out;
     add_children(r, md, mode, du, 0, children_for(du, nv, r->branch), score, depth_of);
     for (int level = 1, level_start = 1; level < r->depth && r->n < cap; level++) {
         int n_exp = 0; /* the newest level's best `width`, best first */
@@ -398,7 +409,8 @@ static sd_status md_draft_tree(sd_drafter *d, sd_draft_tree_req *r) {
         for (int e = 0; e < n_exp && r->n < cap; e++) {
             const int u = expand[e];
             du = mode == TREE_IID ? r->q + (size_t)u * nv : dist;
-            if ((st = node_dist(md, lg + (size_t)out_row[in_batch[u]] * md->model_vocab, mode, du)) != SD_OK) goto out;
+            if ((st = node_dist(md, lg + (size_t)out_row[in_batch[u]] * md->model_vocab, r->n_prompt, mode, du)) != SD_OK)
+                goto out;
             add_children(r, md, mode, du, u, children_for(du, nv, r->branch), score, depth_of);
         }
         level_start = level_end;
@@ -424,6 +436,7 @@ static void md_destroy(sd_drafter *d) {
         free(md->row);
         free(md->probs);
         free(md->scratch);
+        free(md->pen_cnt);
         free(md);
     }
     free(d);
@@ -472,7 +485,8 @@ sd_status sd_drafter_model_create(sd_context *ctx, int seq, int n_vocab, const s
     md->row = malloc((size_t)n_vocab * sizeof(float));
     md->probs = malloc((size_t)n_vocab * sizeof(float));
     md->scratch = malloc(sd_sample_scratch_bytes(n_vocab));
-    if (!md->fed || !md->logits || !md->row || !md->probs || !md->scratch) {
+    md->pen_cnt = calloc((size_t)n_vocab, sizeof *md->pen_cnt);
+    if (!md->fed || !md->logits || !md->row || !md->probs || !md->scratch || !md->pen_cnt) {
         md_destroy(d);
         return sd_fail(SD_ERR_NOMEM, "out of memory");
     }

@@ -34,7 +34,10 @@ struct sd_spec {
     float *residual;      /* [n_vocab] */
     void *scratch;        /* sampling scratch */
     int32_t *picks;       /* [k+1] the target's token at each row (greedy, coupled) */
+    float *row_buf;       /* [n_vocab] a row with the sampling penalties applied */
+    int32_t *pen_cnt;     /* [n_vocab] zeroed: sd_penalize's scratch */
     float conf[SD_MAX_DRAFT];
+    sd_token_logprobs lp[SD_MAX_DRAFT + 1]; /* the round's candidate tokens' (params.logprobs) */
     int32_t tree_tok[SD_MAX_DRAFT + 1], tree_par[SD_MAX_DRAFT + 1], path[SD_MAX_DRAFT + 1];
     /* the round in progress (between plan and finish) */
     struct {

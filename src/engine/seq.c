@@ -88,6 +88,8 @@ static sd_status check_params(const sd_spec_params *p, int with_draft, int has_m
         return sd_fail(SD_ERR_INVALID_ARG, "draft p_min must be in [0, 1] (got %g)", (double)p->p_min);
     if (p->draft_min < 0 || (with_draft && p->draft_min > p->draft_max))
         return sd_fail(SD_ERR_INVALID_ARG, "draft_min %d must be in 0..draft_max (%d)", p->draft_min, p->draft_max);
+    if (p->top_logprobs < 0 || p->top_logprobs > SD_MAX_LOGPROBS)
+        return sd_fail(SD_ERR_INVALID_ARG, "top_logprobs %d outside 0..%d", p->top_logprobs, SD_MAX_LOGPROBS);
     if (p->draft_min > 1 && p->tree_budget > 0)
         return sd_fail(SD_ERR_UNSUPPORTED, "draft_min %d applies to chains of drafts, not to trees (tree budget %d)",
                        p->draft_min, p->tree_budget);
@@ -123,6 +125,8 @@ void sd_spec_free(sd_spec *s) {
     free(s->residual);
     free(s->scratch);
     free(s->picks);
+    free(s->row_buf);
+    free(s->pen_cnt);
     free(s);
 }
 
@@ -166,7 +170,9 @@ sd_status sd_spec_create_with(sd_spec_batch *batch, int seq, sd_drafter *drafter
     s->residual = malloc(V * sizeof(float));
     s->scratch = malloc(sd_sample_scratch_bytes(n_vocab));
     s->picks = malloc((size_t)(k + 1) * sizeof(int32_t));
-    if (!s->tokens || !s->p_rows || !s->q_rows || !s->residual || !s->scratch || !s->picks) {
+    s->row_buf = malloc(V * sizeof(float));
+    s->pen_cnt = calloc(V, sizeof(int32_t));
+    if (!s->tokens || !s->p_rows || !s->q_rows || !s->residual || !s->scratch || !s->picks || !s->row_buf || !s->pen_cnt) {
         sd_spec_free(s);
         return sd_fail(SD_ERR_NOMEM, "out of memory");
     }
@@ -274,7 +280,10 @@ void sd_spec_get_stats(const sd_spec *s, sd_spec_stats *st) {
 static int emit(sd_spec *s, int32_t tok, sd_token_cb cb, void *user, sd_spec_round *out) {
     sd_spec_stats *st = &s->st;
     s->tokens[s->n_tokens++] = tok;
-    if (out) out->tokens[out->n_tokens++] = tok;
+    if (out) {
+        if (s->p.logprobs) out->logprobs[out->n_tokens] = s->lp[out->n_tokens];
+        out->tokens[out->n_tokens++] = tok;
+    }
     if (st->n_generated++ == 0) st->t_first = sd_now() - s->t0;
     if (cb && cb(tok, user)) finish(s, SD_STOP_CALLBACK);
     else if (s->p.stop_at_eos && s->tok && sd_tokenizer_is_eog(s->tok, tok)) finish(s, SD_STOP_EOS);
@@ -288,9 +297,33 @@ static int emit(sd_spec *s, int32_t tok, sd_token_cb cb, void *user, sd_spec_rou
 static int sampling(const sd_spec *s) { return s->p.sampling.temperature > 0; }
 static int coupled(const sd_spec *s) { return sampling(s) && s->p.sampling.mode == SD_SAMPLING_COUPLED; }
 
+/* A row of the target's logits for history position pos, with the sampling penalties applied
+ * from the history before it: s->tokens[0..pos) (drafts ahead of the history are written there
+ * first, see with_drafts). */
+static const float *target_row(sd_spec *s, const float *row, int64_t pos) {
+    if (!sd_sampler_has_penalties(&s->p.sampling)) return row;
+    memcpy(s->row_buf, row, (size_t)s->n_vocab * sizeof(float));
+    sd_penalize(&s->p.sampling, s->tokens, (int)pos, s->st.n_prompt, s->row_buf, s->n_vocab, s->pen_cnt);
+    return s->row_buf;
+}
+
+/* Writes the tokens of tree node u's path (or the chain's first u drafts) after the history, so
+ * that s->tokens[0..n_hist + depth) is the history row u scores. Room: the round's drafts fit. */
+static int with_path(sd_spec *s, int u) {
+    if (!s->rnd.tree) {
+        memcpy(s->tokens + s->n_tokens, s->rnd.chain + 1, (size_t)u * sizeof(int32_t));
+        return u;
+    }
+    int d = 0;
+    for (int v = u; v > 0; v = s->tree_par[v]) d++;
+    for (int v = u, i = d - 1; v > 0; v = s->tree_par[v], i--) s->tokens[s->n_tokens + i] = s->tree_tok[v];
+    return d;
+}
+
 /* The target's own token for history position pos from a row of logits: the argmax (greedy),
  * the race's winner (coupled), or a draw from the RNG stream (rejection). prob: [n_vocab] room. */
-static sd_status target_pick(sd_spec *s, const float *row, int64_t pos, float *prob, int32_t *tok) {
+static sd_status target_pick(sd_spec *s, const float *raw, int64_t pos, float *prob, int32_t *tok) {
+    const float *row = target_row(s, raw, pos);
     if (!sampling(s)) {
         *tok = sd_argmax(row, s->n_vocab);
         return SD_OK;
@@ -384,6 +417,7 @@ void sd_seq_fill_req(sd_spec *s) {
     sd_draft_req *req = &s->rnd.req;
     req->hist = s->tokens;
     req->n_hist = s->n_tokens;
+    req->n_prompt = s->st.n_prompt;
     req->k = s->rnd.k;
     req->rng = &s->rng;
     req->q = s->q_rows; /* a model drafter records q only for rejection sampling */
@@ -421,6 +455,7 @@ sd_status sd_seq_draft(sd_spec *s) {
         memset(&r, 0, sizeof r);
         r.hist = s->tokens;
         r.n_hist = n_hist;
+        r.n_prompt = s->st.n_prompt;
         r.rng = &s->rng;
         r.budget = s->p.tree_budget < s->rnd.room ? s->p.tree_budget : s->rnd.room; /* its rows must fit */
         if (r.budget > s->rnd.share) r.budget = s->rnd.share;
@@ -469,10 +504,12 @@ sd_status sd_seq_add(sd_spec *s, sd_verify_round *vr) {
 
 /* The target's token at every row of the round (greedy or coupled): row i scores history
  * position n_hist + depth(i), where a chain's depth(i) is i. */
-static sd_status picks(sd_spec *s, const sd_verify_round *vr, int n, const int *depth) {
+static sd_status picks(sd_spec *s, const sd_verify_round *vr, int n) {
     const size_t V = (size_t)s->n_vocab;
+    const int pen = sd_sampler_has_penalties(&s->p.sampling);
     for (int i = 0; i < n; i++) {
-        const int64_t pos = (int64_t)s->n_tokens + (depth ? depth[i] : i);
+        const int d = pen || s->rnd.tree ? with_path(s, i) : i;
+        const int64_t pos = (int64_t)s->n_tokens + d;
         sd_status rc = target_pick(s, sd_verify_round_logits(vr, s->rnd.row0 + i), pos, s->p_rows + (size_t)i * V, &s->picks[i]);
         if (rc != SD_OK) return rc;
     }
@@ -482,9 +519,11 @@ static sd_status picks(sd_spec *s, const sd_verify_round *vr, int n, const int *
 /* The target's processed distribution at every row (rejection sampling). */
 static sd_status rows_probs(sd_spec *s, const sd_verify_round *vr, int n) {
     const size_t V = (size_t)s->n_vocab;
+    const int pen = sd_sampler_has_penalties(&s->p.sampling);
     for (int i = 0; i < n; i++) {
-        sd_status rc = sd_sample_probs(&s->p.sampling, sd_verify_round_logits(vr, s->rnd.row0 + i), s->n_vocab,
-                                       s->p_rows + (size_t)i * V, s->scratch);
+        const float *raw = sd_verify_round_logits(vr, s->rnd.row0 + i);
+        const float *row = pen ? target_row(s, raw, (int64_t)s->n_tokens + with_path(s, i)) : raw;
+        sd_status rc = sd_sample_probs(&s->p.sampling, row, s->n_vocab, s->p_rows + (size_t)i * V, s->scratch);
         if (rc != SD_OK) return rc;
     }
     return SD_OK;
@@ -502,9 +541,7 @@ sd_status sd_seq_finish(sd_spec *s, const sd_verify_round *vr, sd_token_cb cb, v
     if (s->rnd.tree) {
         const int n = s->rnd.n_nodes;
         if (exact_match) {
-            int depth[SD_MAX_DRAFT + 1] = {0};
-            for (int i = 1; i < n; i++) depth[i] = depth[s->tree_par[i]] + 1;
-            rc = picks(s, vr, n, depth);
+            rc = picks(s, vr, n);
             if (rc == SD_OK) m = sd_verify_tree_greedy(s->tree_tok, s->tree_par, n, s->picks, s->path, &next);
         } else {
             rc = rows_probs(s, vr, n);
@@ -521,7 +558,7 @@ sd_status sd_seq_finish(sd_spec *s, const sd_verify_round *vr, sd_token_cb cb, v
             st->n_target_steps++;
             rc = target_pick(s, sd_verify_round_logits(vr, row0), n_hist, s->p_rows, &next);
         } else if (exact_match) {
-            rc = picks(s, vr, nd + 1, NULL);
+            rc = picks(s, vr, nd + 1);
             if (rc == SD_OK) m = sd_verify_greedy(s->rnd.chain + 1, nd, s->picks, &next);
         } else {
             const float *q = s->rnd.req.q_filled ? s->q_rows : NULL; /* none: deterministic drafts, q one-hot */
@@ -533,6 +570,16 @@ sd_status sd_seq_finish(sd_spec *s, const sd_verify_round *vr, sd_token_cb cb, v
         memcpy(acc, s->rnd.chain + 1, (size_t)m * sizeof *acc);
     }
     st->t_sample += sd_now() - ts;
+    if (rc != SD_OK) {
+        sd_context_seq_truncate(s->batch->ctx, s->seq, n_hist - 1);
+        return rc;
+    }
+    /* the model's log-probabilities of the round's tokens (the accepted drafts, then the target's),
+     * each from the row that scores it: what decoding it alone would give */
+    for (int i = 0; s->p.logprobs && i <= m && rc == SD_OK; i++) {
+        const int row = row0 + (s->rnd.tree ? s->path[i] : i);
+        rc = sd_logprobs(sd_verify_round_logits(vr, row), s->n_vocab, i < m ? acc[i] : next, s->p.top_logprobs, &s->lp[i]);
+    }
     if (rc != SD_OK) {
         sd_context_seq_truncate(s->batch->ctx, s->seq, n_hist - 1);
         return rc;

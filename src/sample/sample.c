@@ -42,7 +42,15 @@ float sd_rng_uniform(sd_rng *r) { return (float)(sd_rng_next(r) >> 40) * 0x1.0p-
 /* ---- Parameters ------------------------------------------------------------------------ */
 
 sd_sampler_params sd_sampler_default_params(void) {
-    sd_sampler_params p = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 42, .mode = SD_SAMPLING_DEFAULT};
+    sd_sampler_params p = {.temperature = 0.0f,
+                           .top_k = 0,
+                           .top_p = 1.0f,
+                           .seed = 42,
+                           .mode = SD_SAMPLING_DEFAULT,
+                           .min_p = 0.0f,
+                           .presence_penalty = 0.0f,
+                           .frequency_penalty = 0.0f,
+                           .repetition_penalty = 1.0f};
     return p;
 }
 
@@ -75,6 +83,15 @@ sd_status sd_sampler_params_check(const sd_sampler_params *p) {
         return sd_fail(SD_ERR_INVALID_ARG, "top_p must be in (0, 1] (got %g)", (double)p->top_p);
     if (p->mode != SD_SAMPLING_COUPLED && p->mode != SD_SAMPLING_REJECTION)
         return sd_fail(SD_ERR_INVALID_ARG, "sampling mode %d (coupled or rejection)", (int)p->mode);
+    if (!(p->min_p >= 0 && p->min_p <= 1))
+        return sd_fail(SD_ERR_INVALID_ARG, "min_p must be in [0, 1] (got %g)", (double)p->min_p);
+    if (!(p->presence_penalty >= -2 && p->presence_penalty <= 2))
+        return sd_fail(SD_ERR_INVALID_ARG, "presence penalty must be in [-2, 2] (got %g)", (double)p->presence_penalty);
+    if (!(p->frequency_penalty >= -2 && p->frequency_penalty <= 2))
+        return sd_fail(SD_ERR_INVALID_ARG, "frequency penalty must be in [-2, 2] (got %g)", (double)p->frequency_penalty);
+    if (!(p->repetition_penalty > 0 && p->repetition_penalty <= 10))
+        return sd_fail(SD_ERR_INVALID_ARG, "repetition penalty must be in (0, 10] (got %g)",
+                       (double)p->repetition_penalty);
     return SD_OK;
 }
 
@@ -315,6 +332,17 @@ sd_status sd_sample_probs(const sd_sampler_params *p, const float *logits, int n
             for (int i = 0; i < split.above; i++) above_mass += c.key[i];
             cnt = split.above + cand_select_mass(tied, split.tied, target - above_mass);
         }
+        /* min-p against the top of what is kept: the top token is probs' largest (the max was
+         * subtracted: its numerator is exactly 1), and top-k/top-p keep it */
+        if (p->min_p > 0) {
+            int w = 0;
+            for (int i = 0; i < cnt; i++)
+                if (c.key[i] >= p->min_p) {
+                    c.key[w] = c.key[i];
+                    c.id[w++] = c.id[i];
+                }
+            cnt = w;
+        }
         double kept = 0;
         for (int i = 0; i < cnt; i++) kept += c.key[i];
         const float inv = (float)(1.0 / kept);
@@ -323,9 +351,42 @@ sd_status sd_sample_probs(const sd_sampler_params *p, const float *logits, int n
         return SD_OK;
     }
 
+    if (p->min_p > 0) { /* every token whose numerator (p / p_max) is below min_p goes */
+        total = 0;
+        for (int i = 0; i < n; i++) {
+            if (probs[i] < p->min_p) probs[i] = 0.0f;
+            total += probs[i];
+        }
+    }
     const float inv = (float)(1.0 / total);
     for (int i = 0; i < n; i++) probs[i] *= inv;
     return SD_OK;
+}
+
+int sd_sampler_has_penalties(const sd_sampler_params *p) {
+    return p->presence_penalty != 0 || p->frequency_penalty != 0 || p->repetition_penalty != 1;
+}
+
+void sd_penalize(const sd_sampler_params *p, const int32_t *hist, int n_hist, int n_prompt, float *row, int n,
+                 int32_t *cnt) {
+    if (!sd_sampler_has_penalties(p) || !hist) return;
+    /* cnt[t]: bit 0 the token was seen (prompt or generated), the rest twice its generated count */
+    for (int i = 0; i < n_hist; i++) {
+        const int32_t t = hist[i];
+        if (t < 0 || t >= n) continue;
+        cnt[t] |= 1;
+        if (i >= n_prompt) cnt[t] += 2;
+    }
+    for (int i = 0; i < n_hist; i++) { /* each distinct token once: its entry is cleared after */
+        const int32_t t = hist[i];
+        if (t < 0 || t >= n || !cnt[t]) continue;
+        const int count = cnt[t] >> 1;
+        float x = row[t];
+        if (p->repetition_penalty != 1) x = x > 0 ? x / p->repetition_penalty : x * p->repetition_penalty;
+        if (count > 0) x -= p->presence_penalty + p->frequency_penalty * (float)count;
+        row[t] = x;
+        cnt[t] = 0;
+    }
 }
 
 int32_t sd_sample_draw(const float *probs, int n, sd_rng *r) {
@@ -344,4 +405,32 @@ int32_t sd_sample_draw(const float *probs, int n, sd_rng *r) {
         }
     }
     return last;
+}
+
+sd_status sd_logprobs(const float *logits, int n, int32_t tok, int n_top, sd_token_logprobs *out) {
+    if (!logits || n <= 0 || tok < 0 || tok >= n || n_top < 0 || n_top > SD_MAX_LOGPROBS || !out)
+        return sd_fail(SD_ERR_INVALID_ARG, "logprobs: token %d of %d, %d alternatives", (int)tok, n, n_top);
+    float mx = logits[0];
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(logits[i])) return sd_fail(SD_ERR_NUMERIC, "logits[%d] is %s", i, isnan(logits[i]) ? "NaN" : "Inf");
+        mx = logits[i] > mx ? logits[i] : mx;
+    }
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)logits[i] - mx);
+    const double lse = mx + log(sum);
+    out->logprob = (float)(logits[tok] - lse);
+    /* the n_top largest by insertion: n_top is at most 20 */
+    int m = 0;
+    for (int32_t i = 0; i < n && n_top > 0; i++) {
+        if (m == n_top && !(logits[i] > logits[out->top_id[m - 1]])) continue;
+        int j = m < n_top ? m++ : m - 1;
+        while (j > 0 && logits[out->top_id[j - 1]] < logits[i]) {
+            out->top_id[j] = out->top_id[j - 1];
+            j--;
+        }
+        out->top_id[j] = i;
+    }
+    out->n_top = m;
+    for (int j = 0; j < m; j++) out->top_logprob[j] = (float)(logits[out->top_id[j]] - lse);
+    return SD_OK;
 }
