@@ -656,6 +656,76 @@ static void test_draft_min(void **state) {
     sd_model_free(m);
 }
 
+/* Several choices of one prompt: engines 1 and 2 begin from engine 0's prompt, copying its cached
+ * rows instead of prefilling (sd_spec_begin_from); each then generates exactly what a fresh engine
+ * with its seed generates from that prompt, all three stepped in one batch. A source on another
+ * context or without a prompt is refused. */
+static void test_begin_from(void **state) {
+    (void)state;
+    enum { S = 3, N = 16 };
+    sd_model *m = model_of(0);
+    const int32_t prompt[6] = {1, 290, 291, 292, 17, 40};
+    sd_spec_params p = sd_spec_default_params();
+    p.n_predict = N;
+    p.stop_at_eos = 0;
+    p.draft_max = 3;
+    p.sampling.temperature = 0.9f;
+    p.sampling.mode = SD_SAMPLING_COUPLED;
+    int32_t want[S][N];
+    for (int i = 0; i < S; i++) {
+        sd_spec *f = NULL;
+        sd_spec_params q = p;
+        q.sampling.seed = 70 + (uint64_t)i;
+        assert_int_equal(sd_spec_create(m, NULL, &q, &f), SD_OK);
+        assert_int_equal(sd_spec_generate(f, prompt, 6, NULL, NULL, NULL), SD_OK);
+        int n = 0;
+        memcpy(want[i], sd_spec_tokens(f, &n) + 6, sizeof want[i]);
+        sd_spec_free(f);
+    }
+    sd_pair *pr = NULL;
+    assert_int_equal(sd_pair_create(m, m, &p, S, &pr), SD_OK);
+    sd_spec *sp[S];
+    for (int i = 0; i < S; i++) {
+        sp[i] = sd_pair_spec(pr, i);
+        sd_spec_params q = p;
+        q.sampling.seed = 70 + (uint64_t)i;
+        assert_int_equal(sd_spec_set_params(sp[i], &q), SD_OK);
+    }
+    assert_int_equal(sd_spec_begin_from(sp[1], sp[0]), SD_ERR_INVALID_ARG); /* engine 0 holds no prompt yet */
+    assert_int_equal(sd_spec_begin(sp[0], prompt, 6), SD_OK);
+    for (int i = 1; i < S; i++) {
+        assert_int_equal(sd_spec_begin_from(sp[i], sp[0]), SD_OK);
+        sd_spec_stats st;
+        sd_spec_get_stats(sp[i], &st);
+        assert_int_equal(st.n_prompt, 6);
+        assert_int_equal(st.n_reused, 5); /* copied, not prefilled */
+    }
+    int32_t got[S][N + SD_MAX_DRAFT + 1];
+    int n_got[S] = {0};
+    for (int live = S; live > 0;) {
+        sd_spec_round rd[S];
+        assert_int_equal(sd_spec_batch_step(sd_pair_batch(pr), sp, S, rd), SD_OK);
+        live = 0;
+        for (int i = 0; i < S; i++) {
+            memcpy(got[i] + n_got[i], rd[i].tokens, (size_t)rd[i].n_tokens * sizeof(int32_t));
+            n_got[i] += rd[i].n_tokens;
+            live += !rd[i].done;
+        }
+    }
+    for (int i = 0; i < S; i++) {
+        assert_int_equal(n_got[i], N);
+        assert_memory_equal(got[i], want[i], sizeof want[i]);
+    }
+    assert_memory_not_equal(want[0], want[1], sizeof want[0]); /* different seeds, different choices */
+    sd_spec *other = NULL;
+    assert_int_equal(sd_spec_create(m, NULL, &p, &other), SD_OK);
+    assert_int_equal(sd_spec_begin_from(other, sp[0]), SD_ERR_INVALID_ARG);
+    assert_non_null(strstr(sd_last_error(), "different target contexts"));
+    sd_spec_free(other);
+    sd_pair_free(pr);
+    sd_model_free(m);
+}
+
 /* Eight engines drafting 8 tokens each would make a pass of 72 tokens, past the kernels whose
  * rows equal decoding alone: step_many gives each engine an equal share of SD_MAX_DRAFT + 1
  * (4 tokens: 3 drafts) and every engine still emits what it emits alone. */
@@ -809,6 +879,7 @@ int main(void) {
         cmocka_unit_test(test_step_many_caps_the_pass),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_draft_min),
+        cmocka_unit_test(test_begin_from),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -380,8 +380,36 @@ static void test_kv_keep_rows(void **state) {
     sd_kv_free(kv);
 }
 
+/* Copying a sequence's first n positions (every layer, K and V) into another: the same rows,
+ * the destination's length n, its rows past n untouched; bad arguments change nothing. */
+static void test_copy(void **state) {
+    (void)state;
+    sd_kv *kv = NULL;
+    assert_int_equal(sd_kv_create(2, 8, 4, SD_TYPE_F32, 3, &kv), SD_OK);
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < 8 * 4; i++) {
+            sd_kv_k(kv, 0, l)[i] = (float)(100 * l + i);
+            sd_kv_v(kv, 0, l)[i] = (float)(-100 * l - i);
+            sd_kv_k(kv, 2, l)[i] = sd_kv_v(kv, 2, l)[i] = 7.0f;
+        }
+    assert_int_equal(sd_kv_advance(kv, 0, 6), SD_OK);
+    assert_int_equal(sd_kv_copy(kv, 0, 2, 7), SD_ERR_INVALID_ARG); /* beyond its length */
+    assert_int_equal(sd_kv_copy(kv, 0, 0, 3), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_kv_copy(kv, 0, 3, 3), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_kv_len(kv, 2), 0);
+    assert_int_equal(sd_kv_copy(kv, 0, 2, 5), SD_OK);
+    assert_int_equal(sd_kv_len(kv, 2), 5);
+    for (int l = 0; l < 2; l++) {
+        assert_memory_equal(sd_kv_k(kv, 2, l), sd_kv_k(kv, 0, l), 5 * 4 * sizeof(float));
+        assert_memory_equal(sd_kv_v(kv, 2, l), sd_kv_v(kv, 0, l), 5 * 4 * sizeof(float));
+        assert_true(sd_kv_k(kv, 2, l)[5 * 4] == 7.0f);
+    }
+    sd_kv_free(kv);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_copy),
         cmocka_unit_test(test_kv_worked_example),
         cmocka_unit_test(test_kv_stale_key_reproduces_6),
         cmocka_unit_test(test_kv_create_free),

@@ -37,6 +37,9 @@ sd_kv *sd_context_kv(sd_context *c); /* the cache itself, for inspection */
 int sd_context_seq_len(const sd_context *c, int seq);
 /* Keeps positions [0, n) of seq: O(1). */
 sd_status sd_context_seq_truncate(sd_context *c, int seq, int n);
+/* Copies positions [0, n) of sequence src into dst (sd_kv_copy): a prefix computed once serves
+ * another sequence. */
+sd_status sd_context_seq_copy(sd_context *c, int src, int dst, int n);
 /* After a tree pass: keeps [0, base) and the batch rows rows[0..n) (increasing, each >= base;
  * a row is base + the token's rank among the pass's tokens of seq) as base..base+n-1. */
 sd_status sd_context_seq_keep(sd_context *c, int seq, int base, const int32_t *rows, int n);

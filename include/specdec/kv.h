@@ -37,6 +37,11 @@ sd_status sd_kv_advance(sd_kv *kv, int seq, int n);
  * O(moved x n_layers x kv_dim). On a bad argument nothing changes. */
 sd_status sd_kv_keep_rows(sd_kv *kv, int seq, int base, const int32_t *rows, int n);
 
+/* Copies positions [0, n) of sequence src into dst (every layer, K and V) and sets dst's length
+ * to n: a prompt prefilled once serves several sequences. n <= src's length; src != dst. On a bad
+ * argument nothing changes. */
+sd_status sd_kv_copy(sd_kv *kv, int src, int dst, int n);
+
 /* Row storage of one (sequence, layer): [n_ctx][kv_dim] elements of sd_kv_type. Rows >= len are
  * scratch for the positions being appended. sd_kv_k/sd_kv_v: F32 caches only (NULL for F16). */
 void *sd_kv_k_data(sd_kv *kv, int seq, int layer);

@@ -153,6 +153,11 @@ const sd_spec_params *sd_spec_get_params(const sd_spec *s);
  * longest prefix it already holds of the prompt (a follow-up turn reuses the conversation),
  * the rest is prefilled, the drafter syncs to it. Statistics restart. */
 sd_status sd_spec_begin(sd_spec *s, const int32_t *prompt, int n_prompt);
+/* Begins the generation src began (its prompt), on another sequence of the same target context,
+ * copying src's cached prompt rows instead of prefilling them: several choices of one prompt (a
+ * server's n > 1). src may be running or ended, as long as it has not begun another prompt. s
+ * keeps its own parameters (seed, budget, ...). */
+sd_status sd_spec_begin_from(sd_spec *s, const sd_spec *src);
 /* One round as a batch of one (sd_spec_batch_step): draft, verify in one batched pass, accept,
  * roll back; emits 1..k+1 tokens (none once the generation has ended), each passed to cb (may be
  * NULL) as it is appended to the history. round (may be NULL) receives the round. Context

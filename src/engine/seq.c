@@ -214,7 +214,9 @@ int sd_spec_done(const sd_spec *s) { return !s->active; }
 
 /* ---- a generation --------------------------------------------------------------------------- */
 
-sd_status sd_spec_begin(sd_spec *s, const int32_t *prompt, int n_prompt) {
+/* Begins from prompt; src_seq >= 0: that sequence of the same context holds the prompt's rows
+ * (its own generation's prompt), copied instead of prefilled. */
+static sd_status begin(sd_spec *s, const int32_t *prompt, int n_prompt, int src_seq) {
     sd_context *tctx = s->batch->ctx;
     s->active = 0;
     if (n_prompt <= 0) return sd_fail(SD_ERR_INVALID_ARG, "empty prompt (need at least one token, e.g. BOS)");
@@ -245,7 +247,11 @@ sd_status sd_spec_begin(sd_spec *s, const int32_t *prompt, int n_prompt) {
     if (rc != SD_OK) return rc;
     memcpy(s->tokens, prompt, (size_t)n_prompt * sizeof(int32_t));
     s->n_tokens = n_prompt;
-    st->n_reused = c;
+    if (src_seq >= 0 && n_prompt - 1 > c) { /* another sequence computed these rows already */
+        if ((rc = sd_context_seq_copy(tctx, src_seq, s->seq, n_prompt - 1)) != SD_OK) return rc;
+        c = n_prompt - 1;
+    }
+    st->n_reused = c; /* not prefilled: cached, or copied from the sequence that prefilled them */
     if (n_prompt - 1 > c && (rc = sd_context_forward(tctx, s->seq, prompt + c, n_prompt - 1 - c, NULL, 0)) != SD_OK)
         return rc;
     if (s->drafter && s->drafter->vt->sync && (rc = s->drafter->vt->sync(s->drafter, prompt, n_prompt)) != SD_OK)
@@ -258,6 +264,19 @@ sd_status sd_spec_begin(sd_spec *s, const int32_t *prompt, int n_prompt) {
     for (int i = 0; i < st->n_sources; i++) st->sources[i] = s->drafter->sources[i];
     s->active = 1;
     return SD_OK;
+}
+
+sd_status sd_spec_begin(sd_spec *s, const int32_t *prompt, int n_prompt) { return begin(s, prompt, n_prompt, -1); }
+
+sd_status sd_spec_begin_from(sd_spec *s, const sd_spec *src) {
+    if (!src || src == s) return sd_fail(SD_ERR_INVALID_ARG, "begin_from: needs another engine");
+    if (src->batch->ctx != s->batch->ctx)
+        return sd_fail(SD_ERR_INVALID_ARG, "begin_from: engines %d and %d run on different target contexts", src->seq,
+                       s->seq);
+    const int n_prompt = src->st.n_prompt;
+    if (n_prompt < 1 || sd_context_seq_len(src->batch->ctx, src->seq) < n_prompt - 1)
+        return sd_fail(SD_ERR_INVALID_ARG, "begin_from: engine %d holds no prompt to share", src->seq);
+    return begin(s, src->tokens, n_prompt, src->seq);
 }
 
 static void finish(sd_spec *s, sd_stop_reason reason) {

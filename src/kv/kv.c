@@ -125,6 +125,19 @@ sd_status sd_kv_keep_rows(sd_kv *kv, int seq, int base, const int32_t *rows, int
     return SD_OK;
 }
 
+sd_status sd_kv_copy(sd_kv *kv, int src, int dst, int n) {
+    if (!seq_ok(kv, src) || !seq_ok(kv, dst) || src == dst || n < 0 || n > kv->len[src])
+        return sd_fail(SD_ERR_INVALID_ARG, "kv cache: copy %d positions of sequence %d (length %d) into %d", n, src,
+                       seq_ok(kv, src) ? kv->len[src] : -1, dst);
+    const size_t bytes = (size_t)n * kv->kv_dim * kv->esz;
+    for (int l = 0; l < kv->n_layers; l++) {
+        memcpy(sd_kv_k_data(kv, dst, l), sd_kv_k_data(kv, src, l), bytes);
+        memcpy(sd_kv_v_data(kv, dst, l), sd_kv_v_data(kv, src, l), bytes);
+    }
+    kv->len[dst] = n;
+    return SD_OK;
+}
+
 size_t sd_kv_bytes_per_token(const sd_kv *kv) { return 2 * (size_t)kv->n_layers * kv->kv_dim * kv->esz; }
 size_t sd_kv_bytes_used(const sd_kv *kv) {
     size_t n = 0;

@@ -118,6 +118,7 @@ sd_type sd_context_kv_type(const sd_context *c) { return c->p.kv_type; }
 sd_kv *sd_context_kv(sd_context *c) { return c->kv; }
 int sd_context_seq_len(const sd_context *c, int seq) { return sd_kv_len(c->kv, seq); }
 sd_status sd_context_seq_truncate(sd_context *c, int seq, int n) { return sd_kv_truncate(c->kv, seq, n); }
+sd_status sd_context_seq_copy(sd_context *c, int src, int dst, int n) { return sd_kv_copy(c->kv, src, dst, n); }
 sd_status sd_context_seq_keep(sd_context *c, int seq, int base, const int32_t *rows, int n) {
     return sd_kv_keep_rows(c->kv, seq, base, rows, n);
 }
