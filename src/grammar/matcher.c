@@ -1,0 +1,730 @@
+/* Matching: hash-consed parse stacks, a lazily built automaton over sets of stacks (one step per
+ * byte, cached per state and byte), the vocabulary's byte trie walked through that automaton for
+ * token masks (cached per state), and the per-sequence matchers with O(1) rollback. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar_internal.h"
+#include "specdec/tokenizer.h"
+
+/* Cache limits per grammar: automaton states (each may hold 1 KiB of transitions) and the bytes of
+ * cached transitions and masks. Past either, the automaton is flushed and rebuilt as used. */
+#define GR_MAX_STATES 65536
+#define GR_MAX_CACHE_BYTES ((size_t)256 << 20)
+
+struct sd_grammar_vocab {
+    int n;              /* ids */
+    uint8_t *bytes;     /* every allowed token's bytes */
+    uint32_t *off, *len; /* per id (len 0: never allowed as text) */
+    uint8_t *is_eog;
+    int32_t *eog;
+    int n_eog;
+    /* the trie in preorder: node i has byte[i] at depth[i] (1-based), its subtree ends before
+     * skip[i], and the tokens ending at it are tok[tok0[i] .. tok0[i + 1]) */
+    int n_nodes;
+    uint8_t *tbyte;
+    uint16_t *depth;
+    int32_t *skip, *tok0, *tok;
+    int max_depth;
+};
+
+struct sd_grammar_matcher {
+    sd_grammar *g;
+    const sd_grammar_vocab *v;
+    /* steps: the state after step k is nodes pool[off[k] .. off[k] + n[k]) and flags[k] */
+    int32_t *pool;
+    size_t n_pool, cap_pool;
+    size_t *off;
+    int32_t *cnt;
+    uint8_t *flags; /* 1: the root may end; 2: done (end of generation accepted) */
+    int32_t *sid;   /* the automaton state, valid while sepoch[k] == g->epoch */
+    uint32_t *sepoch;
+    int n_steps, cap_steps; /* entries 0..n_steps (entry 0: the start) */
+    int32_t *dstk;          /* trie walk: the state per depth */
+};
+
+/* ---- stack nodes ---- */
+
+static uint32_t hash2(uint32_t a, uint32_t b) {
+    uint64_t h = ((uint64_t)a << 32 | b) * 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(h >> 29) ^ (uint32_t)h;
+}
+
+static int nodes_rehash(sd_grammar *g, uint32_t nb) {
+    int32_t *bk = malloc((size_t)nb * sizeof *bk);
+    if (!bk) return -1;
+    for (uint32_t i = 0; i < nb; i++) bk[i] = -1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        uint32_t h = hash2((uint32_t)g->nodes[i].pos, (uint32_t)g->nodes[i].parent) & (nb - 1);
+        g->nodes[i].next = bk[h];
+        bk[h] = i;
+    }
+    free(g->nbuck);
+    g->nbuck = bk;
+    g->nbuck_mask = nb - 1;
+    return 0;
+}
+
+/* The node (pos, parent), created when new; -1 on allocation failure (g->oom set). */
+static int32_t intern(sd_grammar *g, int32_t pos, int32_t parent) {
+    uint32_t h = hash2((uint32_t)pos, (uint32_t)parent);
+    if (g->nbuck) {
+        for (int32_t i = g->nbuck[h & g->nbuck_mask]; i >= 0; i = g->nodes[i].next)
+            if (g->nodes[i].pos == pos && g->nodes[i].parent == parent) return i;
+    }
+    if (g->n_nodes == g->cap_nodes) {
+        int cap = g->cap_nodes ? g->cap_nodes * 2 : 1024;
+        gr_node *q = realloc(g->nodes, (size_t)cap * sizeof *q);
+        uint32_t *st = q ? realloc(g->stamp, (size_t)cap * sizeof *st) : NULL;
+        if (q) g->nodes = q;
+        if (st) g->stamp = st;
+        if (!q || !st || nodes_rehash(g, (uint32_t)cap * 2)) {
+            g->oom = 1;
+            return -1;
+        }
+        memset(g->stamp + g->cap_nodes, 0, (size_t)(cap - g->cap_nodes) * sizeof *st);
+        g->cap_nodes = cap;
+    }
+    int32_t id = g->n_nodes++;
+    g->nodes[id] = (gr_node){pos, parent, g->nbuck[h & g->nbuck_mask]};
+    g->nbuck[h & g->nbuck_mask] = id;
+    g->stamp[id] = 0;
+    return id;
+}
+
+/* ---- closure: from pending nodes to the set of terminal tops ---- */
+
+typedef struct {
+    int n_work, n_out;
+    int accept;
+} closure;
+
+static int push_work(sd_grammar *g, closure *c, int32_t id) {
+    if (id < 0) return -1;
+    if (c->n_work == g->cap_work) {
+        int cap = g->cap_work ? g->cap_work * 2 : 256;
+        int32_t *q = realloc(g->work, (size_t)cap * sizeof *q);
+        if (!q) return g->oom = 1, -1;
+        g->work = q;
+        g->cap_work = cap;
+    }
+    g->work[c->n_work++] = id;
+    return 0;
+}
+
+/* Expands the work list: a terminal top is kept, a finished alternative returns to its parent
+ * (the root's end marks acceptance), a call pushes its continuation (skipped when the call is the
+ * alternative's last element, so right recursion does not deepen the stack) and enters every
+ * alternative of the callee. */
+static int run_closure(sd_grammar *g, closure *c) {
+    while (c->n_work) {
+        int32_t id = g->work[--c->n_work];
+        if (g->stamp[id] == g->cur_stamp) continue;
+        g->stamp[id] = g->cur_stamp;
+        int32_t pos = g->nodes[id].pos, parent = g->nodes[id].parent;
+        const gr_elem e = g->el[pos];
+        if (e.type == GR_TERM) {
+            if (c->n_out == g->cap_out) {
+                int cap = g->cap_out ? g->cap_out * 2 : 256;
+                int32_t *q = realloc(g->out, (size_t)cap * sizeof *q);
+                if (!q) return g->oom = 1, -1;
+                g->out = q;
+                g->cap_out = cap;
+            }
+            g->out[c->n_out++] = id;
+        } else if (e.type == GR_END) {
+            if (parent < 0) c->accept = 1;
+            else if (push_work(g, c, parent)) return -1;
+        } else {
+            int32_t cont = g->el[pos + 1].type == GR_END ? parent : intern(g, pos + 1, parent);
+            if (g->el[pos + 1].type != GR_END && cont < 0) return -1;
+            int a0 = g->rule_alt0[e.v], na = g->rule_nalt[e.v];
+            for (int a = a0; a < a0 + na; a++)
+                if (push_work(g, c, intern(g, g->alt_start[a], cont))) return -1;
+        }
+    }
+    return 0;
+}
+
+static void new_stamp(sd_grammar *g) {
+    if (++g->cur_stamp == 0) { /* wrapped: clear every mark */
+        memset(g->stamp, 0, (size_t)g->cap_nodes * sizeof *g->stamp);
+        g->cur_stamp = 1;
+    }
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* ---- automaton states ---- */
+
+static uint32_t hash_set(const int32_t *ids, int n, int accept) {
+    uint32_t h = 2166136261u ^ (uint32_t)accept;
+    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)ids[i]) * 16777619u;
+    return h;
+}
+
+static void states_flush(sd_grammar *g) {
+    for (int i = 0; i < g->n_st; i++) {
+        free(g->st[i].trans);
+        free(g->st[i].mask);
+    }
+    g->n_st = 0;
+    g->n_spool = 0;
+    g->cache_bytes = 0;
+    if (g->sbuck)
+        for (uint32_t i = 0; i <= g->sbuck_mask; i++) g->sbuck[i] = -1;
+    g->epoch++;
+}
+
+/* The state of the sorted top set ids (n of them); -1 on allocation failure. */
+static int32_t state_intern(sd_grammar *g, const int32_t *ids, int n, int accept) {
+    uint32_t h = hash_set(ids, n, accept);
+    if (g->sbuck)
+        for (int32_t s = g->sbuck[h & g->sbuck_mask]; s >= 0; s = g->st[s].next) {
+            const gr_state *S = &g->st[s];
+            if (S->hash == h && S->n == n && S->accept == accept &&
+                !memcmp(g->spool + S->off, ids, (size_t)n * sizeof *ids))
+                return s;
+        }
+    if (g->n_st == g->cap_st) {
+        int cap = g->cap_st ? g->cap_st * 2 : 256;
+        gr_state *q = realloc(g->st, (size_t)cap * sizeof *q);
+        int32_t *bk = q ? malloc((size_t)cap * 2 * sizeof *bk) : NULL;
+        if (q) g->st = q;
+        if (!q || !bk) {
+            free(bk);
+            g->oom = 1;
+            return -1;
+        }
+        g->cap_st = cap;
+        free(g->sbuck);
+        g->sbuck = bk;
+        g->sbuck_mask = (uint32_t)cap * 2 - 1;
+        for (uint32_t i = 0; i <= g->sbuck_mask; i++) bk[i] = -1;
+        for (int i = 0; i < g->n_st; i++) {
+            g->st[i].next = bk[g->st[i].hash & g->sbuck_mask];
+            bk[g->st[i].hash & g->sbuck_mask] = i;
+        }
+    }
+    if (g->n_spool + (size_t)n > g->cap_spool) {
+        size_t cap = g->cap_spool ? g->cap_spool : 1024;
+        while (cap < g->n_spool + (size_t)n) cap *= 2;
+        int32_t *q = realloc(g->spool, cap * sizeof *q);
+        if (!q) return g->oom = 1, -1;
+        g->spool = q;
+        g->cap_spool = cap;
+    }
+    int32_t s = g->n_st++;
+    gr_state *S = &g->st[s];
+    S->off = (int32_t)g->n_spool;
+    S->n = n;
+    S->hash = h;
+    S->accept = (uint8_t)accept;
+    S->trans = NULL;
+    S->mask = NULL;
+    if (n) memcpy(g->spool + g->n_spool, ids, (size_t)n * sizeof *ids);
+    g->n_spool += (size_t)n;
+    S->next = g->sbuck[h & g->sbuck_mask];
+    g->sbuck[h & g->sbuck_mask] = s;
+    return s;
+}
+
+/* Finishes a closure into a state: -1 dead (nothing follows and the root cannot end), -2 on
+ * allocation failure. */
+static int32_t closure_state(sd_grammar *g, closure *c) {
+    if (run_closure(g, c)) return -2;
+    if (!c->n_out && !c->accept) return -1;
+    qsort(g->out, (size_t)c->n_out, sizeof *g->out, cmp_i32);
+    int32_t s = state_intern(g, g->out, c->n_out, c->accept);
+    return s < 0 ? -2 : s;
+}
+
+/* The state after byte b from state s (computed once, then cached): -1 dead, -2 out of memory. */
+static int32_t step(sd_grammar *g, int32_t s, unsigned b) {
+    if (g->st[s].trans && g->st[s].trans[b] != -2) return g->st[s].trans[b];
+    if (!g->st[s].trans) {
+        int32_t *t = malloc(256 * sizeof *t);
+        if (!t) return g->oom = 1, -2;
+        for (int i = 0; i < 256; i++) t[i] = -2;
+        g->st[s].trans = t;
+        g->cache_bytes += 256 * sizeof *t;
+    }
+    new_stamp(g);
+    closure c = {0, 0, 0};
+    for (int i = 0; i < g->st[s].n; i++) {
+        int32_t id = g->spool[g->st[s].off + i];
+        int32_t pos = g->nodes[id].pos;
+        if (gr_bset_has(&g->sets[g->el[pos].v], b) && push_work(g, &c, intern(g, pos + 1, g->nodes[id].parent)))
+            return -2;
+    }
+    int32_t r = closure_state(g, &c);
+    if (r == -2) return -2;
+    g->st[s].trans[b] = r; /* st may have moved: index again */
+    return r;
+}
+
+static int32_t start_state(sd_grammar *g) {
+    new_stamp(g);
+    closure c = {0, 0, 0};
+    int a0 = g->rule_alt0[g->root], na = g->rule_nalt[g->root];
+    for (int a = a0; a < a0 + na; a++)
+        if (push_work(g, &c, intern(g, g->alt_start[a], -1))) return -2;
+    return closure_state(g, &c);
+}
+
+/* ---- grammars ---- */
+
+void sd_grammar_free(sd_grammar *g) {
+    if (!g) return;
+    free(g->el);
+    free(g->alt_start);
+    free(g->rule_alt0);
+    free(g->rule_nalt);
+    if (g->names)
+        for (int i = 0; i < g->n_rules; i++) free(g->names[i]);
+    free(g->names);
+    free(g->sets);
+    free(g->nodes);
+    free(g->nbuck);
+    free(g->stamp);
+    for (int i = 0; i < g->n_st; i++) {
+        free(g->st[i].trans);
+        free(g->st[i].mask);
+    }
+    free(g->st);
+    free(g->sbuck);
+    free(g->spool);
+    free(g->work);
+    free(g->out);
+    free(g);
+}
+
+int sd_grammar_max_bytes(const sd_grammar *g, uint64_t *bytes) {
+    if (!g) return 0;
+    if (bytes) *bytes = g->max_bytes;
+    return g->finite;
+}
+
+void sd_grammar_size(const sd_grammar *g, int *n_rules, int *n_elements) {
+    if (n_rules) *n_rules = g ? g->n_rules : 0;
+    if (n_elements) *n_elements = g ? g->n_el : 0;
+}
+
+/* ---- the vocabulary index ---- */
+
+void sd_grammar_vocab_free(sd_grammar_vocab *v) {
+    if (!v) return;
+    free(v->bytes);
+    free(v->off);
+    free(v->len);
+    free(v->is_eog);
+    free(v->eog);
+    free(v->tbyte);
+    free(v->depth);
+    free(v->skip);
+    free(v->tok0);
+    free(v->tok);
+    free(v);
+}
+
+static const sd_grammar_vocab *g_sort_vocab; /* qsort has no context argument */
+
+static int cmp_tok(const void *a, const void *b) {
+    const sd_grammar_vocab *v = g_sort_vocab;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    uint32_t lx = v->len[x], ly = v->len[y];
+    int c = memcmp(v->bytes + v->off[x], v->bytes + v->off[y], lx < ly ? lx : ly);
+    if (c) return c;
+    if (lx != ly) return lx < ly ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+sd_status sd_grammar_vocab_create(const struct sd_tokenizer *t, sd_grammar_vocab **out) {
+    if (!out) return sd_fail(SD_ERR_INVALID_ARG, "grammar vocabulary: no output pointer");
+    *out = NULL;
+    if (!t) return sd_fail(SD_ERR_INVALID_ARG, "grammar vocabulary: no tokenizer");
+    int n = sd_tokenizer_n_vocab(t);
+    int cap = sd_tokenizer_max_piece_len(t);
+    sd_grammar_vocab *v = calloc(1, sizeof *v);
+    char *buf = malloc((size_t)cap + 1);
+    int32_t *order = malloc(((size_t)n + 1) * sizeof *order);
+    size_t cap_bytes = (size_t)n * 8 + 64, n_bytes = 0;
+    if (v) {
+        v->n = n;
+        v->bytes = malloc(cap_bytes);
+        v->off = calloc((size_t)n + 1, sizeof *v->off);
+        v->len = calloc((size_t)n + 1, sizeof *v->len);
+        v->is_eog = calloc((size_t)n + 1, 1);
+        v->eog = malloc(((size_t)n + 1) * sizeof *v->eog);
+    }
+    if (!v || !buf || !order || !v->bytes || !v->off || !v->len || !v->is_eog || !v->eog) goto oom;
+    /* decode as text after an ordinary token, so no SentencePiece leading space is dropped */
+    int32_t prev = sd_tokenizer_bos(t) == 0 ? 1 : 0;
+    if (prev >= n) prev = -1;
+    int n_ok = 0;
+    for (int32_t id = 0; id < n; id++) {
+        if (sd_tokenizer_is_eog(t, id)) {
+            v->is_eog[id] = 1;
+            v->eog[v->n_eog++] = id;
+            continue;
+        }
+        int ty = sd_tokenizer_token_type(t, id);
+        if (ty == SD_TOKEN_CONTROL || ty == SD_TOKEN_UNKNOWN || ty == SD_TOKEN_UNUSED) continue;
+        int k = sd_tokenizer_decode(t, prev, id, buf, (size_t)cap);
+        if (k <= 0) continue;
+        if (n_bytes + (size_t)k > cap_bytes) {
+            while (n_bytes + (size_t)k > cap_bytes) cap_bytes *= 2;
+            uint8_t *q = realloc(v->bytes, cap_bytes);
+            if (!q) goto oom;
+            v->bytes = q;
+        }
+        memcpy(v->bytes + n_bytes, buf, (size_t)k);
+        v->off[id] = (uint32_t)n_bytes;
+        v->len[id] = (uint32_t)k;
+        n_bytes += (size_t)k;
+        order[n_ok++] = id;
+    }
+    g_sort_vocab = v;
+    qsort(order, (size_t)n_ok, sizeof *order, cmp_tok);
+    /* the trie: one node per distinct prefix, in preorder (= sorted order) */
+    size_t max_nodes = n_bytes + 1;
+    v->tbyte = malloc(max_nodes);
+    v->depth = malloc(max_nodes * sizeof *v->depth);
+    v->skip = malloc(max_nodes * sizeof *v->skip);
+    v->tok0 = malloc((max_nodes + 1) * sizeof *v->tok0);
+    v->tok = malloc(((size_t)n_ok + 1) * sizeof *v->tok);
+    int32_t *open = malloc(((size_t)cap + 2) * sizeof *open); /* the open node at each depth */
+    int32_t *tok_node = malloc(((size_t)n_ok + 1) * sizeof *tok_node);
+    if (!v->tbyte || !v->depth || !v->skip || !v->tok0 || !v->tok || !open || !tok_node) {
+        free(open);
+        free(tok_node);
+        goto oom;
+    }
+    int nn = 0, open_n = 0; /* open[0..open_n): the path to the last node */
+    for (int k = 0; k < n_ok; k++) {
+        int32_t id = order[k];
+        const uint8_t *b = v->bytes + v->off[id];
+        int len = (int)v->len[id];
+        if (len > 65535) len = 65535; /* depth is 16-bit; such a token would be cut, so refuse it */
+        int l = 0;
+        if (k) {
+            int32_t pid = order[k - 1];
+            int pl = (int)v->len[pid];
+            const uint8_t *pb = v->bytes + v->off[pid];
+            while (l < pl && l < len && pb[l] == b[l]) l++;
+        }
+        if (l > open_n) l = open_n;
+        for (int d = l; d < open_n; d++) v->skip[open[d]] = nn; /* close the deeper nodes */
+        open_n = l;
+        for (int d = l; d < len; d++) {
+            v->tbyte[nn] = b[d];
+            v->depth[nn] = (uint16_t)(d + 1);
+            open[open_n++] = nn;
+            nn++;
+        }
+        tok_node[k] = open[len - 1];
+        if (len > v->max_depth) v->max_depth = len;
+    }
+    for (int d = 0; d < open_n; d++) v->skip[open[d]] = nn;
+    v->n_nodes = nn;
+    /* tokens per node (CSR); tokens come in preorder of their nodes */
+    int k = 0;
+    for (int i = 0; i <= nn; i++) {
+        v->tok0[i] = k;
+        while (k < n_ok && tok_node[k] == i) v->tok[k] = order[k], k++;
+    }
+    free(open);
+    free(tok_node);
+    free(buf);
+    free(order);
+    *out = v;
+    return SD_OK;
+oom:
+    free(buf);
+    free(order);
+    sd_grammar_vocab_free(v);
+    return sd_fail(SD_ERR_NOMEM, "grammar vocabulary: out of memory (%d tokens)", n);
+}
+
+int sd_grammar_vocab_n(const sd_grammar_vocab *v) { return v ? v->n : 0; }
+size_t sd_grammar_mask_words(const sd_grammar_vocab *v) { return v ? ((size_t)v->n + 63) / 64 : 0; }
+
+const uint8_t *sd_grammar_vocab_bytes(const sd_grammar_vocab *v, int32_t id, size_t *len) {
+    if (!v || id < 0 || id >= v->n || !v->len[id]) {
+        if (len) *len = 0;
+        return NULL;
+    }
+    if (len) *len = v->len[id];
+    return v->bytes + v->off[id];
+}
+
+/* ---- matchers ---- */
+
+void sd_grammar_matcher_free(sd_grammar_matcher *m) {
+    if (!m) return;
+    free(m->pool);
+    free(m->off);
+    free(m->cnt);
+    free(m->flags);
+    free(m->sid);
+    free(m->sepoch);
+    free(m->dstk);
+    free(m);
+}
+
+/* Appends a step holding state s (or the done marker when s < 0 and done). */
+static int push_step(sd_grammar_matcher *m, int32_t s, int done) {
+    sd_grammar *g = m->g;
+    int k = m->n_steps + 1;
+    if (k >= m->cap_steps) {
+        int cap = m->cap_steps ? m->cap_steps * 2 : 64;
+        size_t *o = realloc(m->off, (size_t)cap * sizeof *o);
+        if (o) m->off = o;
+        int32_t *c = o ? realloc(m->cnt, (size_t)cap * sizeof *c) : NULL;
+        if (c) m->cnt = c;
+        uint8_t *f = c ? realloc(m->flags, (size_t)cap) : NULL;
+        if (f) m->flags = f;
+        int32_t *si = f ? realloc(m->sid, (size_t)cap * sizeof *si) : NULL;
+        if (si) m->sid = si;
+        uint32_t *se = si ? realloc(m->sepoch, (size_t)cap * sizeof *se) : NULL;
+        if (se) m->sepoch = se;
+        if (!se) return -1;
+        m->cap_steps = cap;
+    }
+    size_t base = k ? m->off[k - 1] + (size_t)m->cnt[k - 1] : 0;
+    if (k == 0) base = 0;
+    int n = done ? 0 : g->st[s].n;
+    if (base + (size_t)n > m->cap_pool) {
+        size_t cap = m->cap_pool ? m->cap_pool : 256;
+        while (cap < base + (size_t)n) cap *= 2;
+        int32_t *q = realloc(m->pool, cap * sizeof *q);
+        if (!q) return -1;
+        m->pool = q;
+        m->cap_pool = cap;
+    }
+    if (n) memcpy(m->pool + base, g->spool + g->st[s].off, (size_t)n * sizeof *m->pool);
+    m->off[k] = base;
+    m->cnt[k] = n;
+    m->flags[k] = (uint8_t)(done ? 2 : g->st[s].accept);
+    m->sid[k] = done ? -1 : s;
+    m->sepoch[k] = g->epoch;
+    m->n_steps = k;
+    return 0;
+}
+
+/* The automaton state of the current step (re-interned after a flush); -2 out of memory. */
+static int32_t cur_state(sd_grammar_matcher *m) {
+    int k = m->n_steps;
+    if (m->flags[k] & 2) return -1;
+    if (m->sepoch[k] == m->g->epoch) return m->sid[k];
+    int32_t s = state_intern(m->g, m->pool + m->off[k], m->cnt[k], m->flags[k] & 1);
+    if (s < 0) return -2;
+    m->sid[k] = s;
+    m->sepoch[k] = m->g->epoch;
+    return s;
+}
+
+/* Between operations: flush the automaton when it has grown past its limits. */
+static void maybe_flush(sd_grammar *g) {
+    if (g->n_st > GR_MAX_STATES || g->cache_bytes > GR_MAX_CACHE_BYTES) states_flush(g);
+}
+
+sd_status sd_grammar_matcher_create(sd_grammar *g, const sd_grammar_vocab *v, sd_grammar_matcher **out) {
+    if (!out) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: no output pointer");
+    *out = NULL;
+    if (!g) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: no grammar");
+    if (v && g->vocab && g->vocab != v)
+        return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: every matcher of a grammar must use the same vocabulary");
+    sd_grammar_matcher *m = calloc(1, sizeof *m);
+    if (!m) return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+    m->g = g;
+    m->v = v;
+    m->n_steps = -1;
+    if (v) {
+        g->vocab = v;
+        m->dstk = malloc(((size_t)v->max_depth + 2) * sizeof *m->dstk);
+        if (!m->dstk) {
+            sd_grammar_matcher_free(m);
+            return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+        }
+    }
+    maybe_flush(g);
+    int32_t s = start_state(g);
+    if (s == -1) { /* cannot happen for a built grammar: every rule derives something */
+        sd_grammar_matcher_free(m);
+        return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: the grammar matches nothing");
+    }
+    if (s < 0 || push_step(m, s, 0)) {
+        sd_grammar_matcher_free(m);
+        return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+    }
+    *out = m;
+    return SD_OK;
+}
+
+int sd_grammar_matcher_n_steps(const sd_grammar_matcher *m) { return m ? m->n_steps : 0; }
+
+sd_status sd_grammar_matcher_rollback(sd_grammar_matcher *m, int n) {
+    if (!m || n < 0 || n > m->n_steps)
+        return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: cannot roll back to %d of %d steps", n, m ? m->n_steps : 0);
+    m->n_steps = n;
+    return SD_OK;
+}
+
+int sd_grammar_matcher_can_end(const sd_grammar_matcher *m) { return m && m->flags[m->n_steps] == 1; }
+
+int sd_grammar_matcher_is_done(const sd_grammar_matcher *m) {
+    return m && ((m->flags[m->n_steps] & 2) || (m->cnt[m->n_steps] == 0));
+}
+
+/* Steps len bytes from state s: the final state, -1 when a byte is refused, -2 out of memory. */
+static int32_t walk_bytes(sd_grammar *g, int32_t s, const uint8_t *b, size_t len) {
+    for (size_t i = 0; i < len && s >= 0; i++) s = step(g, s, b[i]);
+    return s;
+}
+
+sd_status sd_grammar_matcher_accept_bytes(sd_grammar_matcher *m, const void *bytes, size_t len) {
+    if (!m || (!bytes && len)) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: bad arguments");
+    maybe_flush(m->g);
+    int32_t s = cur_state(m);
+    if (s == -1) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: the generation has ended");
+    if (s >= 0) s = walk_bytes(m->g, s, bytes, len);
+    if (s == -2 || (s >= 0 && push_step(m, s, 0))) return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+    if (s < 0) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: the grammar does not allow these %zu bytes here", len);
+    return SD_OK;
+}
+
+sd_status sd_grammar_matcher_accept(sd_grammar_matcher *m, int32_t id) {
+    if (!m || !m->v) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: no vocabulary to accept tokens with");
+    const sd_grammar_vocab *v = m->v;
+    if (id < 0 || id >= v->n) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: token %d out of range", (int)id);
+    maybe_flush(m->g);
+    int32_t s = cur_state(m);
+    if (s == -2) return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+    if (s == -1) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: token %d after the end of generation", (int)id);
+    if (v->is_eog[id]) {
+        if (!m->g->st[s].accept)
+            return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: end of generation (token %d) before the grammar is complete",
+                           (int)id);
+        if (push_step(m, -1, 1)) return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+        return SD_OK;
+    }
+    if (!v->len[id]) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: token %d is never allowed (special or empty)", (int)id);
+    int32_t r = walk_bytes(m->g, s, v->bytes + v->off[id], v->len[id]);
+    if (r == -2 || (r >= 0 && push_step(m, r, 0))) return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+    if (r < 0) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: token %d is not allowed here", (int)id);
+    return SD_OK;
+}
+
+int sd_grammar_matcher_allows(sd_grammar_matcher *m, int32_t id) {
+    if (!m || !m->v || id < 0 || id >= m->v->n) return 0;
+    maybe_flush(m->g);
+    int32_t s = cur_state(m);
+    if (s < 0) return 0;
+    if (m->v->is_eog[id]) return m->g->st[s].accept;
+    if (!m->v->len[id]) return 0;
+    return walk_bytes(m->g, s, m->v->bytes + m->v->off[id], m->v->len[id]) >= 0;
+}
+
+/* The mask of state s into mask (words), by walking the trie through the automaton. */
+static int walk_trie(sd_grammar_matcher *m, int32_t s, uint64_t *mask) {
+    sd_grammar *g = m->g;
+    const sd_grammar_vocab *v = m->v;
+    int32_t *stk = m->dstk;
+    stk[0] = s;
+    const int nn = v->n_nodes;
+    for (int i = 0; i < nn;) {
+        int32_t cur = stk[v->depth[i] - 1];
+        const int32_t *tr = g->st[cur].trans;
+        int32_t nx = tr && tr[v->tbyte[i]] != -2 ? tr[v->tbyte[i]] : step(g, cur, v->tbyte[i]);
+        if (nx == -2) return -1;
+        if (nx < 0) {
+            i = v->skip[i];
+            continue;
+        }
+        stk[v->depth[i]] = nx;
+        for (int k = v->tok0[i]; k < v->tok0[i + 1]; k++) mask[v->tok[k] >> 6] |= 1ull << (v->tok[k] & 63);
+        i++;
+    }
+    if (g->st[s].accept)
+        for (int k = 0; k < v->n_eog; k++) mask[v->eog[k] >> 6] |= 1ull << (v->eog[k] & 63);
+    return 0;
+}
+
+sd_status sd_grammar_matcher_mask(sd_grammar_matcher *m, uint64_t *mask) {
+    if (!m || !m->v || !mask) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: mask needs a vocabulary and a buffer");
+    sd_grammar *g = m->g;
+    size_t words = sd_grammar_mask_words(m->v);
+    memset(mask, 0, words * sizeof *mask);
+    maybe_flush(g);
+    int32_t s = cur_state(m);
+    if (s == -2) return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+    if (s == -1) return SD_OK; /* ended: nothing */
+    if (g->st[s].mask) {
+        memcpy(mask, g->st[s].mask, words * sizeof *mask);
+        return SD_OK;
+    }
+    if (walk_trie(m, s, mask)) return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+    uint64_t *c = malloc(words * sizeof *c);
+    if (c) {
+        memcpy(c, mask, words * sizeof *c);
+        g->st[s].mask = c;
+        g->cache_bytes += words * sizeof *c;
+    }
+    return SD_OK;
+}
+
+size_t sd_grammar_matcher_forced_bytes(sd_grammar_matcher *m, void *buf, size_t cap) {
+    if (!m) return 0;
+    sd_grammar *g = m->g;
+    maybe_flush(g);
+    int32_t s = cur_state(m);
+    size_t n = 0;
+    uint8_t *o = buf;
+    while (s >= 0 && !g->st[s].accept && n < cap) {
+        gr_bset u = {{0}};
+        for (int i = 0; i < g->st[s].n; i++) {
+            const gr_bset *b = &g->sets[g->el[g->nodes[g->spool[g->st[s].off + i]].pos].v];
+            for (int w = 0; w < 4; w++) u.w[w] |= b->w[w];
+        }
+        int cnt = 0, byte = 0;
+        for (int w = 0; w < 4; w++) {
+            cnt += __builtin_popcountll(u.w[w]);
+            if (u.w[w]) byte = w * 64 + __builtin_ctzll(u.w[w]);
+        }
+        if (cnt != 1) break;
+        int32_t nx = step(g, s, (unsigned)byte);
+        if (nx < 0) break; /* only when out of memory: a byte in the union always steps */
+        if (o) o[n] = (uint8_t)byte;
+        n++;
+        s = nx;
+    }
+    return n;
+}
+
+int32_t sd_grammar_matcher_forced_token(sd_grammar_matcher *m) {
+    if (!m || !m->v) return -1;
+    size_t words = sd_grammar_mask_words(m->v);
+    uint64_t *mask = malloc(words * sizeof *mask);
+    if (!mask || sd_grammar_matcher_mask(m, mask) != SD_OK) {
+        free(mask);
+        return -1;
+    }
+    int32_t found = -1;
+    long count = 0;
+    for (size_t w = 0; w < words && count < 2; w++)
+        if (mask[w]) {
+            count += __builtin_popcountll(mask[w]);
+            found = (int32_t)(w * 64 + (size_t)__builtin_ctzll(mask[w]));
+        }
+    free(mask);
+    return count == 1 ? found : -1;
+}
+
+void sd_grammar_mask_logits(const uint64_t *mask, float *logits, int n, float value) {
+    for (int t = 0; t < n; t++)
+        if (!((mask[t >> 6] >> (t & 63)) & 1)) logits[t] = value;
+}
