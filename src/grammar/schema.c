@@ -368,9 +368,28 @@ static int get_bounds(sc *c, const cJSON *s, bounds *bd) {
     return 0;
 }
 
+/* OpenAPI's numeric formats: int32 and int64 bound integers (int64 is wider than the 16-digit
+ * cap), float and double constrain nothing; any other format on a number is refused. */
+static int numeric_format(sc *c, const cJSON *s, int integer, bounds *bd) {
+    const cJSON *f = kw(s, "format");
+    if (!f) return 0;
+    size_t m = sd_json_enter_key(&c->ctx, "format");
+    int r = 0;
+    if (!cJSON_IsString(f)) r = sc_fail(c, SD_ERR_INVALID_ARG, "expected a string");
+    else if (integer && !strcmp(f->valuestring, "int32")) {
+        if (!bd->has_lo || bd->lo < -2147483648.0) bd->has_lo = 1, bd->lo = -2147483648.0, bd->lo_excl = 0;
+        if (!bd->has_hi || bd->hi > 2147483647.0) bd->has_hi = 1, bd->hi = 2147483647.0, bd->hi_excl = 0;
+    } else if (!(integer && !strcmp(f->valuestring, "int64")) && strcmp(f->valuestring, "float") &&
+               strcmp(f->valuestring, "double"))
+        r = sc_fail(c, SD_ERR_UNSUPPORTED, "unsupported format \"%.60s\" for a number (supported: int32, int64, float, double)",
+                    f->valuestring);
+    sd_json_leave(&c->ctx, m);
+    return r;
+}
+
 static int gen_integer(sc *c, const cJSON *s, sbuf *b) {
     bounds bd;
-    if (get_bounds(c, s, &bd)) return -1;
+    if (get_bounds(c, s, &bd) || numeric_format(c, s, 1, &bd)) return -1;
     if (!bd.has_lo && !bd.has_hi) {
         sb_str(b, "integer");
         return 0;
@@ -391,7 +410,7 @@ static int gen_integer(sc *c, const cJSON *s, sbuf *b) {
  * fraction any, zero or non-zero at the edges (see docs/grammar.md). */
 static int gen_number(sc *c, const cJSON *s, sbuf *b) {
     bounds bd;
-    if (get_bounds(c, s, &bd)) return -1;
+    if (get_bounds(c, s, &bd) || numeric_format(c, s, 0, &bd)) return -1;
     if (!bd.has_lo && !bd.has_hi) {
         sb_str(b, "number");
         return 0;
