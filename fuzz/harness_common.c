@@ -21,6 +21,8 @@ const sd_fuzz_target sd_fuzz_targets[] = {
     {"hf_tokenizer", sd_fuzz_hf_tokenizer},
     {"chat", sd_fuzz_chat},
     {"hf_config", sd_fuzz_hf_config},
+    {"gbnf", sd_fuzz_gbnf},
+    {"schema", sd_fuzz_schema},
     {NULL, NULL},
 };
 

@@ -464,6 +464,38 @@ static const char *const k_hf_configs[] = {
     "{\"eos_token_id\": [1e9], \"chat_template\": 7, \"eos_token\": null}",
 };
 
+/* gbnf: llama.cpp-style grammars using every construct; schema: schemas using every keyword. */
+static const char *const k_gbnf[] = {
+    "root ::= object\nvalue ::= object | array | string | number | (\"true\" | \"false\" | \"null\") ws\n"
+    "object ::=\n  \"{\" ws (\n    string \":\" ws value\n    (\",\" ws string \":\" ws value)*\n  )? \"}\" ws\n"
+    "array ::= \"[\" ws ( value (\",\" ws value)* )? \"]\" ws\n"
+    "string ::= \"\\\"\" ( [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\bfnrt] | \"u\" [0-9a-fA-F]{4}) )* \"\\\"\" ws\n"
+    "number ::= (\"-\"? ([0-9] | [1-9] [0-9]{0,15})) (\".\" [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws\n"
+    "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n",
+    "root  ::= (expr \"=\" ws term \"\\n\")+\nexpr  ::= term ([-+*/] term)*\n"
+    "term  ::= ident | num | \"(\" ws expr \")\" ws\nident ::= [a-z] [a-z0-9_]* ws\nnum   ::= [0-9]+ ws\nws    ::= [ \\t\\n]*\n",
+    "root ::= item+\n# comment\nitem ::= \"- \" [^\\r\\n\\x0b\\x0c\\x85\\u2028\\u2029]+ \"\\n\"\n",
+    "root    ::= \"1. \" move \" \" move \"\\n\" ([1-9] [0-9]? \". \" move \" \" move \"\\n\")+\n"
+    "move    ::= (pawn | nonpawn | castle) [+#]?\nnonpawn ::= [NBKQR] [a-h]? [1-8]? \"x\"? [a-h] [1-8]\n"
+    "pawn    ::= ([a-h] \"x\")? [a-h] [1-8] (\"=\" [NBKQR])?\ncastle  ::= \"O-O\" \"-O\"?\n",
+    "root ::= \"a\"{2,4} . [\\u00e9-\\U0001F600]? (x | \"z\")* \"\\xff\"\nx ::= [^a-z]{,3} \"q\"{2,}\n",
+};
+static const char *const k_schemas[] = {
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":8},"
+    "\"age\":{\"type\":\"integer\",\"minimum\":0,\"exclusiveMaximum\":150},\"tags\":{\"type\":\"array\","
+    "\"items\":{\"enum\":[\"a\",\"b\",null]},\"minItems\":1,\"maxItems\":3}},\"required\":[\"name\"],"
+    "\"additionalProperties\":{\"type\":\"number\",\"minimum\":-1,\"maximum\":1}}",
+    "{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"const\":1},\"next\":{\"$ref\":\"#/$defs/n\"}}}},"
+    "\"anyOf\":[{\"$ref\":\"#/$defs/n\"},{\"type\":[\"string\",\"null\"],\"pattern\":\"^(ab|[c-e]\\\\d{2,3})+x?$\"}]}",
+    "{\"oneOf\":[{\"type\":\"string\",\"format\":\"date-time\"},{\"type\":\"array\",\"prefixItems\":[{\"type\":\"boolean\"}],"
+    "\"items\":false}],\"title\":\"t\",\"x-k\":1}",
+    "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"format\":\"uuid\"},\"e\":{\"format\":\"email\"},"
+    "\"d\":{\"type\":\"string\",\"format\":\"date\"},\"n\":{\"type\":\"number\",\"exclusiveMinimum\":0},"
+    "\"t\":{\"allOf\":[{\"type\":\"boolean\",\"nullable\":true}]}},\"additionalProperties\":false}",
+    "{\"definitions\":{\"c\":{\"enum\":[1,\"x\",[true]]}},\"type\":\"array\",\"items\":[{\"$ref\":\"#/definitions/c\"}],"
+    "\"additionalItems\":{\"type\":\"integer\",\"minimum\":-20,\"maximum\":300}}",
+};
+
 int sd_fuzz_make_seeds(const char *target, sd_fuzz_seed **out, int *n) {
     seeds s = {0};
     *out = NULL;
@@ -550,6 +582,14 @@ int sd_fuzz_make_seeds(const char *target, sd_fuzz_seed **out, int *n) {
         for (size_t i = 0; i < sizeof k_hf_configs / sizeof k_hf_configs[0]; i++) {
             snprintf(name, sizeof name, "hf_config%zu.json", i);
             add_copy(&s, name, k_hf_configs[i], strlen(k_hf_configs[i]));
+        }
+    } else if (!strcmp(target, "gbnf") || !strcmp(target, "schema")) {
+        int g = !strcmp(target, "gbnf");
+        size_t cnt = g ? sizeof k_gbnf / sizeof k_gbnf[0] : sizeof k_schemas / sizeof k_schemas[0];
+        for (size_t i = 0; i < cnt; i++) {
+            const char *t = g ? k_gbnf[i] : k_schemas[i];
+            snprintf(name, sizeof name, "%s%zu", target, i);
+            add_copy(&s, name, t, strlen(t));
         }
     } else if (!strcmp(target, "config")) {
         for (size_t i = 0; i < sizeof k_configs / sizeof k_configs[0]; i++) {

@@ -4,7 +4,7 @@
 # (copied into the build directory at run time, never into the tree); prints executions and
 # coverage per target. A crash leaves its reproducer in build-fuzz/artifacts/TARGET/.
 # Usage: scripts/fuzz.sh [TARGET|all] [SECONDS]     (default: all, 60 s per target)
-#   TARGET: gguf model_gguf llama2c tokenizer tokenizer_file config safetensors hf_tokenizer chat hf_config
+#   TARGET: gguf model_gguf llama2c tokenizer tokenizer_file config safetensors hf_tokenizer chat hf_config gbnf schema
 #   env: SPECDEC_SHARED (../shared), SPECDEC_FUZZ_BUILD (build-fuzz), SPECDEC_FUZZ_RSS_MB (2048),
 #        SPECDEC_FUZZ_ARGS (extra libFuzzer flags, e.g. "-jobs=2 -workers=2")
 set -euo pipefail
@@ -15,7 +15,7 @@ SECS=${2:-60}
 BUILD=${SPECDEC_FUZZ_BUILD:-build-fuzz}
 SHARED=${SPECDEC_SHARED:-$ROOT/../shared}
 RSS=${SPECDEC_FUZZ_RSS_MB:-2048}
-TARGETS=(gguf model_gguf llama2c tokenizer tokenizer_file config safetensors hf_tokenizer chat hf_config)
+TARGETS=(gguf model_gguf llama2c tokenizer tokenizer_file config safetensors hf_tokenizer chat hf_config gbnf schema)
 
 if [ "$WHICH" != all ] && [[ ! " ${TARGETS[*]} " == *" $WHICH "* ]]; then
   echo "fuzz: unknown target '$WHICH' (known: ${TARGETS[*]} all)" >&2
@@ -89,6 +89,10 @@ for t in "${TARGETS[@]}"; do
     have corpora/tinystories.txt && { printf '\000'; head -c 2000 "$SHARED/corpora/tinystories.txt"; } > "$d/shared_tinystories" ;;
   config)
     for f in configs/*.json; do [ -r "$f" ] && cp "$f" "$d/project_$(basename "$f")"; done ;;
+  schema)  # each schema of the validity test, one file each
+    python3 -c 'import json,sys
+for i, e in enumerate(json.load(open(sys.argv[1]))): open("%s/project_schema%03d.json" % (sys.argv[2], i), "w").write(json.dumps(e["schema"]))' \
+      tests/grammar/schemas.json "$d" 2>/dev/null || true ;;
   hf_tokenizer)  # special-id byte | tokenizer.json
     have models/tinystories-656k/tokenizer.json &&
       { printf '\001'; cat "$SHARED/models/tinystories-656k/tokenizer.json"; } > "$d/shared_tinystories-656k.json" ;;

@@ -171,6 +171,8 @@ static void test_seeds_safetensors(void **state) { (void)state; replay_seeds("sa
 static void test_seeds_hf_tokenizer(void **state) { (void)state; replay_seeds("hf_tokenizer"); }
 static void test_seeds_chat(void **state) { (void)state; replay_seeds("chat"); }
 static void test_seeds_hf_config(void **state) { (void)state; replay_seeds("hf_config"); }
+static void test_seeds_gbnf(void **state) { (void)state; replay_seeds("gbnf"); }
+static void test_seeds_schema(void **state) { (void)state; replay_seeds("schema"); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -186,6 +188,8 @@ int main(void) {
         cmocka_unit_test(test_seeds_hf_tokenizer),
         cmocka_unit_test(test_seeds_chat),
         cmocka_unit_test(test_seeds_hf_config),
+        cmocka_unit_test(test_seeds_gbnf),
+        cmocka_unit_test(test_seeds_schema),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1575,6 +1575,44 @@ static int gen(sc *c, const cJSON *s, int *rule) {
     return r;
 }
 
+/* Every string and key of the document is valid UTF-8 (the grammar text carries them). */
+static int check_utf8(sc *c, const cJSON *v) {
+    for (const cJSON *it = v; it; it = it->next) {
+        const char *strs[2] = {it->string, cJSON_IsString(it) ? it->valuestring : NULL};
+        for (int k = 0; k < 2; k++) {
+            const unsigned char *p = (const unsigned char *)strs[k];
+            if (!p) continue;
+            while (*p) {
+                unsigned ch = *p;
+                int len = ch < 0x80 ? 1 : ch >= 0xC2 && ch <= 0xDF ? 2 : ch >= 0xE0 && ch <= 0xEF ? 3 : ch >= 0xF0 && ch <= 0xF4 ? 4 : 0;
+                uint32_t cp = len == 1 ? ch : ch & (0x7Fu >> len);
+                for (int i = 1; i < len; i++) {
+                    if ((p[i] & 0xC0) != 0x80) {
+                        len = 0;
+                        break;
+                    }
+                    cp = cp << 6 | (p[i] & 0x3Fu);
+                }
+                static const uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+                if (!len || cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+                    size_t m = it->string ? sd_json_enter_key(&c->ctx, it->string) : strlen(c->ctx.path);
+                    sc_fail(c, SD_ERR_INVALID_ARG, "a %s that is not valid UTF-8", k ? "string" : "key");
+                    sd_json_leave(&c->ctx, m);
+                    return -1;
+                }
+                p += len;
+            }
+        }
+        if (it->child) {
+            size_t m = it->string ? sd_json_enter_key(&c->ctx, it->string) : strlen(c->ctx.path);
+            int r = check_utf8(c, it->child);
+            sd_json_leave(&c->ctx, m);
+            if (r) return -1;
+        }
+    }
+    return 0;
+}
+
 sd_status sd_json_schema_to_gbnf(const char *buf, size_t len, char **gbnf) {
     if (!gbnf) return sd_fail(SD_ERR_INVALID_ARG, "schema: no output pointer");
     *gbnf = NULL;
@@ -1590,7 +1628,7 @@ sd_status sd_json_schema_to_gbnf(const char *buf, size_t len, char **gbnf) {
     sb_str(&c.out, k_preamble);
     sb_str(&c.out, k_format_rules);
     int top = -1;
-    if (gen(&c, root, &top) == 0) sb_fmt(&c.out, "root ::= ws r%d ws\n", top);
+    if (check_utf8(&c, root) == 0 && gen(&c, root, &top) == 0) sb_fmt(&c.out, "root ::= ws r%d ws\n", top);
     st = c.err;
     if (st == SD_OK && c.out.oom) st = sd_fail(SD_ERR_NOMEM, "schema: out of memory");
     for (int i = 0; i < c.n_refs; i++) free(c.refs[i].ref);
@@ -1611,8 +1649,11 @@ sd_status sd_grammar_from_json_schema(const char *buf, size_t len, sd_grammar **
     sd_status st = sd_json_schema_to_gbnf(buf, len, &text);
     if (st != SD_OK) return st;
     st = sd_grammar_from_gbnf(text, strlen(text), "root", out);
-    if (st != SD_OK) /* a compiler bug: the generated text must always parse */
-        st = sd_fail(st, "schema: internal error compiling the schema: %s", sd_last_error());
+    if (st != SD_OK) { /* a compiler bug: the generated text must always parse */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", sd_last_error());
+        st = sd_fail(st, "schema: internal error compiling the schema: %s", msg);
+    }
     free(text);
     return st;
 }
