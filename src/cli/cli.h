@@ -72,5 +72,6 @@ int cmd_mkmodel(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_bench_grammar(int argc, char **argv);
 
 #endif

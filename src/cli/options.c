@@ -82,11 +82,11 @@ static int fn_shape(const char *flag, const char *v, cli_opts *o) {
 
 static const cli_opt k_opts[] = {
     /* models */
-    {"--model", "-m", OPT_STR, GEN_LIKE | CMD_BENCH_DECODE, "models", "PATH", 0, 0, 0, F(model), NULL,
+    {"--model", "-m", OPT_STR, GEN_LIKE | CMD_BENCH_DECODE | CMD_BENCH_GRAMMAR, "models", "PATH", 0, 0, 0, F(model), NULL,
      "target model (.gguf, llama2.c .bin or Hugging Face directory)", NULL},
     {"--model-draft", "-md", OPT_STR, GEN_LIKE, "models", "PATH", 0, 0, 0, F(draft), NULL,
      "draft model; without it (and without --draft ngram), plain decoding", NULL},
-    {"--tokenizer", "-z", OPT_STR, GEN_LIKE | CMD_BENCH_DECODE | CMD_INFO | CMD_CONVERT | CMD_MKMODEL, "models", "PATH", 0, 0, 0,
+    {"--tokenizer", "-z", OPT_STR, GEN_LIKE | CMD_BENCH_DECODE | CMD_BENCH_GRAMMAR | CMD_INFO | CMD_CONVERT | CMD_MKMODEL, "models", "PATH", 0, 0, 0,
      F(tokenizer), NULL, "tokenizer of a llama2.c (tokenizer.bin) or HF (tokenizer.json) model", "beside it"},
     {"--draft-tokenizer", "-zd", OPT_STR, GEN_LIKE, "models", "PATH", 0, 0, 0, F(draft_tokenizer), NULL,
      "tokenizer of a llama2.c draft", "beside it, else the target's"},
@@ -126,9 +126,9 @@ static const cli_opt k_opts[] = {
      "\"Once upon a time\""},
     {"--file", "-f", OPT_STR, CMD_GENERATE, "generation", "PATH", 0, 0, 0, F(prompt_file), NULL,
      "read the prompt from a file, as it is", NULL},
-    {"--n-predict", "-n", OPT_INT, CMD_GENERATE, "generation", "N", 1, 1 << 24, 0, F(n_predict), NULL,
+    {"--n-predict", "-n", OPT_INT, CMD_GENERATE | CMD_BENCH_GRAMMAR, "generation", "N", 1, 1 << 24, 0, F(n_predict), NULL,
      "tokens to generate", DEF_OPTS},
-    {"--temp", NULL, OPT_FLOAT, CMD_GENERATE, "generation", "T", 0, 1e6, 0, F(sampling.temperature), NULL,
+    {"--temp", NULL, OPT_FLOAT, CMD_GENERATE | CMD_BENCH_GRAMMAR, "generation", "T", 0, 1e6, 0, F(sampling.temperature), NULL,
      "temperature; 0 = greedy", DEF_OPTS},
     {"--top-k", NULL, OPT_INT, CMD_GENERATE, "generation", "K", 0, 1 << 24, 0, F(sampling.top_k), NULL,
      "keep the K most likely tokens; 0 = off", DEF_OPTS},
@@ -146,6 +146,8 @@ static const cli_opt k_opts[] = {
     {"--spec-sampling", NULL, OPT_FN, CMD_SERVE, "server", "MODE", 0, 0, 0, 0, fn_spec_sampling,
      "coupled or rejection (see generate --help): for requests that do not say (\"spec_sampling\")",
      SD_SAMPLING_DEFAULT_NAME},
+    {"--seed", NULL, OPT_U64, CMD_BENCH_GRAMMAR, "generation", "S", 0, 0, 0, F(sampling.seed), NULL,
+     "RNG seed of the draws (xoshiro256** seeded by SplitMix64); generation r uses S + r", DEF_OPTS},
     {"--ignore-eos", NULL, OPT_FLAG, CMD_GENERATE, "generation", NULL, 0, 0, 0, F(ignore_eos), NULL,
      "keep generating after an end-of-generation token (EOS, <|eot_id|>, <|im_end|>, ...: the model's, as "
      "llama.cpp decides them)",
@@ -177,7 +179,7 @@ static const cli_opt k_opts[] = {
     {"--no-bos", NULL, OPT_FLAG, CMD_TOKENIZE, "output", NULL, 0, 0, 0, F(no_bos), NULL,
      "leave out the BOS token the tokenizer adds by default", NULL},
     /* runtime */
-    {"--threads", "-t", OPT_INT, RUNTIME, "runtime", "N", 1, 1024, 0, F(threads), NULL,
+    {"--threads", "-t", OPT_INT, RUNTIME | CMD_BENCH_GRAMMAR, "runtime", "N", 1, 1024, 0, F(threads), NULL,
      "threads (at most OMP_THREAD_LIMIT, where set)", "online CPUs"},
     {"--threads", "-t", OPT_INT, CMD_BENCH, "options", "N", 1, 1024, 0, F(threads), NULL,
      "threads (at most OMP_THREAD_LIMIT, where set)", "the config's, else online CPUs"},
@@ -215,12 +217,17 @@ static const cli_opt k_opts[] = {
      "prompt length for the prefill figure", DEF_OPTS},
     {"--pos", NULL, OPT_INT, CMD_BENCH_DECODE, "measurement", "N", 0, 1 << 20, 0, F(pos), NULL,
      "context length before decode/verify steps", DEF_OPTS},
-    {"--reps", NULL, OPT_INT, CMD_BENCH_DECODE, "measurement", "N", 1, 100000, 0, F(reps), NULL, "measurement rounds",
+    {"--reps", NULL, OPT_INT, CMD_BENCH_DECODE | CMD_BENCH_GRAMMAR, "measurement", "N", 1, 100000, 0, F(reps), NULL, "measurement rounds",
      DEF_OPTS},
     {"--bw-mib", NULL, OPT_INT, CMD_BENCH_DECODE, "measurement", "N", 64, 1 << 16, 0, F(bw_mib), NULL,
      "bandwidth probe buffer in MiB", DEF_OPTS},
     {"--no-batch", NULL, OPT_FLAG, CMD_BENCH_DECODE, "measurement", NULL, 0, 0, 0, F(no_batch), NULL,
      "skip the several-sequence passes", NULL},
+    /* bench-grammar */
+    {"--json-schema", NULL, OPT_STR, CMD_BENCH_GRAMMAR, "grammar", "FILE|JSON", 0, 0, 0, F(json_schema), NULL,
+     "constrain by this JSON Schema (a file, or the schema itself when it starts with '{')", NULL},
+    {"--grammar", NULL, OPT_STR, CMD_BENCH_GRAMMAR, "grammar", "FILE", 0, 0, 0, F(grammar_file), NULL,
+     "constrain by this GBNF grammar (llama.cpp's format); without either, any JSON object", NULL},
     /* bench */
     {"--quick", NULL, OPT_FLAG, CMD_BENCH, "options", NULL, 0, 0, 0, F(quick), NULL,
      "1 repetition, at most 2 prompts and 32 tokens: a smoke run", NULL},
@@ -358,6 +365,16 @@ static const cli_cmd k_cmds[] = {
      "from the file); a name that is not a path is looked up as for generate -m.",
      "Exit status 0 on success, 1 when the tokenizer or the file cannot be read, 2 on a usage error.",
      "print the token ids of a text under a model's tokenizer", cmd_tokenize},
+    {CMD_BENCH_GRAMMAR, "bench-grammar", "specdec bench-grammar -m MODEL [--json-schema FILE|JSON | --grammar FILE] [options]",
+     "Measures constrained decoding's own cost for MODEL's vocabulary: building the vocabulary index\n"
+     "(once per tokenizer), compiling the grammar (once per request), and per token the allowed-token\n"
+     "mask against the model's decode step. It samples --reps generations of up to -n tokens under the\n"
+     "grammar (mask the logits, sample at --temp, accept), each with a fresh grammar so that its caches\n"
+     "start cold as a request's do, and prints the mask's mean, median, p90 and maximum per token and\n"
+     "its share of a decode step (median).",
+     "Without --json-schema or --grammar the grammar is the built-in any-JSON-object one. Exit status 0,\n"
+     "1 on a runtime error (a refused schema or grammar), 2 on a usage error.",
+     "measure grammar mask cost per token against a decode step (JSON Schema or GBNF)", cmd_bench_grammar},
 };
 
 #define N_CMDS (sizeof k_cmds / sizeof k_cmds[0])

@@ -22,6 +22,7 @@ enum {
     CMD_MKMODEL = 1 << 5,
     CMD_BENCH = 1 << 6,
     CMD_TOKENIZE = 1 << 7,
+    CMD_BENCH_GRAMMAR = 1 << 8,
 };
 
 /* Everything a command can be told. */
@@ -54,6 +55,8 @@ typedef struct {
     const char *out_dir;
     /* tokenize */
     int pieces, no_bos;
+    /* bench-grammar */
+    const char *json_schema, *grammar_file;
     /* serve */
     const char *host, *api_key, *alias;
     int port, parallel, timeout, queue;

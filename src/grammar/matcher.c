@@ -186,7 +186,7 @@ static int32_t state_intern(sd_grammar *g, const int32_t *ids, int n, int accept
         for (int32_t s = g->sbuck[h & g->sbuck_mask]; s >= 0; s = g->st[s].next) {
             const gr_state *S = &g->st[s];
             if (S->hash == h && S->n == n && S->accept == accept &&
-                !memcmp(g->spool + S->off, ids, (size_t)n * sizeof *ids))
+                (n == 0 || !memcmp(g->spool + S->off, ids, (size_t)n * sizeof *ids)))
                 return s;
         }
     if (g->n_st == g->cap_st) {
@@ -237,7 +237,7 @@ static int32_t state_intern(sd_grammar *g, const int32_t *ids, int n, int accept
 static int32_t closure_state(sd_grammar *g, closure *c) {
     if (run_closure(g, c)) return -2;
     if (!c->n_out && !c->accept) return -1;
-    qsort(g->out, (size_t)c->n_out, sizeof *g->out, cmp_i32);
+    if (c->n_out > 1) qsort(g->out, (size_t)c->n_out, sizeof *g->out, cmp_i32);
     int32_t s = state_intern(g, g->out, c->n_out, c->accept);
     return s < 0 ? -2 : s;
 }

@@ -100,7 +100,14 @@ static int sc_fail(sc *c, sd_status st, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    c->err = sd_fail(st, "schema: %s: %s", c->ctx.path[0] ? c->ctx.path : ".", msg);
+    char full[1024];
+    snprintf(full, sizeof full, "schema: %s: %s", c->ctx.path[0] ? c->ctx.path : ".", msg);
+    /* keys and values of the schema are quoted in messages: no terminal controls (C0, DEL, C1) */
+    for (unsigned char *q = (unsigned char *)full; *q; q++) {
+        if (*q < 0x20 || *q == 0x7F) *q = '?';
+        else if (q[0] == 0xC2 && q[1] >= 0x80 && q[1] <= 0x9F) q[0] = '?', q[1] = '?';
+    }
+    c->err = sd_fail(st, "%s", full);
     return -1;
 }
 
