@@ -114,11 +114,13 @@ int sd_fuzz_schema(const uint8_t *data, size_t size) {
     sd_grammar *g = NULL;
     char *gbnf = NULL;
     sd_clear_error();
-    sd_status st = sd_json_schema_to_gbnf(text, size, &gbnf);
+    sd_json_schema_params jp = sd_json_schema_default_params();
+    if (size & 1) jp.whitespace = SD_JSON_WS_COMPACT;
+    sd_status st = sd_json_schema_to_gbnf(text, size, &jp, &gbnf);
     if (st != SD_OK) {
         sd_fuzz_check_error();
         SD_FUZZ_CHECK(gbnf == NULL);
-        SD_FUZZ_CHECK(sd_grammar_from_json_schema(text, size, &g) != SD_OK && g == NULL);
+        SD_FUZZ_CHECK(sd_grammar_from_json_schema_ex(text, size, &jp, &g) != SD_OK && g == NULL);
         free(text);
         return 0;
     }
@@ -128,7 +130,7 @@ int sd_fuzz_schema(const uint8_t *data, size_t size) {
     SD_FUZZ_CHECK(st == SD_OK);
     sd_grammar_free(g);
     g = NULL;
-    SD_FUZZ_CHECK(sd_grammar_from_json_schema(text, size, &g) == SD_OK);
+    SD_FUZZ_CHECK(sd_grammar_from_json_schema_ex(text, size, &jp, &g) == SD_OK);
     free(text);
     exercise(g, data, size);
     sd_grammar_free(g);

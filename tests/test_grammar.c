@@ -391,11 +391,29 @@ static void test_schema_bounds(void **state) {
                                          (1 + ws + 5 + ws + 1 + ws + 5 + ws + 1) + ws + 1 + ws;
     assert_int_equal(mb, expect_max);
     sd_grammar_free(g);
+    /* compact: no whitespace, so a required property's name is forced */
+    sd_json_schema_params jp = sd_json_schema_default_params();
+    jp.whitespace = SD_JSON_WS_COMPACT;
+    assert_int_equal(sd_grammar_from_json_schema_ex(s, strlen(s), &jp, &g), SD_OK);
+    static const char *const cyes[] = {"{\"a\":\"xy\",\"b\":[true]}", "{\"a\":\"\"}", NULL};
+    static const char *const cno[] = {"{ \"a\":\"\"}", "{\"a\":\"\"} ", NULL};
+    expect(g, cyes, cno, "compact");
+    sd_grammar_matcher *m = NULL;
+    assert_int_equal(sd_grammar_matcher_create(g, NULL, &m), SD_OK);
+    char fb[32];
+    size_t nf = sd_grammar_matcher_forced_bytes(m, fb, sizeof fb);
+    assert_int_equal(nf, 6);
+    assert_memory_equal(fb, "{\"a\":\"", 6);
+    sd_grammar_matcher_free(m);
+    sd_grammar_free(g);
+    jp.whitespace = (sd_json_ws)7;
+    assert_int_equal(sd_grammar_from_json_schema_ex(s, strlen(s), &jp, &g), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_grammar_json_object(&jp, &g), SD_ERR_INVALID_ARG);
     g = schema("{\"type\":\"string\"}");
     assert_int_equal(sd_grammar_max_bytes(g, &mb), 0);
     sd_grammar_free(g);
     /* the any-object grammar */
-    assert_int_equal(sd_grammar_json_object(&g), SD_OK);
+    assert_int_equal(sd_grammar_json_object(NULL, &g), SD_OK);
     static const char *const yes[] = {"{}", " {\"a\": [1, {\"b\": null}]}\n", NULL};
     static const char *const no[] = {"[]", "1", "\"{}\"", "{}}", NULL};
     expect(g, yes, no, "json_object");
@@ -654,7 +672,7 @@ static void test_real_vocab(void **state) {
         sd_grammar_vocab *v = NULL;
         assert_int_equal(sd_grammar_vocab_create(t, &v), SD_OK);
         sd_grammar *g = NULL;
-        assert_int_equal(sd_grammar_json_object(&g), SD_OK);
+        assert_int_equal(sd_grammar_json_object(NULL, &g), SD_OK);
         sd_grammar_matcher *m = NULL;
         assert_int_equal(sd_grammar_matcher_create(g, v, &m), SD_OK);
         size_t w = sd_grammar_mask_words(v);

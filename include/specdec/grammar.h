@@ -50,12 +50,28 @@ sd_status sd_grammar_from_gbnf(const char *buf, size_t len, const char *root, sd
  * e.g. `schema: .properties.n.multipleOf: unsupported keyword "multipleOf"`. */
 sd_status sd_grammar_from_json_schema(const char *buf, size_t len, sd_grammar **out);
 
+/* How a compiled schema (or the any-object grammar) spaces its JSON. */
+typedef enum {
+    SD_JSON_WS_BOUNDED = 0, /* between tokens: nothing, one space, or a line break and at most 20 spaces or tabs */
+    SD_JSON_WS_COMPACT = 1, /* no whitespace at all: property names and punctuation become forced bytes */
+} sd_json_ws;
+
+typedef struct {
+    sd_json_ws whitespace;
+} sd_json_schema_params;
+
+sd_json_schema_params sd_json_schema_default_params(void); /* bounded whitespace */
+
+/* sd_grammar_from_json_schema with params (NULL: the defaults). */
+sd_status sd_grammar_from_json_schema_ex(const char *buf, size_t len, const sd_json_schema_params *p, sd_grammar **out);
+
 /* The GBNF text sd_grammar_from_json_schema compiles (malloc'd, NUL-terminated; the caller frees
  * it), for inspection and tests. */
-sd_status sd_json_schema_to_gbnf(const char *buf, size_t len, char **gbnf);
+sd_status sd_json_schema_to_gbnf(const char *buf, size_t len, const sd_json_schema_params *p, char **gbnf);
 
-/* Any JSON object (OpenAI's response_format json_object), whitespace bounded as above. */
-sd_status sd_grammar_json_object(sd_grammar **out);
+/* Any JSON object (OpenAI's response_format json_object), whitespace bounded as above (p NULL) or
+ * as p says. */
+sd_status sd_grammar_json_object(const sd_json_schema_params *p, sd_grammar **out);
 
 void sd_grammar_free(sd_grammar *g); /* NULL is fine */
 

@@ -38,7 +38,7 @@ static int grammar_text(const cli_opts *o, char **text, size_t *len, int *is_sch
 }
 
 static sd_status compile(const char *text, size_t len, int is_schema, sd_grammar **g) {
-    if (!text) return sd_grammar_json_object(g);
+    if (!text) return sd_grammar_json_object(NULL, g);
     return is_schema ? sd_grammar_from_json_schema(text, len, g) : sd_grammar_from_gbnf(text, len, NULL, g);
 }
 

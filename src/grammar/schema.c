@@ -12,8 +12,9 @@
 
 /* The rules every compiled schema may use. ws: at most one space, or a line break and 20 spaces or
  * tabs, as llama.cpp's JSON grammars bound it. */
+static const char k_ws_bounded[] = "ws ::= ( \" \" | \"\\n\" [ \\t]{0,20} )?\n";
+static const char k_ws_compact[] = "ws ::= \"\"\n";
 static const char k_preamble[] =
-    "ws ::= ( \" \" | \"\\n\" [ \\t]{0,20} )?\n"
     "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" hex4 )\n"
     "hex4 ::= [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}\n"
     "string ::= \"\\\"\" char* \"\\\"\"\n"
@@ -1620,10 +1621,23 @@ static int check_utf8(sc *c, const cJSON *v) {
     return 0;
 }
 
-sd_status sd_json_schema_to_gbnf(const char *buf, size_t len, char **gbnf) {
+sd_json_schema_params sd_json_schema_default_params(void) {
+    sd_json_schema_params p;
+    memset(&p, 0, sizeof p);
+    p.whitespace = SD_JSON_WS_BOUNDED;
+    return p;
+}
+
+static const char *ws_rule(const sd_json_schema_params *p) {
+    return p && p->whitespace == SD_JSON_WS_COMPACT ? k_ws_compact : k_ws_bounded;
+}
+
+sd_status sd_json_schema_to_gbnf(const char *buf, size_t len, const sd_json_schema_params *p, char **gbnf) {
     if (!gbnf) return sd_fail(SD_ERR_INVALID_ARG, "schema: no output pointer");
     *gbnf = NULL;
     if (!buf && len) return sd_fail(SD_ERR_INVALID_ARG, "schema: NULL text");
+    if (p && p->whitespace != SD_JSON_WS_BOUNDED && p->whitespace != SD_JSON_WS_COMPACT)
+        return sd_fail(SD_ERR_INVALID_ARG, "schema: unknown whitespace setting %d", (int)p->whitespace);
     cJSON *root = NULL;
     sd_status st = sd_json_parse(buf ? buf : "", len, "schema", &root);
     if (st != SD_OK) return st;
@@ -1632,6 +1646,7 @@ sd_status sd_json_schema_to_gbnf(const char *buf, size_t len, char **gbnf) {
     c.root = root;
     c.ctx = sd_json_ctx_make("schema", SD_ERR_INVALID_ARG, 0);
     c.err = SD_OK;
+    sb_str(&c.out, ws_rule(p));
     sb_str(&c.out, k_preamble);
     sb_str(&c.out, k_format_rules);
     int top = -1;
@@ -1650,10 +1665,14 @@ sd_status sd_json_schema_to_gbnf(const char *buf, size_t len, char **gbnf) {
 }
 
 sd_status sd_grammar_from_json_schema(const char *buf, size_t len, sd_grammar **out) {
+    return sd_grammar_from_json_schema_ex(buf, len, NULL, out);
+}
+
+sd_status sd_grammar_from_json_schema_ex(const char *buf, size_t len, const sd_json_schema_params *p, sd_grammar **out) {
     if (!out) return sd_fail(SD_ERR_INVALID_ARG, "schema: no output pointer");
     *out = NULL;
     char *text = NULL;
-    sd_status st = sd_json_schema_to_gbnf(buf, len, &text);
+    sd_status st = sd_json_schema_to_gbnf(buf, len, p, &text);
     if (st != SD_OK) return st;
     st = sd_grammar_from_gbnf(text, strlen(text), "root", out);
     if (st != SD_OK) { /* a compiler bug: the generated text must always parse */
@@ -1665,9 +1684,13 @@ sd_status sd_grammar_from_json_schema(const char *buf, size_t len, sd_grammar **
     return st;
 }
 
-sd_status sd_grammar_json_object(sd_grammar **out) {
+sd_status sd_grammar_json_object(const sd_json_schema_params *p, sd_grammar **out) {
     if (!out) return sd_fail(SD_ERR_INVALID_ARG, "grammar: no output pointer");
+    *out = NULL;
+    if (p && p->whitespace != SD_JSON_WS_BOUNDED && p->whitespace != SD_JSON_WS_COMPACT)
+        return sd_fail(SD_ERR_INVALID_ARG, "grammar: unknown whitespace setting %d", (int)p->whitespace);
     sbuf b = {0};
+    sb_str(&b, ws_rule(p));
     sb_str(&b, k_preamble);
     sb_str(&b, "root ::= ws object ws\n");
     if (b.oom) {
