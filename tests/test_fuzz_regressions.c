@@ -25,7 +25,7 @@ static void run_exact(int (*fn)(const uint8_t *, size_t), const uint8_t *data, s
 }
 
 /* Reproducers committed under tests/fuzz-regressions (raise it when adding one). */
-#define SD_FUZZ_MIN_REPRODUCERS 11
+#define SD_FUZZ_MIN_REPRODUCERS 12
 
 static void test_regression_files(void **state) {
     (void)state;

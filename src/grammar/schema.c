@@ -772,11 +772,17 @@ static int rx_atom(rx *r, sbuf *b, int top) {
             size_t save = r->i++;
             long mn = -1, mx = -1;
             int comma = 0;
-            while (r->i < r->n && r->s[r->i] >= '0' && r->s[r->i] <= '9') mn = (mn < 0 ? 0 : mn) * 10 + (r->s[r->i++] - '0');
+            while (r->i < r->n && r->s[r->i] >= '0' && r->s[r->i] <= '9') {
+                long d = r->s[r->i++] - '0';
+                mn = (mn < 0 ? 0 : mn) > 100000 ? mn : (mn < 0 ? 0 : mn) * 10 + d; /* saturates past the limit */
+            }
             if (r->i < r->n && r->s[r->i] == ',') {
                 comma = 1;
                 r->i++;
-                while (r->i < r->n && r->s[r->i] >= '0' && r->s[r->i] <= '9') mx = (mx < 0 ? 0 : mx) * 10 + (r->s[r->i++] - '0');
+                while (r->i < r->n && r->s[r->i] >= '0' && r->s[r->i] <= '9') {
+                    long d = r->s[r->i++] - '0';
+                    mx = (mx < 0 ? 0 : mx) > 100000 ? mx : (mx < 0 ? 0 : mx) * 10 + d;
+                }
             }
             if (mn < 0 || r->i >= r->n || r->s[r->i] != '}') { /* not a quantifier: a literal '{' in JS */
                 r->i = save;
