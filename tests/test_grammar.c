@@ -427,7 +427,7 @@ static sd_tokenizer *make_tokenizer(const char *const *pieces, int n) {
     size_t cap = 1 << 16, len = 0;
     unsigned char *b = malloc(cap);
     assert_non_null(b);
-    int32_t maxlen = 16;
+    int32_t maxlen = 64;
     memcpy(b, &maxlen, 4);
     len = 4;
     int total = 3 + 256 + n;
@@ -455,7 +455,10 @@ static sd_tokenizer *make_tokenizer(const char *const *pieces, int n) {
 
 static const char *const k_pieces[] = {"{", "}", "\"", "\":", "{\"", "\"}", " ", "  ", "\n", "a", "ab", "abc", "b", "name",
                                        "\"name\":", "true", "tr", "ue", "1", "12", "0", "-", ",", ", \"", "x", "null",
-                                       "[", "]", "[1", "\xc3\xa9", "\xe2\x82\xac", "e\xcc\x81", ".", "5"};
+                                       "[", "]", "[1", "\xc3\xa9", "\xe2\x82\xac", "e\xcc\x81", ".", "5",
+                                       /* longer than the matcher's short tokens (16 bytes) */
+                                       "abcdefghijklmnopqrstuvwxyz", "aaaaaaaaaaaaaaaaaaaa", "01234567890123456789",
+                                       "                  ", "abababababababab\"", "aaaaaaaaaaaaaaaaa"};
 #define N_PIECES ((int)(sizeof k_pieces / sizeof k_pieces[0]))
 
 static int bit(const uint64_t *m, int t) { return (int)((m[t >> 6] >> (t & 63)) & 1); }
@@ -588,6 +591,15 @@ static void test_matcher_masks(void **state) {
     sd_grammar_free(g);
     g = gbnf("root ::= [^a]{1,3} \"\xe2\x82\xac\" | \"e\xcc\x81\" .");
     random_walks("utf-8", g, t, 12, 10);
+    sd_grammar_free(g);
+    /* long bounded repetitions: deep in them the short tokens' mask is shared across positions */
+    g = gbnf("root ::= \"\\\"\" [a-z ]{0,70} \"\\\"\" [0-9]{3,40} | ( \"ab\" | \"a\" ){25,60}");
+    random_walks("bounded", g, t, 24, 60);
+    sd_grammar_free(g);
+    g = schema("{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":50},"
+               "\"a\":{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99},\"maxItems\":30}},"
+               "\"required\":[\"s\",\"a\"]}");
+    random_walks("bounded schema", g, t, 12, 60);
     sd_grammar_free(g);
     sd_tokenizer_free(t);
 }

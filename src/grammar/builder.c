@@ -236,25 +236,47 @@ int gr_push_class(gr_builder *b, gr_seq *s, const uint32_t *ranges, int n_ranges
     return 0;
 }
 
-void gr_push_repeat(gr_builder *b, gr_seq *s, gr_elem e, int min, int max, const char *base) {
-    for (int i = 0; i < min; i++) push(b, s, e);
-    if (max >= 0 && max <= min) return;
+/* The part of e{min,max} past the min copies, as one rule (-1: nothing). */
+static int repeat_tail(gr_builder *b, gr_elem e, int min, int max, const char *base) {
+    if (max >= 0 && max <= min) return -1;
     if (max < 0) { /* R ::= e R | "" : right recursion, so the stack does not grow per repetition */
         int r = gr_rule_new(b, base);
         gr_seq *a = gr_alt_new(b, r);
         push(b, a, e);
         gr_push_ref(b, a, r);
         gr_alt_new(b, r);
-        gr_push_ref(b, s, r);
-        return;
+        return r;
     }
-    int prev = -1; /* R_j ::= e R_{j-1} | "" : 0..j more copies */
+    int prev = -1; /* R_j ::= e R_{j-1} | "" : 0..j more copies; the R_j get consecutive indices */
     for (int j = 1; j <= max - min && !b->oom; j++) {
         int r = gr_rule_new(b, base);
+        if (r < 0) return -1;
+        b->rules[r].chain_idx = j;
         gr_seq *a = gr_alt_new(b, r);
         push(b, a, e);
         if (prev >= 0) gr_push_ref(b, a, prev);
         gr_alt_new(b, r);
+        prev = r;
+    }
+    return prev;
+}
+
+void gr_push_repeat(gr_builder *b, gr_seq *s, gr_elem e, int min, int max, const char *base) {
+    int tail = repeat_tail(b, e, min, max, base);
+    if (min <= 4) { /* a few copies in place */
+        for (int i = 0; i < min; i++) push(b, s, e);
+        if (tail >= 0) gr_push_ref(b, s, tail);
+        return;
+    }
+    /* more: the chain M_j ::= e M_{j-1}, M_1 ::= e tail, so that positions deep in it share masks */
+    int prev = tail;
+    for (int j = 1; j <= min && !b->oom; j++) {
+        int r = gr_rule_new(b, base);
+        if (r < 0) return;
+        b->rules[r].chain_idx = j;
+        gr_seq *a = gr_alt_new(b, r);
+        push(b, a, e);
+        if (prev >= 0) gr_push_ref(b, a, prev);
         prev = r;
     }
     gr_push_ref(b, s, prev);
@@ -303,6 +325,9 @@ sd_status gr_build(gr_builder *b, const char *root, sd_grammar **out) {
         g->rule_alt0 = malloc((size_t)nr * sizeof *g->rule_alt0);
         g->rule_nalt = malloc((size_t)nr * sizeof *g->rule_nalt);
         g->names = calloc((size_t)nr, sizeof *g->names);
+        g->pos_alt = malloc((size_t)(ne + 1) * sizeof *g->pos_alt);
+        g->alt_rule = malloc((size_t)(na + 1) * sizeof *g->alt_rule);
+        g->rule_chain = malloc((size_t)(nr + 1) * sizeof *g->rule_chain);
         g->sets = malloc((size_t)(b->n_sets + 1) * sizeof *g->sets);
     }
     uint8_t *nullable = calloc((size_t)nr + 1, 1);
@@ -312,7 +337,8 @@ sd_status gr_build(gr_builder *b, const char *root, sd_grammar **out) {
     int32_t *outdeg = calloc((size_t)nr + 1, sizeof *outdeg);
     int32_t *radj0 = calloc((size_t)nr + 2, sizeof *radj0);
     int32_t *radj = malloc(((size_t)ne + 1) * sizeof *radj);
-    if (!g || !g->el || !g->alt_start || !g->rule_alt0 || !g->rule_nalt || !g->names || !g->sets || !nullable ||
+    if (!g || !g->el || !g->alt_start || !g->rule_alt0 || !g->rule_nalt || !g->names || !g->sets || !g->pos_alt ||
+        !g->alt_rule || !g->rule_chain || !nullable ||
         !stack || !color || !maxlen || !outdeg || !radj0 || !radj) {
         st = sd_fail(SD_ERR_NOMEM, "grammar: out of memory");
         goto done;
@@ -328,9 +354,13 @@ sd_status gr_build(gr_builder *b, const char *root, sd_grammar **out) {
         R->name = NULL;
         g->rule_alt0[i] = ai;
         g->rule_nalt[i] = R->n_alts;
+        g->rule_chain[i] = R->chain_idx;
+        g->n_chain_rules += R->chain_idx > 0;
         for (int a = 0; a < R->n_alts; a++) {
+            g->alt_rule[ai] = i;
             g->alt_start[ai++] = ei;
-            for (int k = 0; k < R->alts[a].n; k++) g->el[ei++] = R->alts[a].e[k];
+            for (int k = 0; k < R->alts[a].n; k++) g->pos_alt[ei] = ai - 1, g->el[ei++] = R->alts[a].e[k];
+            g->pos_alt[ei] = ai - 1;
             g->el[ei++] = (gr_elem){GR_END, i};
         }
     }

@@ -34,6 +34,7 @@ typedef struct {
     gr_seq *alts;
     int n_alts, cap_alts;
     int defined;         /* by a definition (the parser), or generated */
+    int chain_idx;       /* j of R_j in a bounded repetition's chain (R_j ::= e R_{j-1} | ""), 0: none */
     int ref_line, ref_col; /* first reference, for "undefined rule" */
 } gr_brule;
 
@@ -86,6 +87,7 @@ typedef struct {
     int32_t next;     /* hash chain */
     int32_t *trans;   /* 256 successors (-2: not computed, -1: dead), allocated on first use */
     uint64_t *mask;   /* the token mask of this state, when cached */
+    uint64_t *smask;  /* as a capped key: the mask of the short tokens only */
     uint8_t accept;   /* the root may end here */
 } gr_state;
 
@@ -95,6 +97,8 @@ struct sd_grammar {
     int n_el;
     int32_t *alt_start, *rule_alt0, *rule_nalt;
     int n_alt, n_rules;
+    int32_t *pos_alt, *alt_rule, *rule_chain; /* element -> alternative -> rule; chain index j (0: none) */
+    int n_chain_rules;
     char **names;
     gr_bset *sets;
     int n_sets;
@@ -107,6 +111,9 @@ struct sd_grammar {
     int32_t *nbuck;
     uint32_t nbuck_mask;
     uint32_t *stamp, cur_stamp;
+    int32_t *canon_of; /* per node: its stack with long repetition chains capped (-2: not computed) */
+    int32_t *path;
+    int cap_path;
     /* the lazily built automaton over sets of stacks; flushed (epoch++) when it grows too big */
     gr_state *st;
     int n_st, cap_st;

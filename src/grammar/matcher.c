@@ -11,6 +11,9 @@
  * cached transitions and masks. Past either, the automaton is flushed and rebuilt as used. */
 #define GR_MAX_STATES 65536
 #define GR_MAX_CACHE_BYTES ((size_t)256 << 20)
+/* Tokens of at most this many bytes are "short": deep inside a bounded repetition their mask does
+ * not depend on how many repetitions are left (see canon_state), so it is shared. */
+#define GR_SHORT 16
 
 struct sd_grammar_vocab {
     int n;              /* ids */
@@ -25,6 +28,7 @@ struct sd_grammar_vocab {
     uint8_t *tbyte;
     uint16_t *depth;
     int32_t *skip, *tok0, *tok;
+    uint8_t *has_long; /* the node's subtree holds a token longer than GR_SHORT */
     int max_depth;
 };
 
@@ -76,13 +80,16 @@ static int32_t intern(sd_grammar *g, int32_t pos, int32_t parent) {
         int cap = g->cap_nodes ? g->cap_nodes * 2 : 1024;
         gr_node *q = realloc(g->nodes, (size_t)cap * sizeof *q);
         uint32_t *st = q ? realloc(g->stamp, (size_t)cap * sizeof *st) : NULL;
+        int32_t *co = st ? realloc(g->canon_of, (size_t)cap * sizeof *co) : NULL;
         if (q) g->nodes = q;
         if (st) g->stamp = st;
-        if (!q || !st || nodes_rehash(g, (uint32_t)cap * 2)) {
+        if (co) g->canon_of = co;
+        if (!q || !st || !co || nodes_rehash(g, (uint32_t)cap * 2)) {
             g->oom = 1;
             return -1;
         }
         memset(g->stamp + g->cap_nodes, 0, (size_t)(cap - g->cap_nodes) * sizeof *st);
+        for (int i = g->cap_nodes; i < cap; i++) co[i] = -2;
         g->cap_nodes = cap;
     }
     int32_t id = g->n_nodes++;
@@ -170,6 +177,7 @@ static void states_flush(sd_grammar *g) {
     for (int i = 0; i < g->n_st; i++) {
         free(g->st[i].trans);
         free(g->st[i].mask);
+        free(g->st[i].smask);
     }
     g->n_st = 0;
     g->n_spool = 0;
@@ -225,6 +233,7 @@ static int32_t state_intern(sd_grammar *g, const int32_t *ids, int n, int accept
     S->accept = (uint8_t)accept;
     S->trans = NULL;
     S->mask = NULL;
+    S->smask = NULL;
     if (n) memcpy(g->spool + g->n_spool, ids, (size_t)n * sizeof *ids);
     g->n_spool += (size_t)n;
     S->next = g->sbuck[h & g->sbuck_mask];
@@ -287,12 +296,18 @@ void sd_grammar_free(sd_grammar *g) {
         for (int i = 0; i < g->n_rules; i++) free(g->names[i]);
     free(g->names);
     free(g->sets);
+    free(g->pos_alt);
+    free(g->alt_rule);
+    free(g->rule_chain);
     free(g->nodes);
     free(g->nbuck);
     free(g->stamp);
+    free(g->canon_of);
+    free(g->path);
     for (int i = 0; i < g->n_st; i++) {
         free(g->st[i].trans);
         free(g->st[i].mask);
+        free(g->st[i].smask);
     }
     free(g->st);
     free(g->sbuck);
@@ -327,6 +342,7 @@ void sd_grammar_vocab_free(sd_grammar_vocab *v) {
     free(v->skip);
     free(v->tok0);
     free(v->tok);
+    free(v->has_long);
     free(v);
 }
 
@@ -396,9 +412,10 @@ sd_status sd_grammar_vocab_create(const struct sd_tokenizer *t, sd_grammar_vocab
     v->skip = malloc(max_nodes * sizeof *v->skip);
     v->tok0 = malloc((max_nodes + 1) * sizeof *v->tok0);
     v->tok = malloc(((size_t)n_ok + 1) * sizeof *v->tok);
+    v->has_long = calloc(max_nodes, 1);
     int32_t *open = malloc(((size_t)cap + 2) * sizeof *open); /* the open node at each depth */
     int32_t *tok_node = malloc(((size_t)n_ok + 1) * sizeof *tok_node);
-    if (!v->tbyte || !v->depth || !v->skip || !v->tok0 || !v->tok || !open || !tok_node) {
+    if (!v->tbyte || !v->depth || !v->skip || !v->tok0 || !v->tok || !v->has_long || !open || !tok_node) {
         free(open);
         free(tok_node);
         goto oom;
@@ -427,6 +444,8 @@ sd_status sd_grammar_vocab_create(const struct sd_tokenizer *t, sd_grammar_vocab
         }
         tok_node[k] = open[len - 1];
         if (len > v->max_depth) v->max_depth = len;
+        if (len > GR_SHORT)
+            for (int d = 0; d < len; d++) v->has_long[open[d]] = 1;
     }
     for (int d = 0; d < open_n; d++) v->skip[open[d]] = nn;
     v->n_nodes = nn;
@@ -629,15 +648,22 @@ int sd_grammar_matcher_allows(sd_grammar_matcher *m, int32_t id) {
     return walk_bytes(m->g, s, m->v->bytes + m->v->off[id], m->v->len[id]) >= 0;
 }
 
-/* The mask of state s into mask (words), by walking the trie through the automaton. */
-static int walk_trie(sd_grammar_matcher *m, int32_t s, uint64_t *mask) {
+/* Token masks by walking the trie through the automaton from state s. mode 0: every token; 1: only
+ * tokens of at most GR_SHORT bytes (deeper subtrees skipped); 2: only longer ones (subtrees
+ * without one skipped). */
+static int walk_trie(sd_grammar_matcher *m, int32_t s, uint64_t *mask, int mode) {
     sd_grammar *g = m->g;
     const sd_grammar_vocab *v = m->v;
     int32_t *stk = m->dstk;
     stk[0] = s;
     const int nn = v->n_nodes;
     for (int i = 0; i < nn;) {
-        int32_t cur = stk[v->depth[i] - 1];
+        if (mode == 2 && !v->has_long[i]) {
+            i = v->skip[i];
+            continue;
+        }
+        const int d = v->depth[i];
+        int32_t cur = stk[d - 1];
         const int32_t *tr = g->st[cur].trans;
         int32_t nx = tr && tr[v->tbyte[i]] != -2 ? tr[v->tbyte[i]] : step(g, cur, v->tbyte[i]);
         if (nx == -2) return -1;
@@ -645,13 +671,89 @@ static int walk_trie(sd_grammar_matcher *m, int32_t s, uint64_t *mask) {
             i = v->skip[i];
             continue;
         }
-        stk[v->depth[i]] = nx;
-        for (int k = v->tok0[i]; k < v->tok0[i + 1]; k++) mask[v->tok[k] >> 6] |= 1ull << (v->tok[k] & 63);
-        i++;
+        stk[d] = nx;
+        if (mode != 2 || d > GR_SHORT)
+            for (int k = v->tok0[i]; k < v->tok0[i + 1]; k++) mask[v->tok[k] >> 6] |= 1ull << (v->tok[k] & 63);
+        i = mode == 1 && d == GR_SHORT ? v->skip[i] : i + 1;
     }
-    if (g->st[s].accept)
+    if (g->st[s].accept && mode != 2)
         for (int k = 0; k < v->n_eog; k++) mask[v->eog[k] >> 6] |= 1ull << (v->eog[k] & 63);
     return 0;
+}
+
+/* ---- shared masks deep inside bounded repetitions ----
+ * A bounded repetition e{m,n} is a chain of rules, R_j ::= e R_{j-1} | "" for the optional copies
+ * and M_j ::= e M_{j-1} for the required ones (more than 4), so each count left is another state,
+ * and a bounded string would walk the whole vocabulary at every character. But a token of at most
+ * GR_SHORT bytes completes at most GR_SHORT non-empty repetitions, and e^j and e^(GR_SHORT+1) hold
+ * the same strings of that length once j > GR_SHORT (empty repetitions add nothing), so for such
+ * tokens the j-th rule of a chain behaves exactly as its (GR_SHORT + 1)-th. The key of a state maps every stack node in
+ * such a rule to the same place in R_{GR_SHORT + 1}; the short tokens' mask is cached on the key,
+ * and only the few longer tokens are walked from the state itself. */
+
+/* The element of R_C at the place pos has in its rule R_j, when j > C; else pos. */
+static int32_t remap(const sd_grammar *g, int32_t pos) {
+    const int C = GR_SHORT + 1;
+    int32_t a = g->pos_alt[pos], r = g->alt_rule[a];
+    int j = g->rule_chain[r];
+    if (j <= C) return pos;
+    int32_t r2 = r - (j - C); /* a chain's rules have consecutive indices, R_1 first */
+    return g->alt_start[g->rule_alt0[r2] + (a - g->rule_alt0[r])] + (pos - g->alt_start[a]);
+}
+
+/* The capped copy of a stack (memoised per node); -3 out of memory. */
+static int32_t canon(sd_grammar *g, int32_t id) {
+    int n = 0;
+    int32_t x = id;
+    while (x >= 0 && g->canon_of[x] == -2) {
+        if (n == g->cap_path) {
+            int cap = g->cap_path ? g->cap_path * 2 : 64;
+            int32_t *q = realloc(g->path, (size_t)cap * sizeof *q);
+            if (!q) return g->oom = 1, -3;
+            g->path = q;
+            g->cap_path = cap;
+        }
+        g->path[n++] = x;
+        x = g->nodes[x].parent;
+    }
+    int32_t cp = x < 0 ? -1 : g->canon_of[x];
+    for (int k = n - 1; k >= 0; k--) {
+        int32_t y = g->path[k];
+        int32_t pos = g->nodes[y].pos, p2 = remap(g, pos);
+        int32_t c = p2 == pos && cp == g->nodes[y].parent ? y : intern(g, p2, cp);
+        if (c < 0) return -3;
+        g->canon_of[y] = c;
+        g->canon_of[c] = c; /* capped already */
+        cp = c;
+    }
+    return cp;
+}
+
+/* The key state of s (s itself when nothing is capped); -2 out of memory. */
+static int32_t canon_state(sd_grammar *g, int32_t s) {
+    if (!g->n_chain_rules) return s;
+    int n = g->st[s].n;
+    if (n > g->cap_out) {
+        int32_t *q = realloc(g->out, (size_t)n * sizeof *q);
+        if (!q) return g->oom = 1, -2;
+        g->out = q;
+        g->cap_out = n;
+    }
+    int changed = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t id = g->spool[g->st[s].off + i];
+        int32_t c = canon(g, id);
+        if (c < 0) return -2;
+        g->out[i] = c;
+        changed |= c != id;
+    }
+    if (!changed) return s;
+    if (n > 1) qsort(g->out, (size_t)n, sizeof *g->out, cmp_i32);
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (!k || g->out[i] != g->out[k - 1]) g->out[k++] = g->out[i];
+    int32_t key = state_intern(g, g->out, k, g->st[s].accept);
+    return key < 0 ? -2 : key;
 }
 
 sd_status sd_grammar_matcher_mask(sd_grammar_matcher *m, uint64_t *mask) {
@@ -667,7 +769,23 @@ sd_status sd_grammar_matcher_mask(sd_grammar_matcher *m, uint64_t *mask) {
         memcpy(mask, g->st[s].mask, words * sizeof *mask);
         return SD_OK;
     }
-    if (walk_trie(m, s, mask)) return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+    int32_t key = canon_state(g, s);
+    if (key == -2) return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+    if (key == s) {
+        if (walk_trie(m, s, mask, 0)) return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+    } else {
+        if (!g->st[key].smask) {
+            uint64_t *sm = calloc(words, sizeof *sm);
+            if (!sm || walk_trie(m, key, sm, 1)) {
+                free(sm);
+                return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+            }
+            g->st[key].smask = sm; /* st may have moved during the walk: index again */
+            g->cache_bytes += words * sizeof *sm;
+        }
+        memcpy(mask, g->st[key].smask, words * sizeof *mask);
+        if (walk_trie(m, s, mask, 2)) return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+    }
     uint64_t *c = malloc(words * sizeof *c);
     if (c) {
         memcpy(c, mask, words * sizeof *c);
