@@ -14,6 +14,7 @@ void gr_builder_free(gr_builder *b) {
     }
     free(b->rules);
     free(b->sets);
+    free(b->names);
     memset(b, 0, sizeof *b);
 }
 
@@ -40,15 +41,57 @@ static int add_rule(gr_builder *b, char *name) {
     return b->n_rules++;
 }
 
+static uint32_t name_hash(const char *s, size_t len) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+/* The named rule called name, -1 when there is none. */
+static int rule_find(const gr_builder *b, const char *name, size_t len) {
+    if (!b->names) return -1;
+    for (uint32_t i = name_hash(name, len) & b->names_mask;; i = (i + 1) & b->names_mask) {
+        int32_t r = b->names[i];
+        if (r < 0) return -1;
+        if (strlen(b->rules[r].name) == len && !memcmp(b->rules[r].name, name, len)) return r;
+    }
+}
+
 int gr_rule_get(gr_builder *b, const char *name, size_t len) {
-    for (int i = 0; i < b->n_rules; i++)
-        if (strlen(b->rules[i].name) == len && !memcmp(b->rules[i].name, name, len)) return i;
+    uint32_t h = name_hash(name, len);
+    int found = rule_find(b, name, len);
+    if (found >= 0) return found;
+    if ((uint32_t)(b->n_named + 1) * 2 > (b->names ? b->names_mask + 1 : 0)) { /* grow: at most half full */
+        uint32_t cap = b->names ? (b->names_mask + 1) * 2 : 64;
+        int32_t *t = malloc(cap * sizeof *t);
+        if (!t) {
+            b->oom = 1;
+            return -1;
+        }
+        for (uint32_t i = 0; i < cap; i++) t[i] = -1;
+        for (uint32_t k = 0; b->names && k <= b->names_mask; k++) {
+            int32_t r = b->names[k];
+            if (r < 0) continue;
+            uint32_t i = name_hash(b->rules[r].name, strlen(b->rules[r].name)) & (cap - 1);
+            while (t[i] >= 0) i = (i + 1) & (cap - 1);
+            t[i] = r;
+        }
+        free(b->names);
+        b->names = t;
+        b->names_mask = cap - 1;
+    }
     char *n = malloc(len + 1);
     if (n) {
         memcpy(n, name, len);
         n[len] = 0;
     }
-    return add_rule(b, n);
+    int r = add_rule(b, n);
+    if (r < 0) return -1;
+    uint32_t i = h & b->names_mask;
+    while (b->names[i] >= 0) i = (i + 1) & b->names_mask;
+    b->names[i] = r;
+    b->n_named++;
+    return r;
 }
 
 int gr_rule_new(gr_builder *b, const char *base) {
@@ -304,9 +347,7 @@ sd_status gr_build(gr_builder *b, const char *root, sd_grammar **out) {
             gr_builder_free(b);
             return st;
         }
-    int root_i = -1;
-    for (int i = 0; i < b->n_rules; i++)
-        if (!strcmp(b->rules[i].name, root)) root_i = i;
+    int root_i = rule_find(b, root, strlen(root));
     if (root_i < 0) {
         st = sd_fail(SD_ERR_INVALID_ARG, "grammar: no rule named '%s' (the start rule)", root);
         gr_builder_free(b);

@@ -44,6 +44,9 @@ typedef struct {
     gr_bset *sets;
     int n_sets, cap_sets;
     long n_elems; /* total, for the size limit */
+    int32_t *names;  /* hash of the named rules (generated ones are never looked up by name) */
+    uint32_t names_mask;
+    int n_named;
     int oom;
 } gr_builder;
 
