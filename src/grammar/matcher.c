@@ -346,16 +346,20 @@ void sd_grammar_vocab_free(sd_grammar_vocab *v) {
     free(v);
 }
 
-static const sd_grammar_vocab *g_sort_vocab; /* qsort has no context argument */
+/* A token's bytes for sorting (qsort has no context argument, and vocabularies may be built on
+ * several threads at once). */
+typedef struct {
+    const uint8_t *b;
+    uint32_t len;
+    int32_t id;
+} tok_key;
 
 static int cmp_tok(const void *a, const void *b) {
-    const sd_grammar_vocab *v = g_sort_vocab;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint32_t lx = v->len[x], ly = v->len[y];
-    int c = memcmp(v->bytes + v->off[x], v->bytes + v->off[y], lx < ly ? lx : ly);
+    const tok_key *x = a, *y = b;
+    int c = memcmp(x->b, y->b, x->len < y->len ? x->len : y->len);
     if (c) return c;
-    if (lx != ly) return lx < ly ? -1 : 1;
-    return x < y ? -1 : x > y;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
 }
 
 sd_status sd_grammar_vocab_create(const struct sd_tokenizer *t, sd_grammar_vocab **out) {
@@ -403,8 +407,12 @@ sd_status sd_grammar_vocab_create(const struct sd_tokenizer *t, sd_grammar_vocab
         n_bytes += (size_t)k;
         order[n_ok++] = id;
     }
-    g_sort_vocab = v;
-    qsort(order, (size_t)n_ok, sizeof *order, cmp_tok);
+    tok_key *keys = malloc(((size_t)n_ok + 1) * sizeof *keys);
+    if (!keys) goto oom;
+    for (int k = 0; k < n_ok; k++) keys[k] = (tok_key){v->bytes + v->off[order[k]], v->len[order[k]], order[k]};
+    qsort(keys, (size_t)n_ok, sizeof *keys, cmp_tok);
+    for (int k = 0; k < n_ok; k++) order[k] = keys[k].id;
+    free(keys);
     /* the trie: one node per distinct prefix, in preorder (= sorted order) */
     size_t max_nodes = n_bytes + 1;
     v->tbyte = malloc(max_nodes);
