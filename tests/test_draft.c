@@ -331,7 +331,7 @@ static void test_ngram_matches_brute_force(void **state) {
             h[i] = (int32_t)(x % (uint64_t)vocab);
         }
         for (int n = 1; n <= 600; n += 1 + n / 50) {
-            sd_draft_req r = {h, n, n, 8, NULL, NULL, NULL, got, conf, 0, 0, 0};
+            sd_draft_req r = {h, n, n, 8, NULL, NULL, NULL, NULL, NULL, got, conf, 0, 0, 0};
             assert_int_equal(d->vt->draft(d, &r), SD_OK);
             const int m = naive_ngram(h, n, 1, 4, 8, want);
             if (r.n_out != m || memcmp(got, want, (size_t)m * sizeof *got) != 0)
@@ -344,12 +344,12 @@ static void test_ngram_matches_brute_force(void **state) {
     printf("  %d histories checked against brute force (%d with a match)\n", checked, with_match);
     /* nothing to match: no proposal */
     const int32_t uniq[5] = {1, 2, 3, 4, 5};
-    sd_draft_req r = {uniq, 5, 5, 4, NULL, NULL, NULL, got, conf, 0, 0, 0};
+    sd_draft_req r = {uniq, 5, 5, 4, NULL, NULL, NULL, NULL, NULL, got, conf, 0, 0, 0};
     assert_int_equal(d->vt->draft(d, &r), SD_OK);
     assert_int_equal(r.n_out, 0);
     /* the longest match wins and gives its confidence; a policy cuts the proposals */
     const int32_t rep[9] = {7, 8, 9, 10, 11, 12, 7, 8, 9};
-    sd_draft_req r2 = {rep, 9, 9, 8, NULL, NULL, NULL, got, conf, 0, 0, 0};
+    sd_draft_req r2 = {rep, 9, 9, 8, NULL, NULL, NULL, NULL, NULL, got, conf, 0, 0, 0};
     assert_int_equal(d->vt->draft(d, &r2), SD_OK);
     assert_int_equal(r2.n_out, 6); /* 10 11 12 7 8 9: up to the history's end */
     assert_int_equal(got[0], 10);

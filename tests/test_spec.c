@@ -10,6 +10,7 @@
 #include "sdtest_models.h"
 #include "kernels/kernels.h"
 #include "specdec/gguf.h"
+#include "specdec/grammar.h"
 #include "specdec/sample.h"
 #include "specdec/spec.h"
 #include "specdec/synth.h"
@@ -471,6 +472,7 @@ typedef struct {
     int n_prompt;
     sd_sampler_params sp;
     double *joint; /* [EX_CELLS] exact P(t1, t2, t3) */
+    const int (*allowed)[EX_V]; /* NULL, or the tokens a grammar allows at t1, t2, t3 (by hand) */
 } exact_setup;
 
 /* The penalties by their definition (sample.h), written out here as the reference: the history is
@@ -489,6 +491,14 @@ static void ref_penalize(const sd_sampler_params *sp, const int32_t *prompt, int
     }
 }
 
+/* The constrained distribution: p restricted to the allowed tokens (written out by hand for the
+ * test's grammars), renormalised by the sampling that follows. */
+static void ref_mask(const exact_setup *e, int pos, float *logits) {
+    if (!e->allowed) return;
+    for (int t = 0; t < EX_V; t++)
+        if (!e->allowed[pos][t]) logits[t] = -1e30f;
+}
+
 static void exact_joint(exact_setup *e) {
     const int V = EX_V;
     sd_context *kv = NULL;
@@ -497,16 +507,19 @@ static void exact_joint(exact_setup *e) {
     void *scratch = malloc(sd_sample_scratch_bytes(V));
     assert_int_equal(sd_context_forward(kv, 0, e->prompt, e->n_prompt, logits, 0), SD_OK);
     ref_penalize(&e->sp, e->prompt, e->n_prompt, NULL, 0, logits);
+    ref_mask(e, 0, logits);
     assert_int_equal(sd_sample_probs(&e->sp, logits, V, p0, scratch), SD_OK);
     double total = 0;
     for (int32_t a = 0; a < V; a++) {
         assert_int_equal(sd_context_forward(kv, 0, &a, 1, logits, 0), SD_OK);
         ref_penalize(&e->sp, e->prompt, e->n_prompt, &a, 1, logits);
+        ref_mask(e, 1, logits);
         assert_int_equal(sd_sample_probs(&e->sp, logits, V, p1, scratch), SD_OK);
         for (int32_t b = 0; b < V; b++) {
             assert_int_equal(sd_context_forward(kv, 0, &b, 1, logits, 0), SD_OK);
             const int32_t ab[2] = {a, b};
             ref_penalize(&e->sp, e->prompt, e->n_prompt, ab, 2, logits);
+            ref_mask(e, 2, logits);
             assert_int_equal(sd_sample_probs(&e->sp, logits, V, p2, scratch), SD_OK);
             for (int c = 0; c < V; c++) {
                 double pr = (double)p0[a] * p1[b] * p2[c];
@@ -949,6 +962,111 @@ static void test_sampling_exact_every_drafter(void **state) {
     memset(counts, 0, EX_CELLS * sizeof(long));
     counts_drop(&e, 1, 15000000, EX_N, counts);
     assert_true(chi2_report("control: drawn drafts dropped by value", counts, e.joint, EX_N) > 1.0);
+    sd_set_threads(threads);
+    free(counts);
+    free(e.joint);
+    sd_model_free(e.draft);
+    sd_model_free(e.target);
+}
+
+/* ---------------------------------------------------------------- 3b'. under a grammar
+ *
+ * Constrained generation is exact against p restricted to what the grammar allows: the synthetic
+ * vocabulary's pieces (id 3 a space, 4 'e', 5 't', 6 'a', 7 'o', 8 'h', ...) under two grammars,
+ * one alternating vowels and consonants (every position a choice), one forcing a 't' between
+ * vowels (the forced byte proposed as a draft at no draft-model cost), with the masks of the exact
+ * joint written out by hand; drafters whose proposals the grammar may refuse (prompt lookup) are
+ * cut there. Both modes; the forced drafts on and off. */
+static void test_sampling_exact_grammar(void **state) {
+    (void)state;
+    sd_synth_params tp = sdtest_synth_shape(16, 1, 2, 1, 32, EX_V, 32, 61);
+    sd_synth_params dp = sdtest_synth_shape(8, 1, 2, 2, 16, EX_V, 32, 62);
+    exact_setup e;
+    memset(&e, 0, sizeof e);
+    e.target = sdtest_synth_model(&tp);
+    e.draft = sdtest_synth_model(&dp);
+    static const int32_t prompt[6] = {1, 6, 5, 6, 3, 6};
+    memcpy(e.prompt, prompt, sizeof prompt);
+    e.n_prompt = 6;
+    e.joint = malloc(EX_CELLS * sizeof(double));
+    long *counts = malloc(EX_CELLS * sizeof(long));
+    const int threads = sd_get_threads();
+    sd_set_threads(1);
+    sd_grammar_vocab *gv = NULL;
+    assert_int_equal(sd_grammar_vocab_create(sd_model_tokenizer(e.target), &gv), SD_OK);
+    static int vowels_then[3][EX_V], forced_t[3][EX_V];
+    for (int t = 0; t < EX_V; t++) {
+        const int vowel = t == 4 || t == 6 || t == 7, cons = t == 5 || t == 8 || t == 3;
+        vowels_then[0][t] = vowels_then[2][t] = vowel;
+        vowels_then[1][t] = cons;
+        forced_t[0][t] = forced_t[2][t] = vowel;
+        forced_t[1][t] = t == 5;
+    }
+    static const char *const g_alt = "root ::= ([aeo] [th ]){4} \".\"\n", *g_forced = "root ::= ([aeo] \"t\" [aeo]){3} \".\"\n";
+    static const struct {
+        const char *what, *gbnf;
+        int model, ngram, forced;
+        sd_draft_mode mode;
+        sd_sampling_mode smode;
+    } cfgs[] = {
+        {"plain, vowels and consonants", NULL, 0, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_COUPLED},
+        {"model, adaptive, vowels and consonants", NULL, 1, 0, 1, SD_DRAFT_ADAPTIVE, SD_SAMPLING_REJECTION},
+        {"ngram + model, vowels and consonants", NULL, 1, 1, 1, SD_DRAFT_FIXED, SD_SAMPLING_REJECTION},
+        {"model, fixed, forced 't'", NULL, 1, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_REJECTION},
+        {"model, fixed, forced 't'", NULL, 1, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_COUPLED},
+        {"plain, forced 't' as drafts", NULL, 0, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_REJECTION},
+        {"model, p_min, forced 't' off", NULL, 1, 0, 0, SD_DRAFT_PMIN, SD_SAMPLING_REJECTION},
+    };
+    for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
+        const int forced = i >= 3;
+        sd_grammar *g = NULL;
+        const char *text = forced ? g_forced : g_alt;
+        assert_int_equal(sd_grammar_from_gbnf(text, strlen(text), NULL, &g), SD_OK);
+        e.sp = sd_sampler_default_params();
+        e.sp.temperature = 1.0f;
+        e.allowed = forced ? (const int(*)[EX_V])forced_t : (const int(*)[EX_V])vowels_then;
+        exact_joint(&e);
+        memset(counts, 0, EX_CELLS * sizeof(long));
+        long drafted = 0, accepted = 0, by_grammar = 0;
+        for (int n = 0; n < EX_N; n++) {
+            sd_spec_params p = greedy_params(4, 2);
+            p.draft_mode = cfgs[i].mode;
+            p.p_min = 0.3f;
+            p.ngram = cfgs[i].ngram;
+            p.sampling = e.sp;
+            p.sampling.mode = cfgs[i].smode;
+            p.sampling.seed = 21000000 + 100000 * (uint64_t)i + (uint64_t)n;
+            p.n_ctx = 24;
+            p.grammar = g;
+            p.grammar_vocab = gv;
+            p.grammar_drafts = cfgs[i].forced;
+            p.costs.given = 1;
+            for (int k = 1; k <= SD_DRAFT_COST_MAX_N; k++) p.costs.t_pass[k] = 1 + 0.2 * (k - 1);
+            p.costs.t_draft = 0.1;
+            collect out;
+            sd_spec_stats st;
+            generate(e.target, cfgs[i].model ? e.draft : NULL, &p, e.prompt, e.n_prompt, &out, &st);
+            assert_int_equal(out.n, 4);
+            counts[(out.out[0] * EX_V + out.out[1]) * EX_V + out.out[2]]++;
+            drafted += st.n_drafted;
+            accepted += st.n_accepted;
+            if (st.n_sources > 0 && !strcmp(st.sources[st.n_sources - 1], "grammar")) by_grammar += st.drafted_by[st.n_sources - 1];
+        }
+        char what[120];
+        snprintf(what, sizeof what, "%s, %s", cfgs[i].what, sd_sampling_mode_name(cfgs[i].smode));
+        int df = 0;
+        const double x = sdtest_chi2_pooled(counts, e.joint, EX_CELLS, EX_N, &df), crit = sdtest_chi2_crit_001(df);
+        printf("  %-52s chi2 %7.1f df %3d crit %6.1f ratio %.2f; %ld drafted (%ld forced), %ld accepted\n", what, x, df, crit,
+               x / crit, drafted, by_grammar, accepted);
+        assert_true(df >= 7);
+        assert_true(x < crit);
+        for (int c = 0; c < EX_CELLS; c++) /* nothing the grammar refuses */
+            if (e.joint[c] == 0) assert_int_equal(counts[c], 0);
+        if (forced && cfgs[i].forced) assert_true(by_grammar > EX_N / 10); /* the forced 't' was drafted */
+        if (!cfgs[i].forced) assert_int_equal(by_grammar, 0);
+        sd_grammar_free(g);
+    }
+    sd_grammar_vocab_free(gv);
     sd_set_threads(threads);
     free(counts);
     free(e.joint);
@@ -1399,7 +1517,7 @@ static void test_deterministic_drafter_exact(void **state) {
         for (int t = 0; t < 3; t++) {
             assert_int_equal(sd_sample_probs(&e.sp, lg, EX_V, p, scratch), SD_OK);
             int32_t dft = 0;
-            sd_draft_req rq = {hist, 2 + t, 2, 1, &rng, NULL, NULL, &dft, NULL, 0, 0, 0};
+            sd_draft_req rq = {hist, 2 + t, 2, 1, &rng, NULL, NULL, NULL, NULL, &dft, NULL, 0, 0, 0};
             assert_int_equal(fixed_draft(&d, &rq), SD_OK);
             hist[2 + t] = sd_rng_uniform(&rng) < p[dft] ? dft : sd_sample_draw(p, EX_V, &rng);
             if (t < 2) assert_int_equal(sd_context_forward(c, 0, &hist[2 + t], 1, lg, 0), SD_OK);
@@ -1779,6 +1897,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_stop_mid_pass),
         cmocka_unit_test(test_sampling_exact),
         cmocka_unit_test(test_sampling_exact_every_drafter),
+        cmocka_unit_test(test_sampling_exact_grammar),
         cmocka_unit_test(test_coupled_identity),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_bonus_token_exact),

@@ -56,6 +56,10 @@ typedef struct {
     float *q;            /* in: [k][n_vocab] room for distributions, or NULL when none are needed */
     sd_draft_policy *policy; /* in: asked before each draw; may be NULL (k proposals when the
                                 drafter has them) */
+    struct sd_grammar_matcher *grammar; /* in: NULL, or the constraint at the history's end: a model
+                                drafter masks its distributions with it and accepts each proposal
+                                into it (the engine rolls it back) */
+    uint64_t *mask;      /* in with grammar: room for a token mask of the target's vocabulary */
     int32_t *out;        /* out: [k] proposals */
     float *conf;         /* out: [k] each proposal's pre-draw confidence (as given to the policy) */
     int n_out;           /* out: proposals made, 0..k */

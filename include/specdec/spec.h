@@ -11,6 +11,7 @@
 
 #include "specdec/context.h"
 #include "specdec/draft.h"
+#include "specdec/grammar.h"
 #include "specdec/model.h"
 #include "specdec/sample.h"
 #include "specdec/status.h"
@@ -72,6 +73,14 @@ typedef struct {
                                <|eot_id|>, <|im_end|>, ... (sd_tokenizer_is_eog; default 1) */
     int n_ctx;              /* sd_pair_create's contexts: 0 = the smaller model's training context */
     sd_type kv_type;        /* sd_pair_create's contexts: SD_TYPE_F32 (default) or SD_TYPE_F16 */
+    sd_grammar *grammar;    /* borrowed, NULL: unconstrained. The target's distribution at each position
+                               is p restricted to what the grammar allows and renormalised; the
+                               drafter's q is masked alike; an end-of-generation token ends the
+                               generation. Used from the engine's thread only (sd_grammar's rule) */
+    const sd_grammar_vocab *grammar_vocab; /* the target tokenizer's index, with grammar */
+    int grammar_drafts;     /* 1 (default): the bytes the grammar forces next (property names,
+                               punctuation, const values) are proposed as drafts, tokenized, at no
+                               draft-model cost, ahead of the drafter's; 0: not */
     int logprobs;           /* 1: each emitted token's log-probability in sd_spec_round (the model's
                                distribution, the same whether the token was drafted or not) */
     int top_logprobs;       /* with logprobs: also the likeliest 0..SD_MAX_LOGPROBS tokens' */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "specdec/draft.h"
+#include "specdec/grammar.h"
 
 typedef struct {
     sd_context *ctx;
@@ -92,13 +93,28 @@ static void md_row(model_drafter *md, const float *logits, int n_prompt) {
     sd_penalize(&md->sp, md->fed, md->n_fed, n_prompt, md->row, nv, md->pen_cnt);
 }
 
+/* The grammar's mask at the proposal about to be drawn, on md->row (a proposal the target could
+ * never accept is not worth a draft). 0 when the grammar allows nothing: no proposal. */
+static int md_constrain(model_drafter *md, sd_draft_req *r) {
+    if (!r->grammar) return 1;
+    const int nv = md->n_vocab;
+    memset(r->mask, 0, (size_t)(nv + 63) / 64 * sizeof *r->mask);
+    if (sd_grammar_matcher_mask(r->grammar, r->mask) != SD_OK) return 0;
+    int any = 0;
+    for (int w = 0; w < (nv + 63) / 64 && !any; w++) any = r->mask[w] != 0;
+    if (any) sd_grammar_mask_logits(r->mask, md->row, nv, SD_MASKED_LOGIT);
+    return any;
+}
+
 /* The distribution the next proposal is drawn from, from the logits in hand, and its pre-draw
  * confidence (its top probability; greedy: the raw softmax's, computed only when wanted). Into
  * dst (q's row) when given, else the drafter's own buffer; *dist says where it is (NULL when
  * greedy without q: the argmax needs none). */
-static sd_status md_dist(model_drafter *md, int n_prompt, float *dst, int want_conf, const float **dist, float *conf) {
+static sd_status md_dist(model_drafter *md, sd_draft_req *r, float *dst, int want_conf, const float **dist, float *conf,
+                         int *allowed) {
     const int nv = md->n_vocab;
-    md_row(md, md->logits, n_prompt);
+    md_row(md, md->logits, r->n_prompt);
+    *allowed = md_constrain(md, r);
     *conf = 1.0f;
     *dist = NULL;
     if (md->sp.temperature == 0 && !dst) {
@@ -150,13 +166,17 @@ static sd_status md_draft(sd_drafter *d, sd_draft_req *r) {
     for (int i = 0; i < k; i++) {
         float conf;
         const float *dist;
-        if ((st = md_dist(md, r->n_prompt, q ? q + (size_t)i * md->n_vocab : NULL, r->policy != NULL, &dist, &conf)) !=
+        int allowed;
+        if ((st = md_dist(md, r, q ? q + (size_t)i * md->n_vocab : NULL, r->policy != NULL, &dist, &conf, &allowed)) !=
             SD_OK)
             return st;
+        if (!allowed) break; /* the grammar allows nothing more: the target ends here */
         /* asked before the draw: the answer cannot depend on which token comes out */
         const sd_draft_verdict v = r->policy ? r->policy->judge(r->policy, 0, i, conf) : SD_DRAFT_MORE;
         if (v == SD_DRAFT_STOP) break;
         r->out[i] = md_draw(md, dist, r->rng, (int64_t)r->n_hist + i);
+        if (r->grammar && sd_grammar_matcher_accept(r->grammar, r->out[i]) != SD_OK)
+            return sd_fail(SD_ERR_INVALID_ARG, "drafter: the grammar refused token %d its mask allowed", (int)r->out[i]);
         if (r->conf) r->conf[i] = conf;
         r->n_out = i + 1;
         if (v == SD_DRAFT_LAST || i + 1 == k) break; /* the last draft is fed only if it is accepted */
@@ -243,12 +263,18 @@ sd_status sd_drafter_model_draft_many(sd_drafter *const *ds, sd_draft_req *const
             float conf;
             const float *dist;
             float *q = md_wants_q(md) ? r->q : NULL;
-            st = md_dist(md, r->n_prompt, q ? q + (size_t)step * md->n_vocab : NULL, r->policy != NULL, &dist, &conf);
+            int allowed;
+            st = md_dist(md, r, q ? q + (size_t)step * md->n_vocab : NULL, r->policy != NULL, &dist, &conf, &allowed);
             if (st != SD_OK) break;
             live[i] = 0;
+            if (!allowed) continue;
             const sd_draft_verdict v = r->policy ? r->policy->judge(r->policy, 0, step, conf) : SD_DRAFT_MORE;
             if (v == SD_DRAFT_STOP) continue;
             r->out[step] = md_draw(md, dist, r->rng, (int64_t)r->n_hist + step);
+            if (r->grammar && sd_grammar_matcher_accept(r->grammar, r->out[step]) != SD_OK) {
+                st = sd_fail(SD_ERR_INVALID_ARG, "drafter: the grammar refused token %d its mask allowed", (int)r->out[step]);
+                break;
+            }
             if (r->conf) r->conf[step] = conf;
             r->n_out = step + 1;
             if (v == SD_DRAFT_LAST || step + 1 == k[i]) continue; /* the last draft is fed only if accepted */

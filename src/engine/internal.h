@@ -35,6 +35,10 @@ struct sd_spec {
     void *scratch;        /* sampling scratch */
     int32_t *picks;       /* [k+1] the target's token at each row (greedy, coupled) */
     float *row_buf;       /* [n_vocab] a row with the sampling penalties applied */
+    sd_grammar_matcher *gm; /* p.grammar's matcher for the running generation (NULL: none) */
+    int gm_steps;         /* its steps at the history's end (the state rounds roll back to) */
+    uint64_t *masks;      /* [k + 1][mask_words]: the grammar's mask at each row of the round */
+    int mask_words;       /* words of a mask over the target's vocabulary */
     int32_t *pen_cnt;     /* [n_vocab] zeroed: sd_penalize's scratch */
     float conf[SD_MAX_DRAFT];
     sd_token_logprobs lp[SD_MAX_DRAFT + 1]; /* the round's candidate tokens' (params.logprobs) */
@@ -49,6 +53,8 @@ struct sd_spec {
         int n_nodes;     /* tree: nodes, root included */
         int max_depth;   /* tree: its depth */
         int row0;        /* first logit row in the verify round */
+        int n_forced;    /* chain[1..n_forced]: the bytes the grammar forced, tokenized */
+        int nd;          /* drafts in the chain: n_forced + the drafter's (sd_seq_add sets it) */
         sd_draft_req req;
         int32_t chain[SD_MAX_DRAFT + 1]; /* [pending, d1..dnd] */
     } rnd;

@@ -8,6 +8,7 @@
 
 #include "core/io.h"
 #include "engine/internal.h"
+#include "specdec/tokenizer.h"
 #include "specdec/verify.h"
 
 /* ---- names and defaults ------------------------------------------------------------------- */
@@ -50,6 +51,7 @@ sd_spec_params sd_spec_default_params(void) {
     p.sampling = sd_sampler_default_params();
     p.stop_at_eos = 1;
     p.kv_type = SD_TYPE_F32;
+    p.grammar_drafts = 1;
     return p;
 }
 
@@ -75,7 +77,7 @@ double sd_spec_decode_tps(const sd_spec_stats *st) {
 /* has_model: the drafter draws from a draft model (NULL drafter: plain). */
 static sd_status check_params(const sd_spec_params *p, int with_draft, int has_model) {
     if (p->n_predict <= 0) return sd_fail(SD_ERR_INVALID_ARG, "tokens to generate must be > 0 (got %d)", p->n_predict);
-    if (with_draft && (p->draft_max < 0 || p->draft_max > SD_MAX_DRAFT))
+    if (p->draft_max < 0 || p->draft_max > SD_MAX_DRAFT)
         return sd_fail(SD_ERR_INVALID_ARG, "draft length k must be in 0..%d (got %d)", SD_MAX_DRAFT, p->draft_max);
     if (p->n_ctx < 0) return sd_fail(SD_ERR_INVALID_ARG, "context size must be >= 0 (got %d)", p->n_ctx);
     if (p->draft_mode != SD_DRAFT_ADAPTIVE && p->draft_mode != SD_DRAFT_FIXED && p->draft_mode != SD_DRAFT_PMIN)
@@ -88,6 +90,11 @@ static sd_status check_params(const sd_spec_params *p, int with_draft, int has_m
         return sd_fail(SD_ERR_INVALID_ARG, "draft p_min must be in [0, 1] (got %g)", (double)p->p_min);
     if (p->draft_min < 0 || (with_draft && p->draft_min > p->draft_max))
         return sd_fail(SD_ERR_INVALID_ARG, "draft_min %d must be in 0..draft_max (%d)", p->draft_min, p->draft_max);
+    if (p->grammar && !p->grammar_vocab)
+        return sd_fail(SD_ERR_INVALID_ARG, "a grammar needs the target tokenizer's index (grammar_vocab)");
+    if (p->grammar && p->tree_budget > 0)
+        return sd_fail(SD_ERR_UNSUPPORTED, "a grammar constrains chains of drafts, not trees (tree budget %d)",
+                       p->tree_budget);
     if (p->top_logprobs < 0 || p->top_logprobs > SD_MAX_LOGPROBS)
         return sd_fail(SD_ERR_INVALID_ARG, "top_logprobs %d outside 0..%d", p->top_logprobs, SD_MAX_LOGPROBS);
     if (p->draft_min > 1 && p->tree_budget > 0)
@@ -127,6 +134,8 @@ void sd_spec_free(sd_spec *s) {
     free(s->picks);
     free(s->row_buf);
     free(s->pen_cnt);
+    free(s->masks);
+    sd_grammar_matcher_free(s->gm);
     free(s);
 }
 
@@ -154,8 +163,7 @@ sd_status sd_spec_create_with(sd_spec_batch *batch, int seq, sd_drafter *drafter
     s->seq = seq;
     s->drafter = drafter;
     s->has_model = has_model;
-    s->p = *p;
-    if (!drafter) s->p.draft_max = 0;
+    s->p = *p; /* without a drafter, draft_max still bounds a grammar's forced drafts */
     s->n_vocab = n_vocab;
     s->n_ctx = sd_context_n_ctx(target);
     if (drafter && drafter->capacity < s->n_ctx) s->n_ctx = drafter->capacity;
@@ -184,7 +192,7 @@ sd_status sd_spec_set_params(sd_spec *s, const sd_spec_params *p) {
     sd_status st = check_params(p, s->drafter != NULL, s->has_model);
     if (st != SD_OK) return st;
     if (s->active) return sd_fail(SD_ERR_INVALID_ARG, "spec: parameters cannot change while a generation runs");
-    const int k = s->drafter ? (p->draft_max > p->tree_budget ? p->draft_max : p->tree_budget) : 0;
+    const int k = p->draft_max > p->tree_budget ? p->draft_max : p->tree_budget;
     if (k > s->k_alloc)
         return sd_fail(SD_ERR_INVALID_ARG, "spec: %d drafts per pass exceed the %d this engine was created for", k,
                        s->k_alloc);
@@ -197,7 +205,6 @@ sd_status sd_spec_set_params(sd_spec *s, const sd_spec_params *p) {
     s->p.ngram = ngram; /* the drafter and the contexts stay as created */
     s->p.n_ctx = n_ctx;
     s->p.kv_type = kv_type;
-    if (!s->drafter) s->p.draft_max = 0;
     return SD_OK;
 }
 
@@ -259,9 +266,23 @@ static sd_status begin(sd_spec *s, const int32_t *prompt, int n_prompt, int src_
     if (s->drafter && s->p.draft_mode == SD_DRAFT_ADAPTIVE && !s->p.costs.given && !(s->batch->costs.t_pass[1] > 0) &&
         (rc = sd_batch_measure(s->batch, s)) != SD_OK)
         return rc;
+    sd_grammar_matcher_free(s->gm); /* the last generation's */
+    s->gm = NULL;
+    if (s->p.grammar) {
+        const int vn = sd_grammar_vocab_n(s->p.grammar_vocab), words = ((vn > s->n_vocab ? vn : s->n_vocab) + 63) / 64;
+        if (words != s->mask_words) {
+            free(s->masks);
+            s->masks = malloc((size_t)(s->k_alloc + 2) * (size_t)words * sizeof *s->masks);
+            s->mask_words = s->masks ? words : 0;
+            if (!s->masks) return sd_fail(SD_ERR_NOMEM, "out of memory");
+        }
+        if ((rc = sd_grammar_matcher_create(s->p.grammar, s->p.grammar_vocab, &s->gm)) != SD_OK) return rc;
+        s->gm_steps = 0;
+    }
     st->t_prefill = sd_now() - s->t0;
     st->n_sources = s->drafter ? s->drafter->n_sources : 0;
     for (int i = 0; i < st->n_sources; i++) st->sources[i] = s->drafter->sources[i];
+    if (s->gm) st->sources[st->n_sources++] = "grammar"; /* forced bytes as drafts */
     s->active = 1;
     return SD_OK;
 }
@@ -319,10 +340,12 @@ static int coupled(const sd_spec *s) { return sampling(s) && s->p.sampling.mode 
 /* A row of the target's logits for history position pos, with the sampling penalties applied
  * from the history before it: s->tokens[0..pos) (drafts ahead of the history are written there
  * first, see with_drafts). */
-static const float *target_row(sd_spec *s, const float *row, int64_t pos) {
-    if (!sd_sampler_has_penalties(&s->p.sampling)) return row;
+static const float *target_row(sd_spec *s, const float *row, int64_t pos, int i) {
+    if (!sd_sampler_has_penalties(&s->p.sampling) && !s->gm) return row;
     memcpy(s->row_buf, row, (size_t)s->n_vocab * sizeof(float));
     sd_penalize(&s->p.sampling, s->tokens, (int)pos, s->st.n_prompt, s->row_buf, s->n_vocab, s->pen_cnt);
+    /* the constrained distribution: p restricted to what the grammar allows here, renormalised */
+    if (s->gm) sd_grammar_mask_logits(s->masks + (size_t)i * (size_t)s->mask_words, s->row_buf, s->n_vocab, -1e30f);
     return s->row_buf;
 }
 
@@ -341,8 +364,8 @@ static int with_path(sd_spec *s, int u) {
 
 /* The target's own token for history position pos from a row of logits: the argmax (greedy),
  * the race's winner (coupled), or a draw from the RNG stream (rejection). prob: [n_vocab] room. */
-static sd_status target_pick(sd_spec *s, const float *raw, int64_t pos, float *prob, int32_t *tok) {
-    const float *row = target_row(s, raw, pos);
+static sd_status target_pick(sd_spec *s, const float *raw, int64_t pos, int i, float *prob, int32_t *tok) {
+    const float *row = target_row(s, raw, pos, i);
     if (!sampling(s)) {
         *tok = sd_argmax(row, s->n_vocab);
         return SD_OK;
@@ -361,14 +384,30 @@ static sd_status end_round(sd_spec *s, const int32_t *acc, int m, int32_t next, 
                            sd_token_cb cb, void *user, sd_spec_round *out) {
     sd_spec_stats *st = &s->st;
     int emitted = 0;
+    const int n0 = s->n_tokens;
     for (int i = 0; i < m && s->active; i++, emitted++) emit(s, acc[i], cb, user, out);
     if (s->active) emit(s, next, cb, user, out);
+    if (s->gm) { /* the constraint follows the history: the emitted tokens came from masked rows */
+        for (int i = n0; i < s->n_tokens; i++)
+            if (sd_grammar_matcher_accept(s->gm, s->tokens[i]) != SD_OK) {
+                finish(s, SD_STOP_NONE);
+                return sd_fail(SD_ERR_INVALID_ARG, "grammar: token %d at %d is not allowed (an engine bug)",
+                               (int)s->tokens[i], i);
+            }
+        s->gm_steps = sd_grammar_matcher_n_steps(s->gm);
+        if (s->active && sd_grammar_matcher_is_done(s->gm)) finish(s, SD_STOP_EOS); /* nothing more is allowed */
+    }
     if (n_drafted > 0) {
+        const int nf = s->rnd.tree ? 0 : s->rnd.n_forced, acc_f = emitted < nf ? emitted : nf;
         st->n_verify++;
         st->n_drafted += n_drafted;
         st->n_accepted += emitted;
-        st->drafted_by[source] += n_drafted;
-        st->accepted_by[source] += emitted;
+        if (nf > 0) { /* the grammar's forced drafts: the last source */
+            st->drafted_by[st->n_sources - 1] += nf;
+            st->accepted_by[st->n_sources - 1] += acc_f;
+        }
+        st->drafted_by[source] += n_drafted - nf;
+        st->accepted_by[source] += emitted - acc_f;
         for (int i = 0; i < depth; i++) {
             st->drafted_at[i]++;
             if (i < emitted) st->accepted_at[i]++;
@@ -397,6 +436,41 @@ static sd_status end_round(sd_spec *s, const int32_t *acc, int m, int32_t next, 
 
 /* ---- the round's phases --------------------------------------------------------------------- */
 
+/* The bytes the grammar forces next, as at most cap tokens proposed ahead of the drafter's: the
+ * tokenizer's own split of them (the target's likeliest), or where that is not allowed here (a
+ * SentencePiece fragment's leading space), the longest allowed token that spells a prefix of
+ * them, step by step. Written to chain[1..] and after the history; the matcher is left after them. */
+static int forced_drafts(sd_spec *s, int cap) {
+    char buf[256];
+    const size_t got = sd_grammar_matcher_forced_bytes(s->gm, buf, sizeof buf);
+    const size_t nb = got < sizeof buf ? got : sizeof buf;
+    if (nb == 0 || cap < 1) return 0;
+    if (cap > SD_MAX_DRAFT) cap = SD_MAX_DRAFT;
+    int32_t ids[SD_MAX_DRAFT];
+    int n = 0, r = 0;
+    if (s->tok) sd_tokenizer_tokenize(s->tok, buf, nb, 0, 0, ids, cap, &n); /* more than cap: the first cap */
+    for (int i = 0; i < n && i < cap && sd_grammar_matcher_accept(s->gm, ids[i]) == SD_OK; i++) s->rnd.chain[1 + r++] = ids[i];
+    for (size_t at = 0; r == 0 && at < nb && r < cap;) {
+        uint64_t *mask = s->masks;
+        memset(mask, 0, (size_t)s->mask_words * sizeof *mask);
+        if (sd_grammar_matcher_mask(s->gm, mask) != SD_OK) break;
+        int32_t best = -1;
+        size_t best_len = 0;
+        for (int w = 0; w < s->mask_words; w++)
+            for (uint64_t bits = mask[w]; bits; bits &= bits - 1) {
+                const int32_t t = w * 64 + __builtin_ctzll(bits);
+                size_t len = 0;
+                const uint8_t *b = t < s->n_vocab ? sd_grammar_vocab_bytes(s->p.grammar_vocab, t, &len) : NULL;
+                if (b && len > best_len && len <= nb - at && !memcmp(b, buf + at, len)) best = t, best_len = len;
+            }
+        if (best < 0 || sd_grammar_matcher_accept(s->gm, best) != SD_OK) break;
+        s->rnd.chain[1 + r++] = best;
+        at += best_len;
+    }
+    memcpy(s->tokens + s->n_tokens, s->rnd.chain + 1, (size_t)r * sizeof(int32_t));
+    return r;
+}
+
 int sd_seq_plan(sd_spec *s, int share, int allowed, int others_n, double others_e, double others_t, sd_status *rc) {
     *rc = SD_OK;
     if (!s->active) return 1;
@@ -418,8 +492,20 @@ int sd_seq_plan(sd_spec *s, int share, int allowed, int others_n, double others_
     s->rnd.room = room;
     s->rnd.share = share;
     s->rnd.t_draft0 = s->st.t_draft;
+    int cap = room - 1 < left - 1 ? room - 1 : left - 1;
+    if (cap > share) cap = share;
+    if (s->gm) {
+        if (sd_grammar_matcher_is_done(s->gm)) { /* nothing more may be generated */
+            finish(s, SD_STOP_EOS);
+            return 1;
+        }
+        const int kf = s->p.draft_max < s->k_alloc ? s->p.draft_max : s->k_alloc; /* the round's rows */
+        if (s->p.grammar_drafts) s->rnd.n_forced = forced_drafts(s, cap < kf ? cap : kf);
+    }
     if (!s->drafter) return 0;
-    const sd_draft_round_in in = {room - 1 < left - 1 ? room - 1 : left - 1, share, allowed, others_n, others_e, others_t};
+    const int nf = s->rnd.n_forced;
+    const sd_draft_round_in in = {(room - 1 < left - 1 ? room - 1 : left - 1) - nf, share - nf, allowed, others_n,
+                                  others_e, others_t};
     const sd_draft_costs *costs = s->p.costs.given ? &s->p.costs : &s->batch->costs;
     if (s->p.tree_budget > 0) { /* a tree: the controller's limits, not its judging */
         sd_spec_params fixed = s->p;
@@ -434,14 +520,17 @@ int sd_seq_plan(sd_spec *s, int share, int allowed, int others_n, double others_
 
 void sd_seq_fill_req(sd_spec *s) {
     sd_draft_req *req = &s->rnd.req;
+    const int nf = s->rnd.n_forced; /* the drafter continues after the forced drafts */
     req->hist = s->tokens;
-    req->n_hist = s->n_tokens;
+    req->n_hist = s->n_tokens + nf;
     req->n_prompt = s->st.n_prompt;
     req->k = s->rnd.k;
     req->rng = &s->rng;
-    req->q = s->q_rows; /* a model drafter records q only for rejection sampling */
+    req->q = s->q_rows + (size_t)nf * (size_t)s->n_vocab; /* recorded only for rejection sampling */
     req->policy = sd_draft_ctl_policy(&s->ctl);
-    req->out = s->rnd.chain + 1;
+    req->grammar = s->gm;
+    req->mask = s->masks;
+    req->out = s->rnd.chain + 1 + nf;
     req->conf = s->conf;
 }
 
@@ -518,18 +607,41 @@ sd_status sd_seq_draft(sd_spec *s) {
 
 sd_status sd_seq_add(sd_spec *s, sd_verify_round *vr) {
     if (s->rnd.tree) return sd_verify_round_add_tree(vr, s->seq, s->tree_tok, s->tree_par, s->rnd.n_nodes, &s->rnd.row0);
-    return sd_verify_round_add_chain(vr, s->seq, s->rnd.chain, s->rnd.req.n_out + 1, &s->rnd.row0);
+    const int nf = s->rnd.n_forced;
+    int nd = nf + s->rnd.req.n_out;
+    if (s->gm) {
+        /* the grammar's mask at every row (the history, then each draft in turn); a draft it refuses
+         * (prompt lookup knows no grammar) ends the chain before it: no row after it is of use */
+        const size_t W = (size_t)s->mask_words;
+        sd_status rc = sd_grammar_matcher_rollback(s->gm, s->gm_steps);
+        for (int i = 0; i <= nd && rc == SD_OK; i++) {
+            memset(s->masks + i * W, 0, W * sizeof *s->masks);
+            rc = sd_grammar_matcher_mask(s->gm, s->masks + i * W);
+            if (rc == SD_OK && i < nd && sd_grammar_matcher_accept(s->gm, s->rnd.chain[1 + i]) != SD_OK) nd = i;
+        }
+        if (rc == SD_OK) rc = sd_grammar_matcher_rollback(s->gm, s->gm_steps);
+        if (rc != SD_OK) return rc;
+    }
+    if (nf > 0 && s->rnd.req.q_filled) /* forced drafts beside a model's: their q is one-hot */
+        for (int i = 0; i < nf; i++) {
+            float *q = s->q_rows + (size_t)i * (size_t)s->n_vocab;
+            memset(q, 0, (size_t)s->n_vocab * sizeof *q);
+            q[s->rnd.chain[1 + i]] = 1.0f;
+        }
+    s->rnd.nd = nd;
+    return sd_verify_round_add_chain(vr, s->seq, s->rnd.chain, nd + 1, &s->rnd.row0);
 }
 
 /* The target's token at every row of the round (greedy or coupled): row i scores history
  * position n_hist + depth(i), where a chain's depth(i) is i. */
 static sd_status picks(sd_spec *s, const sd_verify_round *vr, int n) {
     const size_t V = (size_t)s->n_vocab;
-    const int pen = sd_sampler_has_penalties(&s->p.sampling);
+    const int pen = sd_sampler_has_penalties(&s->p.sampling) || s->gm;
     for (int i = 0; i < n; i++) {
         const int d = pen || s->rnd.tree ? with_path(s, i) : i;
         const int64_t pos = (int64_t)s->n_tokens + d;
-        sd_status rc = target_pick(s, sd_verify_round_logits(vr, s->rnd.row0 + i), pos, s->p_rows + (size_t)i * V, &s->picks[i]);
+        sd_status rc =
+            target_pick(s, sd_verify_round_logits(vr, s->rnd.row0 + i), pos, i, s->p_rows + (size_t)i * V, &s->picks[i]);
         if (rc != SD_OK) return rc;
     }
     return SD_OK;
@@ -538,10 +650,10 @@ static sd_status picks(sd_spec *s, const sd_verify_round *vr, int n) {
 /* The target's processed distribution at every row (rejection sampling). */
 static sd_status rows_probs(sd_spec *s, const sd_verify_round *vr, int n) {
     const size_t V = (size_t)s->n_vocab;
-    const int pen = sd_sampler_has_penalties(&s->p.sampling);
+    const int pen = sd_sampler_has_penalties(&s->p.sampling) || s->gm;
     for (int i = 0; i < n; i++) {
         const float *raw = sd_verify_round_logits(vr, s->rnd.row0 + i);
-        const float *row = pen ? target_row(s, raw, (int64_t)s->n_tokens + with_path(s, i)) : raw;
+        const float *row = pen ? target_row(s, raw, (int64_t)s->n_tokens + with_path(s, i), i) : raw;
         sd_status rc = sd_sample_probs(&s->p.sampling, row, s->n_vocab, s->p_rows + (size_t)i * V, s->scratch);
         if (rc != SD_OK) return rc;
     }
@@ -572,10 +684,10 @@ sd_status sd_seq_finish(sd_spec *s, const sd_verify_round *vr, sd_token_cb cb, v
         if (rc == SD_OK) rc = sd_target_keep_path(s->batch->ctx, s->seq, n_hist - 1, s->path, m + 1);
         for (int i = 0; i < m; i++) acc[i] = s->tree_tok[s->path[1 + i]];
     } else {
-        const int nd = s->rnd.req.n_out;
+        const int nd = s->rnd.nd, nf = s->rnd.n_forced;
         if (nd == 0) {
             st->n_target_steps++;
-            rc = target_pick(s, sd_verify_round_logits(vr, row0), n_hist, s->p_rows, &next);
+            rc = target_pick(s, sd_verify_round_logits(vr, row0), n_hist, 0, s->p_rows, &next);
         } else if (exact_match) {
             rc = picks(s, vr, nd + 1);
             if (rc == SD_OK) m = sd_verify_greedy(s->rnd.chain + 1, nd, s->picks, &next);
@@ -585,7 +697,8 @@ sd_status sd_seq_finish(sd_spec *s, const sd_verify_round *vr, sd_token_cb cb, v
             if (rc == SD_OK)
                 m = sd_verify_stochastic(s->p_rows, q, s->rnd.chain + 1, nd, s->n_vocab, &s->rng, s->residual, &next);
         }
-        if (rc == SD_OK && nd > 0) sd_draft_ctl_record(&s->ctl, s->rnd.req.source, s->conf, nd, m);
+        /* the controller learns from its drafter's proposals, tried once the forced ones were accepted */
+        if (rc == SD_OK && nd > nf && m >= nf) sd_draft_ctl_record(&s->ctl, s->rnd.req.source, s->conf, nd - nf, m - nf);
         memcpy(acc, s->rnd.chain + 1, (size_t)m * sizeof *acc);
     }
     st->t_sample += sd_now() - ts;
@@ -603,7 +716,7 @@ sd_status sd_seq_finish(sd_spec *s, const sd_verify_round *vr, sd_token_cb cb, v
         sd_context_seq_truncate(s->batch->ctx, s->seq, n_hist - 1);
         return rc;
     }
-    const int n_drafted = s->rnd.tree ? s->rnd.n_nodes - 1 : s->rnd.req.n_out;
+    const int n_drafted = s->rnd.tree ? s->rnd.n_nodes - 1 : s->rnd.nd;
     const int depth = s->rnd.tree ? s->rnd.max_depth : n_drafted;
     /* this round as the others of the next shared one see it */
     s->last_n = n_drafted + 1;
