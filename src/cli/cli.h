@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "cli/options.h"
+#include "specdec/grammar.h"
 #include "core/io.h"
 #include "specdec/chat.h"
 #include "specdec/model.h"
@@ -40,6 +41,16 @@ int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer
  * target itself when -md names it or is absent. *dm is NULL without a draft. 0, or the exit
  * status after printing the error (nothing loaded). */
 int cli_load_pair(const cli_opts *o, sd_model **tm, sd_model **dm);
+
+/* The grammar options (grammar_opts.c): the text of --grammar FILE or --json-schema FILE|JSON (an
+ * argument starting with '{' is the schema itself); *text NULL when neither is given. 0, or the
+ * exit status after printing the error. */
+int cli_grammar_text(const cli_opts *o, char **text, size_t *len, int *is_schema);
+/* Compiles such a text (NULL text: any JSON object), JSON whitespace as --json-ws says. */
+sd_status cli_grammar_compile(const cli_opts *o, const char *text, size_t len, int is_schema, sd_grammar **g);
+/* Both: *g NULL when no grammar option is given; 0 or the exit status after printing the error
+ * (naming the file; a schema's unsupported keyword by name and path). */
+int cli_grammar(const cli_opts *o, sd_grammar **g);
 
 /* How generate turns -p into prompt ids (gen_prompt.c). */
 typedef struct {

@@ -19,29 +19,6 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The grammar text of o: --grammar FILE, else --json-schema FILE or inline JSON, else NULL (the
- * built-in any-object grammar). *is_schema says which. */
-static int grammar_text(const cli_opts *o, char **text, size_t *len, int *is_schema) {
-    *text = NULL;
-    *len = 0;
-    *is_schema = 0;
-    const char *src = o->grammar_file ? o->grammar_file : o->json_schema;
-    if (!src) return 0;
-    *is_schema = !o->grammar_file;
-    if (*is_schema && (src[0] == '{' || src[0] == '[' || !strcmp(src, "true"))) {
-        *text = strdup(src);
-        *len = strlen(src);
-        return *text ? 0 : cli_error_status(SD_ERR_NOMEM);
-    }
-    sd_status st = sd_file_read(src, 0, text, len);
-    return st == SD_OK ? 0 : cli_error_status(st);
-}
-
-static sd_status compile(const char *text, size_t len, int is_schema, sd_grammar **g) {
-    if (!text) return sd_grammar_json_object(NULL, g);
-    return is_schema ? sd_grammar_from_json_schema(text, len, g) : sd_grammar_from_gbnf(text, len, NULL, g);
-}
-
 int cmd_bench_grammar(int argc, char **argv) {
     cli_opts o;
     cli_opts_default(&o);
@@ -52,7 +29,7 @@ int cmd_bench_grammar(int argc, char **argv) {
     char *text = NULL;
     size_t tlen = 0;
     int is_schema = 0;
-    int rc = grammar_text(&o, &text, &tlen, &is_schema);
+    int rc = cli_grammar_text(&o, &text, &tlen, &is_schema);
     if (rc) return rc;
     sd_set_threads(o.threads);
     sd_model *m = NULL;
@@ -87,7 +64,7 @@ int cmd_bench_grammar(int argc, char **argv) {
     double t0 = sd_now();
     sd_status st = sd_grammar_vocab_create(tok, &v);
     const double t_vocab = sd_now() - t0;
-    if (st == SD_OK) st = compile(text, tlen, is_schema, &g); /* checked once before the timed runs */
+    if (st == SD_OK) st = cli_grammar_compile(&o, text, tlen, is_schema, &g); /* checked once before the timed runs */
     sd_context_params cp = sd_context_default_params();
     cp.n_ctx = o.n_predict + 64;
     if (st == SD_OK) st = sd_context_create(m, &cp, &ctx);
@@ -118,7 +95,7 @@ int cmd_bench_grammar(int argc, char **argv) {
     double sum_mask = 0, sum_fwd = 0;
     for (int r = 0; r < reps; r++) {
         t0 = sd_now();
-        st = compile(text, tlen, is_schema, &g);
+        st = cli_grammar_compile(&o, text, tlen, is_schema, &g);
         t_comp[r] = sd_now() - t0;
         sd_grammar_matcher *gm = NULL;
         if (st == SD_OK) st = sd_grammar_matcher_create(g, v, &gm);

@@ -128,6 +128,8 @@ int cmd_generate(int argc, char **argv) {
     int rc = 0;
     sd_model *tm = NULL, *dm = NULL;
     sd_spec *spec = NULL, *plain = NULL;
+    sd_grammar *grammar = NULL;
+    sd_grammar_vocab *gvocab = NULL;
     int32_t *ids = NULL;
     printer pr = {0};
     cJSON *root = NULL;
@@ -146,6 +148,20 @@ int cmd_generate(int argc, char **argv) {
     cli_spec_params(&o, &p);
     p.n_ctx = ctx;
     p.stop_flag = &cli_interrupted;
+    if ((rc = cli_grammar(&o, &grammar))) goto done;
+    if (grammar) {
+        if (tree) {
+            rc = cli_usage_error("generate: --draft-tree does not combine with --grammar/--json-schema (chains only)");
+            goto done;
+        }
+        if ((st = sd_grammar_vocab_create(tok, &gvocab)) != SD_OK) {
+            rc = cli_error_status(st);
+            goto done;
+        }
+        p.grammar = grammar;
+        p.grammar_vocab = gvocab;
+        p.grammar_drafts = !o.no_grammar_drafts;
+    }
     if (n_ids >= ctx) {
         rc = cli_usage_error("prompt of %d tokens does not fit the context of %d tokens (use a shorter prompt or a larger -c)",
                              n_ids, ctx);
@@ -247,6 +263,8 @@ done:
     free(file_text);
     sd_spec_free(plain);
     sd_spec_free(spec);
+    sd_grammar_free(grammar);
+    sd_grammar_vocab_free(gvocab);
     sd_model_free(dm);
     sd_model_free(tm);
     return rc;

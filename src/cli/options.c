@@ -66,6 +66,12 @@ static int fn_spec_sampling(const char *flag, const char *v, cli_opts *o) {
         return cli_usage_error("%s must be coupled or rejection, got '%s'", flag, v);
     return 0;
 }
+static int fn_json_ws(const char *flag, const char *v, cli_opts *o) {
+    if (!strcmp(v, "bounded")) o->json_compact = 0;
+    else if (!strcmp(v, "compact")) o->json_compact = 1;
+    else return cli_usage_error("%s must be bounded or compact, got '%s'", flag, v);
+    return 0;
+}
 static int fn_chat_template(const char *flag, const char *v, cli_opts *o) {
     sd_chat_format f;
     if (sd_chat_format_from_name(v, &f) != SD_OK)
@@ -224,10 +230,20 @@ static const cli_opt k_opts[] = {
     {"--no-batch", NULL, OPT_FLAG, CMD_BENCH_DECODE, "measurement", NULL, 0, 0, 0, F(no_batch), NULL,
      "skip the several-sequence passes", NULL},
     /* bench-grammar */
-    {"--json-schema", NULL, OPT_STR, CMD_BENCH_GRAMMAR, "grammar", "FILE|JSON", 0, 0, 0, F(json_schema), NULL,
-     "constrain by this JSON Schema (a file, or the schema itself when it starts with '{')", NULL},
-    {"--grammar", NULL, OPT_STR, CMD_BENCH_GRAMMAR, "grammar", "FILE", 0, 0, 0, F(grammar_file), NULL,
-     "constrain by this GBNF grammar (llama.cpp's format); without either, any JSON object", NULL},
+    {"--json-schema", NULL, OPT_STR, CMD_BENCH_GRAMMAR | CMD_GENERATE, "grammar", "FILE|JSON", 0, 0, 0, F(json_schema), NULL,
+     "constrain the output by this JSON Schema (a file, or the schema itself when it starts with '{'); a keyword "
+     "that cannot be honoured is refused by name (docs/grammar.md)",
+     NULL},
+    {"--grammar", NULL, OPT_STR, CMD_BENCH_GRAMMAR | CMD_GENERATE, "grammar", "FILE", 0, 0, 0, F(grammar_file), NULL,
+     "constrain the output by this GBNF grammar (llama.cpp's format); bench-grammar without either: any JSON "
+     "object",
+     NULL},
+    {"--json-ws", NULL, OPT_FN, CMD_BENCH_GRAMMAR | CMD_GENERATE, "grammar", "WS", 0, 0, 0, 0, fn_json_ws,
+     "whitespace a JSON Schema allows between tokens: bounded (none, a space, or a line break and up to 20 "
+     "spaces) or compact (none: property names and punctuation become forced, drafted for free)",
+     "bounded"},
+    {"--no-grammar-drafts", NULL, OPT_FLAG, CMD_GENERATE, "grammar", NULL, 0, 0, 0, F(no_grammar_drafts), NULL,
+     "do not propose the bytes the grammar forces as drafts", NULL},
     /* bench */
     {"--quick", NULL, OPT_FLAG, CMD_BENCH, "options", NULL, 0, 0, 0, F(quick), NULL,
      "1 repetition, at most 2 prompts and 32 tokens: a smoke run", NULL},

@@ -57,6 +57,7 @@ typedef struct {
     int pieces, no_bos;
     /* bench-grammar */
     const char *json_schema, *grammar_file;
+    int json_compact, no_grammar_drafts;
     /* serve */
     const char *host, *api_key, *alias;
     int port, parallel, timeout, queue;

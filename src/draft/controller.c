@@ -75,7 +75,8 @@ static double accept_est(const sd_draft_ctl *c, int source, float conf) {
 /* Expected tokens per second of the whole round when this sequence emits e tokens (expected)
  * after d draft steps and puts n tokens into the pass, beside the other sequences' share. */
 static double round_rate(const sd_draft_ctl *c, double e, int d, int n) {
-    const double t = c->others_t + d * c->costs->t_draft + sd_draft_costs_verify(c->costs, c->others_n + n);
+    const double t =
+        c->others_t + d * c->costs->t_draft + sd_draft_costs_verify(c->costs, c->others_n + c->pass_base + n);
     return t > 0 ? (c->others_e + e) / t : 0.0;
 }
 
@@ -119,6 +120,7 @@ int sd_draft_ctl_plan(sd_draft_ctl *c, const sd_spec_params *p, const sd_draft_c
     c->others_t = in->others_t;
     c->cum = 1;
     c->e = 1;
+    c->pass_base = 0;
     int k = p->draft_max;
     if (k > in->room) k = in->room;
     if (k > in->share) k = in->share;
@@ -149,6 +151,21 @@ sd_draft_verdict sd_draft_ctl_judge(sd_draft_policy *policy, int source, int i, 
     return r_next > r_keep ? SD_DRAFT_MORE : SD_DRAFT_LAST;
 }
 
+sd_draft_verdict sd_draft_ctl_judge_free(sd_draft_ctl *c, int source, float conf) {
+    if (c->mode != SD_DRAFT_ADAPTIVE || !c->costs || !(c->costs->t_pass[1] > 0)) { /* nothing to weigh it by */
+        c->pass_base++;
+        return SD_DRAFT_MORE;
+    }
+    if (source < 0 || source >= SD_DRAFT_MAX_SOURCES) source = SD_CTL_SOURCE_GRAMMAR;
+    const double acc = accept_est(c, source, conf);
+    const double cum = c->cum * acc, e_with = c->e + cum;
+    if (round_rate(c, e_with, 0, 2) < round_rate(c, c->e, 0, 1)) return SD_DRAFT_STOP; /* one more token vs none */
+    c->cum = cum;
+    c->e = e_with;
+    c->pass_base++;
+    return SD_DRAFT_MORE;
+}
+
 void sd_draft_ctl_record(sd_draft_ctl *c, int source, const float *conf, int n_drafted, int n_accepted) {
     if (source < 0 || source >= SD_DRAFT_MAX_SOURCES || !conf) return;
     /* a proposal is tried when every earlier one was accepted */
@@ -157,7 +174,7 @@ void sd_draft_ctl_record(sd_draft_ctl *c, int source, const float *conf, int n_d
         c->tried[source][b] += 1;
         if (i < n_accepted) c->acc[source][b] += 1;
     }
-    if (n_drafted > 0) {
+    if (n_drafted > 0 && source != SD_CTL_SOURCE_GRAMMAR) { /* a drafter's first proposal of a round */
         c->first_tried += 1;
         c->first_acc += n_accepted > 0;
     }

@@ -34,7 +34,11 @@ typedef struct {
     double others_e;         /* tokens, tokens they emitted, seconds they spent drafting */
     double others_t;
     double cum, e;           /* P(every proposal so far accepted), expected tokens */
+    int pass_base;           /* proposals already in the pass that cost no draft step */
 } sd_draft_ctl;
+
+/* The source index the grammar's forced proposals are learned under (beside a drafter's). */
+#define SD_CTL_SOURCE_GRAMMAR (SD_DRAFT_MAX_SOURCES - 1)
 
 void sd_draft_ctl_init(sd_draft_ctl *c);
 
@@ -57,6 +61,10 @@ sd_draft_policy *sd_draft_ctl_policy(sd_draft_ctl *c);
 /* Before proposal i (0-based) of source `source` is drawn; conf is its pre-draw confidence (the
  * top probability of the draft's distribution, an n-gram's match score). */
 sd_draft_verdict sd_draft_ctl_judge(sd_draft_policy *policy, int source, int i, float conf);
+/* A proposal that costs no draft step (the bytes a grammar forces, ahead of the drafter's): proposed
+ * when one more token in the pass pays for its expected gain (adaptive; always under fixed and
+ * p_min); judged before the drafter's, which continue after it in the pass. */
+sd_draft_verdict sd_draft_ctl_judge_free(sd_draft_ctl *c, int source, float conf);
 /* A verified round: pre-draw confidences of the n_drafted proposals, the first n_accepted of
  * which were accepted. */
 void sd_draft_ctl_record(sd_draft_ctl *c, int source, const float *conf, int n_drafted, int n_accepted);

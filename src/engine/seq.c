@@ -447,10 +447,17 @@ static int forced_drafts(sd_spec *s, int cap) {
     if (nb == 0 || cap < 1) return 0;
     if (cap > SD_MAX_DRAFT) cap = SD_MAX_DRAFT;
     int32_t ids[SD_MAX_DRAFT];
-    int n = 0, r = 0;
+    int n = 0, r = 0, judged_stop = 0;
     if (s->tok) sd_tokenizer_tokenize(s->tok, buf, nb, 0, 0, ids, cap, &n); /* more than cap: the first cap */
-    for (int i = 0; i < n && i < cap && sd_grammar_matcher_accept(s->gm, ids[i]) == SD_OK; i++) s->rnd.chain[1 + r++] = ids[i];
-    for (size_t at = 0; r == 0 && at < nb && r < cap;) {
+    for (int i = 0; i < n && i < cap && sd_grammar_matcher_allows(s->gm, ids[i]); i++) {
+        if (sd_draft_ctl_judge_free(&s->ctl, SD_CTL_SOURCE_GRAMMAR, 1.0f) != SD_DRAFT_MORE) {
+            judged_stop = 1;
+            break;
+        }
+        if (sd_grammar_matcher_accept(s->gm, ids[i]) != SD_OK) break;
+        s->rnd.chain[1 + r++] = ids[i];
+    }
+    for (size_t at = 0; r == 0 && !judged_stop && at < nb && r < cap;) {
         uint64_t *mask = s->masks;
         memset(mask, 0, (size_t)s->mask_words * sizeof *mask);
         if (sd_grammar_matcher_mask(s->gm, mask) != SD_OK) break;
@@ -463,7 +470,9 @@ static int forced_drafts(sd_spec *s, int cap) {
                 const uint8_t *b = t < s->n_vocab ? sd_grammar_vocab_bytes(s->p.grammar_vocab, t, &len) : NULL;
                 if (b && len > best_len && len <= nb - at && !memcmp(b, buf + at, len)) best = t, best_len = len;
             }
-        if (best < 0 || sd_grammar_matcher_accept(s->gm, best) != SD_OK) break;
+        if (best < 0 || sd_draft_ctl_judge_free(&s->ctl, SD_CTL_SOURCE_GRAMMAR, 1.0f) != SD_DRAFT_MORE ||
+            sd_grammar_matcher_accept(s->gm, best) != SD_OK)
+            break;
         s->rnd.chain[1 + r++] = best;
         at += best_len;
     }
@@ -494,27 +503,30 @@ int sd_seq_plan(sd_spec *s, int share, int allowed, int others_n, double others_
     s->rnd.t_draft0 = s->st.t_draft;
     int cap = room - 1 < left - 1 ? room - 1 : left - 1;
     if (cap > share) cap = share;
-    if (s->gm) {
-        if (sd_grammar_matcher_is_done(s->gm)) { /* nothing more may be generated */
-            finish(s, SD_STOP_EOS);
-            return 1;
-        }
-        const int kf = s->p.draft_max < s->k_alloc ? s->p.draft_max : s->k_alloc; /* the round's rows */
-        if (s->p.grammar_drafts) s->rnd.n_forced = forced_drafts(s, cap < kf ? cap : kf);
+    if (s->gm && sd_grammar_matcher_is_done(s->gm)) { /* nothing more may be generated */
+        finish(s, SD_STOP_EOS);
+        return 1;
     }
-    if (!s->drafter) return 0;
-    const int nf = s->rnd.n_forced;
-    const sd_draft_round_in in = {(room - 1 < left - 1 ? room - 1 : left - 1) - nf, share - nf, allowed, others_n,
-                                  others_e, others_t};
+    /* the controller first: it judges the grammar's forced drafts too, then the drafter's after them */
+    const sd_draft_round_in in = {room - 1 < left - 1 ? room - 1 : left - 1, share, allowed, others_n, others_e, others_t};
     const sd_draft_costs *costs = s->p.costs.given ? &s->p.costs : &s->batch->costs;
-    if (s->p.tree_budget > 0) { /* a tree: the controller's limits, not its judging */
+    int k = 0;
+    if (s->p.tree_budget > 0 && s->drafter) { /* a tree: the controller's limits, not its judging */
         sd_spec_params fixed = s->p;
         fixed.draft_mode = SD_DRAFT_FIXED;
-        s->rnd.k = sd_draft_ctl_plan(&s->ctl, &fixed, costs, &in);
-        s->rnd.tree = s->rnd.k >= 1;
+        k = sd_draft_ctl_plan(&s->ctl, &fixed, costs, &in);
+        s->rnd.tree = k >= 1;
     } else {
-        s->rnd.k = sd_draft_ctl_plan(&s->ctl, &s->p, costs, &in);
+        k = sd_draft_ctl_plan(&s->ctl, &s->p, costs, &in);
     }
+    if (s->gm && s->p.grammar_drafts && !s->rnd.tree) {
+        const int kf = s->p.draft_max < s->k_alloc ? s->p.draft_max : s->k_alloc; /* the round's rows */
+        s->rnd.n_forced = forced_drafts(s, cap < kf ? cap : kf);
+    }
+    const int nf = s->rnd.n_forced;
+    if (k > cap - nf) k = cap - nf;
+    if (nf + k > s->k_alloc) k = s->k_alloc - nf;
+    s->rnd.k = s->drafter && k > 0 ? k : 0;
     return 0;
 }
 
@@ -697,7 +709,13 @@ sd_status sd_seq_finish(sd_spec *s, const sd_verify_round *vr, sd_token_cb cb, v
             if (rc == SD_OK)
                 m = sd_verify_stochastic(s->p_rows, q, s->rnd.chain + 1, nd, s->n_vocab, &s->rng, s->residual, &next);
         }
-        /* the controller learns from its drafter's proposals, tried once the forced ones were accepted */
+        /* the controller learns from the forced drafts, and from its drafter's, tried once the forced
+         * ones were accepted */
+        if (rc == SD_OK && nf > 0) {
+            float sure[SD_MAX_DRAFT];
+            for (int i = 0; i < nf; i++) sure[i] = 1.0f; /* forced: certain as far as the grammar goes */
+            sd_draft_ctl_record(&s->ctl, SD_CTL_SOURCE_GRAMMAR, sure, nf, m < nf ? m : nf);
+        }
         if (rc == SD_OK && nd > nf && m >= nf) sd_draft_ctl_record(&s->ctl, s->rnd.req.source, s->conf, nd - nf, m - nf);
         memcpy(acc, s->rnd.chain + 1, (size_t)m * sizeof *acc);
     }
