@@ -247,7 +247,7 @@ static void test_config_errors(void **state) {
                  A, "configs/x.json: .sampling.temprature: unknown key (expected one of: temperature, top_k, top_p, seed, mode)");
     expect_error("{\"tagret\": {}}", A,
                  "configs/x.json: .tagret: unknown key (expected one of: name, description, target, draft, prompts, "
-                 "n_predict, ignore_eos, sweep, sampling, threads, repetitions, output)");
+                 "n_predict, ignore_eos, sweep, sampling, constraint, threads, repetitions, output)");
     expect_error("{\"name\": \"a\", \"name\": \"b\"}", A, "configs/x.json: .name: duplicate key");
     /* Missing required key. */
     expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]}}", A,
@@ -328,7 +328,7 @@ static void test_config_strategies_template(void **state) {
     expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
                  " \"sweep\": {\"k\": [1], \"strategies\": [\"fixed\", \"lookahead\"]}}",
                  A, "configs/x.json: .sweep.strategies[1]: expected one of \"fixed\", \"adaptive\", \"p_min\", \"ngram\", "
-                    "\"model+ngram\", \"tree\", got \"lookahead\"");
+                    "\"model+ngram\", \"tree\", \"unconstrained\", \"no-grammar-drafts\", got \"lookahead\"");
     expect_error("{\"target\": {\"model\": \"a\"}, \"draft\": {\"model\": \"b\"}, \"prompts\": {\"text\": [\"p\"]},"
                  " \"sweep\": {\"k\": [1], \"strategies\": [\"ngram\", \"ngram\"]}}",
                  A, "configs/x.json: .sweep.strategies[1]: expected a strategy not listed before, got \"ngram\"");
@@ -615,6 +615,51 @@ static void test_run_sampling_modes(void **state) {
                  " \"sweep\": {\"k\": [1]}, %s", bad[b] + 1);
         sd_bench_config c;
         assert_int_equal(sd_bench_config_parse(text, strlen(text), "m.json", &c), SD_ERR_INVALID_ARG);
+        if (!strstr(sd_last_error(), want[b])) fail_msg("got: %s", sd_last_error());
+    }
+}
+
+/* A "constraint" runs every generation under a grammar (here: a JSON object with two fixed keys),
+ * plain and speculative alike: greedy runs still equal plain decoding, and "no-grammar-drafts" and
+ * "unconstrained" run beside; a strategy that compares against a constraint without one, and a
+ * constraint naming neither a schema nor a grammar, are refused. */
+static void test_run_constraint(void **state) {
+    (void)state;
+    tiny_pair tp;
+    tiny_load(&tp, 0);
+    tp.cfg.constraint_schema = strdup("{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":[\"x\",\"y\"]},"
+                                      "\"b\":{\"type\":\"boolean\"}},\"required\":[\"a\",\"b\"],"
+                                      "\"additionalProperties\":false}");
+    tp.cfg.constraint_compact = 1;
+    tp.cfg.ignore_eos = 0;
+    const sd_bench_strategy strats[] = {SD_BENCH_FIXED, SD_BENCH_ADAPTIVE, SD_BENCH_NO_GRAMMAR_DRAFTS, SD_BENCH_UNCONSTRAINED};
+    tp.cfg.n_strategies = 4;
+    memcpy(tp.cfg.strategies, strats, sizeof strats);
+    sd_bench_run_params p = tiny_params(&tp);
+    sd_bench_report *r = calloc(1, sizeof *r);
+    assert_int_equal(sd_bench_run(&p, r), SD_OK);
+    assert_true(r->constrained);
+    assert_int_equal(r->n_divergences, 0);
+    assert_int_equal(r->n_k, 2 + 3);
+    assert_int_equal(r->k[3].strategy, SD_BENCH_NO_GRAMMAR_DRAFTS);
+    assert_int_equal(r->k[4].strategy, SD_BENCH_UNCONSTRAINED);
+    for (int i = 0; i < r->n_k; i++) assert_true(r->k[i].tps_spec > 0);
+    free(r);
+    tiny_free(&tp);
+    static const char *bad[] = {
+        "\"sweep\": {\"k\": [1], \"strategies\": [\"unconstrained\"]}}",
+        "\"sweep\": {\"k\": [1]}, \"constraint\": {\"whitespace\": \"compact\"}}",
+        "\"sweep\": {\"k\": [1]}, \"constraint\": {\"gbnf\": \"g\", \"whitespace\": \"tight\"}}"};
+    static const char *want[] = {"\"unconstrained\" compares against a \"constraint\", and there is none",
+                                 ".constraint: expected exactly one of \"json_schema\" and \"gbnf\"",
+                                 ".constraint.whitespace: expected \"bounded\" or \"compact\""};
+    for (int b = 0; b < 3; b++) {
+        char text[512];
+        snprintf(text, sizeof text,
+                 "{\"target\": {\"model\": \"t\"}, \"draft\": {\"model\": \"d\"}, \"prompts\": {\"text\": [\"a\"]}, %s",
+                 bad[b]);
+        sd_bench_config c;
+        assert_int_equal(sd_bench_config_parse(text, strlen(text), "c.json", &c), SD_ERR_INVALID_ARG);
         if (!strstr(sd_last_error(), want[b])) fail_msg("got: %s", sd_last_error());
     }
 }
@@ -907,7 +952,7 @@ static void test_report_svg_and_table(void **state) {
     assert_non_null(strstr(text, "best k:   3: 1.23x plain decoding measured"));
     assert_non_null(strstr(text, "best:     model+ngram (k up to 5): 1.50x plain decoding at 2.00 mean accepted length, "
                                  "ahead of every fixed k"));
-    assert_non_null(strstr(text, "model+ngram greedy      5   34.3%  0.780   2.00   3.50      -     333.3    1200.5    1.50x         -")); /* its row: no cost-model columns */
+    assert_non_null(strstr(text, "model+ngram       greedy      5   34.3%  0.780   2.00   3.50      -     333.3    1200.5    1.50x         -")); /* its row: no cost-model columns */
     assert_non_null(strstr(text, "model+ngram, prompt 3, k=3, rep 1: first difference"));
     assert_non_null(strstr(text, "A<B & C, 16 cores, 8 threads, 12.3 GB/s"));
     free(text);
@@ -977,7 +1022,8 @@ int main(void) {
         cmocka_unit_test(test_prompt_file),           cmocka_unit_test(test_cost_model),
         cmocka_unit_test(test_first_divergence),      cmocka_unit_test(test_run_greedy_identical),
         cmocka_unit_test(test_run_strategies),
-        cmocka_unit_test(test_run_sampling_modes),        cmocka_unit_test(test_config_strategies_template),
+        cmocka_unit_test(test_run_sampling_modes),
+        cmocka_unit_test(test_run_constraint),        cmocka_unit_test(test_config_strategies_template),
         cmocka_unit_test(test_run_self_draft_bound),  cmocka_unit_test(test_run_broken_verifier_diverges),
         cmocka_unit_test(test_run_draft_larger_vocab),
         cmocka_unit_test(test_report_json_round_trip), cmocka_unit_test(test_report_svg_and_table),

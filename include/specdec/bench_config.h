@@ -37,10 +37,13 @@ typedef enum {
     SD_BENCH_NGRAM,       /* prompt lookup alone, no draft model (--draft ngram) */
     SD_BENCH_MODEL_NGRAM, /* prompt lookup, the draft model where it finds no match (-md M --draft ngram) */
     SD_BENCH_TREE,        /* the draft model's tree of tree_budget nodes (--draft-tree) */
+    /* with a "constraint" only: the adaptive draft model ... */
+    SD_BENCH_UNCONSTRAINED,     /* ... with no constraint at all (plain runs unconstrained too) */
+    SD_BENCH_NO_GRAMMAR_DRAFTS, /* ... under the constraint, without its forced bytes as drafts */
     SD_BENCH_N_STRATEGIES
 } sd_bench_strategy;
 
-/* "fixed", "adaptive", "p_min", "ngram", "model+ngram", "tree" */
+/* "fixed", "adaptive", "p_min", "ngram", "model+ngram", "tree", "unconstrained", "no-grammar-drafts" */
 const char *sd_bench_strategy_name(sd_bench_strategy s);
 
 typedef struct {
@@ -72,6 +75,13 @@ typedef struct {
      * (plain and speculative alike), the modes alternating run by run (default: the engine's) */
     sd_sampling_mode modes[2];
     int n_modes;
+    /* "constraint": every run (plain and speculative) generates under a grammar:
+     * {"json_schema": PATH or the schema object, or "gbnf": PATH; "whitespace": "bounded" or
+     * "compact"}; the grammar's forced bytes are drafted (but by "no-grammar-drafts") */
+    char *constraint_schema;   /* the schema's JSON text (inline), or NULL */
+    char *constraint_file;     /* the schema's or the grammar's file, or NULL */
+    int constraint_gbnf;       /* constraint_file is GBNF */
+    int constraint_compact;    /* whitespace "compact" */
     int threads;       /* "threads": 0 = online CPUs */
     int repetitions;   /* "repetitions": plain/speculative pairs per prompt and k (default 3) */
     char *out_json;    /* "output.json" (default bench/results/NAME.json) */

@@ -89,6 +89,7 @@ typedef struct {
     int cost_only;                 /* a model has random weights: acceptance means nothing */
     int self_draft;                /* the draft is the target */
     int greedy, quick;
+    int constrained;               /* the config's "constraint": runs generate under a grammar */
     int n_prompts, n_predict, repetitions;
     double temperature, top_p;
     int top_k;

@@ -212,8 +212,8 @@ out:
 
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
-static const char *const k_strategy_names[SD_BENCH_N_STRATEGIES] = {"fixed", "adaptive", "p_min", "ngram", "model+ngram",
-                                                                     "tree"};
+static const char *const k_strategy_names[SD_BENCH_N_STRATEGIES] = {
+    "fixed", "adaptive", "p_min", "ngram", "model+ngram", "tree", "unconstrained", "no-grammar-drafts"};
 
 const char *sd_bench_strategy_name(sd_bench_strategy s) {
     return (unsigned)s < SD_BENCH_N_STRATEGIES ? k_strategy_names[s] : "?";
@@ -233,7 +233,10 @@ static sd_status parse_strategies(sd_json_ctx *c, const cJSON *o, sd_bench_confi
         for (int s = 0; s < SD_BENCH_N_STRATEGIES; s++)
             if (cJSON_IsString(it) && !strcmp(it->valuestring, k_strategy_names[s])) found = s;
         if (found < 0)
-            st = sd_json_expected(c, "one of \"fixed\", \"adaptive\", \"p_min\", \"ngram\", \"model+ngram\", \"tree\"", it);
+            st = sd_json_expected(c,
+                                  "one of \"fixed\", \"adaptive\", \"p_min\", \"ngram\", \"model+ngram\", \"tree\", "
+                                  "\"unconstrained\", \"no-grammar-drafts\"",
+                                  it);
         for (int j = 0; j < cf->n_strategies && !st; j++)
             if ((int)cf->strategies[j] == found) st = sd_json_expected(c, "a strategy not listed before", it);
         if (!st) cf->strategies[cf->n_strategies++] = (sd_bench_strategy)found;
@@ -287,6 +290,45 @@ static sd_status parse_sweep(sd_json_ctx *c, const cJSON *root, sd_bench_config 
     /* The chart and the table read left to right in k. */
     if (!st) qsort(cf->k, (size_t)cf->n_k, sizeof cf->k[0], cmp_int);
 out:
+    sd_json_leave(c, n);
+    return st;
+}
+
+/* "constraint": a JSON Schema (a path, or the schema itself) or a GBNF file, and the whitespace. */
+static sd_status parse_constraint(sd_json_ctx *c, const cJSON *root, sd_bench_config *cf) {
+    const cJSON *o;
+    sd_status st;
+    if ((st = sd_json_obj(c, root, "constraint", 0, &o)) || !o) return st;
+    size_t n = sd_json_enter_key(c, "constraint");
+    static const char *const keys[] = {"json_schema", "gbnf", "whitespace", NULL};
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(o, "json_schema"), *g = cJSON_GetObjectItemCaseSensitive(o, "gbnf");
+    char *ws = NULL;
+    if ((st = sd_json_check_keys(c, o, keys)) || (st = sd_json_str(c, o, "whitespace", &ws))) goto out;
+    if (!js == !g) {
+        st = sd_json_expected(c, "exactly one of \"json_schema\" and \"gbnf\"", o);
+        goto out;
+    }
+    if (ws && strcmp(ws, "bounded") != 0 && strcmp(ws, "compact") != 0) {
+        size_t n2 = sd_json_enter_key(c, "whitespace");
+        st = sd_json_expected(c, "\"bounded\" or \"compact\"", cJSON_GetObjectItemCaseSensitive(o, "whitespace"));
+        sd_json_leave(c, n2);
+        goto out;
+    }
+    cf->constraint_compact = ws && !strcmp(ws, "compact");
+    if (g) {
+        cf->constraint_gbnf = 1;
+        st = sd_json_str(c, o, "gbnf", &cf->constraint_file);
+    } else if (cJSON_IsString(js)) {
+        st = sd_json_str(c, o, "json_schema", &cf->constraint_file);
+    } else if (cJSON_IsObject(js) || cJSON_IsBool(js)) {
+        if (!(cf->constraint_schema = cJSON_PrintUnformatted(js))) st = sd_fail(SD_ERR_NOMEM, "out of memory");
+    } else {
+        size_t n2 = sd_json_enter_key(c, "json_schema");
+        st = sd_json_expected(c, "a schema file's path or a schema", js);
+        sd_json_leave(c, n2);
+    }
+out:
+    free(ws);
     sd_json_leave(c, n);
     return st;
 }
@@ -372,8 +414,9 @@ sd_status sd_bench_config_parse(const char *text, size_t len, const char *file, 
         st = sd_json_expected(&c, "an object", root);
         goto out;
     }
-    static const char *const keys[] = {"name", "description", "target", "draft", "prompts", "n_predict", "ignore_eos",
-                                       "sweep", "sampling", "threads", "repetitions", "output", NULL};
+    static const char *const keys[] = {"name",     "description", "target",  "draft",       "prompts", "n_predict",
+                                       "ignore_eos", "sweep",     "sampling", "constraint", "threads", "repetitions",
+                                       "output",   NULL};
     if ((st = sd_json_check_keys(&c, root, keys))) goto out;
     cf->file = strdup(file);
     cf->prompt_count = 4;
@@ -395,10 +438,16 @@ sd_status sd_bench_config_parse(const char *text, size_t len, const char *file, 
         (st = parse_model(&c, root, "target", &cf->target)) || (st = parse_model(&c, root, "draft", &cf->draft)) ||
         (st = parse_prompts(&c, root, cf)) || (st = sd_json_int(&c, root, "n_predict", 1, 1 << 16, &cf->n_predict)) ||
         (st = sd_json_bool(&c, root, "ignore_eos", &cf->ignore_eos)) || (st = parse_sweep(&c, root, cf)) ||
-        (st = parse_sampling(&c, root, cf)) || (st = sd_json_int(&c, root, "threads", 0, 1024, &cf->threads)) ||
+        (st = parse_sampling(&c, root, cf)) || (st = parse_constraint(&c, root, cf)) ||
+        (st = sd_json_int(&c, root, "threads", 0, 1024, &cf->threads)) ||
         (st = sd_json_int(&c, root, "repetitions", 1, 1000, &cf->repetitions)) || (st = parse_output(&c, root, cf)))
         goto out;
-    if (!cf->name && !(cf->name = base_name(file))) st = sd_fail(SD_ERR_NOMEM, "out of memory");
+    for (int i = 0; !st && i < cf->n_strategies; i++)
+        if ((cf->strategies[i] == SD_BENCH_UNCONSTRAINED || cf->strategies[i] == SD_BENCH_NO_GRAMMAR_DRAFTS) &&
+            !cf->constraint_schema && !cf->constraint_file)
+            st = sd_fail(SD_ERR_INVALID_ARG, "%s: .sweep.strategies: \"%s\" compares against a \"constraint\", and there is none",
+                         file, sd_bench_strategy_name(cf->strategies[i]));
+    if (!st && !cf->name && !(cf->name = base_name(file))) st = sd_fail(SD_ERR_NOMEM, "out of memory");
     char buf[1024];
     if (!st && !cf->out_json) {
         snprintf(buf, sizeof buf, "bench/results/%s.json", cf->name);
@@ -456,6 +505,8 @@ void sd_bench_config_free(sd_bench_config *c) {
     free(c->prompt_template);
     free(c->out_json);
     free(c->out_svg);
+    free(c->constraint_schema);
+    free(c->constraint_file);
     memset(c, 0, sizeof *c);
 }
 

@@ -81,6 +81,7 @@ char *sd_bench_report_json(const sd_bench_report *r) {
     add_number(run, "n_predict", r->n_predict);
     add_number(run, "repetitions", r->repetitions);
     cJSON_AddBoolToObject(run, "greedy", r->greedy);
+    cJSON_AddBoolToObject(run, "constrained", r->constrained);
     add_number(run, "temperature", r->temperature);
     add_number(run, "top_k", r->top_k);
     add_number(run, "top_p", r->top_p);
@@ -342,6 +343,7 @@ void sd_bench_report_print(const sd_bench_report *r, FILE *f) {
     else fprintf(f, "pair:     target %s\n          draft  %s\n", r->target, r->draft);
     fprintf(f, "machine:  %s, %d cores, %d threads, %.1f GB/s streaming read\n", r->cpu, r->cores, r->threads, r->bandwidth / 1e9);
     fprintf(f, "runs:     %d prompts x %d repetitions x %d tokens, ", r->n_prompts, r->repetitions, r->n_predict);
+    if (r->constrained) fprintf(f, "under the config's constraint (a grammar), ");
     if (r->greedy) fprintf(f, "greedy\n");
     else fprintf(f, "temperature %g, top-k %d, top-p %g, seed %.0f\n", r->temperature, r->top_k, r->top_p, r->seed);
     double dr = r->t_decode_target_s > 0 ? r->t_decode_draft_s / r->t_decode_target_s : 0;
@@ -351,7 +353,7 @@ void sd_bench_report_print(const sd_bench_report *r, FILE *f) {
         fprintf(f, "note:     cost only: %s\n", r->self_draft
                     ? "random weights; the target drafts for itself, so every draft is accepted: the upper bound"
                     : "random weights, so acceptance means nothing; read the costs and the break-even alpha");
-    fprintf(f, "\n%-11s %-9s %3s %7s %6s %6s %6s %6s %9s %9s %8s %9s %8s %7s %7s %7s %15s\n", "strategy", "sampling", "k", "accept",
+    fprintf(f, "\n%-17s %-9s %3s %7s %6s %6s %6s %6s %9s %9s %8s %9s %8s %7s %7s %7s %15s\n", "strategy", "sampling", "k", "accept",
             "alpha", "mal", "tok/vp", "E[tok]", "plain t/s", "spec t/s", "speedup", "predicted", "Tver/Tt", "be.alpha",
             "draft%", "verif%", "TTFT plain/spec");
     for (int i = 0; i < r->n_k; i++) {
@@ -363,7 +365,7 @@ void sd_bench_report_print(const sd_bench_report *r, FILE *f) {
             snprintf(be, sizeof be, "%.3f", k->break_even_alpha);
             snprintf(e, sizeof e, "%.2f", k->expected_tokens);
         }
-        fprintf(f, "%-11s %-9s %3d %6.1f%% %6.3f %6.2f %6.2f %6s %9.1f %9.1f %7.2fx %9s %8s %8s %6.1f%% %6.1f%% %7.2f/%.2f ms\n",
+        fprintf(f, "%-17s %-9s %3d %6.1f%% %6.3f %6.2f %6.2f %6s %9.1f %9.1f %7.2fx %9s %8s %8s %6.1f%% %6.1f%% %7.2f/%.2f ms\n",
                 sd_bench_strategy_name(k->strategy), r->greedy ? "greedy" : sd_sampling_mode_name(k->mode), k->k, 100 * k->acceptance, k->alpha, k->mean_accepted,
                 k->tokens_per_pass, e, k->tps_plain, k->tps_spec, k->speedup, pred, tv, be, 100 * k->draft_share,
                 100 * k->verify_share, k->ttft_plain_s * 1e3, k->ttft_spec_s * 1e3);
@@ -377,7 +379,7 @@ void sd_bench_report_print(const sd_bench_report *r, FILE *f) {
                "be.alpha = alpha at which speculation breaks even; draft%%/verif%% = share of speculative wall time.\n");
     fprintf(f, "\nacceptance by draft position:\n");
     for (int i = 0; i < r->n_k; i++) {
-        fprintf(f, "  %-11s %-9s k=%-2d", sd_bench_strategy_name(r->k[i].strategy),
+        fprintf(f, "  %-17s %-9s k=%-2d", sd_bench_strategy_name(r->k[i].strategy),
                 r->greedy ? "" : sd_sampling_mode_name(r->k[i].mode), r->k[i].k);
         for (int j = 0; j < r->k[i].k && j < SD_MAX_DRAFT; j++) fprintf(f, " %d:%.0f%%", j + 1, 100 * r->k[i].accept_at[j]);
         fprintf(f, "\n");

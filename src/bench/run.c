@@ -10,7 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/io.h"
 #include "specdec/bench.h"
+#include "specdec/grammar.h"
 
 double sd_bench_expected_tokens(double alpha, int k) {
     if (alpha >= 1.0) return k + 1.0;
@@ -255,6 +257,8 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
     double *v_verify = malloc(n_v * sizeof(double));
     sd_spec *plain = NULL, *spec = NULL;
     sd_context *ctx_t = NULL, *ctx_d = NULL;
+    sd_grammar *grammar = NULL;
+    sd_grammar_vocab *gvocab = NULL;
     if (!ids || !n_ids || !cp.tok || !cs.tok || !v_tps_p || !v_tps_s || !v_ttft_p || !v_ttft_s || !v_speed || !v_draft ||
         !v_verify) {
         st = sd_fail(SD_ERR_NOMEM, "out of memory");
@@ -287,6 +291,31 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
         mean_prompt += n_ids[i];
     }
     mean_prompt /= p->n_prompts;
+
+    /* The constraint, compiled once: every run (but "unconstrained"'s) generates under it. */
+    if (cfg->constraint_schema || cfg->constraint_file) {
+        char *text = NULL;
+        size_t tlen = 0;
+        if (cfg->constraint_file) {
+            if ((st = sd_file_read(cfg->constraint_file, (size_t)16 << 20, &text, &tlen)) != SD_OK) goto out;
+        } else {
+            text = cfg->constraint_schema;
+            tlen = strlen(text);
+        }
+        sd_json_schema_params jp = sd_json_schema_default_params();
+        jp.whitespace = cfg->constraint_compact ? SD_JSON_WS_COMPACT : SD_JSON_WS_BOUNDED;
+        st = cfg->constraint_gbnf ? sd_grammar_from_gbnf(text, tlen, NULL, &grammar)
+                                  : sd_grammar_from_json_schema_ex(text, tlen, &jp, &grammar);
+        if (text != cfg->constraint_schema) free(text);
+        if (st == SD_OK) st = sd_grammar_vocab_create(tok, &gvocab);
+        if (st != SD_OK) {
+            char why[600];
+            snprintf(why, sizeof why, "%s", sd_last_error());
+            st = sd_fail(st, "%s: .constraint: %s", cfg->file, why);
+            goto out;
+        }
+    }
+    r->constrained = grammar != NULL;
 
     sd_spec_params sp = sd_spec_default_params();
     sp.draft_mode = SD_DRAFT_FIXED; /* the sweep is over fixed draft lengths */
@@ -341,6 +370,11 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
         sd_spec_params vp = sp;
         vp.draft_max = k;
         vp.draft_mode = strat == SD_BENCH_FIXED ? SD_DRAFT_FIXED : strat == SD_BENCH_PMIN ? SD_DRAFT_PMIN : SD_DRAFT_ADAPTIVE;
+        /* under the constraint (but "unconstrained"), its forced bytes drafted (but "no-grammar-drafts") */
+        const int constrained = grammar && strat != SD_BENCH_UNCONSTRAINED;
+        vp.grammar = constrained ? grammar : NULL;
+        vp.grammar_vocab = gvocab;
+        vp.grammar_drafts = strat != SD_BENCH_NO_GRAMMAR_DRAFTS;
         vp.p_min = cfg->p_min;
         vp.ngram = strat == SD_BENCH_NGRAM || strat == SD_BENCH_MODEL_NGRAM;
         vp.tree_budget = strat == SD_BENCH_TREE ? cfg->tree_budget : 0;
@@ -365,6 +399,8 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
         w = NULL;
         wp = sp;
         wp.n_predict = 8;
+        wp.grammar = vp.grammar;
+        wp.grammar_vocab = gvocab;
         if (sd_spec_create(p->target, NULL, &wp, &w) == SD_OK) sd_spec_generate(w, ids[0], n_ids[0], NULL, NULL, NULL);
         sd_spec_free(w);
 
@@ -391,6 +427,8 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
                     }
                     sd_spec_params pm = sp, vm = vp;
                     pm.sampling.mode = vm.sampling.mode = kr->mode;
+                    pm.grammar = vp.grammar; /* plain decoding under the same constraint */
+                    pm.grammar_vocab = gvocab;
                     if ((st = sd_spec_set_params(plain, &pm)) != SD_OK || (st = sd_spec_set_params(spec, &vm)) != SD_OK)
                         goto out;
                     /* Plain then speculative, back to back with the same seed: slow drift of the
@@ -493,6 +531,8 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
 out:
     sd_spec_free(spec);
     sd_spec_free(plain);
+    sd_grammar_free(grammar);
+    sd_grammar_vocab_free(gvocab);
     sd_context_free(ctx_t);
     sd_context_free(ctx_d);
     if (ids)

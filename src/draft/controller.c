@@ -151,7 +151,7 @@ sd_draft_verdict sd_draft_ctl_judge(sd_draft_policy *policy, int source, int i, 
     return r_next > r_keep ? SD_DRAFT_MORE : SD_DRAFT_LAST;
 }
 
-sd_draft_verdict sd_draft_ctl_judge_free(sd_draft_ctl *c, int source, float conf) {
+sd_draft_verdict sd_draft_ctl_judge_free(sd_draft_ctl *c, int source, float conf, int drafter_follows) {
     if (c->mode != SD_DRAFT_ADAPTIVE || !c->costs || !(c->costs->t_pass[1] > 0)) { /* nothing to weigh it by */
         c->pass_base++;
         return SD_DRAFT_MORE;
@@ -160,6 +160,11 @@ sd_draft_verdict sd_draft_ctl_judge_free(sd_draft_ctl *c, int source, float conf
     const double acc = accept_est(c, source, conf);
     const double cum = c->cum * acc, e_with = c->e + cum;
     if (round_rate(c, e_with, 0, 2) < round_rate(c, c->e, 0, 1)) return SD_DRAFT_STOP; /* one more token vs none */
+    if (drafter_follows) { /* the drafter's first proposal would take its place */
+        const double first =
+            c->first_tried > 0 ? (c->first_acc + PRIOR_N * 0.5) / (c->first_tried + PRIOR_N) : 0.5;
+        if (acc < first) return SD_DRAFT_STOP;
+    }
     c->cum = cum;
     c->e = e_with;
     c->pass_base++;

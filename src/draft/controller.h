@@ -62,9 +62,10 @@ sd_draft_policy *sd_draft_ctl_policy(sd_draft_ctl *c);
  * top probability of the draft's distribution, an n-gram's match score). */
 sd_draft_verdict sd_draft_ctl_judge(sd_draft_policy *policy, int source, int i, float conf);
 /* A proposal that costs no draft step (the bytes a grammar forces, ahead of the drafter's): proposed
- * when one more token in the pass pays for its expected gain (adaptive; always under fixed and
- * p_min); judged before the drafter's, which continue after it in the pass. */
-sd_draft_verdict sd_draft_ctl_judge_free(sd_draft_ctl *c, int source, float conf);
+ * when one more token in the pass pays for its expected gain and, when a drafter follows (its
+ * proposals are lost after a rejected one), when it is accepted at least as often as the drafter's
+ * first proposals (adaptive; always under fixed and p_min). */
+sd_draft_verdict sd_draft_ctl_judge_free(sd_draft_ctl *c, int source, float conf, int drafter_follows);
 /* A verified round: pre-draw confidences of the n_drafted proposals, the first n_accepted of
  * which were accepted. */
 void sd_draft_ctl_record(sd_draft_ctl *c, int source, const float *conf, int n_drafted, int n_accepted);

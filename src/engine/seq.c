@@ -440,6 +440,10 @@ static sd_status end_round(sd_spec *s, const int32_t *acc, int m, int32_t next, 
  * tokenizer's own split of them (the target's likeliest), or where that is not allowed here (a
  * SentencePiece fragment's leading space), the longest allowed token that spells a prefix of
  * them, step by step. Written to chain[1..] and after the history; the matcher is left after them. */
+/* The confidence forced drafts are judged and learned at: certain as far as the grammar goes, but
+ * the target may spell the bytes with other tokens, so a neutral prior that their record moves. */
+#define FORCED_CONF 0.5f
+
 static int forced_drafts(sd_spec *s, int cap) {
     char buf[256];
     const size_t got = sd_grammar_matcher_forced_bytes(s->gm, buf, sizeof buf);
@@ -450,7 +454,7 @@ static int forced_drafts(sd_spec *s, int cap) {
     int n = 0, r = 0, judged_stop = 0;
     if (s->tok) sd_tokenizer_tokenize(s->tok, buf, nb, 0, 0, ids, cap, &n); /* more than cap: the first cap */
     for (int i = 0; i < n && i < cap && sd_grammar_matcher_allows(s->gm, ids[i]); i++) {
-        if (sd_draft_ctl_judge_free(&s->ctl, SD_CTL_SOURCE_GRAMMAR, 1.0f) != SD_DRAFT_MORE) {
+        if (sd_draft_ctl_judge_free(&s->ctl, SD_CTL_SOURCE_GRAMMAR, FORCED_CONF, s->drafter != NULL) != SD_DRAFT_MORE) {
             judged_stop = 1;
             break;
         }
@@ -470,7 +474,7 @@ static int forced_drafts(sd_spec *s, int cap) {
                 const uint8_t *b = t < s->n_vocab ? sd_grammar_vocab_bytes(s->p.grammar_vocab, t, &len) : NULL;
                 if (b && len > best_len && len <= nb - at && !memcmp(b, buf + at, len)) best = t, best_len = len;
             }
-        if (best < 0 || sd_draft_ctl_judge_free(&s->ctl, SD_CTL_SOURCE_GRAMMAR, 1.0f) != SD_DRAFT_MORE ||
+        if (best < 0 || sd_draft_ctl_judge_free(&s->ctl, SD_CTL_SOURCE_GRAMMAR, FORCED_CONF, s->drafter != NULL) != SD_DRAFT_MORE ||
             sd_grammar_matcher_accept(s->gm, best) != SD_OK)
             break;
         s->rnd.chain[1 + r++] = best;
@@ -713,7 +717,7 @@ sd_status sd_seq_finish(sd_spec *s, const sd_verify_round *vr, sd_token_cb cb, v
          * ones were accepted */
         if (rc == SD_OK && nf > 0) {
             float sure[SD_MAX_DRAFT];
-            for (int i = 0; i < nf; i++) sure[i] = 1.0f; /* forced: certain as far as the grammar goes */
+            for (int i = 0; i < nf; i++) sure[i] = FORCED_CONF;
             sd_draft_ctl_record(&s->ctl, SD_CTL_SOURCE_GRAMMAR, sure, nf, m < nf ? m : nf);
         }
         if (rc == SD_OK && nd > nf && m >= nf) sd_draft_ctl_record(&s->ctl, s->rnd.req.source, s->conf, nd - nf, m - nf);

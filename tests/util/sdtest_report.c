@@ -99,6 +99,7 @@ sd_status sdtest_bench_report_from_json(const char *text, sd_bench_report *r) {
     r->n_predict = inum(&c, run, "n_predict");
     r->repetitions = inum(&c, run, "repetitions");
     r->greedy = boolean(&c, run, "greedy");
+    r->constrained = boolean(&c, run, "constrained");
     r->temperature = num(&c, run, "temperature");
     r->top_k = inum(&c, run, "top_k");
     r->top_p = num(&c, run, "top_p");
