@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "specdec/sample.h"
+#include "sample/vexp.h"
 
 /* Upper 0.001 quantile of chi-square with df degrees of freedom, by the Wilson-Hilferty
  * approximation: (X/df)^(1/3) is close to normal with mean 1 - 2/(9df) and variance 2/(9df),
@@ -307,8 +308,9 @@ static void test_top_p_minimal_prefix(void **state) {
     free(probs);
 }
 
-/* Reference for the selection: full sort by (prob desc, id asc), then cut. It repeats the
- * library's expf((l - max) / T) so both sides rank bit-identical values. */
+/* Reference for the selection: full sort by (prob desc, id asc), then cut. It takes the library's
+ * numerators (sd_softmax_numerators, tested against expf on its own) so both sides rank
+ * bit-identical values. */
 typedef struct {
     float p;
     int32_t id;
@@ -324,7 +326,11 @@ static void reference_probs(const float *logits, int n, float t, int k, float to
     const float mx = logits[sd_argmax(logits, n)];
     ranked *ord = malloc((size_t)n * sizeof *ord);
     assert_non_null(ord);
-    for (int i = 0; i < n; i++) ord[i] = (ranked){expf((logits[i] - mx) / t), i};
+    float *num = malloc((size_t)n * sizeof *num);
+    assert_non_null(num);
+    sd_softmax_numerators(logits, n, mx, t, num);
+    for (int i = 0; i < n; i++) ord[i] = (ranked){num[i], i};
+    free(num);
     qsort(ord, (size_t)n, sizeof *ord, ranked_cmp);
     int m = (k > 0 && k < n) ? k : n;
     double mass = 0;
@@ -768,6 +774,39 @@ static void test_min_p_and_penalties(void **state) {
     assert_non_null(strstr(sd_last_error(), "repetition penalty must be in (0, 10]"));
 }
 
+/* The vectorised numerators against libm's expf over (-100, 0] and at temperatures 0.3..5: within
+ * 4 units in the last place where expf is normal, exactly 0 below exp(-87.3) (a masked token's
+ * -1e30 keeps no mass), exactly 1 at the max; the sum is the double sum of the values. */
+static void test_softmax_numerators(void **state) {
+    (void)state;
+    enum { N = 20011 };
+    float *x = malloc(N * sizeof *x), *out = malloc(N * sizeof *out);
+    static const float ts[4] = {0.3f, 1.0f, 2.0f, 5.0f};
+    for (int ti = 0; ti < 4; ti++) {
+        for (int i = 0; i < N; i++) x[i] = -100.0f * (float)i / (N - 1) * ts[ti];
+        x[17] = -1e30f;
+        const double sum = sd_softmax_numerators(x, N, 0.0f, ts[ti], out);
+        double ref_sum = 0, worst = 0;
+        for (int i = 0; i < N; i++) {
+            const float want = expf((x[i] - 0.0f) / ts[ti]);
+            ref_sum += out[i];
+            if (want < 1e-37f) {
+                if ((x[i] - 0.0f) / ts[ti] < -87.3f) assert_true(out[i] == 0.0f);
+                continue;
+            }
+            const double ulp = (double)nextafterf(want, INFINITY) - want, err = fabs((double)out[i] - want) / ulp;
+            worst = err > worst ? err : worst;
+        }
+        assert_true(out[0] == 1.0f);
+        assert_true(out[17] == 0.0f);
+        assert_true(fabs(sum - ref_sum) <= 1e-12 * ref_sum);
+        printf("  T %.1f: worst %.2f ulp against expf\n", (double)ts[ti], worst);
+        assert_true(worst <= 4.0);
+    }
+    free(x);
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rng_published_vector),
@@ -793,6 +832,7 @@ int main(void) {
         cmocka_unit_test(test_coupled_properties),
         cmocka_unit_test(test_sampling_mode_names),
         cmocka_unit_test(test_min_p_and_penalties),
+        cmocka_unit_test(test_softmax_numerators),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

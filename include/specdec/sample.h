@@ -68,7 +68,9 @@ int32_t sd_argmax(const float *x, int n);
 /* Processed distribution of logits (after sd_penalize, when there are penalties): greedy ->
  * one-hot at argmax; else softmax(logits/T) restricted to top-k, then top-p, then min-p (ties
  * broken by lower index), renormalised.
- * Order: temperature -> softmax -> top-k -> top-p -> min-p -> renormalise. top-p measures mass
+ * Order: temperature -> softmax -> top-k -> top-p -> min-p -> renormalise. The softmax's
+ * numerators are within an ulp of expf's, and exactly 0 below exp(-87.3) (a logit masked with a
+ * huge negative value keeps no mass). top-p measures mass
  * within what top-k kept (as HF transformers and llama.cpp do): it keeps the shortest prefix,
  * ranked by probability then lower index, holding >= top_p of the top-k mass. top-k keeps
  * exactly k tokens even through ties (the lower indices win). Top-k/top-p use expected-linear

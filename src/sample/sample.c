@@ -2,6 +2,8 @@
  * softmax, top-k, top-p) shared by plain decoding and both sides of speculative decoding. */
 #include "specdec/sample.h"
 
+#include "sample/vexp.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -300,11 +302,7 @@ sd_status sd_sample_probs(const sd_sampler_params *p, const float *logits, int n
      * nothing overflows. Dividing (rather than multiplying by 1/T) keeps a tiny T from
      * turning the max's 0 * inf into NaN. */
     const float t = p->temperature;
-    double total = 0;
-    for (int i = 0; i < n; i++) {
-        probs[i] = expf((logits[i] - mx) / t);
-        total += probs[i];
-    }
+    double total = sd_softmax_numerators(logits, n, mx, t, probs);
 
     /* Order: top-k, then top-p against the mass top-k kept (see sample.h). */
     const int use_k = p->top_k > 0 && p->top_k < n;
