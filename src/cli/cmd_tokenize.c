@@ -66,11 +66,7 @@ int cmd_tokenize(int argc, char **argv) {
     sd_status s = sd_tokenizer_load(path, &t);
     if (s == SD_OK) {
         bos = !no_bos && sd_tokenizer_add_bos(t);
-        s = sd_tokenizer_tokenize(t, t_in, len, bos, special, NULL, 0, &n);
-    }
-    if (s == SD_ERR_INVALID_ARG && n > 0) { /* counted: now the ids */
-        ids = malloc((size_t)n * sizeof *ids);
-        s = ids ? sd_tokenizer_tokenize(t, t_in, len, bos, special, ids, n, &n) : sd_fail(SD_ERR_NOMEM, "out of memory");
+        s = sd_tokenizer_tokenize_alloc(t, t_in, len, bos, special, &ids, &n);
     }
     if (s == SD_OK && pieces && !(buf = malloc((size_t)sd_tokenizer_max_piece_len(t))))
         s = sd_fail(SD_ERR_NOMEM, "out of memory");

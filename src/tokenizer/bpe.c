@@ -146,7 +146,7 @@ sd_status sd_bpe_merges_alloc(sd_tokenizer *t, size_t n, const char *what) {
     return SD_OK;
 }
 
-static const struct sd_bpe_merge *find_merge(const sd_tokenizer *t, int32_t a, int32_t b) {
+const struct sd_bpe_merge *sd_bpe_find_merge(const sd_tokenizer *t, int32_t a, int32_t b) {
     if (a < 0 || b < 0 || !t->merges) return NULL;
     uint64_t k = pair_key(a, b);
     for (uint32_t i = key_hash(k) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
@@ -332,6 +332,7 @@ typedef struct {
     size_t sym_cap;
     bpe_pair *heap;
     size_t n_heap, heap_cap;
+    sd_mq *mq;  /* words of SD_MQ_MIN symbols or more */
     char *word; /* a byte-level word in stand-in characters (ignore_merges lookups) */
     size_t word_cap;
     void (*word_cb)(const char *w, size_t n, void *u); /* sd_bpe_pretokenize: words go here */
@@ -386,34 +387,78 @@ static bpe_pair heap_pop(bpe_state *s) {
 static void try_pair(bpe_state *s, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     int32_t a = s->sym[left].id, b = s->sym[right].id;
-    const struct sd_bpe_merge *m = find_merge(s->t, a, b);
+    const struct sd_bpe_merge *m = sd_bpe_find_merge(s->t, a, b);
     if (!m) return;
     bpe_pair p = {(uint64_t)(uint32_t)m->rank << 32 | (uint32_t)left, right, a, b, m->id};
     heap_push(s, p);
 }
 
+static void merge_at(bpe_state *s, int32_t left, int32_t right, int32_t id) {
+    bpe_sym *l = &s->sym[left], *r = &s->sym[right];
+    l->id = id;
+    r->live = 0;
+    l->next = r->next;
+    if (r->next >= 0) s->sym[r->next].prev = left;
+}
+
+/* The pair (left, right) into the merge queue when it merges; its rank is the priority. */
+static int mq_try(bpe_state *s, int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return 0;
+    const struct sd_bpe_merge *m = sd_bpe_find_merge(s->t, s->sym[left].id, s->sym[right].id);
+    return m ? sd_mq_push(s->mq, (uint32_t)m->rank, left, 0) : 0;
+}
+
+/* merge_and_emit's merges for a long word: the same order, by the merge queue. A queued pair
+ * still stands when its left symbol lives and it and its right neighbour still make the merge
+ * of that rank (a rank is one pair). */
+static sd_status merge_long(bpe_state *s, int32_t n) {
+    if (!s->mq && !(s->mq = sd_mq_create())) goto nomem;
+    sd_mq_reset(s->mq);
+    for (int32_t i = 1; i < n; i++)
+        if (mq_try(s, i - 1, i) != 0) goto nomem;
+    uint32_t rank;
+    sd_mq_entry e;
+    int rc;
+    while ((rc = sd_mq_pop(s->mq, &rank, &e)) == 1) {
+        const int32_t ahead = sd_mq_ahead(s->mq, 8); /* a sweep jumps across the word */
+        if (ahead >= 0) __builtin_prefetch(&s->sym[ahead]);
+        const int32_t left = e.pos, right = s->sym[left].next;
+        if (!s->sym[left].live || right < 0) continue;
+        const struct sd_bpe_merge *m = sd_bpe_find_merge(s->t, s->sym[left].id, s->sym[right].id);
+        if (!m || (uint32_t)m->rank != rank) continue; /* stale */
+        merge_at(s, left, right, m->id);
+        if (mq_try(s, s->sym[left].prev, left) != 0 || mq_try(s, left, s->sym[left].next) != 0) goto nomem;
+    }
+    if (rc == 0) return SD_OK;
+nomem:
+    return sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory for a word of %d symbols", (int)n);
+}
+
 /* Merges the n symbols in s->sym (already linked) and emits what is left. */
-static void merge_and_emit(bpe_state *s, int32_t n) {
-    if (n <= 0) return;
-    s->n_heap = 0;
-    for (int32_t i = 1; i < n; i++) try_pair(s, i - 1, i);
-    while (s->n_heap) {
-        bpe_pair p = heap_pop(s);
-        int32_t left = (int32_t)(uint32_t)p.key;
-        bpe_sym *l = &s->sym[left], *r = &s->sym[p.right];
-        if (!l->live || !r->live || l->id != p.id_l || r->id != p.id_r) continue; /* stale */
-        l->id = p.id_new;
-        r->live = 0;
-        l->next = r->next;
-        if (r->next >= 0) s->sym[r->next].prev = left;
-        try_pair(s, l->prev, left);
-        try_pair(s, left, l->next);
+static sd_status merge_and_emit(bpe_state *s, int32_t n) {
+    if (n <= 0) return SD_OK;
+    if (n >= SD_MQ_MIN) {
+        sd_status st = merge_long(s, n);
+        if (st != SD_OK) return st;
+    } else {
+        s->n_heap = 0;
+        for (int32_t i = 1; i < n; i++) try_pair(s, i - 1, i);
+        while (s->n_heap) {
+            bpe_pair p = heap_pop(s);
+            int32_t left = (int32_t)(uint32_t)p.key;
+            bpe_sym *l = &s->sym[left], *r = &s->sym[p.right];
+            if (!l->live || !r->live || l->id != p.id_l || r->id != p.id_r) continue; /* stale */
+            merge_at(s, left, p.right, p.id_new);
+            try_pair(s, l->prev, left);
+            try_pair(s, left, l->next);
+        }
     }
     for (int32_t i = 0; i >= 0; i = s->sym[i].next) {
         int32_t id = s->sym[i].id;
         if (id < 0) id = s->t->unk; /* a byte-level vocabulary without that byte's character */
         if (id >= 0) sd_tok_emit(s->sink, id); /* none: dropped, as llama.cpp does */
     }
+    return SD_OK;
 }
 
 static sd_status encode_word(bpe_state *s, const char *w, size_t n) {
@@ -422,7 +467,7 @@ static sd_status encode_word(bpe_state *s, const char *w, size_t n) {
     if (n == 0) return SD_OK;
     /* Each merge queues at most two pairs on top of the n - 1 initial ones. */
     GROW_OR(s->sym, s->sym_cap, n, goto nomem);
-    GROW_OR(s->heap, s->heap_cap, 3 * n, goto nomem);
+    GROW_OR(s->heap, s->heap_cap, 3 * (n < SD_MQ_MIN ? n : SD_MQ_MIN), goto nomem); /* long words: the merge queue */
     int32_t ns = 0;
     if (t->byte_level) {
         if (t->ignore_merges) {
@@ -474,8 +519,7 @@ static sd_status encode_word(bpe_state *s, const char *w, size_t n) {
         s->sym[i].next = i + 1 < ns ? i + 1 : -1;
         s->sym[i].live = 1;
     }
-    merge_and_emit(s, ns);
-    return SD_OK;
+    return merge_and_emit(s, ns);
 nomem:
     return sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory for a word of %zu bytes", n);
 }
@@ -727,6 +771,7 @@ static void state_free(bpe_state *s) {
     free(s->sym);
     free(s->heap);
     free(s->word);
+    sd_mq_free(s->mq);
 }
 
 sd_status sd_bpe_pretokenize(const sd_tokenizer *t, const char *text, size_t len,

@@ -94,6 +94,37 @@ static int is_special_type(int type) {
     return type == SD_TOKEN_CONTROL || type == SD_TOKEN_USER_DEFINED || type == SD_TOKEN_UNKNOWN;
 }
 
+/* The trie of the special tokens' texts (t->special, in that order). */
+static sd_status build_trie(sd_tokenizer *t, const char *what) {
+    size_t nodes = 1;
+    for (int k = 0; k < t->n_special; k++) nodes += t->len[t->special[k]];
+    free(t->trie);
+    t->trie = malloc(nodes * sizeof *t->trie);
+    if (!t->trie) return sd_fail(SD_ERR_NOMEM, "%s: out of memory", what);
+    memset(t->first_byte, 0, sizeof t->first_byte);
+    t->trie[0] = (struct sd_tok_trie){-1, -1, -1, 0};
+    int32_t n = 1;
+    for (int k = 0; k < t->n_special; k++) {
+        const int32_t id = t->special[k];
+        const unsigned char *p = (const unsigned char *)t->text + t->off[id];
+        t->first_byte[p[0] >> 3] |= (uint8_t)(1u << (p[0] & 7));
+        int32_t at = 0;
+        for (uint32_t i = 0; i < t->len[id]; i++) {
+            int32_t c = t->trie[at].child;
+            while (c >= 0 && t->trie[c].byte != p[i]) c = t->trie[c].sibling;
+            if (c < 0) {
+                c = n++;
+                t->trie[c] = (struct sd_tok_trie){-1, t->trie[at].child, -1, p[i]};
+                t->trie[at].child = c;
+            }
+            at = c;
+        }
+        if (t->trie[at].prio < 0) t->trie[at].prio = k; /* two tokens of one text: the first in order */
+    }
+    t->n_trie = n;
+    return SD_OK;
+}
+
 sd_status sd_tok_finish_special(sd_tokenizer *t, const sd_tok_eog_roles *roles, const char *what) {
     free(t->eog);
     t->eog = NULL;
@@ -105,7 +136,7 @@ sd_status sd_tok_finish_special(sd_tokenizer *t, const sd_tok_eog_roles *roles, 
     free(t->special);
     t->special = NULL;
     t->n_special = 0;
-    if (!n) return SD_OK;
+    if (!n) return build_trie(t, what);
     len_id *v = malloc((size_t)n * sizeof *v);
     t->special = malloc((size_t)n * sizeof *t->special);
     if (!v || !t->special) {
@@ -117,7 +148,7 @@ sd_status sd_tok_finish_special(sd_tokenizer *t, const sd_tok_eog_roles *roles, 
     qsort(v, (size_t)n, sizeof *v, by_length_desc);
     for (int i = 0; i < n; i++) t->special[i] = v[i].id;
     free(v);
-    return SD_OK;
+    return build_trie(t, what);
 }
 
 int sd_tokenizer_is_eog(const sd_tokenizer *t, int32_t id) {
@@ -144,76 +175,106 @@ const char *sd_tokenizer_chat_template(const sd_tokenizer *t, size_t *len) {
 
 /* ---- splitting text at special tokens --------------------------------------------------- */
 
-static const char *find_bytes(const char *hay, size_t n, const char *needle, size_t m) {
-    if (m == 0 || m > n) return NULL;
-    const char *end = hay + (n - m) + 1;
-    for (const char *p = hay; p < end;) {
-        const char *q = memchr(p, needle[0], (size_t)(end - p));
-        if (!q) return NULL;
-        if (memcmp(q, needle, m) == 0) return q;
-        p = q + 1;
-    }
-    return NULL;
+/* An occurrence of a special token in the text: where, and the token's index in t->special. */
+typedef struct {
+    uint32_t pos;
+    int32_t prio;
+} occurrence;
+
+static int by_start(const void *a, const void *b) {
+    const sd_tok_frag *x = a, *y = b;
+    return (x->off > y->off) - (x->off < y->off);
 }
 
-/* p with room for need elements (doubling), or NULL with p left as it was. */
-static sd_tok_frag *grow(sd_tok_frag *p, size_t *cap, size_t need) {
-    if (need <= *cap) return p;
-    size_t n = *cap ? *cap : 16;
-    while (n < need) n *= 2;
-    sd_tok_frag *q = realloc(p, n * sizeof *q);
-    if (q) *cap = n;
-    return q;
-}
-
-/* Splits text at every occurrence of each special token, longest tokens first, the way
- * llama.cpp's tokenizer_st_partition does: user-defined tokens always, control and unknown
- * ones only when parse_special. *out is malloc'd. */
+/* Splits text at special tokens the way llama.cpp's tokenizer_st_partition does: user-defined
+ * tokens always, control and unknown ones only when parse_special; each token in turn, longest
+ * first, cuts every occurrence of it (leftmost first, not overlapping) out of the text that
+ * earlier tokens left. Done in one pass: the trie finds every occurrence of every token, then
+ * the tokens take theirs in that order, each occurrence only if none of its bytes is taken.
+ * *out is malloc'd. */
 static sd_status partition(const sd_tokenizer *t, const char *text, size_t len, int parse_special,
                            sd_tok_frag **out, size_t *n_out) {
-    size_t cap = 0, gcap = 0, n = 1;
-    sd_tok_frag *f = grow(NULL, &cap, 16), *g = NULL;
-    if (!f) goto nomem;
-    f[0] = (sd_tok_frag){0, len, -1};
-    for (int k = 0; k < t->n_special; k++) {
-        int32_t id = t->special[k];
-        if (!parse_special && t->type[id] != SD_TOKEN_USER_DEFINED) continue;
-        const char *p = t->text + t->off[id];
-        size_t pl = t->len[id], m = 0;
-        for (size_t i = 0; i < n; i++) {
-            /* each text piece yields at most 2 pieces per occurrence plus one */
-            sd_tok_frag *q = grow(g, &gcap, m + 1 + (f[i].id < 0 ? 2 * (f[i].len / pl) : 0));
-            if (!q) goto nomem;
-            g = q;
-            if (f[i].id >= 0) {
-                g[m++] = f[i];
-                continue;
+    const unsigned char *u = (const unsigned char *)text;
+    occurrence *occ = NULL;
+    size_t n_occ = 0, cap_occ = 0;
+    uint32_t *start = NULL;
+    uint8_t *taken = NULL;
+    sd_tok_frag *f = NULL;
+    for (size_t i = 0; t->n_trie > 1 && i < len; i++) {
+        if (!(t->first_byte[u[i] >> 3] & (1u << (u[i] & 7)))) continue;
+        int32_t at = 0;
+        for (size_t j = i; j < len; j++) {
+            int32_t c = t->trie[at].child;
+            while (c >= 0 && t->trie[c].byte != u[j]) c = t->trie[c].sibling;
+            if (c < 0) break;
+            at = c;
+            const int32_t k = t->trie[at].prio;
+            if (k < 0 || (!parse_special && t->type[t->special[k]] != SD_TOKEN_USER_DEFINED)) continue;
+            if (n_occ == cap_occ) {
+                cap_occ = cap_occ ? 2 * cap_occ : 64;
+                occurrence *o = realloc(occ, cap_occ * sizeof *o);
+                if (!o) goto nomem;
+                occ = o;
             }
-            size_t pos = f[i].off, end = f[i].off + f[i].len;
-            const char *hit;
-            while ((hit = find_bytes(text + pos, end - pos, p, pl)) != NULL) {
-                size_t at = (size_t)(hit - text);
-                if (at > pos) g[m++] = (sd_tok_frag){pos, at - pos, -1};
-                g[m++] = (sd_tok_frag){at, pl, id};
-                pos = at + pl;
-            }
-            if (pos < end) g[m++] = (sd_tok_frag){pos, end - pos, -1};
+            occ[n_occ++] = (occurrence){(uint32_t)i, k};
         }
-        sd_tok_frag *sw = f;
-        f = g;
-        g = sw;
-        size_t sc = cap;
-        cap = gcap;
-        gcap = sc;
-        n = m;
     }
-    free(g);
+    size_t n = 0, n_tok = 0;
+    if (n_occ) {
+        /* by token, then by position: a counting sort, stable over the ascending scan */
+        occurrence *sorted = malloc(n_occ * sizeof *sorted);
+        start = calloc((size_t)t->n_special + 1, sizeof *start);
+        taken = calloc(len, 1);
+        f = malloc((2 * n_occ + 1) * sizeof *f);
+        if (!sorted || !start || !taken || !f) {
+            free(sorted);
+            goto nomem;
+        }
+        for (size_t i = 0; i < n_occ; i++) start[occ[i].prio + 1]++;
+        for (int k = 0; k < t->n_special; k++) start[k + 1] += start[k];
+        for (size_t i = 0; i < n_occ; i++) sorted[start[occ[i].prio]++] = occ[i];
+        for (size_t i = 0; i < n_occ; i++) {
+            const int32_t id = t->special[sorted[i].prio];
+            const size_t p = sorted[i].pos, l = t->len[id];
+            size_t j = 0;
+            while (j < l && !taken[p + j]) j++;
+            if (j < l) continue; /* inside text an earlier token (or occurrence) took */
+            memset(taken + p, 1, l);
+            f[n_tok++] = (sd_tok_frag){p, l, id};
+        }
+        free(sorted);
+        qsort(f, n_tok, sizeof *f, by_start);
+    } else if (!(f = malloc(sizeof *f))) {
+        goto nomem;
+    }
+    /* the text between the tokens, in place: from the back, so nothing is overwritten unread */
+    size_t total = 0, end = len;
+    for (size_t i = n_tok; i-- > 0;) {
+        total += 1 + (f[i].off + f[i].len < end);
+        end = f[i].off;
+    }
+    total += end > 0;
+    n = total;
+    end = len;
+    for (size_t i = n_tok; i-- > 0;) {
+        const size_t tail = f[i].off + f[i].len;
+        const sd_tok_frag tok = f[i];
+        if (tail < end) f[--total] = (sd_tok_frag){tail, end - tail, -1};
+        f[--total] = tok;
+        end = tok.off;
+    }
+    if (end > 0) f[--total] = (sd_tok_frag){0, end, -1};
+    free(occ);
+    free(start);
+    free(taken);
     *out = f;
     *n_out = n;
     return SD_OK;
 nomem:
+    free(occ);
+    free(start);
+    free(taken);
     free(f);
-    free(g);
     return sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory splitting special tokens");
 }
 
@@ -248,20 +309,29 @@ sd_status sd_tokenizer_tokenize_alloc(const sd_tokenizer *t, const char *text, s
                                       int parse_special, int32_t **ids, int *n_ids) {
     *ids = NULL;
     *n_ids = 0;
-    int n = 0;
-    sd_status st = sd_tokenizer_tokenize(t, text, len, add_bos, parse_special, NULL, 0, &n);
-    if (st == SD_ERR_INVALID_ARG && n > 0) { /* counted: now the ids */
-        int32_t *out = malloc((size_t)n * sizeof *out);
-        if (!out) return sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory for %d tokens", n);
-        st = sd_tokenizer_tokenize(t, text, len, add_bos, parse_special, out, n, &n);
-        if (st != SD_OK) {
+    /* Text runs 2.5-5 bytes a token: a first guess of len / 2 saves a counting pass almost always. */
+    const size_t guess = len / 2 + 16;
+    int cap = guess < (size_t)1 << 28 ? (int)guess : 1 << 28, n = 0;
+    int32_t *out = malloc((size_t)cap * sizeof *out);
+    if (!out) return sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory for %d tokens", cap);
+    sd_status st = sd_tokenizer_tokenize(t, text, len, add_bos, parse_special, out, cap, &n);
+    if (st == SD_ERR_INVALID_ARG && n > cap) { /* counted: now all the ids */
+        int32_t *more = realloc(out, (size_t)n * sizeof *out);
+        if (!more) {
             free(out);
-            return st;
+            return sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory for %d tokens", n);
         }
-        *ids = out;
+        out = more;
+        st = sd_tokenizer_tokenize(t, text, len, add_bos, parse_special, out, n, &n);
     }
-    if (st == SD_OK) *n_ids = n;
-    return st;
+    if (st != SD_OK || n == 0) {
+        free(out);
+        return st;
+    }
+    int32_t *fit = realloc(out, (size_t)n * sizeof *out);
+    *ids = fit ? fit : out;
+    *n_ids = n;
+    return SD_OK;
 }
 
 sd_status sd_tokenizer_encode(const sd_tokenizer *t, const char *text, size_t len, int add_bos,

@@ -76,6 +76,47 @@ static void try_add_bigram(spm_state *s, int32_t left, int32_t right) {
     heap_push(s, b);
 }
 
+static void merge_at(spm_state *s, int32_t left, int32_t right) {
+    spm_sym *l = &s->sym[left], *r = &s->sym[right];
+    l->n += r->n;
+    r->n = 0;
+    l->next = r->next;
+    if (r->next >= 0) s->sym[r->next].prev = left;
+}
+
+/* The pair (left, right) into the merge queue when it makes a piece: the priority is the score
+ * turned so that the best pops first (bigram_key's high half, inverted), the entry remembers the
+ * pair's length to tell when it is stale. */
+static int mq_try(spm_state *s, sd_mq *q, int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return 0;
+    const spm_sym *l = &s->sym[left];
+    const uint32_t size = l->n + s->sym[right].n;
+    const int32_t id = sd_tok_lookup(s->t, s->text + l->off, size);
+    if (id < 0) return 0;
+    return sd_mq_push(q, ~(uint32_t)(bigram_key(s->t->score[id], 0) >> 32), left, size);
+}
+
+/* The heap loop's merges for a long text, in the same order, by the merge queue. */
+static sd_status merge_long(spm_state *s, size_t n_sym) {
+    sd_mq *q = sd_mq_create();
+    int rc = q ? 0 : -1;
+    for (size_t i = 1; rc == 0 && i < n_sym; i++) rc = mq_try(s, q, (int32_t)i - 1, (int32_t)i);
+    uint32_t prio;
+    sd_mq_entry e;
+    while (rc == 0 && (rc = sd_mq_pop(q, &prio, &e)) == 1) {
+        rc = 0;
+        const int32_t ahead = sd_mq_ahead(q, 8); /* a sweep jumps across the text */
+        if (ahead >= 0) __builtin_prefetch(&s->sym[ahead]);
+        const int32_t left = e.pos, right = s->sym[left].next;
+        if (s->sym[left].n == 0 || right < 0 || s->sym[left].n + s->sym[right].n != e.aux) continue; /* stale */
+        merge_at(s, left, right);
+        rc = mq_try(s, q, s->sym[left].prev, left);
+        if (rc == 0) rc = mq_try(s, q, left, s->sym[left].next);
+    }
+    sd_mq_free(q);
+    return rc == 0 ? SD_OK : sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory for %zu symbols", n_sym);
+}
+
 /* Length of the character starting at p (n bytes left): the lead byte's high nibble gives
  * the length, as llama.cpp's unicode_len_utf8 does, but only if that many bytes remain and
  * the rest are continuation bytes; otherwise the byte stands alone. llama.cpp skips that
@@ -121,11 +162,9 @@ static sd_status encode_piece(const sd_tokenizer *t, const char *text, size_t le
     const unsigned char *ubuf = (const unsigned char *)buf;
     size_t n_sym = 0;
     for (size_t i = 0; i < n_text; n_sym++) i += char_len(ubuf + i, n_text - i);
-    /* Each merge queues at most two new pairs on top of the n_sym - 1 initial ones. */
     s.sym = malloc(n_sym * sizeof *s.sym);
-    s.heap = malloc(3 * n_sym * sizeof *s.heap);
     sd_status st = SD_OK;
-    if (!s.sym || !s.heap) {
+    if (!s.sym) {
         st = sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory for %zu symbols", n_sym);
         goto done;
     }
@@ -138,19 +177,26 @@ static sd_status encode_piece(const sd_tokenizer *t, const char *text, size_t le
         s.sym[i].next = i + 1 < n_sym ? (int32_t)i + 1 : -1;
         pos += n;
     }
-
-    for (size_t i = 1; i < n_sym; i++) try_add_bigram(&s, (int32_t)i - 1, (int32_t)i);
-    while (s.n_heap) {
-        spm_bigram b = heap_pop(&s);
-        int32_t left = bigram_left(&b);
-        spm_sym *l = &s.sym[left], *r = &s.sym[b.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale: a side was merged */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) s.sym[r->next].prev = left;
-        try_add_bigram(&s, l->prev, left);
-        try_add_bigram(&s, left, l->next);
+    if (n_sym >= SD_MQ_MIN) {
+        st = merge_long(&s, n_sym);
+        if (st != SD_OK) goto done;
+    } else {
+        /* Each merge queues at most two new pairs on top of the n_sym - 1 initial ones. */
+        s.heap = malloc(3 * n_sym * sizeof *s.heap);
+        if (!s.heap) {
+            st = sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory for %zu symbols", n_sym);
+            goto done;
+        }
+        for (size_t i = 1; i < n_sym; i++) try_add_bigram(&s, (int32_t)i - 1, (int32_t)i);
+        while (s.n_heap) {
+            spm_bigram b = heap_pop(&s);
+            int32_t left = bigram_left(&b);
+            spm_sym *l = &s.sym[left], *r = &s.sym[b.right];
+            if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale: a side was merged */
+            merge_at(&s, left, b.right);
+            try_add_bigram(&s, l->prev, left);
+            try_add_bigram(&s, left, l->next);
+        }
     }
 
     /* Every merged symbol is a piece by construction, so llama.cpp's rev_merge re-split never

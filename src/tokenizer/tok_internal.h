@@ -43,6 +43,15 @@ struct sd_tokenizer {
      * control and unknown ones when parsing specials (llama.cpp's cache_special_tokens). */
     int32_t *special;
     int n_special;
+    /* The special tokens' texts as a trie (first child, next sibling), so that one walk from each
+     * position of a text finds every special token that starts there. prio: the index in special
+     * of the token ending at the node, -1 for none. Node 0 is the root. */
+    struct sd_tok_trie {
+        int32_t child, sibling, prio;
+        uint8_t byte;
+    } *trie;
+    int n_trie;
+    uint8_t first_byte[32]; /* bit set: bytes that start a special token */
     int32_t *eog;        /* end-of-generation ids, ascending, no repeats */
     int n_eog;
     char *chat_template; /* NUL-terminated copy, NULL when the source has none */
@@ -96,6 +105,30 @@ sd_status sd_spm_encode_frags(const sd_tokenizer *t, const char *text, const sd_
                               sd_tok_sink *k);
 sd_status sd_bpe_encode_frags(const sd_tokenizer *t, const char *text, const sd_tok_frag *f, size_t n,
                               sd_tok_sink *k);
+
+/* The merge queue of long words (mergeq.c): entries pop in (prio, pos) order, lowest first, the
+ * order one binary heap of all of them would give, at a cost close to linear in the entries
+ * when pushes mostly come in rising priority (as a trained vocabulary's merges do). Words shorter
+ * than SD_MQ_MIN symbols keep the plain heap, which is cheaper to set up. */
+#define SD_MQ_MIN 256
+typedef struct {
+    int32_t pos;
+    uint32_t aux;
+} sd_mq_entry;
+typedef struct sd_mq sd_mq;
+sd_mq *sd_mq_create(void);
+void sd_mq_free(sd_mq *q); /* NULL is fine */
+void sd_mq_reset(sd_mq *q); /* empties it for the next word, keeping its memory */
+/* 0, or -1 when out of memory (the queue then stays failed until reset). */
+int sd_mq_push(sd_mq *q, uint32_t prio, int32_t pos, uint32_t aux);
+/* 1 with the lowest entry taken out, 0 when empty, -1 out of memory. */
+int sd_mq_pop(sd_mq *q, uint32_t *prio, sd_mq_entry *out);
+/* The position of the entry k places after the next one of the bucket being swept (-1: none or
+ * not known): what to prefetch, since a sweep jumps across the word. */
+int32_t sd_mq_ahead(const sd_mq *q, uint32_t k);
+
+/* The merge of the pair (a, b) by rank, NULL when none (bpe.c). */
+const struct sd_bpe_merge *sd_bpe_find_merge(const sd_tokenizer *t, int32_t a, int32_t b);
 
 /* Ids a GGUF names for the end-of-generation roles llama.cpp knows (tokenizer.ggml.eot/eom/
  * fim_pad/fim_rep/fim_sep_token_id); -1 where the file names none, so the role is found by

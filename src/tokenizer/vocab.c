@@ -211,6 +211,7 @@ void sd_tokenizer_free(sd_tokenizer *t) {
     free(t->slots);
     free(t->merges);
     free(t->special);
+    free(t->trie);
     free(t->eog);
     free(t->chat_template);
     free(t);
