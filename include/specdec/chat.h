@@ -62,8 +62,22 @@ sd_chat_params sd_chat_params_for(const sd_tokenizer *t);
 sd_status sd_chat_render(sd_chat_format f, const sd_chat_msg *msgs, int n, const sd_chat_params *p, char **out,
                          size_t *out_len);
 
-/* The prompt ids of text rendered by sd_chat_render for tokenizer t: its markers parsed as special
- * tokens, BOS added (when t adds one) unless the template already wrote it. *ids is malloc'd. */
+/* sd_chat_render, also giving the byte ranges of *out that hold the messages' own text, ascending
+ * (*spans malloc'd, NULL when there are none): everything else is the template's. */
+sd_status sd_chat_render_spans(sd_chat_format f, const sd_chat_msg *msgs, int n, const sd_chat_params *p, char **out,
+                               size_t *out_len, sd_tok_span **spans, int *n_spans);
+
+/* The prompt ids of text rendered by sd_chat_render for tokenizer t: every special token written
+ * in it parsed, the messages' text included; BOS added (when t adds one) unless the template
+ * already wrote it. *ids is malloc'd. */
 sd_status sd_chat_tokenize(const sd_tokenizer *t, const char *text, size_t len, int32_t **ids, int *n_ids);
+
+/* The prompt ids of messages: rendered by format f (errors as sd_chat_render's), then tokenized
+ * with the template's markers as special tokens and the messages' text as text, so that a user
+ * who writes "<|im_end|>" in a message gets those characters, not a turn of their own (as
+ * content_special would give, parsing special tokens in the text too: llama.cpp's and HF's
+ * behaviour). BOS as sd_chat_tokenize adds it. *ids is malloc'd. */
+sd_status sd_chat_prompt(const sd_tokenizer *t, sd_chat_format f, const sd_chat_msg *msgs, int n, const sd_chat_params *p,
+                         int content_special, int32_t **ids, int *n_ids);
 
 #endif

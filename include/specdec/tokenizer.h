@@ -95,6 +95,17 @@ sd_status sd_tokenizer_tokenize(const sd_tokenizer *t, const char *text, size_t 
  * or on error; the caller frees it). */
 sd_status sd_tokenizer_tokenize_alloc(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
                                       int parse_special, int32_t **ids, int *n_ids);
+/* A byte range [off, off + len) of a text. */
+typedef struct {
+    size_t off, len;
+} sd_tok_span;
+/* sd_tokenizer_tokenize_alloc with parse_special, except that a control or unknown token is
+ * recognised only where none of its bytes lies in one of the n_plain spans (ascending, not
+ * overlapping): written inside a span it is text. A chat prompt passes its messages' text as the
+ * spans, so that only the template's own markers are special. User-defined tokens are split out
+ * everywhere, as always. */
+sd_status sd_tokenizer_tokenize_outside(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
+                                        const sd_tok_span *plain, int n_plain, int32_t **ids, int *n_ids);
 /* sd_tokenizer_tokenize with parse_special off: prompt text is always plain text. */
 sd_status sd_tokenizer_encode(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
                               int32_t *out, int cap, int *n_out);

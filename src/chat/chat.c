@@ -157,6 +157,8 @@ typedef struct {
     char *p;
     size_t n, cap;
     int oom;
+    sd_tok_span *sp; /* where the messages' own text went (text, not markers) */
+    int n_sp, cap_sp;
 } buf;
 
 static void putv(buf *b, view v) {
@@ -179,6 +181,44 @@ static void putv(buf *b, view v) {
 
 static void put(buf *b, const char *s) { putv(b, V(s)); }
 
+/* A message's text: written as putv does, and remembered as text. */
+static void put_text(buf *b, view v) {
+    const size_t at = b->n;
+    putv(b, v);
+    if (b->oom || !v.n) return;
+    if (b->n_sp && b->sp[b->n_sp - 1].off + b->sp[b->n_sp - 1].len == at) { /* continues the last one */
+        b->sp[b->n_sp - 1].len += v.n;
+        return;
+    }
+    if (b->n_sp == b->cap_sp) {
+        const int cap = b->cap_sp ? 2 * b->cap_sp : 16;
+        sd_tok_span *q = realloc(b->sp, (size_t)cap * sizeof *q);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->sp = q;
+        b->cap_sp = cap;
+    }
+    b->sp[b->n_sp++] = (sd_tok_span){at, v.n};
+}
+
+/* v, a view into from's text, copied to b with the parts of it that are message text. */
+static void put_from(buf *b, const buf *from, view v) {
+    size_t pos = (size_t)(v.p - from->p);
+    const size_t end = pos + v.n;
+    for (int i = 0; i < from->n_sp && pos < end; i++) {
+        const size_t a = from->sp[i].off, z = a + from->sp[i].len;
+        if (z <= pos) continue;
+        if (a >= end) break;
+        if (a > pos) putv(b, (view){from->p + pos, a - pos});
+        const size_t stop = z < end ? z : end, from_at = a > pos ? a : pos;
+        put_text(b, (view){from->p + from_at, stop - from_at});
+        pos = stop;
+    }
+    if (pos < end) putv(b, (view){from->p + pos, end - pos});
+}
+
 /* ---- renderers ------------------------------------------------------------------------- */
 
 typedef struct {
@@ -200,7 +240,7 @@ static void chatml_turn(buf *o, const char *role, view content) {
     put(o, "<|im_start|>");
     put(o, role);
     put(o, "\n");
-    putv(o, content);
+    put_text(o, content);
     put(o, "<|im_end|>\n");
 }
 
@@ -245,11 +285,11 @@ static sd_status render_qwen3(const ctx *c) {
         put(o, "<|im_start|>assistant\n");
         if (i > last_query && (i == c->n - 1 || reasoning.n)) {
             put(o, "<think>\n");
-            putv(o, lstrip_nl(rstrip_nl(reasoning)));
+            put_text(o, lstrip_nl(rstrip_nl(reasoning)));
             put(o, "\n</think>\n\n");
             content = lstrip_nl(content);
         }
-        putv(o, content);
+        put_text(o, content);
         put(o, "<|im_end|>\n");
     }
     if (c->p->add_generation_prompt) put(o, "<|im_start|>assistant\n");
@@ -260,7 +300,7 @@ static void llama3_turn(buf *o, const char *role, const char *content) {
     put(o, "<|start_header_id|>");
     put(o, role);
     put(o, "<|end_header_id|>\n\n");
-    putv(o, trim(V(content)));
+    put_text(o, trim(V(content)));
     put(o, "<|eot_id|>");
 }
 
@@ -283,7 +323,7 @@ static sd_status render_llama3(const ctx *c, sd_chat_format f) {
         put(o, date);
         put(o, "\n\n");
         if (is(&c->m[0], "system")) {
-            putv(o, trim(V(c->m[0].content)));
+            put_text(o, trim(V(c->m[0].content)));
             first = 1;
         }
         put(o, "<|eot_id|>");
@@ -303,27 +343,32 @@ static sd_status render_llama2(const ctx *c) {
         buf tmp = {0};
         if (j == 0 && sys) {
             put(&tmp, "<<SYS>>\n");
-            put(&tmp, c->m[0].content);
+            put_text(&tmp, V(c->m[0].content));
             put(&tmp, "\n<</SYS>>\n\n");
-            put(&tmp, m->content);
+            put_text(&tmp, V(m->content));
             if (tmp.oom) {
                 free(tmp.p);
+                free(tmp.sp);
                 return sd_fail(SD_ERR_NOMEM, "chat template llama2: out of memory");
             }
             content = (view){tmp.p, tmp.n};
+        } else {
+            put_text(&tmp, content); /* one path for both: the text's spans travel through tmp */
+            content = (view){tmp.p ? tmp.p : "", tmp.n};
         }
         if (is(m, "user")) {
             put(o, c->p->bos_token);
             put(o, "[INST] ");
-            putv(o, trim(content));
+            put_from(o, &tmp, trim(content));
             put(o, " [/INST]");
         } else if (is(m, "assistant")) {
             put(o, " ");
-            putv(o, trim(content));
+            put_from(o, &tmp, trim(content));
             put(o, " ");
             put(o, c->p->eos_token);
         }
         free(tmp.p);
+        free(tmp.sp);
     }
     return SD_OK;
 }
@@ -336,10 +381,10 @@ static sd_status render_mistral(const ctx *c) {
         if (is(m, "user") != (i % 2 == 0)) return template_error(SD_CHAT_MISTRAL, ALTERNATE);
         if (is(m, "user")) {
             put(o, "[INST] ");
-            put(o, m->content);
+            put_text(o, V(m->content));
             put(o, " [/INST]");
         } else if (is(m, "assistant")) {
-            put(o, m->content);
+            put_text(o, V(m->content));
             put(o, c->p->eos_token);
         } else {
             return template_error(SD_CHAT_MISTRAL, "Only user and assistant roles are supported!");
@@ -358,7 +403,7 @@ static sd_status render_gemma(const ctx *c) {
         put(o, "<start_of_turn>");
         put(o, is(m, "assistant") ? "model" : m->role);
         put(o, "\n");
-        putv(o, trim(V(m->content)));
+        put_text(o, trim(V(m->content)));
         put(o, "<end_of_turn>\n");
     }
     if (c->p->add_generation_prompt) put(o, "<start_of_turn>model\n");
@@ -373,7 +418,7 @@ static sd_status render_phi3(const ctx *c) {
         put(o, "<|");
         put(o, m->role);
         put(o, "|>\n");
-        put(o, m->content);
+        put_text(o, V(m->content));
         put(o, "<|end|>\n");
     }
     put(o, c->p->add_generation_prompt ? "<|assistant|>\n" : c->p->eos_token);
@@ -396,10 +441,12 @@ sd_chat_params sd_chat_params_for(const sd_tokenizer *t) {
     return p;
 }
 
-sd_status sd_chat_render(sd_chat_format f, const sd_chat_msg *msgs, int n, const sd_chat_params *p, char **out,
-                         size_t *out_len) {
+sd_status sd_chat_render_spans(sd_chat_format f, const sd_chat_msg *msgs, int n, const sd_chat_params *p, char **out,
+                               size_t *out_len, sd_tok_span **spans, int *n_spans) {
     if (out) *out = NULL;
     if (out_len) *out_len = 0;
+    if (spans) *spans = NULL;
+    if (n_spans) *n_spans = 0;
     if (!out || (unsigned)f >= SD_CHAT_N_FORMATS || (!msgs && n))
         return sd_fail(SD_ERR_INVALID_ARG, "chat: bad arguments");
     if (n < 1) return sd_fail(SD_ERR_INVALID_ARG, "chat: no messages to render");
@@ -435,17 +482,52 @@ sd_status sd_chat_render(sd_chat_format f, const sd_chat_msg *msgs, int n, const
     if (st == SD_OK && b.oom) st = sd_fail(SD_ERR_NOMEM, "chat: out of memory");
     if (st != SD_OK) {
         free(b.p);
+        free(b.sp);
         return st;
     }
     *out = b.p;
     if (out_len) *out_len = b.n;
+    if (spans) {
+        *spans = b.sp;
+        if (n_spans) *n_spans = b.n_sp;
+    } else {
+        free(b.sp);
+    }
     return SD_OK;
 }
 
-sd_status sd_chat_tokenize(const sd_tokenizer *t, const char *text, size_t len, int32_t **ids, int *n_ids) {
-    int add_bos = sd_tokenizer_add_bos(t);
-    size_t bl = 0; /* templates that write {{ bos_token }} already start with it */
+sd_status sd_chat_render(sd_chat_format f, const sd_chat_msg *msgs, int n, const sd_chat_params *p, char **out,
+                         size_t *out_len) {
+    return sd_chat_render_spans(f, msgs, n, p, out, out_len, NULL, NULL);
+}
+
+/* BOS unless the template wrote it already ({{ bos_token }}). */
+static int needs_bos(const sd_tokenizer *t, const char *text, size_t len) {
+    size_t bl = 0;
     const char *bos = sd_tokenizer_piece(t, sd_tokenizer_bos(t), &bl);
-    if (bos && bl && len >= bl && !memcmp(text, bos, bl)) add_bos = 0;
-    return sd_tokenizer_tokenize_alloc(t, text, len, add_bos, 1, ids, n_ids);
+    return sd_tokenizer_add_bos(t) && !(bos && bl && len >= bl && !memcmp(text, bos, bl));
+}
+
+sd_status sd_chat_tokenize(const sd_tokenizer *t, const char *text, size_t len, int32_t **ids, int *n_ids) {
+    return sd_tokenizer_tokenize_alloc(t, text, len, needs_bos(t, text, len), 1, ids, n_ids);
+}
+
+sd_status sd_chat_prompt(const sd_tokenizer *t, sd_chat_format f, const sd_chat_msg *msgs, int n, const sd_chat_params *p,
+                         int content_special, int32_t **ids, int *n_ids) {
+    *ids = NULL;
+    *n_ids = 0;
+    char *text = NULL;
+    size_t len = 0;
+    sd_tok_span *spans = NULL;
+    int n_spans = 0;
+    sd_status st = sd_chat_render_spans(f, msgs, n, p, &text, &len, &spans, &n_spans);
+    if (st != SD_OK) return st;
+    /* The template may write BOS itself only in its own text: a message starting with BOS's
+     * piece is text, not the template's BOS. */
+    int bos = needs_bos(t, text, len);
+    if (!bos && sd_tokenizer_add_bos(t) && !content_special && n_spans && spans[0].off == 0) bos = 1;
+    st = sd_tokenizer_tokenize_outside(t, text, len, bos, spans, content_special ? 0 : n_spans, ids, n_ids);
+    free(spans);
+    free(text);
+    return st;
 }

@@ -57,7 +57,7 @@ typedef struct {
     int chat;                  /* --chat: the text is one user turn, rendered by the chat template */
     const char *system;        /* --system TEXT: a system turn before it (NULL: none) */
     const char *template_name; /* --chat-template NAME (NULL: the model's template) */
-    int special;               /* --special: parse special tokens written in a plain prompt */
+    int special;               /* --special: parse special tokens written in the prompt (with --chat: in its text) */
 } cli_prompt_opts;
 
 /* The chat format of tokenizer t of `model`: template_name's (NULL: the model's template,

@@ -41,6 +41,7 @@ int cmd_serve(int argc, char **argv) {
     p.api_key = o.api_key;
     p.model_name = o.alias ? o.alias : o.model;
     p.special = o.special;
+    p.chat_special = o.chat_special;
     cli_spec_params(&o, &p.spec);
     p.verbose = 1;
 

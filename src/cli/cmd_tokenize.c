@@ -42,10 +42,11 @@ int cmd_tokenize(int argc, char **argv) {
     int prc = cli_parse(argc, argv, CMD_TOKENIZE, &o, 1);
     if (prc) return prc == 1 ? 0 : 2;
     const char *src = o.pos_args[0], *prompt = o.prompt, *file = o.prompt_file;
-    const int pieces = o.pieces, special = o.special, no_bos = o.no_bos;
+    const int pieces = o.pieces, special = !o.no_parse_special, no_bos = o.no_bos;
     if (!src) return cli_usage_error("tokenize: MODEL_OR_TOKENIZER is required (see specdec tokenize --help)");
     if (!prompt && !file) return cli_usage_error("tokenize: give the text with -p TEXT or -f FILE");
     if (prompt && file) return cli_usage_error("tokenize: give -p or -f, not both");
+    if (o.special && o.no_parse_special) return cli_usage_error("tokenize: give --special or --no-parse-special, not both");
 
     char path[4096];
     struct stat st;

@@ -1,5 +1,6 @@
 /* The prompt of `specdec generate`: -p as it is (special tokens parsed with --special) or, with
- * --chat, as one user turn (and a --system turn) rendered by the model's chat template. */
+ * --chat, as one user turn (and a --system turn) rendered by the model's chat template, whose
+ * markers are special while the turns' text is text (also parsed with --special). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,12 +42,12 @@ int cli_prompt_ids(const sd_tokenizer *t, const char *model, const cli_prompt_op
         sd_chat_msg msgs[2] = {{"system", o->system}, {"user", text}};
         const int sys = o->system != NULL;
         sd_chat_params p = sd_chat_params_for(t);
+        /* the template's refusal of these messages is a usage error, the tokenizer's a failure */
         char *rendered = NULL;
-        size_t len = 0;
-        if (sd_chat_render(f, msgs + !sys, 1 + sys, &p, &rendered, &len) != SD_OK)
-            return cli_usage_error("%s", sd_last_error()); /* the template refuses these messages */
-        st = sd_chat_tokenize(t, rendered, len, ids, n_ids);
+        if (sd_chat_render(f, msgs + !sys, 1 + sys, &p, &rendered, NULL) != SD_OK)
+            return cli_usage_error("%s", sd_last_error());
         free(rendered);
+        st = sd_chat_prompt(t, f, msgs + !sys, 1 + sys, &p, o->special, ids, n_ids);
     } else {
         st = sd_tokenizer_tokenize_alloc(t, text, strlen(text), sd_tokenizer_add_bos(t), o->special, ids, n_ids);
     }

@@ -168,7 +168,7 @@ static const cli_opt k_opts[] = {
      "with --chat: render with NAME instead of the model's template:", NULL},
     {"--special", NULL, OPT_FLAG, CMD_GENERATE, "generation", NULL, 0, 0, 0, F(special), NULL,
      "parse special tokens written in the text (<|im_start|>, <s>, ...) as those tokens; without it they are "
-     "plain text",
+     "plain text (with --chat: in the turns' text, where without it only the template's markers are special)",
      NULL},
     {"--ids", NULL, OPT_FLAG, CMD_GENERATE, "generation", NULL, 0, 0, 0, F(ids), NULL,
      "print the generated token ids, space-separated on one line, instead of the prompt and the text", NULL},
@@ -177,8 +177,12 @@ static const cli_opt k_opts[] = {
     {"--file", "-f", OPT_STR, CMD_TOKENIZE, "text", "PATH", 0, 0, 0, F(prompt_file), NULL,
      "read the text from a file, as it is (a final newline is text too)", NULL},
     {"--special", NULL, OPT_FLAG, CMD_TOKENIZE, "text", NULL, 0, 0, 0, F(special), NULL,
-     "special tokens written in the text (<|im_start|>, <s>, ...) become those tokens; without it they are "
-     "encoded as plain text",
+     "special tokens written in the text (<|im_start|>, <s>, ...) become those tokens, as HF's encode and "
+     "llama-tokenize do: the default",
+     NULL},
+    {"--no-parse-special", NULL, OPT_FLAG, CMD_TOKENIZE, "text", NULL, 0, 0, 0, F(no_parse_special), NULL,
+     "encode special tokens written in the text as plain text (llama-tokenize's flag; user-defined tokens such as "
+     "<think> are split out either way)",
      NULL},
     {"--pieces", NULL, OPT_FLAG, CMD_TOKENIZE, "output", NULL, 0, 0, 0, F(pieces), NULL,
      "one token per line instead: its id and its text, quoted and escaped", NULL},
@@ -216,7 +220,11 @@ static const cli_opt k_opts[] = {
      "render chat requests with NAME instead of the model's template:", NULL},
     {"--special", NULL, OPT_FLAG, CMD_SERVE, "server", NULL, 0, 0, 0, F(special), NULL,
      "parse special tokens written in completion prompts (<|im_start|>, <s>, ...) as those tokens; without it they "
-     "are plain text (chat messages are rendered by the template, whose markers are always special)",
+     "are plain text",
+     NULL},
+    {"--chat-special", NULL, OPT_FLAG, CMD_SERVE, "server", NULL, 0, 0, 0, F(chat_special), NULL,
+     "parse special tokens written in chat messages' text too (llama.cpp's and HF's way: a client can then write "
+     "the template's role markers); without it a message's text is text and only the template's markers are special",
      NULL},
     /* bench-decode */
     {"--prefill", NULL, OPT_INT, CMD_BENCH_DECODE, "measurement", "N", 1, 1 << 20, 0, F(prefill), NULL,

@@ -54,13 +54,13 @@ typedef struct {
     int quick;
     const char *out_dir;
     /* tokenize */
-    int pieces, no_bos;
+    int pieces, no_bos, no_parse_special;
     /* bench-grammar */
     const char *json_schema, *grammar_file;
     int json_compact, no_grammar_drafts;
     /* serve */
     const char *host, *api_key, *alias;
-    int port, parallel, timeout, queue;
+    int port, parallel, timeout, queue, chat_special;
     /* positional arguments */
     const char *pos_args[4];
     int n_pos;

@@ -317,13 +317,9 @@ static int parse_messages(const srv_api_ctx *c, const cJSON *o, srv_gen *g, srv_
     }
     if (rc == 0) {
         sd_chat_params cp = sd_chat_params_for(c->tok);
-        char *text = NULL;
-        size_t len = 0;
-        sd_status st = sd_chat_render(c->chat, msgs, n, &cp, &text, &len);
-        if (st != SD_OK) rc = bad(e, "messages", "%s", sd_last_error()); /* the template refuses these roles */
-        else if ((st = sd_chat_tokenize(c->tok, text, len, &g->ids, &g->n_ids)) != SD_OK)
-            rc = tokenize_failed(e, "messages", st);
-        free(text);
+        /* the template's refusal of these roles, or the tokenizer's failure, both named as messages */
+        if (sd_chat_prompt(c->tok, c->chat, msgs, n, &cp, c->chat_special, &g->ids, &g->n_ids) != SD_OK)
+            rc = bad(e, "messages", "%s", sd_last_error());
     }
     for (int k = 0; texts && k < n; k++) srv_buf_free(&texts[k]);
     free(texts);

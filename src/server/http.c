@@ -225,8 +225,9 @@ static enum MHD_Result answer(srv *s, struct MHD_Connection *c, conn_state *cs) 
 }
 
 static enum MHD_Result submit(srv *s, struct MHD_Connection *c, conn_state *cs) {
-    srv_api_ctx ac = {s->tok, s->chat, s->n_ctx, s->p.special, next_seed(s), &s->p.spec, s->dm || s->p.spec.ngram,
-                      s->dm != NULL};
+    srv_api_ctx ac = {.tok = s->tok, .chat = s->chat, .n_ctx = s->n_ctx, .special = s->p.special,
+                      .chat_special = s->p.chat_special, .seed = next_seed(s), .spec = &s->p.spec,
+                      .drafting = s->dm || s->p.spec.ngram, .model_drafts = s->dm != NULL};
     srv_gen g;
     srv_err e;
     cs->answered = 1;

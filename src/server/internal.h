@@ -54,6 +54,7 @@ typedef struct {
     sd_chat_format chat;
     int n_ctx;        /* positions per slot */
     int special;      /* completions: parse special tokens in prompt text */
+    int chat_special; /* chat: parse special tokens in the messages' text too */
     uint64_t seed;    /* the seed of a request that gives none */
     const sd_spec_params *spec; /* the server's engine parameters (draft settings, sampling mode) */
     int drafting, model_drafts; /* the slots have a drafter; it draws from a draft model */

@@ -21,6 +21,7 @@ typedef struct {
     const char *api_key;    /* NULL: no authentication */
     const char *model_name; /* the id /v1/models lists and responses carry */
     int special;            /* completions: parse special tokens written in a prompt */
+    int chat_special;       /* chat: parse special tokens written in the messages too */
     sd_spec_params spec;    /* the engine's: drafting (draft_max, draft_mode, p_min, ngram...), the
                                contexts (n_ctx per slot, kv_type); a request sets sampling, budget
                                and its own draft settings */

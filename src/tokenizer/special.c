@@ -181,6 +181,17 @@ typedef struct {
     int32_t prio;
 } occurrence;
 
+/* Whether [pos, pos + l) shares a byte with one of the spans (ascending, not overlapping). */
+static int in_plain(const sd_tok_span *sp, int n, size_t pos, size_t l) {
+    int lo = 0, hi = n; /* the first span ending after pos */
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (sp[mid].off + sp[mid].len <= pos) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && sp[lo].off < pos + l;
+}
+
 static int by_start(const void *a, const void *b) {
     const sd_tok_frag *x = a, *y = b;
     return (x->off > y->off) - (x->off < y->off);
@@ -193,7 +204,7 @@ static int by_start(const void *a, const void *b) {
  * the tokens take theirs in that order, each occurrence only if none of its bytes is taken.
  * *out is malloc'd. */
 static sd_status partition(const sd_tokenizer *t, const char *text, size_t len, int parse_special,
-                           sd_tok_frag **out, size_t *n_out) {
+                           const sd_tok_span *plain, int n_plain, sd_tok_frag **out, size_t *n_out) {
     const unsigned char *u = (const unsigned char *)text;
     occurrence *occ = NULL;
     size_t n_occ = 0, cap_occ = 0;
@@ -209,7 +220,10 @@ static sd_status partition(const sd_tokenizer *t, const char *text, size_t len, 
             if (c < 0) break;
             at = c;
             const int32_t k = t->trie[at].prio;
-            if (k < 0 || (!parse_special && t->type[t->special[k]] != SD_TOKEN_USER_DEFINED)) continue;
+            if (k < 0) continue;
+            if (t->type[t->special[k]] != SD_TOKEN_USER_DEFINED &&
+                (!parse_special || in_plain(plain, n_plain, i, t->len[t->special[k]])))
+                continue;
             if (n_occ == cap_occ) {
                 cap_occ = cap_occ ? 2 * cap_occ : 64;
                 occurrence *o = realloc(occ, cap_occ * sizeof *o);
@@ -278,21 +292,25 @@ nomem:
     return sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory splitting special tokens");
 }
 
-sd_status sd_tokenizer_tokenize(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
-                                int parse_special, int32_t *out, int cap, int *n_out) {
+static sd_status tokenize(const sd_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+                          const sd_tok_span *plain, int n_plain, int32_t *out, int cap, int *n_out) {
     if (n_out) *n_out = 0;
-    if (!t || !n_out || cap < 0 || (!out && cap > 0) || (!text && len))
+    if (!t || !n_out || cap < 0 || (!out && cap > 0) || (!text && len) || n_plain < 0 || (!plain && n_plain))
         return sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: bad arguments (cap %d)", cap);
     if (len > SD_TOK_MAX_TEXT)
         return sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: text of %zu bytes exceeds the %zu-byte limit", len,
                        SD_TOK_MAX_TEXT);
+    for (int i = 0; i < n_plain; i++)
+        if (plain[i].len > len || plain[i].off > len - plain[i].len ||
+            (i && plain[i].off < plain[i - 1].off + plain[i - 1].len))
+            return sd_fail(SD_ERR_INVALID_ARG, "tokenizer encode: text span %d is out of order or past the text", i);
     sd_tok_sink k = {out, cap, 0};
     if (add_bos && t->bos >= 0) sd_tok_emit(&k, t->bos);
     sd_status st = SD_OK;
     if (len > 0) { /* llama.cpp emits nothing for empty text, not even a space prefix */
         sd_tok_frag *f = NULL;
         size_t n = 0;
-        st = partition(t, text, len, parse_special, &f, &n);
+        st = partition(t, text, len, parse_special, plain, n_plain, &f, &n);
         if (st == SD_OK)
             st = t->kind == SD_TOKENIZER_BPE ? sd_bpe_encode_frags(t, text, f, n, &k)
                                              : sd_spm_encode_frags(t, text, f, n, &k);
@@ -305,8 +323,13 @@ sd_status sd_tokenizer_tokenize(const sd_tokenizer *t, const char *text, size_t 
     return SD_OK;
 }
 
-sd_status sd_tokenizer_tokenize_alloc(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
-                                      int parse_special, int32_t **ids, int *n_ids) {
+sd_status sd_tokenizer_tokenize(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
+                                int parse_special, int32_t *out, int cap, int *n_out) {
+    return tokenize(t, text, len, add_bos, parse_special, NULL, 0, out, cap, n_out);
+}
+
+static sd_status tokenize_alloc(const sd_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+                                const sd_tok_span *plain, int n_plain, int32_t **ids, int *n_ids) {
     *ids = NULL;
     *n_ids = 0;
     /* Text runs 2.5-5 bytes a token: a first guess of len / 2 saves a counting pass almost always. */
@@ -314,7 +337,7 @@ sd_status sd_tokenizer_tokenize_alloc(const sd_tokenizer *t, const char *text, s
     int cap = guess < (size_t)1 << 28 ? (int)guess : 1 << 28, n = 0;
     int32_t *out = malloc((size_t)cap * sizeof *out);
     if (!out) return sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory for %d tokens", cap);
-    sd_status st = sd_tokenizer_tokenize(t, text, len, add_bos, parse_special, out, cap, &n);
+    sd_status st = tokenize(t, text, len, add_bos, parse_special, plain, n_plain, out, cap, &n);
     if (st == SD_ERR_INVALID_ARG && n > cap) { /* counted: now all the ids */
         int32_t *more = realloc(out, (size_t)n * sizeof *out);
         if (!more) {
@@ -322,7 +345,7 @@ sd_status sd_tokenizer_tokenize_alloc(const sd_tokenizer *t, const char *text, s
             return sd_fail(SD_ERR_NOMEM, "tokenizer encode: out of memory for %d tokens", n);
         }
         out = more;
-        st = sd_tokenizer_tokenize(t, text, len, add_bos, parse_special, out, n, &n);
+        st = tokenize(t, text, len, add_bos, parse_special, plain, n_plain, out, n, &n);
     }
     if (st != SD_OK || n == 0) {
         free(out);
@@ -332,6 +355,16 @@ sd_status sd_tokenizer_tokenize_alloc(const sd_tokenizer *t, const char *text, s
     *ids = fit ? fit : out;
     *n_ids = n;
     return SD_OK;
+}
+
+sd_status sd_tokenizer_tokenize_alloc(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
+                                      int parse_special, int32_t **ids, int *n_ids) {
+    return tokenize_alloc(t, text, len, add_bos, parse_special, NULL, 0, ids, n_ids);
+}
+
+sd_status sd_tokenizer_tokenize_outside(const sd_tokenizer *t, const char *text, size_t len, int add_bos,
+                                        const sd_tok_span *plain, int n_plain, int32_t **ids, int *n_ids) {
+    return tokenize_alloc(t, text, len, add_bos, 1, plain, n_plain, ids, n_ids);
 }
 
 sd_status sd_tokenizer_encode(const sd_tokenizer *t, const char *text, size_t len, int add_bos,

@@ -246,8 +246,11 @@ if [ -d "$SHARED/tokenizers/qwen3" ] && [ -f "$SHARED/models/arch-zoo/zoo-qwen2.
   # zoo-qwen2 is architecture qwen2: its tokenizer loads whether or not the model would
   check_out "tokenize qwen2 gguf"        "9707 1879" -- "$BIN" tokenize "$Z/zoo-qwen2.gguf" -p "Hello world"
   chat=$(printf '<|im_start|>user\nHi<|im_end|>')
+  # special tokens written in the text are recognised by default, as HF's encode and llama-tokenize do
+  check_out "tokenize specials"          "151644 872 198 13048 151645" -- "$BIN" tokenize "$SHARED/tokenizers/qwen3" -p "$chat"
   check_out "tokenize --special"         "151644 872 198 13048 151645" -- "$BIN" tokenize "$SHARED/tokenizers/qwen3" -p "$chat" --special
-  check_out "tokenize specials as text"  "27 91 318 4906 91 29 872 198 13048 27 91 318 6213 91 29" -- "$BIN" tokenize "$SHARED/tokenizers/qwen3/tokenizer.json" -p "$chat"
+  check_out "tokenize specials as text"  "27 91 318 4906 91 29 872 198 13048 27 91 318 6213 91 29" -- "$BIN" tokenize "$SHARED/tokenizers/qwen3/tokenizer.json" -p "$chat" --no-parse-special
+  check "tokenize both"         2 "^error: tokenize: give --special or --no-parse-special, not both$" -- "$BIN" tokenize "$SHARED/tokenizers/qwen3" -p a --special --no-parse-special
   check_out "tokenize llama3 BOS"        "128000 9906 1917" -- "$BIN" tokenize "$SHARED/tokenizers/llama3/tokenizer.json" -p "Hello world"
   check_out "tokenize --no-bos"          "9906 1917" -- "$BIN" tokenize "$Z/zoo-llama3.gguf" -p "Hello world" --no-bos
   check_out "tokenize --pieces"          "$(printf "128000 -> '<|begin_of_text|>'\n  9906 -> 'Hello'\n127365 -> ' \xe4\xb8\x96\xe7\x95\x8c'\n   198 -> '\\\\n'\n    13 -> '.'")" -- "$BIN" tokenize "$Z/zoo-llama3.gguf" -p "$(printf 'Hello \xe4\xb8\x96\xe7\x95\x8c\n.')" --pieces
@@ -285,7 +288,12 @@ if [ -f "$SHARED/models/arch-zoo/zoo-llama3.gguf" ]; then
   check "chat --chat-template"  0 "^prompt tokens: +$((n - 1))$" -- "$BIN" generate -m "$Z/zoo-llama3.gguf" --chat --chat-template gemma -p "Hello" -n 2
   check "template refuses"      2 "^error: chat template gemma: System role not supported$" -- "$BIN" generate -m "$Z/zoo-llama3.gguf" --chat --chat-template gemma --system "Be brief." -p "Hello"
   check "--special"             0 "^prompt tokens: +3$" -- "$BIN" generate -m "$Z/zoo-llama3.gguf" --special -p "<|eot_id|>Hello" -n 2
-  n=$("$BIN" tokenize "$Z/zoo-llama3.gguf" -p "<|eot_id|>Hello" | wc -w)
+  # a chat turn's text is text: <|eot_id|> written in it is not the template's end of turn ...
+  n=$("$BIN" tokenize "$Z/zoo-llama3.gguf" --no-parse-special --no-bos -p "<|eot_id|>Hello" | wc -w)
+  check "chat text is text"     0 "^prompt tokens: +$((11 - 1 + n))$" -- "$BIN" generate -m "$Z/zoo-llama3.gguf" --chat -p "<|eot_id|>Hello" -n 2
+  # ... unless --special asks for the markers in it to count (then one token for it)
+  check "chat --special"        0 "^prompt tokens: +12$" -- "$BIN" generate -m "$Z/zoo-llama3.gguf" --chat --special -p "<|eot_id|>Hello" -n 2
+  n=$("$BIN" tokenize "$Z/zoo-llama3.gguf" --no-parse-special -p "<|eot_id|>Hello" | wc -w)
   check "no --special"          0 "^prompt tokens: +$n$" -- "$BIN" generate -m "$Z/zoo-llama3.gguf" -p "<|eot_id|>Hello" -n 2
 else
   echo "SKIP chat on zoo-llama3: needs $SHARED/models/arch-zoo"; skip=$((skip+1))
