@@ -158,11 +158,11 @@ static void test_parse_errors(void **state) {
         const char *param; /* NULL: none named */
         const char *msg;   /* the whole message */
     } cases[] = {
-        {0, "{\"prompt\": \"a\"", NULL, "request body is not valid JSON (at byte 13 of 14)"},
+        {0, "{\"prompt\": \"a\"", NULL, "request body is not valid JSON (at byte 14 of 14): expected ',' or '}'"},
         {0, "[]", NULL, "request body must be a JSON object, got an array"},
         {0, "{\"prompt\": \"a\xc3\"}", NULL, "request body is not valid UTF-8 (byte 13)"},
         {0, "{\"prompt\": \"a\\\\u0000\"}", NULL, NULL}, /* an escaped backslash: no NUL, fine */
-        {0, "{\"prompt\": \"a\\u0000\"}", NULL, "request body holds the escape \\u0000 (byte 13): text may not contain NUL"},
+        {0, "{\"prompt\": \"a\\u0000\"}", "prompt", "prompt: text may not contain NUL (the escape \\u0000 at byte 13)"},
         {0, "{}", "prompt", "prompt: is required"},
         {0, "{\"prompt\": null}", "prompt", "prompt: is required"},
         {0, "{\"prompt\": 5}", "prompt", "prompt: must be a string or an array of token ids, got a number"},
@@ -223,6 +223,43 @@ static void test_parse_errors(void **state) {
          "messages: messages[0].content must be a string or an array of text parts, got nothing"},
         {1, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": 1}]}]}", "messages",
          "messages: messages[0].content[0].text must be a string, got a number"},
+        /* one JSON object and nothing else, no key twice, no NUL in any string: each named */
+        {0, "{\"prompt\": \"a\"} x", NULL, "request body must be one JSON value with nothing after it (more at byte 16 of 17)"},
+        {0, "{\"prompt\": \"a\"}{\"prompt\": \"b\"}", NULL,
+         "request body must be one JSON value with nothing after it (more at byte 15 of 30)"},
+        {0, "{\"prompt\": \"a\", \"max_tokens\": +5}", NULL, "request body is not valid JSON (at byte 30 of 33): expected a value"},
+        {0, "{\"prompt\": \"a\", \"prompt\": \"b\"}", "prompt", "prompt: given twice"},
+        {1, "{\"messages\": [{\"role\": \"user\", \"role\": \"system\", \"content\": \"x\"}]}", "messages",
+         "messages[0].role: given twice"},
+        {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\\u0000y\"}]}", "messages",
+         "messages[0].content: text may not contain NUL (the escape \\u0000 at byte 44)"},
+        {0, "{\"prompt\": \"a\", \"stop\": [\"x\", \"\\u0000\"]}", "stop", "stop[1]: text may not contain NUL (the escape \\u0000 at byte 31)"},
+        {0, "{\"prompt\": \"a\", \"k\\u0000\": 1}", NULL, "request body: a key may not contain NUL (the escape \\u0000 at byte 18)"},
+        /* fields that would change the result and are not implemented: refused by name */
+        {0, "{\"prompt\": \"a\", \"grammar\": \"root ::= x\"}", "grammar", "grammar: grammars are not supported"},
+        {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"json_schema\": {}}", "json_schema",
+         "json_schema: JSON schemas are not supported"},
+        {0, "{\"prompt\": \"a\", \"guided_json\": {}}", "guided_json", "guided_json: guided decoding is not supported"},
+        {0, "{\"prompt\": \"a\", \"typical_p\": 0.9}", "typical_p", "typical_p: typical sampling is not supported (only 1)"},
+        {0, "{\"prompt\": \"a\", \"mirostat\": 2}", "mirostat", "mirostat: mirostat sampling is not supported (only 0)"},
+        {0, "{\"prompt\": \"a\", \"stop_token_ids\": [2]}", "stop_token_ids",
+         "stop_token_ids: stop token ids are not supported (use stop strings)"},
+        {0, "{\"prompt\": \"a\", \"min_tokens\": 4}", "min_tokens", "min_tokens: a minimum length is not supported (only 0)"},
+        {0, "{\"prompt\": \"a\", \"repeat_penalty\": 1.1}", "repeat_penalty", "repeat_penalty: penalties are not supported (only 1)"},
+        {0, "{\"prompt\": \"a\", \"min_p\": 0.05}", "min_p", "min_p: min-p sampling is not supported (only 0)"},
+        {0, "{\"prompt\": \"a\", \"speculative\": {\"n_max\": 8}}", "speculative",
+         "speculative: llama-server's keys are flat: speculative.n_max, speculative.n_min, speculative.p_min"},
+        /* anything else is refused as OpenAI refuses it; a message's or a part's keys too */
+        {0, "{\"prompt\": \"a\", \"frobnicate\": [1]}", "frobnicate",
+         "frobnicate: not a field of completion requests (the fields this server takes, refuses and ignores are listed in its README)"},
+        {0, "{\"prompt\": \"a\", \"tools\": []}", "tools",
+         "tools: not a field of completion requests (the fields this server takes, refuses and ignores are listed in its README)"},
+        {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"name\": \"bob\"}]}", "messages",
+         "messages: messages[0].name is not supported"},
+        {1, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\", \"x\": 1}]}]}", "messages",
+         "messages: messages[0].content[0].x is not supported"},
+        {0, "{\"prompt\": \"a\", \"stream_options\": {\"include_usage\": true, \"x\": 1}}", "stream_options",
+         "stream_options: stream_options.x is not supported"},
         {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa bb cc dd ee ff gg hh ii jj kk ll mm nn oo pp qq rr ss tt uu vv ww xx yy zz\"}]}",
          "messages", NULL}, /* too long for the context: named below */
     };
@@ -239,11 +276,11 @@ static void test_parse_errors(void **state) {
         if (rc == 0) fail_msg("case %zu (%s): accepted", i, cases[i].body);
         assert_int_equal(e.status, 400);
         assert_string_equal(e.type, "invalid_request_error");
-        if (cases[i].param ? !e.param || strcmp(e.param, cases[i].param) : e.param != NULL)
-            fail_msg("case %zu: param %s, want %s", i, e.param ? e.param : "(none)", cases[i].param ? cases[i].param : "(none)");
+        if (strcmp(e.param, cases[i].param ? cases[i].param : ""))
+            fail_msg("case %zu: param %s, want %s", i, e.param[0] ? e.param : "(none)", cases[i].param ? cases[i].param : "(none)");
         if (cases[i].msg && strcmp(e.msg, cases[i].msg) != 0) fail_msg("case %zu: message\n  %s\nwant\n  %s", i, e.msg, cases[i].msg);
         if (!cases[i].msg) {
-            assert_non_null(strstr(e.msg, "does not fit the context of 64 tokens per slot (at most 63 prompt tokens)"));
+            assert_non_null(strstr(e.msg, "does not fit the context of 64 tokens per slot"));
             assert_string_equal(e.code, "context_length_exceeded");
         }
         /* the error JSON: OpenAI's shape, valid UTF-8 whatever the message quoted */
@@ -267,7 +304,9 @@ static void test_parse_values(void **state) {
     srv_gen g;
     srv_err e;
     /* defaults: OpenAI's temperature 1, the server's seed, until the context is full */
-    const char *b1 = "{\"prompt\": \"Once upon a time\", \"unknown\": {\"x\": [1]}, \"user\": \"u\", \"n\": 1, \"logit_bias\": {}}";
+    const char *b1 = "{\"prompt\": \"Once upon a time\", \"metadata\": {\"x\": [1]}, \"user\": \"u\", \"n\": 1, \"logit_bias\": {},"
+                     " \"store\": false, \"cache_prompt\": true, \"typical_p\": 1, \"min_p\": 0, \"mirostat\": 0, \"min_tokens\": 0,"
+                     " \"stop_token_ids\": [], \"repeat_penalty\": 1, \"response_format\": {\"type\": \"text\"}, \"grammar\": null}";
     assert_int_equal(srv_parse_gen(&c, 0, b1, strlen(b1), &g, &e), 0);
     static const int32_t once[5] = {1, 403, 407, 261, 378};
     assert_int_equal(g.n_ids, 5);
@@ -364,7 +403,7 @@ static void test_responses(void **state) {
     st.n_generated = 20;
     st.t_prefill = 0.002;
     st.t_total = 0.102;
-    const srv_outcome oc = {"length", 5, 20, &st};
+    const srv_outcome oc = {"length", 5, 20, 2, &st};
     /* a completion: its text (model bytes that are not UTF-8 cleaned), usage, llama.cpp's timings */
     char *js = srv_response_json(&g, "cmpl-1", 1700000000, "m", "Hi\xff", 3, &oc);
     cJSON *o = cJSON_Parse(js);
@@ -375,6 +414,8 @@ static void test_responses(void **state) {
     assert_string_equal(cJSON_GetObjectItem(ch, "finish_reason")->valuestring, "length");
     const cJSON *u = cJSON_GetObjectItem(o, "usage"), *tm = cJSON_GetObjectItem(o, "timings");
     assert_int_equal(cJSON_GetObjectItem(u, "total_tokens")->valueint, 25);
+    /* the reused prompt prefix, where OpenAI's clients read a cache hit */
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens")->valueint, 2);
     assert_int_equal(cJSON_GetObjectItem(tm, "cache_n")->valueint, 2);
     assert_int_equal(cJSON_GetObjectItem(tm, "prompt_n")->valueint, 3);
     assert_int_equal(cJSON_GetObjectItem(tm, "predicted_n")->valueint, 20);
@@ -386,38 +427,144 @@ static void test_responses(void **state) {
                 cJSON_GetObjectItem(tm, "predicted_per_second")->valuedouble < 200.1);
     cJSON_Delete(o);
     free(js);
-    /* chat chunks: the role first, then content deltas, the last with an empty delta */
+    /* chat chunks: the role first, then content deltas, the last with an empty delta; usage only
+     * in the usage chunk (OpenAI sends it nowhere else: a client that adds up every usage it sees
+     * counts it once), and with include_usage "usage": null in every other chunk */
     g.chat = 1;
-    srv_buf b = {0};
-    srv_sse_chunk(&b, &g, "c-1", 1, "m", "", 0, 1, NULL);
-    srv_sse_chunk(&b, &g, "c-1", 1, "m", "Hi", 2, 0, NULL);
-    srv_sse_chunk(&b, &g, "c-1", 1, "m", NULL, 0, 0, &oc);
-    srv_sse_usage(&b, &g, "c-1", 1, "m", &oc);
-    srv_sse_done(&b);
-    const char *want[] = {"{\"role\":\"assistant\",\"content\":\"\"}", "{\"content\":\"Hi\"}", "{}", NULL};
-    char *p = b.p;
-    for (int i = 0; i < 4; i++) {
-        assert_true(!strncmp(p, "data: ", 6));
-        char *end = strstr(p, "\n\n");
-        assert_non_null(end);
-        *end = 0;
-        cJSON *c = cJSON_Parse(p + 6);
-        assert_non_null(c);
-        assert_string_equal(cJSON_GetObjectItem(c, "object")->valuestring, "chat.completion.chunk");
-        const cJSON *choices = cJSON_GetObjectItem(c, "choices");
-        if (want[i]) {
-            char *d = cJSON_PrintUnformatted(cJSON_GetObjectItem(cJSON_GetArrayItem(choices, 0), "delta"));
-            assert_string_equal(d, want[i]);
-            free(d);
-        } else {
-            assert_int_equal(cJSON_GetArraySize(choices), 0);
+    for (int iu = 0; iu < 2; iu++) {
+        g.include_usage = iu;
+        srv_buf b = {0};
+        srv_sse_chunk(&b, &g, "c-1", 1, "m", "", 0, 1, NULL);
+        srv_sse_chunk(&b, &g, "c-1", 1, "m", "Hi", 2, 0, NULL);
+        srv_sse_chunk(&b, &g, "c-1", 1, "m", NULL, 0, 0, &oc);
+        if (iu) srv_sse_usage(&b, &g, "c-1", 1, "m", &oc);
+        srv_sse_done(&b);
+        const char *want[] = {"{\"role\":\"assistant\",\"content\":\"\"}", "{\"content\":\"Hi\"}", "{}", NULL};
+        char *p = b.p;
+        for (int i = 0; i < 3 + iu; i++) {
+            assert_true(!strncmp(p, "data: ", 6));
+            char *end = strstr(p, "\n\n");
+            assert_non_null(end);
+            *end = 0;
+            cJSON *c = cJSON_Parse(p + 6);
+            assert_non_null(c);
+            assert_string_equal(cJSON_GetObjectItem(c, "object")->valuestring, "chat.completion.chunk");
+            const cJSON *choices = cJSON_GetObjectItem(c, "choices"), *usage = cJSON_GetObjectItem(c, "usage");
+            if (want[i]) {
+                char *d = cJSON_PrintUnformatted(cJSON_GetObjectItem(cJSON_GetArrayItem(choices, 0), "delta"));
+                assert_string_equal(d, want[i]);
+                free(d);
+                if (iu) assert_true(cJSON_IsNull(usage));
+                else assert_null(usage);
+            } else {
+                assert_int_equal(cJSON_GetArraySize(choices), 0);
+                assert_int_equal(cJSON_GetObjectItem(usage, "completion_tokens")->valueint, 20);
+                assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(usage, "prompt_tokens_details"), "cached_tokens")->valueint, 2);
+            }
+            assert_int_equal(cJSON_HasObjectItem(c, "timings"), i == 2);
+            cJSON_Delete(c);
+            p = end + 2;
         }
-        assert_int_equal(cJSON_HasObjectItem(c, "usage"), i >= 2);
-        cJSON_Delete(c);
-        p = end + 2;
+        assert_string_equal(p, "data: [DONE]\n\n");
+        srv_buf_free(&b);
     }
-    assert_string_equal(p, "data: [DONE]\n\n");
-    srv_buf_free(&b);
+}
+
+/* Ids are OpenAI's shape and do not repeat (they did from chatcmpl-1 after every restart). */
+static void test_ids(void **state) {
+    (void)state;
+    enum { N = 2000 };
+    char (*ids)[48] = calloc(N, sizeof *ids);
+    assert_non_null(ids);
+    for (int i = 0; i < N; i++) {
+        srv_make_id(ids[i], sizeof ids[i], i % 2);
+        const char *tail = strchr(ids[i], '-') + 1;
+        assert_int_equal(strlen(tail), 24);
+        assert_true(!strncmp(ids[i], i % 2 ? "chatcmpl-" : "cmpl-", i % 2 ? 9 : 5));
+        for (const char *c = tail; *c; c++) assert_true((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'));
+        for (int j = 0; j < i; j++) assert_string_not_equal(ids[i], ids[j]);
+    }
+    free(ids);
+}
+
+/* A prompt is refused by its length in bytes before it is tokenized when even at the longest
+ * token's length it would not fit; a prompt just short of that is tokenized and judged by its
+ * tokens. The bound itself holds for every vocabulary (test_tok_long.c). */
+static void test_refused_by_bytes(void **state) {
+    (void)state;
+    sd_tokenizer *t = tok512();
+    const srv_api_ctx c = api(t);
+    const int per = sd_tokenizer_max_text_per_token(t);
+    assert_true(per > 1);
+    srv_gen g;
+    srv_err e;
+    for (int chat = 0; chat < 2; chat++) {
+        const size_t n = (size_t)per * 64 + 1; /* at least 65 tokens: never fits 64 */
+        char *text = malloc(n + 1);
+        memset(text, 'a', n);
+        text[n] = 0;
+        char *body = malloc(n + 128);
+        if (chat) sprintf(body, "{\"messages\": [{\"role\": \"user\", \"content\": \"%s\"}]}", text);
+        else sprintf(body, "{\"prompt\": \"%s\"}", text);
+        assert_int_equal(srv_parse_gen(&c, chat, body, strlen(body), &g, &e), -1);
+        printf("  %s\n", e.msg);
+        assert_string_equal(e.code, "context_length_exceeded");
+        assert_string_equal(e.param, chat ? "messages" : "prompt");
+        assert_non_null(strstr(e.msg, "bytes does not fit the context of 64 tokens per slot: it takes at least"));
+        /* 8 bytes: tokenized, and judged by tokens (which fit) */
+        if (chat) sprintf(body, "{\"messages\": [{\"role\": \"user\", \"content\": \"%.8s\"}]}", text);
+        else sprintf(body, "{\"prompt\": \"%.8s\"}", text);
+        if (srv_parse_gen(&c, chat, body, strlen(body), &g, &e) != 0) fail_msg("refused: %s", e.msg);
+        srv_gen_free(&g);
+        free(body);
+        free(text);
+    }
+    sd_tokenizer_free(t);
+}
+
+/* POST /tokenize and /detokenize: llama-server's request and response shapes. */
+static void test_tokenize_endpoints(void **state) {
+    (void)state;
+    sd_tokenizer *t = tok512();
+    const srv_api_ctx c = api(t);
+    srv_err e;
+    static const struct {
+        int detok;
+        const char *body, *want; /* want NULL: an error, whose message is in err */
+        const char *err;
+    } cases[] = {
+        {0, "{\"content\": \"Once upon a time\"}", "{\"tokens\":[403,407,261,378]}", NULL},
+        {0, "{\"content\": \"Once upon\", \"add_special\": true}", "{\"tokens\":[1,403,407]}", NULL},
+        {0, "{\"content\": \"<s>Once\", \"parse_special\": true}", "{\"tokens\":[1,403]}", NULL},
+        {0, "{\"content\": \"Once upon\", \"with_pieces\": true}",
+         "{\"tokens\":[{\"id\":403,\"piece\":\" Once\"},{\"id\":407,\"piece\":\" upon\"}]}", NULL},
+        {0, "{\"content\": \"\\u00e9\\u4e16\", \"with_pieces\": true}", /* a piece that is part of a character: its bytes */
+         "{\"tokens\":[{\"id\":410,\"piece\":\" \"},{\"id\":485,\"piece\":\"\xc3\xa9\"},{\"id\":231,\"piece\":[228]},"
+         "{\"id\":187,\"piece\":[184]},{\"id\":153,\"piece\":[150]}]}", NULL},
+        {0, "{}", NULL, "content: is required"},
+        {0, "{\"content\": 5}", NULL, "content: must be a string, got a number"},
+        {0, "{\"content\": \"a\", \"add_special\": 1}", NULL, "add_special: must be a boolean, got a number"},
+        {0, "{\"content\": \"a\", \"frob\": 1}", NULL, "request: request.frob is not supported"},
+        {1, "{\"tokens\": [1, 403, 407, 261, 378]}", "{\"content\":\"<s>Once upon a time\"}", NULL}, /* control tokens as their text, as llama-server */
+        {1, "{\"tokens\": [198]}", "{\"content\":\"\xef\xbf\xbd\"}", NULL},
+        {1, "{\"tokens\": []}", "{\"content\":\"\"}", NULL},
+        {1, "{\"tokens\": [1, 600]}", NULL, "tokens: tokens[1] must be a token id in 0..511"},
+        {1, "{\"tokens\": \"x\"}", NULL, "tokens: must be an array of token ids, got a string"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *b = cases[i].body;
+        char *js = cases[i].detok ? srv_detokenize_json(&c, b, strlen(b), &e) : srv_tokenize_json(&c, b, strlen(b), &e);
+        if (cases[i].want) {
+            if (!js) fail_msg("case %zu: refused: %s", i, e.msg);
+            if (strcmp(js, cases[i].want)) fail_msg("case %zu:\n  %s\nwant\n  %s", i, js, cases[i].want);
+        } else {
+            if (js) fail_msg("case %zu: accepted: %s", i, js);
+            assert_int_equal(e.status, 400);
+            assert_string_equal(e.msg, cases[i].err);
+        }
+        free(js);
+    }
+    sd_tokenizer_free(t);
 }
 
 /* The draft settings a request may give (llama-server's flat speculative.* keys) and the sampling
@@ -462,6 +609,8 @@ int main(void) {
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_parse_spec_fields), cmocka_unit_test(test_parse_values),
         cmocka_unit_test(test_responses),    cmocka_unit_test(test_chat_content_is_text),
+        cmocka_unit_test(test_ids),          cmocka_unit_test(test_refused_by_bytes),
+        cmocka_unit_test(test_tokenize_endpoints),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

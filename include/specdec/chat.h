@@ -79,5 +79,9 @@ sd_status sd_chat_tokenize(const sd_tokenizer *t, const char *text, size_t len, 
  * behaviour). BOS as sd_chat_tokenize adds it. *ids is malloc'd. */
 sd_status sd_chat_prompt(const sd_tokenizer *t, sd_chat_format f, const sd_chat_msg *msgs, int n, const sd_chat_params *p,
                          int content_special, int32_t **ids, int *n_ids);
+/* sd_chat_prompt's second half, for a caller that looks at the rendering first (its length):
+ * text and spans from sd_chat_render_spans. */
+sd_status sd_chat_tokenize_rendered(const sd_tokenizer *t, const char *text, size_t len, const sd_tok_span *spans,
+                                    int n_spans, int content_special, int32_t **ids, int *n_ids);
 
 #endif

@@ -512,6 +512,15 @@ sd_status sd_chat_tokenize(const sd_tokenizer *t, const char *text, size_t len, 
     return sd_tokenizer_tokenize_alloc(t, text, len, needs_bos(t, text, len), 1, ids, n_ids);
 }
 
+sd_status sd_chat_tokenize_rendered(const sd_tokenizer *t, const char *text, size_t len, const sd_tok_span *spans,
+                                    int n_spans, int content_special, int32_t **ids, int *n_ids) {
+    /* The template may write BOS itself only in its own text: a message starting with BOS's
+     * piece is text, not the template's BOS. */
+    int bos = needs_bos(t, text, len);
+    if (!bos && sd_tokenizer_add_bos(t) && !content_special && n_spans && spans[0].off == 0) bos = 1;
+    return sd_tokenizer_tokenize_outside(t, text, len, bos, spans, content_special ? 0 : n_spans, ids, n_ids);
+}
+
 sd_status sd_chat_prompt(const sd_tokenizer *t, sd_chat_format f, const sd_chat_msg *msgs, int n, const sd_chat_params *p,
                          int content_special, int32_t **ids, int *n_ids) {
     *ids = NULL;
@@ -521,12 +530,7 @@ sd_status sd_chat_prompt(const sd_tokenizer *t, sd_chat_format f, const sd_chat_
     sd_tok_span *spans = NULL;
     int n_spans = 0;
     sd_status st = sd_chat_render_spans(f, msgs, n, p, &text, &len, &spans, &n_spans);
-    if (st != SD_OK) return st;
-    /* The template may write BOS itself only in its own text: a message starting with BOS's
-     * piece is text, not the template's BOS. */
-    int bos = needs_bos(t, text, len);
-    if (!bos && sd_tokenizer_add_bos(t) && !content_special && n_spans && spans[0].off == 0) bos = 1;
-    st = sd_tokenizer_tokenize_outside(t, text, len, bos, spans, content_special ? 0 : n_spans, ids, n_ids);
+    if (st == SD_OK) st = sd_chat_tokenize_rendered(t, text, len, spans, n_spans, content_special, ids, n_ids);
     free(spans);
     free(text);
     return st;

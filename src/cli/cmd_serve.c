@@ -22,6 +22,20 @@ static void *second_signal(void *arg) {
     return NULL;
 }
 
+/* The model id a server without --alias gives: the file's (or directory's) name, without the
+ * directories before it and without .gguf or .bin, not the path it was given as. */
+static const char *model_name(const char *m, char *buf, size_t cap) {
+    size_t n = strlen(m);
+    while (n > 1 && m[n - 1] == '/') n--;
+    size_t a = n;
+    while (a > 0 && m[a - 1] != '/') a--;
+    size_t l = n - a;
+    if (l > 5 && !strncmp(m + n - 5, ".gguf", 5)) l -= 5;
+    else if (l > 4 && !strncmp(m + n - 4, ".bin", 4)) l -= 4;
+    snprintf(buf, cap, "%.*s", (int)l, m + a);
+    return buf;
+}
+
 int cmd_serve(int argc, char **argv) {
     cli_opts o;
     cli_opts_default(&o);
@@ -38,8 +52,14 @@ int cmd_serve(int argc, char **argv) {
     p.parallel = o.parallel;
     p.queue_max = o.queue;
     p.timeout_s = o.timeout;
+    p.request_timeout_s = o.request_timeout;
+    p.max_conns = o.max_conns;
+    p.buffer_limit = (size_t)o.buffer_mib << 20;
+    p.cors = o.cors;
+    p.health_busy = o.health_busy;
     p.api_key = o.api_key;
-    p.model_name = o.alias ? o.alias : o.model;
+    char name[256];
+    p.model_name = o.alias ? o.alias : model_name(o.model, name, sizeof name);
     p.special = o.special;
     p.chat_special = o.chat_special;
     cli_spec_params(&o, &p.spec);
@@ -76,10 +96,11 @@ int cmd_serve(int argc, char **argv) {
 
     int sig = 0;
     sigwait(&set, &sig);
-    fprintf(stderr, "serve: %s: no new requests; ending the running ones\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    fprintf(stderr, "serve: %s: draining (at most %d s): no new requests; the running ones finish\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_timeout);
     pthread_t watcher;
     if (pthread_create(&watcher, NULL, second_signal, &set) == 0) pthread_detach(watcher);
-    srv_shutdown(s, 10.0);
+    srv_shutdown(s, o.shutdown_timeout);
     srv_free(s);
     sd_model_free(dm);
     sd_model_free(tm);

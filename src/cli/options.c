@@ -214,8 +214,29 @@ static const cli_opt k_opts[] = {
      "requests that may wait for a free slot; more get 429 with Retry-After", DEF_OPTS},
     {"--timeout", NULL, OPT_INT, CMD_SERVE, "server", "S", 1, 86400, 0, F(timeout), NULL,
      "close a connection idle or stalled (not sending its request, not reading its response) for S seconds", DEF_OPTS},
+    {"--request-timeout", NULL, OPT_INT, CMD_SERVE, "server", "S", 1, 86400, 0, F(request_timeout), NULL,
+     "a request must arrive whole, headers and body, within S seconds of its first line (a client trickling it "
+     "is cut off)",
+     DEF_OPTS},
+    {"--max-connections", NULL, OPT_INT, CMD_SERVE, "server", "N", 1, 1 << 20, 0, F(max_conns), NULL,
+     "connections at once; more are answered 503 (at most the descriptor limit allows)", DEF_OPTS},
+    {"--buffer-limit", NULL, OPT_INT, CMD_SERVE, "server", "MIB", 1, 1 << 20, 0, F(buffer_mib), NULL,
+     "MiB of request bodies all connections together may hold in memory beyond the first 16 KiB of each; a body "
+     "past it gets 503",
+     DEF_OPTS},
+    {"--shutdown-timeout", NULL, OPT_INT, CMD_SERVE, "server", "S", 0, 86400, 0, F(shutdown_timeout), NULL,
+     "on SIGTERM/SIGINT, drain for at most S seconds: /health says 503 draining, new requests get 503 with "
+     "Retry-After, running ones finish; those left then end with an error",
+     DEF_OPTS},
+    {"--cors", NULL, OPT_STR, CMD_SERVE, "server", "ORIGIN", 0, 0, 0, F(cors), NULL,
+     "allow browsers on ORIGIN (or * for any) to call the server: Access-Control-Allow-Origin on every answer, and "
+     "OPTIONS preflights answered",
+     NULL},
+    {"--health-busy", NULL, OPT_FLAG, CMD_SERVE, "server", NULL, 0, 0, 0, F(health_busy), NULL,
+     "/health says 503 busy while every slot is busy and the queue is full, so that a balancer skips the server",
+     NULL},
     {"--alias", NULL, OPT_STR, CMD_SERVE, "server", "NAME", 0, 0, 0, F(alias), NULL,
-     "the model id /v1/models lists and responses carry", "the -m argument"},
+     "the model id /v1/models lists and responses carry", "the model file's name without .gguf or .bin"},
     {"--chat-template", NULL, OPT_FN, CMD_SERVE, "server", "NAME", 0, 0, 0, 0, fn_chat_template,
      "render chat requests with NAME instead of the model's template:", NULL},
     {"--special", NULL, OPT_FLAG, CMD_SERVE, "server", NULL, 0, 0, 0, F(special), NULL,
@@ -312,18 +333,19 @@ static const cli_cmd k_cmds[] = {
      "generate text from a target model, speculatively with a drafter (-md DRAFT, --draft ngram)", cmd_generate},
     {CMD_SERVE, "serve", "specdec serve -m TARGET [-md DRAFT | --draft ngram] [options]",
      "An OpenAI-compatible HTTP server with speculative decoding and batched slots: POST\n"
-     "/v1/completions and /v1/chat/completions (streamed with \"stream\": true), GET /v1/models,\n"
-     "/health and /metrics. Each of --parallel slots is a sequence of TARGET's context (and of\n"
-     "DRAFT's); every round steps all busy slots together, their verify passes in ONE batched\n"
-     "target pass. Requests beyond the slots wait in a queue of --queue. A request whose prompt\n"
-     "extends a slot's cached tokens reuses them. Sampling, max_tokens, stop strings and the seed\n"
-     "come with each request; drafting is set here, as for generate (the adaptive draft length\n"
-     "weighs each draft against the whole batched round, so drafting stops where the batch makes\n"
-     "the pass compute-bound).",
-     "Binds 127.0.0.1 unless --host says otherwise. SIGINT/SIGTERM: stop accepting, end running\n"
-     "requests at their next round (streams get their last chunk, finish_reason \"abort\"), exit 0;\n"
-     "a second signal exits at once (130). Exit status 1 when the models cannot be loaded or the\n"
-     "port cannot be bound, 2 on a usage error.",
+     "/v1/completions and /v1/chat/completions (streamed with \"stream\": true), POST /tokenize and\n"
+     "/detokenize, GET /v1/models, /v1/models/ID, /props, /health and /metrics. Each of --parallel\n"
+     "slots is a sequence of TARGET's context (and of DRAFT's); every round steps all busy slots\n"
+     "together, their verify passes in ONE batched target pass. Requests beyond the slots wait in a\n"
+     "queue of --queue. A request whose prompt extends a slot's cached tokens reuses them. Sampling,\n"
+     "max_tokens, stop strings and the seed come with each request; drafting is set here, as for\n"
+     "generate (the adaptive draft length weighs each draft against the whole batched round, so\n"
+     "drafting stops where the batch makes the pass compute-bound).",
+     "Binds 127.0.0.1 unless --host says otherwise. SIGINT/SIGTERM drain the server: /health says\n"
+     "503 draining, new requests get 503 with Retry-After, running requests finish for at most\n"
+     "--shutdown-timeout seconds and those left end with an error (a stream's last event); then it\n"
+     "exits 0. A second signal exits at once (130). Exit status 1 when the models cannot be loaded\n"
+     "or the port cannot be bound, 2 on a usage error.",
      "an OpenAI-compatible HTTP server with speculative decoding and batched slots", cmd_serve},
     {CMD_BENCH_DECODE, "bench-decode", "specdec bench-decode -m MODEL [options]",
      "Measures, for MODEL:\n"
@@ -448,6 +470,10 @@ void cli_opts_default(cli_opts *o) {
     o->parallel = sv.parallel;
     o->queue = sv.queue_max;
     o->timeout = sv.timeout_s;
+    o->request_timeout = sv.request_timeout_s;
+    o->max_conns = sv.max_conns;
+    o->buffer_mib = (int)(sv.buffer_limit >> 20);
+    o->shutdown_timeout = sv.shutdown_timeout_s;
 }
 
 void cli_spec_params(const cli_opts *o, sd_spec_params *p) {

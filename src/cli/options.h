@@ -59,8 +59,9 @@ typedef struct {
     const char *json_schema, *grammar_file;
     int json_compact, no_grammar_drafts;
     /* serve */
-    const char *host, *api_key, *alias;
-    int port, parallel, timeout, queue, chat_special;
+    const char *host, *api_key, *alias, *cors;
+    int port, parallel, timeout, queue, chat_special, request_timeout, max_conns, buffer_mib, shutdown_timeout,
+        health_busy;
     /* positional arguments */
     const char *pos_args[4];
     int n_pos;

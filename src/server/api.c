@@ -2,11 +2,14 @@
  * by field (each error names the field, as a 400 in OpenAI's error shape), tokenized with the
  * model's tokenizer and chat template; responses, stream chunks and llama.cpp's timings. */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "server/internal.h"
 #include "specdec/stats.h"
@@ -14,7 +17,7 @@
 void srv_err_set(srv_err *e, int status, const char *type, const char *param, const char *code, const char *fmt, ...) {
     e->status = status;
     e->type = type;
-    e->param = param;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     e->code = code;
     va_list ap;
     va_start(ap, fmt);
@@ -28,7 +31,7 @@ char *srv_err_json(const srv_err *e) {
     srv_utf8_append_clean(&clean, e->msg, strlen(e->msg));
     cJSON_AddStringToObject(in, "message", clean.p ? clean.p : "");
     cJSON_AddStringToObject(in, "type", e->type);
-    if (e->param) cJSON_AddStringToObject(in, "param", e->param);
+    if (e->param[0]) cJSON_AddStringToObject(in, "param", e->param);
     else cJSON_AddNullToObject(in, "param");
     if (e->code) cJSON_AddStringToObject(in, "code", e->code);
     else cJSON_AddNullToObject(in, "code");
@@ -50,11 +53,11 @@ static int bad(srv_err *e, const char *param, const char *fmt, ...) __attribute_
 static int bad(srv_err *e, const char *param, const char *fmt, ...) {
     e->status = 400;
     e->type = "invalid_request_error";
-    e->param = param;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     e->code = NULL;
     va_list ap;
     va_start(ap, fmt);
-    int n = snprintf(e->msg, sizeof e->msg, "%s: ", param);
+    int n = snprintf(e->msg, sizeof e->msg, "%s: ", param ? param : "request");
     vsnprintf(e->msg + n, sizeof e->msg - (size_t)n, fmt, ap);
     va_end(ap);
     return -1;
@@ -106,54 +109,140 @@ static int get_int(const cJSON *o, const char *name, double lo, double hi, doubl
     return 0;
 }
 
-/* Fields that would change the result and that specdec does not implement: refused, not ignored
- * (unknown fields are ignored, as OpenAI clients expect). A field at its neutral value passes. */
-static int refuse_unsupported(const cJSON *o, int chat, srv_err *e) {
-    const cJSON *v;
-    if ((v = field(o, "n")) && !(cJSON_IsNumber(v) && v->valuedouble == 1))
-        return bad(e, "n", "only one choice per request is supported (n = 1)");
-    if ((v = field(o, "best_of")) && !(cJSON_IsNumber(v) && v->valuedouble == 1))
-        return bad(e, "best_of", "only best_of = 1 is supported");
-    if ((v = field(o, "logit_bias")) && !(cJSON_IsObject(v) && !v->child))
-        return bad(e, "logit_bias", "logit biases are not supported");
-    if ((v = field(o, "tools")) && !(cJSON_IsArray(v) && !v->child))
-        return bad(e, "tools", "tool calling is not supported");
-    if ((v = field(o, "tool_choice")) && !(cJSON_IsString(v) && !strcmp(v->valuestring, "none")))
-        return bad(e, "tool_choice", "tool calling is not supported");
-    if ((v = field(o, "functions")) && !(cJSON_IsArray(v) && !v->child))
-        return bad(e, "functions", "function calling is not supported");
-    if ((v = field(o, "function_call")) && !(cJSON_IsString(v) && !strcmp(v->valuestring, "none")))
-        return bad(e, "function_call", "function calling is not supported");
-    if ((v = field(o, "logprobs")) && !cJSON_IsFalse(v) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
-        return bad(e, "logprobs", "log probabilities are not supported");
-    if ((v = field(o, "top_logprobs")) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
-        return bad(e, "top_logprobs", "log probabilities are not supported");
-    if ((v = field(o, "presence_penalty")) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
-        return bad(e, "presence_penalty", "penalties are not supported (only 0)");
-    if ((v = field(o, "frequency_penalty")) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
-        return bad(e, "frequency_penalty", "penalties are not supported (only 0)");
-    if ((v = field(o, "response_format"))) {
+/* ---- the fields ----------------------------------------------------------------------------- */
+
+enum { EP_CMPL = 1, EP_CHAT = 2, EP_BOTH = 3 };
+
+/* Each field of a completion or chat request: taken (read below), refused unless at the value
+ * that changes nothing, or ignored on purpose; any other field is refused as unknown, as OpenAI's
+ * API refuses it. The README's table of fields is this one. */
+static const srv_field k_fields[] = {
+    {"model", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "a string; the one model answers whatever it names"},
+    {"prompt", EP_CMPL, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "a string, a one-string array or an array of token ids"},
+    {"messages", EP_CHAT, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "roles system, developer, user, assistant; text content"},
+    {"max_tokens", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "default: until the slot's context is full"},
+    {"max_completion_tokens", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "the same, OpenAI's newer name"},
+    {"temperature", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "0..2, default 1"},
+    {"top_p", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "(0, 1]"},
+    {"top_k", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "llama.cpp's extension; 0: off"},
+    {"seed", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "default: a fresh one per request"},
+    {"stop", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "a string or up to 16 strings"},
+    {"stream", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "server-sent events"},
+    {"stream_options", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "include_usage"},
+    {"ignore_eos", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "llama.cpp's extension"},
+    {"n", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ONE, "only one choice per request is supported (n = 1)"},
+    {"best_of", EP_CMPL, SRV_FIELD_REFUSED, SRV_NEUTRAL_ONE, "only best_of = 1 is supported"},
+    {"logit_bias", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_EMPTY, "logit biases are not supported"},
+    {"logprobs", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_FALSE, "log probabilities are not supported"},
+    {"top_logprobs", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "log probabilities are not supported"},
+    {"n_probs", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "log probabilities are not supported"},
+    {"presence_penalty", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "penalties are not supported (only 0)"},
+    {"frequency_penalty", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "penalties are not supported (only 0)"},
+    {"repetition_penalty", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ONE, "penalties are not supported (only 1)"},
+    {"repeat_penalty", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ONE, "penalties are not supported (only 1)"},
+    {"min_p", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "min-p sampling is not supported (only 0)"},
+    {"typical_p", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ONE, "typical sampling is not supported (only 1)"},
+    {"tfs_z", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ONE, "tail-free sampling is not supported (only 1)"},
+    {"mirostat", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "mirostat sampling is not supported (only 0)"},
+    {"dry_multiplier", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "DRY sampling is not supported (only 0)"},
+    {"xtc_probability", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "XTC sampling is not supported (only 0)"},
+    {"samplers", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "the sampler order is fixed (top-k, top-p, temperature)"},
+    {"min_tokens", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "a minimum length is not supported (only 0)"},
+    {"stop_token_ids", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_EMPTY, "stop token ids are not supported (use stop strings)"},
+    {"grammar", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "grammars are not supported"},
+    {"json_schema", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "JSON schemas are not supported"},
+    {"guided_json", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "guided decoding is not supported"},
+    {"guided_regex", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "guided decoding is not supported"},
+    {"guided_choice", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "guided decoding is not supported"},
+    {"guided_grammar", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "guided decoding is not supported"},
+    {"response_format", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_TEXT, "only {\"type\": \"text\"} is supported"},
+    {"tools", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_EMPTY, "tool calling is not supported"},
+    {"tool_choice", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_NO_CALL, "tool calling is not supported"},
+    {"functions", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_EMPTY, "function calling is not supported"},
+    {"function_call", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_NO_CALL, "function calling is not supported"},
+    {"speculative.n_max", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
+     "llama-server's: this request's most drafts per pass, 0..the server's --draft-max (0: none)"},
+    {"speculative.n_min", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
+     "llama-server's: a shorter chain is not verified (clamped to n_max)"},
+    {"speculative.p_min", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
+     "llama-server's: stop drafting below this draft probability (the request drafts by p_min)"},
+    {"spec_sampling", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "\"coupled\" or \"rejection\": how drafts are verified"},
+    {"speculative", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE,
+     "llama-server's keys are flat: speculative.n_max, speculative.n_min, speculative.p_min"},
+    {"echo", EP_CMPL, SRV_FIELD_REFUSED, SRV_NEUTRAL_FALSE, "echoing the prompt is not supported"},
+    {"suffix", EP_CMPL, SRV_FIELD_REFUSED, SRV_NEUTRAL_EMPTY, "suffixes (insertion) are not supported"},
+    {"prediction", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "predicted outputs are not supported"},
+    {"modalities", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_TEXT_ONLY, "only [\"text\"] is supported"},
+    {"audio", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "audio output is not supported"},
+    {"reasoning_effort", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "reasoning effort is not supported"},
+    {"web_search_options", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "web search is not supported"},
+    {"chat_template_kwargs", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "template arguments are not supported"},
+    {"user", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "an end-user id for the client's records"},
+    {"metadata", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "tags for the client's records"},
+    {"store", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "nothing is stored"},
+    {"service_tier", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "one tier"},
+    {"safety_identifier", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "an end-user id for the client's records"},
+    {"prompt_cache_key", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "every slot reuses its cached prefix anyway"},
+    {"cache_prompt", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "llama.cpp's; every slot reuses its cached prefix anyway"},
+    {"parallel_tool_calls", EP_CHAT, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "acts only with tools, which are refused"},
+    {"mirostat_tau", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "acts only with mirostat, which is refused"},
+    {"mirostat_eta", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "acts only with mirostat, which is refused"},
+    {"penalty_last_n", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "acts only with penalties, which are refused"},
+    {"repeat_last_n", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "acts only with penalties, which are refused"},
+};
+
+const srv_field *srv_fields(int *n) {
+    *n = (int)(sizeof k_fields / sizeof k_fields[0]);
+    return k_fields;
+}
+
+/* Whether v is the value of a refused field that changes nothing. */
+static int neutral(const cJSON *v, srv_neutral how) {
+    switch (how) {
+    case SRV_NEUTRAL_ONE: return cJSON_IsNumber(v) && v->valuedouble == 1;
+    case SRV_NEUTRAL_ZERO: return cJSON_IsNumber(v) && v->valuedouble == 0;
+    case SRV_NEUTRAL_FALSE: return cJSON_IsFalse(v) || (cJSON_IsNumber(v) && v->valuedouble == 0);
+    case SRV_NEUTRAL_EMPTY:
+        return ((cJSON_IsArray(v) || cJSON_IsObject(v)) && !v->child) || (cJSON_IsString(v) && !v->valuestring[0]);
+    case SRV_NEUTRAL_NO_CALL: return cJSON_IsString(v) && !strcmp(v->valuestring, "none");
+    case SRV_NEUTRAL_TEXT: {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
-        if (!cJSON_IsObject(v) || !cJSON_IsString(t) || strcmp(t->valuestring, "text") != 0)
-            return bad(e, "response_format", "only {\"type\": \"text\"} is supported");
+        return cJSON_IsObject(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsString(t) && !strcmp(t->valuestring, "text");
     }
-    if (!chat) {
-        if ((v = field(o, "echo")) && !cJSON_IsFalse(v)) return bad(e, "echo", "echoing the prompt is not supported");
-        if ((v = field(o, "suffix")) && !(cJSON_IsString(v) && !v->valuestring[0]))
-            return bad(e, "suffix", "suffixes (insertion) are not supported");
+    case SRV_NEUTRAL_TEXT_ONLY:
+        return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsString(v->child) && !strcmp(v->child->valuestring, "text");
+    default: return 0;
+    }
+}
+
+/* Every field of the request against the table. A field that is null counts as not given. */
+static int check_fields(const cJSON *o, int chat, srv_err *e) {
+    const unsigned ep = chat ? EP_CHAT : EP_CMPL;
+    const int n = (int)(sizeof k_fields / sizeof k_fields[0]);
+    for (const cJSON *v = o->child; v; v = v->next) {
+        int k = 0;
+        while (k < n && strcmp(k_fields[k].name, v->string) != 0) k++;
+        if (k == n || !(k_fields[k].endpoints & ep)) {
+            srv_err_set(e, 400, "invalid_request_error", v->string, "unknown_parameter",
+                        "%.60s: not a field of %s requests (the fields this server takes, refuses and ignores are listed in "
+                        "its README)",
+                        v->string, chat ? "chat completion" : "completion");
+            return -1;
+        }
+        if (k_fields[k].kind == SRV_FIELD_REFUSED && !cJSON_IsNull(v) && !neutral(v, k_fields[k].neutral))
+            return bad(e, k_fields[k].name, "%s", k_fields[k].note);
     }
     return 0;
 }
 
-/* A JSON string escape \u0000 would cut cJSON's C string short: the text would silently lose
- * its tail, so such a body is refused. Backslashes only occur inside strings. */
-static long nul_escape(const char *s, size_t n) {
-    for (size_t i = 0; i + 1 < n; i++)
-        if (s[i] == '\\') {
-            if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) return (long)i;
-            i++; /* the escaped character */
-        }
-    return -1;
+/* The same check for the keys of a nested object (a message, a content part, stream_options). */
+static int check_keys(const cJSON *o, const char *where, const char *const *allowed, srv_err *e, const char *param) {
+    for (const cJSON *v = o->child; v; v = v->next) {
+        int ok = 0;
+        for (int i = 0; allowed[i] && !ok; i++) ok = !strcmp(allowed[i], v->string);
+        if (!ok && !cJSON_IsNull(v)) return bad(e, param, "%s.%.60s is not supported", where, v->string);
+    }
+    return 0;
 }
 
 static int parse_stops(const cJSON *o, srv_gen *g, srv_err *e) {
@@ -227,13 +316,30 @@ static int tokenize_failed(srv_err *e, const char *param, sd_status st) {
     return bad(e, param, "%s", sd_last_error()[0] ? sd_last_error() : sd_status_str(st));
 }
 
+/* A text of len bytes cannot take fewer tokens than len over the longest text one token stands
+ * for: refused before tokenizing when even that many do not fit. */
+static int too_long(const srv_api_ctx *c, const char *what, size_t len, int extra, srv_err *e) {
+    const int per = c->tok ? sd_tokenizer_max_text_per_token(c->tok) : 0;
+    if (per <= 0) return 0;
+    const size_t least = (len + (size_t)per - 1) / (size_t)per + (size_t)extra;
+    if (least < (size_t)c->n_ctx) return 0;
+    srv_err_set(e, 400, "invalid_request_error", what, "context_length_exceeded",
+                "%s of %zu bytes does not fit the context of %d tokens per slot: it takes at least %zu tokens (no token "
+                "stands for more than %d bytes)",
+                what, len, c->n_ctx, least, per);
+    return -1;
+}
+
 static int parse_prompt(const srv_api_ctx *c, const cJSON *o, srv_gen *g, srv_err *e) {
     const cJSON *p = field(o, "prompt");
     if (!p) return bad(e, "prompt", "is required");
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(p->child)) p = p->child; /* ["text"] */
     if (cJSON_IsString(p)) {
-        sd_status st = sd_tokenizer_tokenize_alloc(c->tok, p->valuestring, strlen(p->valuestring),
-                                                   sd_tokenizer_add_bos(c->tok), c->special, &g->ids, &g->n_ids);
+        const size_t len = strlen(p->valuestring);
+        const int bos = sd_tokenizer_add_bos(c->tok) && sd_tokenizer_bos(c->tok) >= 0;
+        if (too_long(c, "prompt", len, bos, e)) return -1;
+        sd_status st = sd_tokenizer_tokenize_alloc(c->tok, p->valuestring, len, sd_tokenizer_add_bos(c->tok), c->special,
+                                                   &g->ids, &g->n_ids);
         return st == SD_OK ? 0 : tokenize_failed(e, "prompt", st);
     }
     if (!cJSON_IsArray(p)) return bad(e, "prompt", "must be a string or an array of token ids, got %s", type_name(p));
@@ -268,6 +374,7 @@ static int message_text(const cJSON *content, int i, srv_buf *out, srv_err *e) {
     if (!cJSON_IsArray(content))
         return bad(e, "messages", "messages[%d].content must be a string or an array of text parts, got %s", i,
                    content ? type_name(content) : "nothing");
+    static const char *const part_keys[] = {"type", "text", NULL};
     int j = 0;
     for (const cJSON *part = content->child; part; part = part->next, j++) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "type"), *x = cJSON_GetObjectItemCaseSensitive(part, "text");
@@ -277,6 +384,9 @@ static int message_text(const cJSON *content, int i, srv_buf *out, srv_err *e) {
         if (!cJSON_IsString(x))
             return bad(e, "messages", "messages[%d].content[%d].text must be a string, got %s", i, j,
                        x ? type_name(x) : "nothing");
+        char where[48];
+        snprintf(where, sizeof where, "messages[%d].content[%d]", i, j);
+        if (check_keys(part, where, part_keys, e, "messages")) return -1;
         srv_buf_puts(out, x->valuestring);
     }
     return 0;
@@ -291,6 +401,7 @@ static int parse_messages(const srv_api_ctx *c, const cJSON *o, srv_gen *g, srv_
     sd_chat_msg *msgs = calloc((size_t)n, sizeof *msgs);
     srv_buf *texts = calloc((size_t)n, sizeof *texts);
     int rc = msgs && texts ? 0 : bad(e, "messages", "out of memory");
+    static const char *const msg_keys[] = {"role", "content", NULL};
     int i = 0;
     for (const cJSON *it = m->child; it && rc == 0; it = it->next, i++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
@@ -309,6 +420,9 @@ static int parse_messages(const srv_api_ctx *c, const cJSON *o, srv_gen *g, srv_
                      role->valuestring);
             break;
         }
+        char where[32];
+        snprintf(where, sizeof where, "messages[%d]", i);
+        if ((rc = check_keys(it, where, msg_keys, e, "messages"))) break;
         if ((rc = message_text(cJSON_GetObjectItemCaseSensitive(it, "content"), i, &texts[i], e))) break;
         srv_buf_put(&texts[i], "", 0); /* an empty content is still a string */
         if (texts[i].oom) rc = bad(e, "messages", "out of memory");
@@ -317,9 +431,19 @@ static int parse_messages(const srv_api_ctx *c, const cJSON *o, srv_gen *g, srv_
     }
     if (rc == 0) {
         sd_chat_params cp = sd_chat_params_for(c->tok);
+        char *text = NULL;
+        size_t len = 0;
+        sd_tok_span *spans = NULL;
+        int n_spans = 0;
         /* the template's refusal of these roles, or the tokenizer's failure, both named as messages */
-        if (sd_chat_prompt(c->tok, c->chat, msgs, n, &cp, c->chat_special, &g->ids, &g->n_ids) != SD_OK)
+        if (sd_chat_render_spans(c->chat, msgs, n, &cp, &text, &len, &spans, &n_spans) != SD_OK)
             rc = bad(e, "messages", "%s", sd_last_error());
+        else if (too_long(c, "messages", len, sd_tokenizer_add_bos(c->tok), e))
+            rc = -1;
+        else if (sd_chat_tokenize_rendered(c->tok, text, len, spans, n_spans, c->chat_special, &g->ids, &g->n_ids) != SD_OK)
+            rc = bad(e, "messages", "%s", sd_last_error());
+        free(spans);
+        free(text);
     }
     for (int k = 0; texts && k < n; k++) srv_buf_free(&texts[k]);
     free(texts);
@@ -329,40 +453,29 @@ static int parse_messages(const srv_api_ctx *c, const cJSON *o, srv_gen *g, srv_
 
 int srv_parse_gen(const srv_api_ctx *c, int chat, const char *body, size_t len, srv_gen *g, srv_err *e) {
     memset(g, 0, sizeof *g);
+    memset(e, 0, sizeof *e);
     g->chat = chat;
-    long at = srv_utf8_check(body, len);
-    if (at >= 0) {
-        srv_err_set(e, 400, "invalid_request_error", NULL, NULL, "request body is not valid UTF-8 (byte %ld)", at);
-        return -1;
-    }
-    const char *end = NULL;
-    cJSON *o = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    if (!o) {
-        srv_err_set(e, 400, "invalid_request_error", NULL, NULL,
-                    "request body is not valid JSON (at byte %ld of %zu)", end ? (long)(end - body) : 0L, len);
-        return -1;
-    }
+    cJSON *o = srv_json_parse(body, len, e);
+    if (!o) return -1;
     int rc = 0;
     if (!cJSON_IsObject(o)) {
         srv_err_set(e, 400, "invalid_request_error", NULL, NULL, "request body must be a JSON object, got %s",
                     type_name(o));
         rc = -1;
-    } else if ((at = nul_escape(body, len)) >= 0) {
-        srv_err_set(e, 400, "invalid_request_error", NULL, NULL,
-                    "request body holds the escape \\u0000 (byte %ld): text may not contain NUL", at);
-        rc = -1;
     }
     const cJSON *v;
+    if (!rc) rc = check_fields(o, chat, e);
     if (!rc && (v = field(o, "model")) && !cJSON_IsString(v))
         rc = bad(e, "model", "must be a string, got %s", type_name(v));
-    if (!rc) rc = refuse_unsupported(o, chat, e);
     if (!rc) rc = get_bool(o, "stream", &g->stream, e);
     if (!rc && (v = field(o, "stream_options"))) {
+        static const char *const keys[] = {"include_usage", NULL};
         const cJSON *iu = cJSON_IsObject(v) ? field(v, "include_usage") : NULL;
         if (!cJSON_IsObject(v)) rc = bad(e, "stream_options", "must be an object, got %s", type_name(v));
         else if (iu && !cJSON_IsBool(iu))
             rc = bad(e, "stream_options", "include_usage must be a boolean, got %s", type_name(iu));
-        else g->include_usage = cJSON_IsTrue(iu);
+        else if (!(rc = check_keys(v, "stream_options", keys, e, "stream_options")))
+            g->include_usage = cJSON_IsTrue(iu);
     }
     if (!rc) rc = get_bool(o, "ignore_eos", &g->ignore_eos, e);
     g->sampling = sd_sampler_default_params();
@@ -407,6 +520,126 @@ int srv_parse_gen(const srv_api_ctx *c, int chat, const char *body, size_t len, 
     return rc;
 }
 
+/* ---- /tokenize and /detokenize ------------------------------------------------------------- */
+
+/* One token's text for /tokenize's pieces and /detokenize: what decoding prints, and for tokens
+ * that print nothing (control tokens) their own text, as llama-server shows them. */
+static void token_text(const sd_tokenizer *t, int32_t prev, int32_t id, char *buf, srv_buf *out) {
+    const int n = sd_tokenizer_decode(t, prev, id, buf, (size_t)sd_tokenizer_max_piece_len(t));
+    const int ty = sd_tokenizer_token_type(t, id);
+    if (n <= 0 && (ty == SD_TOKEN_CONTROL || ty == SD_TOKEN_UNKNOWN)) {
+        size_t pl = 0;
+        const char *p = sd_tokenizer_piece(t, id, &pl);
+        srv_buf_put(out, p ? p : "", p ? pl : 0);
+        return;
+    }
+    srv_buf_put(out, buf, n > 0 ? (size_t)n : 0);
+}
+
+char *srv_tokenize_json(const srv_api_ctx *c, const char *body, size_t len, srv_err *e) {
+    memset(e, 0, sizeof *e);
+    cJSON *o = srv_json_parse(body, len, e);
+    if (!o) return NULL;
+    static const char *const keys[] = {"content", "add_special", "parse_special", "with_pieces", NULL};
+    int add_special = 0, parse_special = 1, pieces = 0, rc = 0;
+    const cJSON *content = cJSON_IsObject(o) ? field(o, "content") : NULL;
+    if (!cJSON_IsObject(o))
+        rc = (srv_err_set(e, 400, "invalid_request_error", NULL, NULL, "request body must be a JSON object, got %s", type_name(o)), -1);
+    else if ((rc = check_keys(o, "request", keys, e, NULL)) != 0)
+        ;
+    else if (!content)
+        rc = bad(e, "content", "is required");
+    else if (!cJSON_IsString(content))
+        rc = bad(e, "content", "must be a string, got %s", type_name(content));
+    if (!rc) rc = get_bool(o, "add_special", &add_special, e);
+    if (!rc) rc = get_bool(o, "parse_special", &parse_special, e);
+    if (!rc) rc = get_bool(o, "with_pieces", &pieces, e);
+    int32_t *ids = NULL;
+    int n = 0;
+    if (!rc) {
+        sd_status st = sd_tokenizer_tokenize_alloc(c->tok, content->valuestring, strlen(content->valuestring),
+                                                   add_special && sd_tokenizer_add_bos(c->tok), parse_special, &ids, &n);
+        if (st != SD_OK) rc = tokenize_failed(e, "content", st);
+    }
+    char *js = NULL;
+    if (!rc) {
+        cJSON *r = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(r, "tokens");
+        char *buf = malloc((size_t)sd_tokenizer_max_piece_len(c->tok) + 1);
+        for (int i = 0; buf && i < n; i++) {
+            if (!pieces) {
+                cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+                continue;
+            }
+            srv_buf text = {0};
+            /* the token's own text: no predecessor that would drop a leading space */
+            token_text(c->tok, sd_tokenizer_bos(c->tok) == 0 ? 1 : 0, ids[i], buf, &text);
+            cJSON *tok = cJSON_CreateObject();
+            cJSON_AddNumberToObject(tok, "id", ids[i]);
+            if (srv_utf8_check(text.p ? text.p : "", text.len) < 0) {
+                cJSON_AddStringToObject(tok, "piece", text.p ? text.p : "");
+            } else { /* part of a character: its bytes, as llama-server gives them */
+                cJSON *bytes = cJSON_AddArrayToObject(tok, "piece");
+                for (size_t k = 0; k < text.len; k++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)text.p[k]));
+            }
+            cJSON_AddItemToArray(arr, tok);
+            srv_buf_free(&text);
+        }
+        js = buf ? cJSON_PrintUnformatted(r) : NULL;
+        free(buf);
+        cJSON_Delete(r);
+        if (!js) srv_err_set(e, 503, "server_error", NULL, NULL, "out of memory");
+    }
+    free(ids);
+    cJSON_Delete(o);
+    return js;
+}
+
+char *srv_detokenize_json(const srv_api_ctx *c, const char *body, size_t len, srv_err *e) {
+    memset(e, 0, sizeof *e);
+    cJSON *o = srv_json_parse(body, len, e);
+    if (!o) return NULL;
+    static const char *const keys[] = {"tokens", NULL};
+    const cJSON *toks = cJSON_IsObject(o) ? field(o, "tokens") : NULL;
+    int rc = 0;
+    if (!cJSON_IsObject(o))
+        rc = (srv_err_set(e, 400, "invalid_request_error", NULL, NULL, "request body must be a JSON object, got %s", type_name(o)), -1);
+    else if ((rc = check_keys(o, "request", keys, e, NULL)) != 0)
+        ;
+    else if (!toks)
+        rc = bad(e, "tokens", "is required");
+    else if (!cJSON_IsArray(toks))
+        rc = bad(e, "tokens", "must be an array of token ids, got %s", type_name(toks));
+    const int V = sd_tokenizer_n_vocab(c->tok);
+    srv_buf text = {0};
+    char *buf = rc ? NULL : malloc((size_t)sd_tokenizer_max_piece_len(c->tok) + 1);
+    if (!rc && !buf) rc = (srv_err_set(e, 503, "server_error", NULL, NULL, "out of memory"), -1);
+    int i = 0;
+    int32_t prev = -1;
+    for (const cJSON *t = rc ? NULL : toks->child; t; t = t->next, i++) {
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 || t->valuedouble >= V) {
+            rc = bad(e, "tokens", "tokens[%d] must be a token id in 0..%d", i, V - 1);
+            break;
+        }
+        token_text(c->tok, prev, (int32_t)t->valuedouble, buf, &text);
+        prev = (int32_t)t->valuedouble;
+    }
+    char *js = NULL;
+    if (!rc) {
+        srv_buf clean = {0}; /* byte tokens may leave a character unfinished */
+        srv_utf8_append_clean(&clean, text.p ? text.p : "", text.len);
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "content", clean.p ? clean.p : "");
+        js = cJSON_PrintUnformatted(r);
+        cJSON_Delete(r);
+        srv_buf_free(&clean);
+        if (!js) srv_err_set(e, 503, "server_error", NULL, NULL, "out of memory");
+    }
+    free(buf);
+    srv_buf_free(&text);
+    cJSON_Delete(o);
+    return js;
+}
+
 /* ---- responses ---------------------------------------------------------------------------- */
 
 /* llama.cpp's timings object, with the speculative statistics of the request (stats.h). */
@@ -421,6 +654,31 @@ static void add_usage(cJSON *o, const srv_outcome *oc) {
     cJSON_AddNumberToObject(u, "prompt_tokens", oc->prompt_tokens);
     cJSON_AddNumberToObject(u, "completion_tokens", oc->completion_tokens);
     cJSON_AddNumberToObject(u, "total_tokens", oc->prompt_tokens + oc->completion_tokens);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", oc->cached_tokens);
+}
+
+void srv_make_id(char *out, size_t cap, int chat) {
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char r[24];
+    size_t got = 0;
+    while (got < sizeof r) {
+        const ssize_t n = getrandom(r + got, sizeof r - got, 0);
+        if (n > 0) got += (size_t)n;
+        else if (errno != EINTR) break;
+    }
+    if (got < sizeof r) { /* no entropy source: the clock and the address, still unlikely to repeat */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t z = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)(uintptr_t)out;
+        for (size_t i = got; i < sizeof r; i++) {
+            z = (z ^ (z >> 31)) * 0x9E3779B97F4A7C15ull + i;
+            r[i] = (unsigned char)(z >> 56);
+        }
+    }
+    char tail[sizeof r + 1];
+    for (size_t i = 0; i < sizeof r; i++) tail[i] = al[r[i] % 62]; /* 256 % 62: a bias too small to matter for ids */
+    tail[sizeof r] = 0;
+    snprintf(out, cap, "%s-%s", chat ? "chatcmpl" : "cmpl", tail);
 }
 
 /* The envelope every response and chunk shares. */
@@ -432,6 +690,7 @@ static cJSON *envelope(const srv_gen *g, const char *id, long created, const cha
     cJSON_AddNumberToObject(o, "created", (double)created);
     cJSON_AddStringToObject(o, "model", model);
     cJSON_AddStringToObject(o, "system_fingerprint", "specdec");
+    if (chunk && g->include_usage) cJSON_AddNullToObject(o, "usage"); /* the usage chunk replaces it */
     return o;
 }
 
@@ -491,10 +750,7 @@ void srv_sse_chunk(srv_buf *out, const srv_gen *g, const char *id, long created,
     cJSON *o = envelope(g, id, created, model, 1);
     /* the chat's last chunk carries an empty delta, as OpenAI's does */
     add_choice(o, g, (g->chat && oc && !len) ? NULL : t.p ? t.p : "", 1, role, oc ? oc->finish_reason : NULL);
-    if (oc) {
-        add_usage(o, oc);
-        add_timings(o, oc);
-    }
+    if (oc) add_timings(o, oc);
     put_event(out, o);
     srv_buf_free(&t);
 }
@@ -503,6 +759,7 @@ void srv_sse_usage(srv_buf *out, const srv_gen *g, const char *id, long created,
                    const srv_outcome *oc) {
     cJSON *o = envelope(g, id, created, model, 1);
     cJSON_AddArrayToObject(o, "choices");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "usage");
     add_usage(o, oc);
     put_event(out, o);
 }

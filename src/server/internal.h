@@ -21,7 +21,7 @@ struct MHD_Connection;
 typedef struct {
     int status;        /* HTTP status */
     const char *type;  /* "invalid_request_error", "authentication_error", ... */
-    const char *param; /* the request field at fault, or NULL */
+    char param[64];    /* the request field at fault, "" for none (a copy: the request is freed first) */
     const char *code;  /* a machine-readable code ("context_length_exceeded") or NULL */
     char msg[600];
 } srv_err;
@@ -60,14 +60,51 @@ typedef struct {
     int drafting, model_drafts; /* the slots have a drafter; it draws from a draft model */
 } srv_api_ctx;
 
+/* The fields of completion and chat requests (api.c's table, which the README mirrors). */
+typedef enum { SRV_FIELD_TAKEN, SRV_FIELD_REFUSED, SRV_FIELD_IGNORED } srv_field_kind;
+/* The value at which a refused field changes nothing, and passes. */
+typedef enum {
+    SRV_NEUTRAL_NONE,      /* none: any value but null is refused */
+    SRV_NEUTRAL_ONE,       /* 1 */
+    SRV_NEUTRAL_ZERO,      /* 0 */
+    SRV_NEUTRAL_FALSE,     /* false or 0 */
+    SRV_NEUTRAL_EMPTY,     /* [], {} or "" */
+    SRV_NEUTRAL_NO_CALL,   /* "none" */
+    SRV_NEUTRAL_TEXT,      /* {"type": "text"} */
+    SRV_NEUTRAL_TEXT_ONLY, /* ["text"] */
+} srv_neutral;
+typedef struct {
+    const char *name;
+    unsigned endpoints; /* 1: completions, 2: chat, 3: both */
+    srv_field_kind kind;
+    srv_neutral neutral;
+    const char *note;   /* refused: the message; else what it is */
+} srv_field;
+const srv_field *srv_fields(int *n);
+
+/* A request body checked and parsed (json_req.c): UTF-8, strict JSON syntax, one value, no key
+ * given twice, no \u0000 in a string; NULL with *e filled (a 400 naming the byte or the field). */
+struct cJSON;
+struct cJSON *srv_json_parse(const char *body, size_t len, srv_err *e);
+
 /* Parses a request body (len bytes; need not be NUL-terminated) of /v1/completions (chat 0) or
  * /v1/chat/completions (chat 1). 0 on success; -1 with *e filled (400 naming the field). */
 int srv_parse_gen(const srv_api_ctx *c, int chat, const char *body, size_t len, srv_gen *g, srv_err *e);
 
+/* POST /tokenize and /detokenize with llama-server's shapes: the response JSON (malloc'd), or
+ * NULL with *e filled. */
+char *srv_tokenize_json(const srv_api_ctx *c, const char *body, size_t len, srv_err *e);
+char *srv_detokenize_json(const srv_api_ctx *c, const char *body, size_t len, srv_err *e);
+
+/* A response id as OpenAI writes them, "chatcmpl-" or "cmpl-" and 24 random letters and digits:
+ * unique across restarts. */
+void srv_make_id(char *out, size_t cap, int chat);
+
 /* What a finished (or finishing) request reports. */
 typedef struct {
-    const char *finish_reason; /* "stop", "length", "abort" */
+    const char *finish_reason; /* "stop" or "length" */
     int prompt_tokens, completion_tokens;
+    int cached_tokens;          /* prompt tokens the slot already held */
     const sd_spec_stats *stats; /* the engine's, for timings (NULL: none) */
 } srv_outcome;
 
@@ -75,7 +112,8 @@ typedef struct {
 char *srv_response_json(const srv_gen *g, const char *id, long created, const char *model, const char *text,
                         size_t len, const srv_outcome *o);
 /* One server-sent event of a streamed response: "data: {chunk}\n\n". role: the chat's first chunk;
- * o: the last chunk (finish_reason, usage, timings), else NULL. */
+ * o: the last chunk (finish_reason and timings; usage comes only in the usage chunk, as OpenAI
+ * sends it), else NULL. With include_usage every chunk carries "usage": null, as OpenAI's do. */
 void srv_sse_chunk(srv_buf *out, const srv_gen *g, const char *id, long created, const char *model, const char *text,
                    size_t len, int role, const srv_outcome *o);
 /* The usage-only chunk (stream_options.include_usage): empty choices, usage. */
@@ -100,6 +138,8 @@ struct srv_req {
     int cancelled;            /* the client is gone */
     struct MHD_Connection *conn; /* until MHD completes the request */
     int suspended;
+    int http11;               /* the request is HTTP/1.1 (an interim 1xx answer is allowed) */
+    int probed;               /* the client's end of sending was seen and a probe written */
     srv_buf out;              /* stream: bytes not yet sent, from out_pos */
     size_t out_pos;
     int finished;             /* every byte of the response is produced */
@@ -129,32 +169,101 @@ typedef struct {
 } srv_mode;
 
 #define SRV_HTTP_CODES 600
+#define SRV_WORKERS 2                 /* tokenizer threads */
+#define SRV_BODY_FREE ((size_t)16 << 10) /* body bytes a connection holds outside the shared budget */
+#define SRV_HEAD_MAX ((size_t)16 << 10)  /* a request's head (line and headers), at most */
 
 typedef struct {
     unsigned long http[SRV_HTTP_CODES]; /* responses by status */
     unsigned long requests;             /* generation requests queued */
-    unsigned long finished_stop, finished_length, finished_abort, finished_cancelled, finished_error;
+    unsigned long finished_stop, finished_length, finished_shutdown, finished_cancelled, finished_error;
     unsigned long prompt_tokens, prompt_cached, gen_tokens;
     double prompt_s, gen_s;             /* engine-thread seconds in prefills and in rounds */
     unsigned long rounds, rounds_drafting, pass_tokens;
     unsigned long drafts, draft_tokens, accepted, accepted_at[SD_MAX_DRAFT];
 } srv_metrics;
 
+/* A connection libmicrohttpd serves (net.c), for the deadlines: a request must arrive whole
+ * (headers and body) within --request-timeout of its first line, and an idle keep-alive connection
+ * may wait --timeout for it. net_mu. */
+typedef struct srv_conn {
+    int fd;
+    double deadline; /* sd_now() past which it is cut off; 0: none (a request is being answered) */
+    int killed;
+    struct srv_conn *prev, *next;
+} srv_conn;
+
+/* A connection accepted by the door (net.c) and not yet handed to libmicrohttpd: its first
+ * request's head is awaited, checked, and answered here when it is one libmicrohttpd would
+ * answer in HTML. */
+typedef struct srv_pending srv_pending;
+
+/* The routes (http.c). */
+enum {
+    SRV_ROUTE_HEALTH,
+    SRV_ROUTE_MODELS,
+    SRV_ROUTE_MODEL, /* /v1/models/{id} */
+    SRV_ROUTE_METRICS,
+    SRV_ROUTE_PROPS,
+    SRV_ROUTE_COMPLETIONS,
+    SRV_ROUTE_CHAT,
+    SRV_ROUTE_TOKENIZE,
+    SRV_ROUTE_DETOKENIZE,
+};
+
+/* Tokenizing a request body (work.c), off the HTTP thread. */
+typedef struct srv_job {
+    int route;
+    const char *body;
+    size_t len;
+    /* results: the request (generation), or a response body (/tokenize), or the error */
+    int rc;
+    srv_gen g;
+    char *resp;
+    srv_err e;
+    int done;
+    struct MHD_Connection *conn; /* resumed when done */
+    struct srv_job *next;
+} srv_job;
+
+/* Tokens generated per wall-clock second, in one-second buckets (metrics.c). */
+#define SRV_RATE_BUCKETS 16
+typedef struct {
+    long sec[SRV_RATE_BUCKETS];
+    double tokens[SRV_RATE_BUCKETS];
+} srv_rate;
+
 struct srv {
     srv_params p;
-    char *host, *api_key, *model_name; /* copies */
+    char *host, *api_key, *model_name, *cors; /* copies */
     struct MHD_Daemon *d;
     int port;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv, work_cv; /* the engine's; the tokenizer workers' */
     /* mu */
-    int ready, stopping;
+    int ready, draining, stopping;
     srv_req *q_head, *q_tail;
     int q_len, n_busy;
     srv_req *live;
     srv_metrics m;
-    unsigned long next_id;
+    srv_rate rate;
     uint64_t rng;
+    /* the door, the connections and their deadlines (net.c); net_mu */
+    int listen_fd, door_stop_fd, door_epoll;
+    pthread_t door, janitor;
+    int door_started, janitor_started, janitor_stop;
+    pthread_mutex_t net_mu;
+    pthread_cond_t net_cv;
+    srv_conn *conns;
+    srv_pending *pending;
+    int n_conns;              /* accepted and not yet closed, the door's included */
+    size_t buffered;          /* request body bytes held beyond each connection's first SRV_BODY_FREE */
+    unsigned long timed_out;  /* connections cut off at a deadline */
+    /* the tokenizer workers (work.c); mu */
+    srv_job *jobs_small, *jobs_large; /* waiting, small bodies first */
+    int n_jobs;                       /* waiting or being tokenized */
+    int workers_stop, n_workers, picks;
+    pthread_t workers[SRV_WORKERS];
     /* set by srv_load */
     const sd_model *tm, *dm;
     const sd_tokenizer *tok;
@@ -185,12 +294,39 @@ void srv_engine_stop(srv *s); /* ends every request, joins the thread */
 void srv_slots_free(srv *s);
 
 /* http.c */
-/* 1 when the client of r's connection has closed it (a peek at its socket). mu held. */
-int srv_http_client_gone(const srv_req *r);
+/* 1 when the client of r's connection is gone: its socket reset or in error. A client that only
+ * closed its sending side (a half-close, legal HTTP) still reads its response; one that closed
+ * the whole connection looks the same until it is written to, so on that end the server writes
+ * once what any client ignores (an SSE comment, or an interim 102 Processing), and a client that
+ * is gone answers it with a reset, seen at the next look. mu held. */
+int srv_http_client_gone(srv_req *r);
 /* Wakes r's suspended connection (new stream bytes, or the response). mu held. */
 void srv_http_wake(srv_req *r);
+/* Counts a response by status (takes mu). */
+void srv_http_count(srv *s, unsigned status);
+/* The context api.c parses with. */
+srv_api_ctx srv_http_api_ctx(srv *s);
+
+/* net.c: the listening socket and the door, the connections' deadlines */
+sd_status srv_net_listen(srv *s);              /* binds; s->port */
+sd_status srv_net_start(srv *s);               /* the door and the janitor threads */
+void srv_net_close_listener(srv *s);           /* no new connections */
+void srv_net_stop(srv *s);                     /* joins the threads, closes what the door holds */
+void srv_net_conn_started(srv *s, struct MHD_Connection *c, void **socket_context);
+void srv_net_conn_closed(srv *s, void **socket_context);
+void srv_net_set_deadline(srv *s, struct MHD_Connection *c, double seconds); /* 0: none */
+/* The door's answer to a request it refuses: OpenAI's error JSON with Connection: close. */
+void srv_net_reply(srv *s, int fd, const srv_err *e, const char *extra_headers);
+
+/* work.c: the tokenizer workers */
+sd_status srv_work_start(srv *s);
+void srv_work_stop(srv *s);   /* every job ends (waiting ones with 503), the threads are joined */
+/* Queues j (mu held): a worker tokenizes it and resumes j->conn. */
+void srv_work_submit_locked(srv *s, srv_job *j);
 
 /* metrics.c */
 char *srv_metrics_text(srv *s); /* takes mu */
+void srv_rate_add(srv_rate *r, double now, double tokens); /* mu held */
+double srv_rate_recent(const srv_rate *r, double now, int seconds); /* tokens per second */
 
 #endif

@@ -1,8 +1,30 @@
 /* GET /metrics: the server's counters in Prometheus' text format, named with a "specdec:" prefix
  * as vLLM and llama.cpp prefix theirs (the speculative counters under their names). */
+#include <math.h>
 #include <stdio.h>
 
+#include "core/io.h"
 #include "server/internal.h"
+
+void srv_rate_add(srv_rate *r, double now, double tokens) {
+    const long sec = (long)floor(now);
+    const int i = (int)(sec % SRV_RATE_BUCKETS);
+    if (r->sec[i] != sec) {
+        r->sec[i] = sec;
+        r->tokens[i] = 0;
+    }
+    r->tokens[i] += tokens;
+}
+
+double srv_rate_recent(const srv_rate *r, double now, int seconds) {
+    const long sec = (long)floor(now);
+    double sum = 0;
+    for (int k = 1; k <= seconds && k < SRV_RATE_BUCKETS; k++) { /* whole seconds, the current one not yet */
+        const int i = (int)((sec - k) % SRV_RATE_BUCKETS);
+        if (r->sec[i] == sec - k) sum += r->tokens[i];
+    }
+    return sum / seconds;
+}
 
 typedef struct {
     const char *name, *type, *help;
@@ -28,16 +50,20 @@ static void one(srv_buf *b, const char *name, const char *type, const char *help
 
 char *srv_metrics_text(srv *s) {
     srv_buf b = {0};
+    pthread_mutex_lock(&s->net_mu); /* before mu, never inside it: the door takes them in this order */
+    const double conns = s->n_conns, buffered = (double)s->buffered, timed_out = (double)s->timed_out;
+    pthread_mutex_unlock(&s->net_mu);
     pthread_mutex_lock(&s->mu);
     const srv_metrics *m = &s->m;
     one(&b, "requests_total", "counter", "Generation requests accepted into the queue.", (double)m->requests);
     const metric fin = {"requests_finished_total", "counter",
                         "Generation requests ended, by reason (stop: a stop string or end of generation; length: "
-                        "max_tokens or the context; abort: server shutdown; cancelled: the client left; error)."};
+                        "max_tokens or the context; shutdown: cut by the server's shutdown; cancelled: the client left; "
+                        "error)."};
     head(&b, &fin);
     value(&b, &fin, "{reason=\"stop\"}", (double)m->finished_stop);
     value(&b, &fin, "{reason=\"length\"}", (double)m->finished_length);
-    value(&b, &fin, "{reason=\"abort\"}", (double)m->finished_abort);
+    value(&b, &fin, "{reason=\"shutdown\"}", (double)m->finished_shutdown);
     value(&b, &fin, "{reason=\"cancelled\"}", (double)m->finished_cancelled);
     value(&b, &fin, "{reason=\"error\"}", (double)m->finished_error);
     const metric http = {"http_responses_total", "counter", "HTTP responses, by status code."};
@@ -59,10 +85,19 @@ char *srv_metrics_text(srv *s) {
     one(&b, "generation_tokens_per_second", "gauge",
         "Tokens generated per second of generation rounds, all slots together, since the start.",
         m->gen_s > 0 ? (double)m->gen_tokens / m->gen_s : 0);
+    one(&b, "tokens_per_second", "gauge", "Tokens generated per second of wall time over the last 10 seconds, all slots "
+        "together: the load figure.", srv_rate_recent(&s->rate, sd_now(), 10));
     one(&b, "queue_length", "gauge", "Requests waiting for a slot.", (double)s->q_len);
     one(&b, "queue_capacity", "gauge", "Requests that may wait for a slot before 429.", (double)s->p.queue_max);
     one(&b, "slots_busy", "gauge", "Slots generating.", (double)s->n_busy);
     one(&b, "slots_total", "gauge", "Slots.", (double)s->n_slots);
+    one(&b, "draining", "gauge", "1 while the server drains before it stops (/health says 503 draining).", (double)s->draining);
+    one(&b, "tokenizer_queue_length", "gauge", "Request bodies waiting for or being tokenized.", (double)s->n_jobs);
+    one(&b, "connections", "gauge", "Open connections.", conns);
+    one(&b, "request_bytes_buffered", "gauge", "Request body bytes held beyond each connection's first 16 KiB.", buffered);
+    one(&b, "connections_timed_out_total", "counter",
+        "Connections cut off at a deadline (a request not in whole within --request-timeout, or idle past --timeout).",
+        timed_out);
     one(&b, "rounds_total", "counter", "Generation rounds (one batched target pass over the busy slots each).",
         (double)m->rounds);
     one(&b, "rounds_drafting_total", "counter", "Rounds in which at least one slot verified drafts.",

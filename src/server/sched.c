@@ -55,7 +55,7 @@ int srv_submit(srv *s, srv_gen *g, struct MHD_Connection *conn, srv_req **out, s
     }
     r->g = *g;
     memset(g, 0, sizeof *g);
-    snprintf(r->id, sizeof r->id, "%s-%lu", r->g.chat ? "chatcmpl" : "cmpl", ++s->next_id);
+    srv_make_id(r->id, sizeof r->id, r->g.chat);
     r->created = (long)time(NULL);
     r->t_arrival = sd_now();
     r->refs = 2 + r->g.stream; /* the connection, the queue (then the slot), the stream response */
@@ -92,7 +92,7 @@ static void conclude(srv *s, srv_req *r, const sd_spec *spec, const char *reason
                      srv_buf *pending, int *status, char **body) {
     sd_spec_stats st;
     if (spec) sd_spec_get_stats(spec, &st);
-    const srv_outcome oc = {reason, r->g.n_ids, r->n_gen, spec ? &st : NULL};
+    const srv_outcome oc = {reason, r->g.n_ids, r->n_gen, spec ? st.n_reused : 0, spec ? &st : NULL};
     if (r->g.stream) {
         if (err) {
             srv_sse_error(pending, err);
@@ -134,12 +134,19 @@ static void deliver(srv_req *r, srv_buf *pending, int done, int status, char *bo
     srv_http_wake(r);
 }
 
-static void count_finish(srv *s, const char *reason, int error, int cancelled) {
-    if (error) s->m.finished_error++;
-    else if (cancelled) s->m.finished_cancelled++;
+/* reason: "stop", "length", or NULL for an error (shutdown: the server ended it). mu held. */
+static void count_finish(srv *s, const char *reason, int shutdown, int cancelled) {
+    if (cancelled) s->m.finished_cancelled++;
+    else if (shutdown) s->m.finished_shutdown++;
+    else if (!reason) s->m.finished_error++;
     else if (!strcmp(reason, "length")) s->m.finished_length++;
-    else if (!strcmp(reason, "abort")) s->m.finished_abort++;
     else s->m.finished_stop++;
+}
+
+/* The error a request cut by the server's shutdown ends with (a stream's last event). */
+static void shutdown_error(srv_err *e) {
+    srv_err_set(e, 503, "unavailable_error", NULL, "server_shutdown",
+                "the server shut down before the request finished: retry it");
 }
 
 /* ---- slots --------------------------------------------------------------------------------- */
@@ -205,7 +212,7 @@ typedef struct {
     int done, status;   /* the request ends this round */
     char *body;
     const char *reason;
-    int error;
+    int error, shutdown;
 } slot_out;
 
 /* The tokens a slot emitted this round, through the text into stream chunks. Returns 1 when the
@@ -234,25 +241,33 @@ static int take_tokens(srv *s, srv_slot *sl, const int32_t *toks, int n, slot_ou
     if (!stop_hit && !sd_spec_done(sl->spec)) return 0;
     sd_spec_stats st;
     sd_spec_get_stats(sl->spec, &st);
-    o->reason = stop_hit || st.stop_reason == SD_STOP_EOS ? "stop"
-                : st.stop_reason == SD_STOP_CANCELLED      ? "abort"
-                                                           : "length"; /* the budget or the context */
+    if (!stop_hit && st.stop_reason == SD_STOP_CANCELLED) { /* the client left, or the server is stopping */
+        srv_err e;
+        shutdown_error(&e);
+        conclude(s, r, sl->spec, NULL, &e, &o->pending, &o->status, &o->body);
+        o->done = o->error = 1;
+        o->shutdown = !r->cancelled;
+        return 1;
+    }
+    o->reason = stop_hit || st.stop_reason == SD_STOP_EOS ? "stop" : "length"; /* length: the budget or the context */
     conclude(s, r, sl->spec, o->reason, NULL, &o->pending, &o->status, &o->body);
     o->done = 1;
     return 1;
 }
 
-/* A request taken out of the queue ends with an error (its client gone: status 499, counted as
- * cancelled; the server stopping: 503). mu held. */
-static void end_queued(srv *s, srv_req *r, int status, const char *type, const char *msg) {
+/* A request taken out of the queue ends with an error: its client gone (e NULL: status 499,
+ * counted as cancelled) or the server stopping (shutdown_error). mu held. */
+static void end_queued(srv *s, srv_req *r, const srv_err *why) {
     srv_err e;
-    srv_err_set(&e, status, type, NULL, NULL, "%s", msg);
+    if (why) e = *why;
+    else srv_err_set(&e, 499, "invalid_request_error", NULL, NULL, "the client closed the connection");
     srv_buf pending = {0};
     char *body;
+    int status;
     conclude(s, r, NULL, NULL, &e, &pending, &status, &body);
     deliver(r, &pending, 1, status, body);
     srv_buf_free(&pending);
-    count_finish(s, "", !r->cancelled, r->cancelled);
+    count_finish(s, NULL, why != NULL, r->cancelled);
     srv_req_unref_locked(r);
 }
 
@@ -271,7 +286,7 @@ static void drop_departed(srv *s) {
         else s->q_head = next;
         if (s->q_tail == r) s->q_tail = prev;
         s->q_len--;
-        end_queued(s, r, 499, "invalid_request_error", "the client closed the connection");
+        end_queued(s, r, NULL);
     }
 }
 
@@ -291,11 +306,13 @@ static void *engine_main(void *arg) {
     for (;;) {
         while (!s->stopping && s->n_busy == 0 && !s->q_head) pthread_cond_wait(&s->cv, &s->mu);
         if (s->stopping) { /* queued requests end now; running ones at this round */
+            srv_err down;
+            shutdown_error(&down);
             while (s->q_head) {
                 srv_req *r = s->q_head;
                 s->q_head = r->q_next;
                 s->q_len--;
-                end_queued(s, r, 503, "unavailable_error", "the server is shutting down");
+                end_queued(s, r, &down);
             }
             s->q_tail = NULL;
             if (s->n_busy == 0) break;
@@ -381,6 +398,7 @@ static void *engine_main(void *arg) {
             s->m.rounds++;
             s->m.gen_s += dt;
             s->m.gen_tokens += taken;
+            srv_rate_add(&s->rate, sd_now(), (double)taken);
             s->m.pass_tokens += (unsigned long)pass_tokens;
             int drafting = 0;
             for (int i = 0; i < n_b; i++) {
@@ -398,7 +416,7 @@ static void *engine_main(void *arg) {
             srv_req *r = sl->req;
             deliver(r, &o->pending, o->done, o->status, o->body);
             if (!o->done) continue;
-            count_finish(s, o->reason ? o->reason : "", o->error, r->cancelled);
+            count_finish(s, o->error ? NULL : o->reason, o->shutdown, r->cancelled);
             sl->req = NULL;
             s->n_busy--;
             srv_req_unref_locked(r);

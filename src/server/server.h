@@ -17,7 +17,13 @@ typedef struct {
     int parallel;           /* slots */
     int queue_max;          /* requests waiting for a slot at most; more get 429 */
     int timeout_s;          /* a connection idle (or stalled) this long is closed */
+    int request_timeout_s;  /* a request must arrive whole (headers and body) within this */
+    int max_conns;          /* connections at once; more get 503 */
     size_t max_body;        /* request bodies larger than this get 413 */
+    size_t buffer_limit;    /* body bytes all connections together hold beyond SRV_BODY_FREE each */
+    const char *cors;       /* Access-Control-Allow-Origin for this origin ("*": any); NULL: no CORS */
+    int health_busy;        /* /health says 503 busy when every slot is busy and the queue is full */
+    int shutdown_timeout_s; /* the drain `specdec serve` gives srv_shutdown on a signal */
     const char *api_key;    /* NULL: no authentication */
     const char *model_name; /* the id /v1/models lists and responses carry */
     int special;            /* completions: parse special tokens written in a prompt */
@@ -38,9 +44,10 @@ int srv_port(const srv *s);
 /* Takes the models (borrowed: they must outlive the server), creates the contexts, one engine
  * per slot and the engine thread; then the server is ready. draft may be NULL. */
 sd_status srv_load(srv *s, const sd_model *target, const sd_model *draft, sd_chat_format chat);
-/* Stops accepting, ends every request (queued ones with 503, running ones at their next round
- * with a final chunk), waits for the responses to go out (at most wait_s seconds) and stops. */
-void srv_shutdown(srv *s, double wait_s);
+/* Drains, then stops: /health says 503 draining and new requests get 503 with Retry-After while
+ * the requests already taken finish, for at most drain_s seconds; then the ones left end with an
+ * error (a stream's last event), their responses go out, and the server stops. */
+void srv_shutdown(srv *s, double drain_s);
 void srv_free(srv *s); /* NULL is fine; shuts down first if needed */
 
 #endif

@@ -224,6 +224,23 @@ int32_t sd_tokenizer_eos(const sd_tokenizer *t) { return t->eos; }
 int sd_tokenizer_add_bos(const sd_tokenizer *t) { return t->add_bos; }
 int sd_tokenizer_max_piece_len(const sd_tokenizer *t) { return t->max_piece_len; }
 
+int sd_tokenizer_max_text_per_token(const sd_tokenizer *t) {
+    /* A piece is never shorter than the text it stands for (byte-level stand-ins take 1-2 bytes
+     * a byte, U+2581 3 for a space, <0xXX> 6 for one), and text the vocabulary cannot spell
+     * becomes byte or unknown tokens, at least one a character. Two cases break the bound:
+     * fused unknown characters (one token for a run), and bytes a byte-level vocabulary lacks
+     * with no unknown token to stand in (dropped). */
+    if (t->kind == SD_TOKENIZER_BPE && !t->byte_level && t->fuse_unk && t->unk >= 0) {
+        int all_bytes = t->byte_fallback; /* then no character is ever unknown */
+        for (int b = 0; all_bytes && b < 256; b++) all_bytes = t->byte_tok[b] >= 0;
+        if (!all_bytes) return 0;
+    }
+    if (t->kind == SD_TOKENIZER_BPE && t->byte_level && t->unk < 0)
+        for (int b = 0; b < 256; b++)
+            if (t->bl_tok[b] < 0) return 0;
+    return t->max_piece_len;
+}
+
 const char *sd_tokenizer_piece(const sd_tokenizer *t, int32_t id, size_t *len) {
     if (id < 0 || id >= t->n_vocab) return NULL;
     if (len) *len = t->len[id];

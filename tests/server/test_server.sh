@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# specdec serve, driven with curl on a free loopback port: completions and chat, streamed and not;
-# greedy output equal to specdec generate; 8 concurrent clients on 4 slots each getting what it
-# gets alone; a client that leaves frees its slot; every bad input and limit answered in OpenAI's
-# error shape while the server keeps serving; a load run of 200 requests from 16 clients with no
-# failure; SIGTERM ends streams with a final chunk and exits 0 (under ASan: with no leak).
+# specdec serve, driven with curl (and tests/server/http_probe.py for raw sockets) on a free
+# loopback port: completions and chat, streamed and not; greedy output equal to specdec generate;
+# 8 concurrent clients on 4 slots each getting what it gets alone; a client that leaves (a reset)
+# frees its slot, one that half-closes is served; every bad input and limit answered in OpenAI's
+# error shape while the server keeps serving, with keep-alive kept; the endpoints (/v1/models/ID,
+# /tokenize, /detokenize, /props, CORS); deadlines, the connection cap and the body budget; a load
+# run of 200 requests from 16 clients with no failure; SIGTERM drains (8 streams finish) and exits 0
+# (under ASan: with no leak).
 # Usage: test_server.sh SPECDEC_BINARY SOURCE_DIR      (exit 77: skipped)
 set -u
 BIN=$1
@@ -19,7 +22,8 @@ skip_all() {
   if [ "${SPECDEC_REQUIRE_SHARED:-0}" = 1 ]; then echo "FAIL: $1 (SPECDEC_REQUIRE_SHARED=1)"; exit 1; fi
   echo "SKIP: $1"; exit 77
 }
-for tool in curl jq; do command -v $tool >/dev/null || skip_all "needs $tool (scripts/setup.sh installs it)"; done
+for tool in curl jq python3; do command -v $tool >/dev/null || skip_all "needs $tool (scripts/setup.sh installs it)"; done
+PROBE="python3 $SRC/tests/server/http_probe.py"
 for f in models/stories260K/stories260K.bin models/stories260K/tok512.bin models/stories-draft/stories-draft.bin; do
   [ -f "$SHARED/$f" ] || skip_all "needs shared test data $SHARED/$f"
 done
@@ -85,13 +89,28 @@ GEN=(-m stories260K -md stories-draft -k 4 --draft-fixed -c 256)
 start_server A "${GEN[@]}" -np 4
 expect "health" "$(curl -s "$U/health")" '{"status":"ok"}'
 expect "models" "$(curl -s "$U/v1/models" | jq -r '.object + " " + .data[0].id')" "list stories260K"
+expect "a model by id" "$(curl -s "$U/v1/models/stories260K" | jq -r '.object + " " + .id')" "model stories260K"
+code=$(curl -s -o "$TMP/body" -w '%{http_code}' "$U/v1/models/gpt-4")
+expect "an unknown model id (404)" "$code $(jq -r '.error.code + " " + .error.message' "$TMP/body")" "404 model_not_found The model 'gpt-4' does not exist"
+expect "props" "$(curl -s "$U/props" | jq -c '[.model, .total_slots, .default_generation_settings.n_ctx, .chat_format, .speculative.draft, .speculative.draft_mode, .speculative.n_max]')" \
+  '["stories260K",4,256,"chatml","model","fixed",4]'
+# /tokenize and /detokenize, llama-server's shapes
+expect "tokenize" "$(post /tokenize '{"content": "Once upon a time", "add_special": true}' | jq -c .)" '{"tokens":[1,403,407,261,378]}'
+expect "tokenize with pieces" "$(post /tokenize '{"content": "Once upon", "with_pieces": true}' | jq -c .)" \
+  '{"tokens":[{"id":403,"piece":" Once"},{"id":407,"piece":" upon"}]}'
+expect "detokenize" "$(post /detokenize '{"tokens": [403, 407, 261, 378]}' | jq -c .)" '{"content":"Once upon a time"}'
+check_err "tokenize, unknown field" 400 "^request: request.text is not supported$" /tokenize '{"text": "a"}'
 
 gen=$("$BIN" generate "${GEN[@]}" -t 1 -p "Once upon a time" -n 48 --no-stream 2>/dev/null)
 post /v1/completions '{"model": "x", "prompt": "Once upon a time", "max_tokens": 48, "temperature": 0}' >"$TMP/c.json"
 text=$(jq -r '.choices[0].text' "$TMP/c.json")
 expect "completion equals generate (greedy)" "Once upon a time$text" "$gen"
-expect "completion fields" "$(jq -r '[.object, .choices[0].finish_reason, .usage.prompt_tokens, .usage.completion_tokens, .usage.total_tokens] | join(" ")' "$TMP/c.json")" \
-  "text_completion length 5 48 53"
+expect "completion fields" "$(jq -r '[.object, .choices[0].finish_reason, .usage.prompt_tokens, .usage.completion_tokens, .usage.total_tokens, .usage.prompt_tokens_details.cached_tokens, .model] | join(" ")' "$TMP/c.json")" \
+  "text_completion length 5 48 53 0 stories260K"
+# ids are OpenAI's shape and never repeat (they restarted at 1 with every server)
+id1=$(jq -r .id "$TMP/c.json"); id2=$(post /v1/completions '{"prompt": "Once", "max_tokens": 1}' | jq -r .id)
+if [[ $id1 =~ ^cmpl-[A-Za-z0-9]{24}$ ]] && [[ $id2 =~ ^cmpl-[A-Za-z0-9]{24}$ ]] && [ "$id1" != "$id2" ]; then ok "ids: $id1 $id2"
+else bad "ids" "$id1 $id2"; fi
 if jq -e '.timings.draft_n > 0 and .timings.draft_n_accepted > 0 and .timings.verify_n > 0 and .timings.mean_accepted_length > 1 and .timings.predicted_n == 48 and (.timings | has("predicted_per_second") and has("prompt_n") and has("cache_n"))' "$TMP/c.json" >/dev/null; then
   ok "timings: $(jq -c '.timings | {draft_n, draft_n_accepted, verify_n, mean_accepted_length}' "$TMP/c.json")"
 else bad "timings" "$(cat "$TMP/c.json")"; fi
@@ -112,13 +131,15 @@ expect "text parts and developer role" "$(jq -r '.usage.prompt_tokens, .choices[
 curl -sN -m 60 "$U/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0, "stream": true}' >"$TMP/s.txt"
 expect "stream text equals the response" "$(sse_text "$TMP/s.txt")" "$text"
 expect "stream ends with [DONE]" "$(tail -n 2 "$TMP/s.txt" | head -n 1)" "data: [DONE]"
-expect "stream last chunk" "$(sed -n 's/^data: {/{/p' "$TMP/s.txt" | tail -n 1 | jq -r '[.object, .choices[0].finish_reason, .usage.completion_tokens, (.timings.draft_n > 0)] | join(" ")')" \
-  "text_completion length 48 true"
+# usage only where OpenAI puts it: in the usage chunk of include_usage, nowhere without it
+expect "stream last chunk" "$(sed -n 's/^data: {/{/p' "$TMP/s.txt" | tail -n 1 | jq -r '[.object, .choices[0].finish_reason, (has("usage") | not), (.timings.draft_n > 0)] | join(" ")')" \
+  "text_completion length true true"
 expect "stream chunks are events" "$(grep -cv '^data: \|^$' "$TMP/s.txt")" "0"
 curl -sN -m 60 "$U/v1/chat/completions" -d '{"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 40, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}' >"$TMP/cs.txt"
 expect "chat stream text" "$(sse_text "$TMP/cs.txt")" "$(jq -r '.choices[0].message.content' "$TMP/chat.json")"
 expect "chat stream first chunk" "$(sed -n 's/^data: {/{/p' "$TMP/cs.txt" | head -n 1 | jq -r '.object + " " + .choices[0].delta.role')" "chat.completion.chunk assistant"
 expect "chat stream usage chunk" "$(sed -n 's/^data: {/{/p' "$TMP/cs.txt" | tail -n 1 | jq -c '[(.choices | length), .usage.completion_tokens]')" "[0,40]"
+expect "chat stream usage once" "$(sed -n 's/^data: {/{/p' "$TMP/cs.txt" | jq -s -c '[([.[] | select(.usage != null)] | length), ([.[] | select(has("usage") | not)] | length)]')" "[1,0]"
 
 # coupled sampling: a seeded request gives plain decoding's text (the CLI without a drafter),
 # streamed or not, alone or beside 7 other requests, drafting or not (speculative.n_max 0)
@@ -160,8 +181,9 @@ expect "sampled, same seed, same text" "$s2" "$s1"
 ids=$(post /v1/completions '{"prompt": [1, 403, 407, 261, 378], "max_tokens": 48, "temperature": 0}' | jq -r '.choices[0].text')
 expect "prompt as token ids" "$ids" "$text"
 post /v1/completions "$(jq -n --arg p "Once upon a time$text" '{prompt: $p, max_tokens: 4, temperature: 0}')" >"$TMP/re.json"
-if jq -e '.timings.cache_n > 40' "$TMP/re.json" >/dev/null; then ok "prompt reuse: $(jq -c '.timings | {cache_n, prompt_n}' "$TMP/re.json")"
-else bad "prompt reuse" "$(jq -c .timings "$TMP/re.json")"; fi
+if jq -e '.timings.cache_n > 40 and .usage.prompt_tokens_details.cached_tokens == .timings.cache_n' "$TMP/re.json" >/dev/null; then
+  ok "prompt reuse: $(jq -c '[.timings.cache_n, .usage.prompt_tokens_details]' "$TMP/re.json")"
+else bad "prompt reuse" "$(jq -c '[.timings, .usage]' "$TMP/re.json")"; fi
 
 # 8 concurrent clients on 4 slots: each gets what it gets alone
 prompts=("Once upon a time" "The little dog" "Lily and Tom went to the park" "One day, a big fish" "The sun was hot" "Tim had a red ball" "There was a tree" "Mom said to Sue")
@@ -199,7 +221,7 @@ check_err "not JSON"              400 "not valid JSON" /v1/completions 'hello'
 check_err "not an object"        400 "must be a JSON object, got an array" /v1/completions '[1, 2]'
 check_err "empty body"            400 "not valid JSON" /v1/completions ''
 check_err "prompt missing"        400 "^prompt: is required" /v1/completions '{"max_tokens": 3}'
-check_err "messages missing"      400 "^messages: is required" /v1/chat/completions '{"prompt": "a"}'
+check_err "messages missing"      400 "^messages: is required" /v1/chat/completions '{"max_tokens": 3}'
 check_err "max_tokens a string"   400 "^max_tokens: must be an integer, got a string" /v1/completions '{"prompt": "a", "max_tokens": "10"}'
 check_err "max_tokens fraction"   400 "^max_tokens: must be an integer, got 1.5" /v1/completions '{"prompt": "a", "max_tokens": 1.5}'
 check_err "max_tokens negative"   400 "^max_tokens: must be an integer in 1..2147483647, got -5" /v1/completions '{"prompt": "a", "max_tokens": -5}'
@@ -223,7 +245,14 @@ check_err "n = 2"                 400 "^n: only one choice per request" /v1/comp
 check_err "logit_bias"            400 "^logit_bias: logit biases are not supported" /v1/completions '{"prompt": "a", "logit_bias": {"1": 5}}'
 check_err "tools"                 400 "^tools: tool calling is not supported" /v1/chat/completions '{"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function", "function": {"name": "f"}}]}'
 check_err "penalty"               400 "^presence_penalty: penalties are not supported" /v1/completions '{"prompt": "a", "presence_penalty": 0.5}'
-check_err "NUL escape"            400 "escape .u0000 \(byte 13\)" /v1/completions '{"prompt": "a\u0000b"}'
+check_err "NUL escape"            400 "^prompt: text may not contain NUL \(the escape .u0000 at byte 13\)$" /v1/completions '{"prompt": "a\u0000b"}'
+check_err "NUL in a message"      400 "^messages\[0\].content: text may not contain NUL" /v1/chat/completions '{"messages": [{"role": "user", "content": "a\u0000b"}]}'
+check_err "trailing garbage"      400 "^request body must be one JSON value with nothing after it" /v1/completions '{"prompt": "a"} x'
+check_err "two objects"           400 "^request body must be one JSON value with nothing after it" /v1/completions '{"prompt": "a"}{"prompt": "b"}'
+check_err "a key twice"           400 "^max_tokens: given twice$" /v1/completions '{"prompt": "a", "max_tokens": 2, "max_tokens": 3}'
+check_err "unknown field"         400 "^frobnicate: not a field of completion requests" /v1/completions '{"prompt": "a", "frobnicate": 1}'
+check_err "grammar"               400 "^grammar: grammars are not supported$" /v1/completions '{"prompt": "a", "grammar": "root ::= \"x\""}'
+check_err "speculative.n_max"     400 "^speculative.n_max: 8 exceeds this server's draft length of 4" /v1/completions '{"prompt": "a", "speculative.n_max": 8}'
 printf '{"prompt": "a\xff\xfeb"}' >"$TMP/bad-utf8.json"
 check_err "invalid UTF-8"         400 "not valid UTF-8 \(byte 13\)" /v1/completions "@$TMP/bad-utf8.json"
 printf '{"prompt": "a\xed\xa0\x80"}' >"$TMP/surrogate.json"
@@ -242,9 +271,29 @@ if printf '%s' "$hdrs" | grep -q '^HTTP/1.1 405' && printf '%s' "$hdrs" | grep -
 else bad "wrong method" "$hdrs"; fi
 code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$U/health")
 expect "POST /health (405)" "$code" 405
-# harmless unknown fields are ignored
-code=$(status /v1/completions '{"prompt": "Once", "max_tokens": 2, "user": "u1", "metadata": {"a": 1}, "frobnicate": [1, 2], "logit_bias": {}, "n": 1, "tools": []}')
-expect "unknown harmless fields ignored (200)" "$code" 200
+# fields ignored on purpose, and refused ones at the value that changes nothing, pass
+code=$(status /v1/completions '{"prompt": "Once", "max_tokens": 2, "user": "u1", "metadata": {"a": 1}, "store": false, "cache_prompt": true, "logit_bias": {}, "n": 1, "min_p": 0, "typical_p": 1, "grammar": null}')
+expect "fields ignored on purpose and neutral values (200)" "$code" 200
+# errors libmicrohttpd would answer in HTML of its own come in OpenAI's shape
+mhd_err() { # NAME STATUS HEX-REQUEST
+  $PROBE raw "$PORT" "$3" >"$TMP/raw"
+  if head -n 1 "$TMP/raw" | grep -q "^HTTP/1.1 $2 " && grep -qi '^Content-Type: application/json' "$TMP/raw" &&
+     tail -n +3 "$TMP/raw" | jq -e '.error.message and .error.type' >/dev/null 2>&1; then ok "$1 ($2, JSON): $(tail -n +3 "$TMP/raw" | jq -r .error.message)"
+  else bad "$1" "$(cat "$TMP/raw")"; fi
+}
+mhd_err "HTTP/2.0"                  505 "$(printf 'GET /health HTTP/2.0\r\nHost: x\r\n\r\n' | xxd -p | tr -d '\n')"
+mhd_err "absurd Content-Length"     413 "$(printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n' | xxd -p | tr -d '\n')"
+mhd_err "headers too large"         431 "$(printf 'GET /health HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n' "$(head -c 20000 /dev/zero | tr '\0' 'a')" | xxd -p | tr -d '\n')"
+# keep-alive survives every answer, errors included, and pipelined requests are all answered
+expect "pipelined: 200 404 405 200, kept open" "$($PROBE pipeline "$PORT" | tr '\n' ' ')" "200 keep-alive 404 keep-alive 405 keep-alive 200 keep-alive open "
+curl -sv -o /dev/null "$U/health" -o /dev/null "$U/nothing" -o /dev/null "$U/v1/models" 2>"$TMP/ka"
+expect "keep-alive across GET, 404 and GET" "$(grep -c 'Re-using existing connection' "$TMP/ka") $(grep -ci '^< Connection: close' "$TMP/ka")" "2 0"
+# a client that half-closes after its request still reads all of it
+n=$($PROBE halfclose "$PORT" '{"prompt": "Once upon a time", "max_tokens": 32, "temperature": 0, "stream": true}' | sed -n 's/^data: {/{/p' | jq -s '[.[] | .choices[0].text] | join("")' | wc -c)
+$PROBE halfclose "$PORT" '{"prompt": "Once upon a time", "max_tokens": 32, "temperature": 0}' >"$TMP/half.json"
+expect "half-closed client served" "$(jq -r '.choices[0].finish_reason + " " + (.usage.completion_tokens | tostring)' "$TMP/half.json") $([ "$n" -gt 20 ] && echo streamed)" "length 32 streamed"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X OPTIONS "$U/v1/completions")
+expect "OPTIONS without --cors (405)" "$code" 405
 # still serving, and the error counts are in the metrics
 expect "still serving after bad input" "$(post /v1/completions '{"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0}' | jq -r '.choices[0].text')" "$text"
 m=$(curl -s "$U/metrics")
@@ -252,8 +301,9 @@ if printf '%s' "$m" | grep -qE '^specdec:spec_decode_num_drafts_total [1-9]' &&
    printf '%s' "$m" | grep -qE '^specdec:spec_decode_num_draft_tokens_total [1-9]' &&
    printf '%s' "$m" | grep -qE '^specdec:spec_decode_num_accepted_tokens_total [1-9]' &&
    printf '%s' "$m" | grep -qE '^specdec:spec_decode_num_accepted_tokens_per_pos_total\{position="3"\} [0-9]' &&
-   printf '%s' "$m" | grep -qE '^specdec:http_responses_total\{code="413"\} 3$' &&
+   printf '%s' "$m" | grep -qE '^specdec:http_responses_total\{code="413"\} 4$' &&
    printf '%s' "$m" | grep -qE '^specdec:queue_length 0$' && printf '%s' "$m" | grep -qE '^specdec:slots_busy 0$' &&
+   printf '%s' "$m" | grep -qE '^specdec:tokens_per_second [0-9.e+-]+$' && printf '%s' "$m" | grep -qE '^specdec:draining 0$' &&
    printf '%s' "$m" | grep -qE '^# TYPE specdec:generation_tokens_per_second gauge$'; then ok "metrics"
 else bad "metrics" "$m"; fi
 
@@ -272,6 +322,8 @@ for i in $(seq 200); do
 done
 expect "load: 200 requests from 16 clients, all 200 and complete" "$n200 $complete" "200 200"
 expect "load: metrics count them" "$(metric 'requests_finished_total{reason="error"}') $(metric 'requests_finished_total{reason="cancelled"}')" "0 0"
+if [ "$(metric tokens_per_second | cut -d. -f1)" -gt 0 ]; then ok "tokens per second over the last 10 s: $(metric tokens_per_second)"
+else bad "tokens per second: $(metric tokens_per_second)"; fi
 
 # another server cannot take the port
 "$BIN" serve -m stories260K --port "$PORT" -t 1 >/dev/null 2>"$TMP/busy.err"; rc=$?
@@ -281,11 +333,12 @@ stop_server A
 
 # ---- server B: a slower random model, one slot, a queue of one, 2-second timeouts -----------
 "$BIN" mkmodel "$TMP/slow.gguf" --dim 512 --layers 6 --heads 8 --hidden 1536 --vocab 512 --ctx 4096 2>/dev/null
-start_server B -m "$TMP/slow.gguf" -c 2048 -np 1 --queue 1 --timeout 2
+start_server B -m "$TMP/slow.gguf" -c 2048 -np 1 --queue 1 --timeout 2 --request-timeout 4 --health-busy --shutdown-timeout 0
+expect "model id: the file's name" "$(curl -s "$U/v1/models" | jq -r '.data[0].id')" "slow"
 long_stream() { curl -sN -m 120 "$U/v1/completions" -d '{"prompt": "a b c", "stream": true, "ignore_eos": true}' >"$1" & }
 wait_data() { for _ in $(seq 400); do grep -q '^data: {' "$1" 2>/dev/null && return 0; sleep 0.05; done; return 1; }
 
-# a client that leaves mid-stream frees its slot at the next round
+# a client that leaves mid-stream frees its slot: the writes fail at once
 long_stream "$TMP/leave.txt"; cpid=$!
 wait_data "$TMP/leave.txt" || bad "stream did not start"
 kill "$cpid"; wait "$cpid" 2>/dev/null
@@ -303,11 +356,21 @@ hdrs=$(curl -s -D - -o "$TMP/body" "$U/v1/completions" -d '{"prompt": "z", "max_
 if printf '%s' "$hdrs" | grep -q '^HTTP/1.1 429' && printf '%s' "$hdrs" | grep -qi '^Retry-After: 1' &&
    jq -e '.error.code == "queue_full"' "$TMP/body" >/dev/null; then ok "queue full: 429 with Retry-After"
 else bad "queue full" "$hdrs $(cat "$TMP/body")"; fi
-# the waiting client leaves: its place in the queue frees at the next round
+code=$(curl -s -o "$TMP/body" -w '%{http_code}' "$U/health")
+expect "health busy (--health-busy)" "$code $(jq -r .status "$TMP/body")" "503 busy"
+# the waiting client leaves (its socket closed: the server's probe, a 102, meets a reset): its
+# place in the queue frees at the next rounds
 c0=$(metric 'requests_finished_total{reason="cancelled"}')
 kill "$qpid"; wait "$qpid" 2>/dev/null
 for _ in $(seq 100); do [ "$(metric queue_length)" = 0 ] && break; sleep 0.05; done
 expect "a waiting client that leaves frees its place" "$(metric queue_length) $(( $(metric 'requests_finished_total{reason="cancelled"}') - c0 ))" "0 1"
+# ... and one that resets its connection
+$PROBE reset "$PORT" '{"prompt": "y", "max_tokens": 3}' 0.5 &
+qpid=$!
+for _ in $(seq 100); do [ "$(metric queue_length)" = 1 ] && break; sleep 0.05; done
+wait "$qpid"
+for _ in $(seq 100); do [ "$(metric queue_length)" = 0 ] && break; sleep 0.05; done
+expect "a waiting client that resets frees its place" "$(metric queue_length) $(( $(metric 'requests_finished_total{reason="cancelled"}') - c0 ))" "0 2"
 # (greedy, EOS ignored: a sampled token of this random model may be its EOS)
 curl -s -m 60 -o "$TMP/queued.json" "$U/v1/completions" -d '{"prompt": "y", "max_tokens": 3, "temperature": 0, "ignore_eos": true}' & qpid=$!
 for _ in $(seq 100); do [ "$(metric queue_length)" = 1 ] && break; sleep 0.05; done
@@ -327,6 +390,9 @@ stalled() { # NAME REQUEST-BYTES: the server closes the connection within the ti
 stalled "stalled in the headers" 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le'
 stalled "stalled in the body" 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"prompt": "a'
 stalled "idle keep-alive" ''
+# a request that never stalls long enough for --timeout still has --request-timeout to arrive
+t=$($PROBE trickle "$PORT" 20)
+if [ "$t" -ge 3 ] && [ "$t" -le 8 ]; then ok "trickled body cut off after $t s (--request-timeout 4)"; else bad "trickled body: closed after $t s"; fi
 
 # 1000 idle connections: the server still serves
 fds=()
@@ -335,18 +401,20 @@ code=$(curl -s -m 20 -o /dev/null -w '%{http_code}' "$U/v1/completions" -d '{"pr
 expect "1000 idle connections: still serving" "${#fds[@]} $code" "1000 200"
 for fd in "${fds[@]}"; do exec {fd}>&-; done
 
-# SIGTERM while streaming: the stream gets its last chunk (finish_reason abort) and [DONE]
+# SIGTERM with --shutdown-timeout 0 while streaming: the stream ends with an error event (OpenAI's
+# shape; never a finish_reason of its own) and [DONE]
 long_stream "$TMP/term.txt"; cpid=$!
 wait_data "$TMP/term.txt"
 stop_server B
 wait "$cpid"
-expect "SIGTERM: the stream's last chunk" "$(sed -n 's/^data: {/{/p' "$TMP/term.txt" | tail -n 1 | jq -r '.choices[0].finish_reason') $(tail -n 2 "$TMP/term.txt" | head -n 1)" \
-  "abort data: [DONE]"
+expect "SIGTERM: the stream's last event" "$(sed -n 's/^data: {/{/p' "$TMP/term.txt" | tail -n 1 | jq -r '.error.code') $(tail -n 2 "$TMP/term.txt" | head -n 1)" \
+  "server_shutdown data: [DONE]"
+expect "no finish_reason but stop and length" "$(sed -n 's/^data: {/{/p' "$TMP/term.txt" | jq -r '.choices[0]?.finish_reason // empty' | sort -u | tr '\n' ' ')" ""
 
 # ---- server C: 503 while loading, then API keys ----------------------------------------------
-NOWAIT=1 start_server C -m "$TMP/slow.gguf" --draft-type q8_0 -c 256 -np 2 --api-key 's3cret key' --alias 'my "model"'
+NOWAIT=1 start_server C -m "$TMP/slow.gguf" --draft-type q8_0 -c 256 -np 2 --api-key 's3cret key' --alias 'my "model"' --cors https://app.example
 code=$(curl -s -o "$TMP/body" -w '%{http_code}' "$U/health")
-if [ "$code" = 503 ] && jq -e '.error.message == "loading model"' "$TMP/body" >/dev/null; then ok "health while loading (503)"
+if [ "$code" = 503 ] && jq -e '.status == "loading" and .error.message == "loading model"' "$TMP/body" >/dev/null; then ok "health while loading (503 loading)"
 else bad "health while loading: $code" "$(cat "$TMP/body")"; fi
 for _ in $(seq 1200); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$U/health")" = 200 ] && break; sleep 0.05; done
 expect "health once loaded, no key needed (200)" "$(curl -s -w ' %{http_code}' "$U/health")" '{"status":"ok"} 200'
@@ -357,6 +425,13 @@ code=$(status /v1/completions '{"prompt": "a", "max_tokens": 2}' -H 'Authorizati
 expect "right API key (200)" "$code" 200
 expect "--alias names the model" "$(curl -s -H 'Authorization: Bearer s3cret key' "$U/v1/models" | jq -r '.data[0].id')|$(jq -r .model "$TMP/body")" \
   'my "model"|my "model"'
+# CORS: a preflight needs no key; every answer (errors too) allows the origin
+hdrs=$(curl -s -D - -o /dev/null -X OPTIONS "$U/v1/chat/completions" -H 'Origin: https://app.example' -H 'Access-Control-Request-Method: POST' -H 'Access-Control-Request-Headers: authorization, content-type')
+if printf '%s' "$hdrs" | grep -q '^HTTP/1.1 204' && printf '%s' "$hdrs" | grep -qi '^Access-Control-Allow-Origin: https://app.example' &&
+   printf '%s' "$hdrs" | grep -qi '^Access-Control-Allow-Methods: .*POST' && printf '%s' "$hdrs" | grep -qi '^Access-Control-Allow-Headers: authorization, content-type'; then ok "CORS preflight (204)"
+else bad "CORS preflight" "$hdrs"; fi
+hdrs=$(curl -s -D - -o /dev/null "$U/v1/models" -H 'Origin: https://app.example')
+printf '%s' "$hdrs" | grep -qi '^Access-Control-Allow-Origin: https://app.example' && ok "CORS on a 401" || bad "CORS on a 401" "$hdrs"
 # drafting by batch size (rounds of two or more slots; one slot's own controller decides alone):
 # two requests at once, then the rates of rounds with both slots busy, drafting allowed so far
 pids=()
@@ -369,6 +444,56 @@ if curl -s -H 'Authorization: Bearer s3cret key' "$U/metrics" | grep -qE '^specd
   ok "metrics with the key: rates by batch size"
 else bad "metrics: no round_tokens_per_second" "$(curl -s -H 'Authorization: Bearer s3cret key' "$U/metrics" | grep round_tokens)"; fi
 stop_server C
+
+# ---- server D: the connection cap and the body budget -----------------------------------------
+start_server D -m stories260K -c 256 -np 1 --max-connections 20 --buffer-limit 1
+head -c 600000 /dev/zero | tr '\0' 'a' | sed 's/^/{"prompt": "/; s/$/"}/' >"$TMP/600k.json"
+$PROBE hold "$PORT" 900000 >"$TMP/hold.out" & hpid=$!
+for _ in $(seq 200); do grep -q held "$TMP/hold.out" && break; sleep 0.05; done
+hdrs=$(curl -s -D - -o "$TMP/body" "$U/v1/completions" -H 'Content-Type: application/json' --data-binary "@$TMP/600k.json")
+if printf '%s' "$hdrs" | grep -q '^HTTP/1.1 503' && printf '%s' "$hdrs" | grep -qi '^Retry-After: 1' && jq -e '.error.code == "server_busy"' "$TMP/body" >/dev/null; then
+  ok "a body past the shared budget (503): $(jq -r .error.message "$TMP/body")"
+else bad "body budget" "$hdrs $(cat "$TMP/body")"; fi
+kill "$hpid"; wait "$hpid" 2>/dev/null
+for _ in $(seq 100); do [ "$(metric request_bytes_buffered)" = 0 ] && break; sleep 0.05; done
+code=$(curl -s -o "$TMP/body" -w '%{http_code}' "$U/v1/completions" -H 'Content-Type: application/json' --data-binary "@$TMP/600k.json")
+expect "the budget back once the holder leaves (refused by its length, before tokenizing)" "$code $(jq -r .error.code "$TMP/body")" "400 context_length_exceeded"
+$PROBE idle "$PORT" 20 >"$TMP/idle.out" & ipid=$!
+for _ in $(seq 200); do grep -q "open 20" "$TMP/idle.out" && break; sleep 0.05; done
+hdrs=$(curl -s -D - -o "$TMP/body" "$U/health")
+if printf '%s' "$hdrs" | grep -q '^HTTP/1.1 503' && jq -e '.error.code == "too_many_connections"' "$TMP/body" >/dev/null; then ok "connection 21 of 20 (503, JSON)"
+else bad "connection cap" "$hdrs $(cat "$TMP/body")"; fi
+kill "$ipid"; wait "$ipid" 2>/dev/null
+for _ in $(seq 100); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$U/health")" = 200 ] && break; sleep 0.05; done
+expect "served again below the cap" "$(curl -s -o /dev/null -w '%{http_code}' "$U/health")" 200
+stop_server D
+
+# ---- server E: SIGTERM drains: 8 streams (4 running, 4 queued) all finish ----------------------
+start_server E -m "$TMP/slow.gguf" -c 512 -np 4 --queue 8 --shutdown-timeout 120
+cargs=(-s --no-progress-meter -N -Z --parallel-immediate --parallel-max 8)
+for i in $(seq 8); do
+  [ "$i" -gt 1 ] && cargs+=(--next)
+  cargs+=(-m 120 -o "$TMP/drain$i.txt" -d '{"prompt": "a b c", "max_tokens": 120, "temperature": 0, "ignore_eos": true, "stream": true}' "$U/v1/completions")
+done
+curl "${cargs[@]}" & dpid=$!
+for _ in $(seq 400); do [ "$(metric slots_busy)" = 4 ] && [ "$(metric queue_length)" = 4 ] && break; sleep 0.05; done
+kill -TERM "$SPID"
+for _ in $(seq 100); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$U/health")" = 503 ] && break; sleep 0.02; done
+code=$(curl -s -o "$TMP/body" -w '%{http_code}' "$U/health")
+expect "draining: /health 503 draining" "$code $(jq -r .status "$TMP/body")" "503 draining"
+hdrs=$(curl -s -D - -o "$TMP/body" "$U/v1/completions" -d '{"prompt": "x", "max_tokens": 2}')
+if printf '%s' "$hdrs" | grep -q '^HTTP/1.1 503' && printf '%s' "$hdrs" | grep -qi '^Retry-After: 1' &&
+   printf '%s' "$hdrs" | grep -qi '^Connection: close' && jq -e '.error.code == "server_draining"' "$TMP/body" >/dev/null; then
+  ok "draining: a new request gets 503 with Retry-After"
+else bad "draining: a new request" "$hdrs $(cat "$TMP/body")"; fi
+wait "$dpid"
+wait "$SPID"; rc=$?; SPID=
+done_ok=0
+for i in $(seq 8); do
+  [ "$(sed -n 's/^data: {/{/p' "$TMP/drain$i.txt" | tail -n 1 | jq -r '.choices[0].finish_reason')" = length ] &&
+    [ "$(tail -n 2 "$TMP/drain$i.txt" | head -n 1)" = "data: [DONE]" ] && done_ok=$((done_ok+1))
+done
+expect "SIGTERM during 8 streams: all 8 finish (length), exit 0" "$done_ok $rc $(grep -c '^serve: stopped$' "$LOG")" "8 0 1"
 
 echo "server: $pass passed, $fail failed"
 [ "$fail" = 0 ]
