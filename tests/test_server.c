@@ -145,6 +145,7 @@ static srv_api_ctx api(const sd_tokenizer *t) {
     c.seed = 1234;
     c.spec = &k_server_spec;
     c.drafting = c.model_drafts = 1;
+    c.text_per_token = sd_tokenizer_max_text_per_token(t);
     return c;
 }
 
@@ -494,7 +495,7 @@ static void test_refused_by_bytes(void **state) {
     (void)state;
     sd_tokenizer *t = tok512();
     const srv_api_ctx c = api(t);
-    const int per = sd_tokenizer_max_text_per_token(t);
+    const int per = c.text_per_token;
     assert_true(per > 1);
     srv_gen g;
     srv_err e;

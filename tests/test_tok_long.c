@@ -428,6 +428,79 @@ static void test_special_split(void **state) {
     }
 }
 
+/* ---- a text's fewest tokens ---------------------------------------------------------------------- */
+
+/* sd_tokenizer_max_text_per_token bounds the text one token stands for, so a text of n bytes takes
+ * at least n / bound tokens (the server refuses prompts by bytes on it): checked where it is
+ * tightest, a text of the longest piece's own text repeated, and on random bytes; a vocabulary that
+ * fuses unknown characters has no bound (one token for a run of any length). */
+static void test_text_per_token_bound(void **state) {
+    (void)state;
+    static const struct {
+        const char *rel;
+        int kind; /* 0 gguf, 1 json, 2 llama2.c */
+    } vocabs[] = {
+        {"models/arch-zoo/zoo-qwen2.gguf", 0},       {"tokenizers/llama3/tokenizer.json", 1},
+        {"models/tinystories-656k/tokenizer.json", 1}, {"models/stories260K/tok512.bin", 2},
+        {"tokenizers/llama2/tokenizer.bin", 2},
+    };
+    for (size_t v = 0; v < sizeof vocabs / sizeof vocabs[0]; v++) {
+        sd_tokenizer *t = vocabs[v].kind == 0   ? sdtest_load_gguf_tokenizer(vocabs[v].rel)
+                          : vocabs[v].kind == 1 ? sdtest_load_hf_tokenizer(vocabs[v].rel, -1, -1)
+                                                : sdtest_load_llama2c_tokenizer(vocabs[v].rel, 0);
+        const int bound = sd_tokenizer_max_text_per_token(t);
+        if (bound == 0) { /* TinyStories-656K: fused unknowns, and not every byte has a token */
+            printf("  %s: no bound (fused unknown characters)\n", vocabs[v].rel);
+            sd_tokenizer_free(t);
+            continue;
+        }
+        /* the token whose decoded text is longest, repeated */
+        char *buf = malloc((size_t)sd_tokenizer_max_piece_len(t) + 1);
+        int32_t best = 0;
+        int best_n = -1;
+        for (int32_t id = 0; id < sd_tokenizer_n_vocab(t); id++) {
+            const int n = sd_tokenizer_decode(t, 0, id, buf, (size_t)sd_tokenizer_max_piece_len(t));
+            if (n > best_n) {
+                best_n = n;
+                best = id;
+            }
+        }
+        sd_tokenizer_decode(t, 0, best, buf, (size_t)sd_tokenizer_max_piece_len(t));
+        char *text = malloc((size_t)best_n * 50 + 4096);
+        size_t len = 0;
+        for (int i = 0; i < 50; i++, len += (size_t)best_n) memcpy(text + len, buf, (size_t)best_n);
+        uint32_t seed = 99 + (uint32_t)v;
+        for (int pass = 0; pass < 2; pass++) {
+            int n = 0;
+            int32_t *ids = NULL;
+            for (int special = 0; special < 2; special++) {
+                assert_int_equal(sd_tokenizer_tokenize_alloc(t, text, len, 0, special, &ids, &n), SD_OK);
+                if ((size_t)n * (size_t)bound < len)
+                    fail_msg("%s: %zu bytes in %d tokens, more than %d bytes a token", vocabs[v].rel, len, n, bound);
+                free(ids);
+            }
+            printf("  %s: %zu bytes, at least %zu tokens by the bound of %d bytes, %d tokens\n", vocabs[v].rel, len,
+                   (len + (size_t)bound - 1) / (size_t)bound, bound, n);
+            for (len = 0; len < 4096; len++) text[len] = (char)(rnd(&seed) & 0xFF); /* random bytes */
+        }
+        free(text);
+        free(buf);
+        sd_tokenizer_free(t);
+    }
+    /* fused unknown characters: no bound */
+    static const char fuse[] = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"<unk>\":0,\"a\":1},\"merges\":[],"
+                               "\"unk_token\":\"<unk>\",\"fuse_unk\":true}}";
+    sd_tokenizer *t = NULL;
+    assert_int_equal(sd_tokenizer_from_hf_json(fuse, strlen(fuse), "fuse.json", -1, -1, &t), SD_OK);
+    assert_int_equal(sd_tokenizer_max_text_per_token(t), 0);
+    int n = 0;
+    int32_t *ids = NULL;
+    assert_int_equal(sd_tokenizer_tokenize_alloc(t, "bbbbbbbbbbbbbbbbbbbb", 20, 0, 0, &ids, &n), SD_OK);
+    assert_int_equal(n, 1); /* 20 bytes, one token: no bound would hold */
+    free(ids);
+    sd_tokenizer_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bpe_real_vocabs),
@@ -435,6 +508,7 @@ int main(void) {
         cmocka_unit_test(test_spm_real_vocabs),
         cmocka_unit_test(test_spm_synthetic),
         cmocka_unit_test(test_special_split),
+        cmocka_unit_test(test_text_per_token_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -149,9 +149,10 @@ int sd_tokenizer_decode(const sd_tokenizer *t, int32_t prev, int32_t id, char *b
 
 /* Upper bound on the bytes sd_tokenizer_decode writes for any single token. */
 int sd_tokenizer_max_piece_len(const sd_tokenizer *t);
-/* The most bytes of text one token can stand for when encoding (so a text of n bytes has at least
- * n / that many tokens): sd_tokenizer_max_piece_len, or 0 when nothing bounds it (a vocabulary
- * that fuses runs of unknown characters into one token, or drops bytes it cannot spell). */
+/* The most bytes of text one token can stand for when encoding, so that a text of n bytes has at
+ * least n / that many tokens: the longest text a token decodes to (a special token's own text),
+ * or 0 when nothing bounds it (a vocabulary that fuses runs of unknown characters into one token,
+ * or drops bytes it cannot spell). It walks the vocabulary: call it once. */
 int sd_tokenizer_max_text_per_token(const sd_tokenizer *t);
 
 /* Compatibility of a draft tokenizer with a target's: same piece encoding (byte-level BPE, or

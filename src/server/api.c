@@ -319,7 +319,7 @@ static int tokenize_failed(srv_err *e, const char *param, sd_status st) {
 /* A text of len bytes cannot take fewer tokens than len over the longest text one token stands
  * for: refused before tokenizing when even that many do not fit. */
 static int too_long(const srv_api_ctx *c, const char *what, size_t len, int extra, srv_err *e) {
-    const int per = c->tok ? sd_tokenizer_max_text_per_token(c->tok) : 0;
+    const int per = c->text_per_token;
     if (per <= 0) return 0;
     const size_t least = (len + (size_t)per - 1) / (size_t)per + (size_t)extra;
     if (least < (size_t)c->n_ctx) return 0;

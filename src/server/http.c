@@ -168,6 +168,7 @@ srv_api_ctx srv_http_api_ctx(srv *s) {
     ac.spec = &s->p.spec;
     ac.drafting = s->dm || s->p.spec.ngram;
     ac.model_drafts = s->dm != NULL;
+    ac.text_per_token = s->text_per_token;
     pthread_mutex_lock(&s->mu); /* a seed for a request that gives none: SplitMix64 */
     uint64_t z = (s->rng += 0x9E3779B97F4A7C15ull);
     pthread_mutex_unlock(&s->mu);

@@ -55,6 +55,7 @@ typedef struct {
     int n_ctx;        /* positions per slot */
     int special;      /* completions: parse special tokens in prompt text */
     int chat_special; /* chat: parse special tokens in the messages' text too */
+    int text_per_token; /* sd_tokenizer_max_text_per_token (0: none), for refusing by bytes */
     uint64_t seed;    /* the seed of a request that gives none */
     const sd_spec_params *spec; /* the server's engine parameters (draft settings, sampling mode) */
     int drafting, model_drafts; /* the slots have a drafter; it draws from a draft model */
@@ -267,6 +268,7 @@ struct srv {
     /* set by srv_load */
     const sd_model *tm, *dm;
     const sd_tokenizer *tok;
+    int text_per_token;
     sd_chat_format chat;
     int n_ctx;
     sd_pair *pair;    /* the contexts, drafters and engines of every slot */

@@ -482,6 +482,7 @@ sd_status srv_load(srv *s, const sd_model *tm, const sd_model *dm, sd_chat_forma
     s->dm = dm;
     s->auto_spec = N > 1 && (dm || s->p.spec.ngram) && s->p.spec.draft_mode == SD_DRAFT_ADAPTIVE;
     s->tok = tt;
+    s->text_per_token = sd_tokenizer_max_text_per_token(tt);
     s->chat = chat;
     s->n_ctx = sd_pair_n_ctx(s->pair);
     if ((st = srv_engine_start(s)) != SD_OK) goto fail;

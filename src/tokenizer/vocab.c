@@ -225,9 +225,9 @@ int sd_tokenizer_add_bos(const sd_tokenizer *t) { return t->add_bos; }
 int sd_tokenizer_max_piece_len(const sd_tokenizer *t) { return t->max_piece_len; }
 
 int sd_tokenizer_max_text_per_token(const sd_tokenizer *t) {
-    /* A piece is never shorter than the text it stands for (byte-level stand-ins take 1-2 bytes
-     * a byte, U+2581 3 for a space, <0xXX> 6 for one), and text the vocabulary cannot spell
-     * becomes byte or unknown tokens, at least one a character. Two cases break the bound:
+    /* A token stands for the text it decodes to (after a token that is not BOS: nothing dropped),
+     * a special token parsed from text for its own text, an unknown one for one character; text
+     * the vocabulary cannot spell becomes byte or unknown tokens. Two cases break any bound:
      * fused unknown characters (one token for a run), and bytes a byte-level vocabulary lacks
      * with no unknown token to stand in (dropped). */
     if (t->kind == SD_TOKENIZER_BPE && !t->byte_level && t->fuse_unk && t->unk >= 0) {
@@ -238,7 +238,19 @@ int sd_tokenizer_max_text_per_token(const sd_tokenizer *t) {
     if (t->kind == SD_TOKENIZER_BPE && t->byte_level && t->unk < 0)
         for (int b = 0; b < 256; b++)
             if (t->bl_tok[b] < 0) return 0;
-    return t->max_piece_len;
+    char *buf = malloc((size_t)t->max_piece_len + 1);
+    if (!buf) return t->max_piece_len; /* the piece length bounds it too, more loosely */
+    const int32_t prev = t->bos == 0 ? 1 : 0;
+    int most = 4;
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        int n = sd_tokenizer_decode(t, prev, id, buf, (size_t)t->max_piece_len);
+        const int ty = t->type[id];
+        if (ty == SD_TOKEN_CONTROL || ty == SD_TOKEN_UNKNOWN || ty == SD_TOKEN_UNUSED)
+            n = n > (int)t->len[id] ? n : (int)t->len[id];
+        if (n > most) most = n;
+    }
+    free(buf);
+    return most;
 }
 
 const char *sd_tokenizer_piece(const sd_tokenizer *t, int32_t id, size_t *len) {
