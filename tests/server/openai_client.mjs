@@ -1,6 +1,8 @@
-// The official OpenAI client (npm "openai") against specdec serve: a streamed chat, a completion
-// that is not streamed, and errors (a field specdec refuses, a wrong API key) as the client's own
-// error classes. Usage: node openai_client.mjs BASE_URL API_KEY EXPECTED_COMPLETION_TEXT
+// The official OpenAI client (npm "openai") against specdec serve: a streamed chat (its chunks'
+// fields, usage in exactly one chunk), a completion that is not streamed (generate's greedy text,
+// usage with cached tokens), a model by id, and errors (a field specdec refuses, a wrong API key,
+// an unknown model) as the client's own error classes.
+// Usage: node openai_client.mjs BASE_URL API_KEY EXPECTED_COMPLETION_TEXT
 import OpenAI from 'openai';
 
 const [baseURL, apiKey, expected] = process.argv.slice(2);
@@ -20,10 +22,16 @@ const stream = await client.chat.completions.create({
   stream: true,
   stream_options: { include_usage: true },
 });
-let text = '', role = '', finish = null, chunks = 0, usage = null;
+let text = '', role = '', finish = null, chunks = 0, usage = null, usages = 0, shape = true, ids = new Set();
 for await (const chunk of stream) {
   chunks++;
-  if (chunk.usage) usage = chunk.usage;
+  ids.add(chunk.id);
+  shape &&= chunk.object === 'chat.completion.chunk' && chunk.model === 'stories260K' && typeof chunk.created === 'number' &&
+            /^chatcmpl-[A-Za-z0-9]{24}$/.test(chunk.id) && 'usage' in chunk;
+  if (chunk.usage) {
+    usage = chunk.usage;
+    usages++;
+  }
   const c = chunk.choices[0];
   if (!c) continue;
   if (c.delta.role) role = c.delta.role;
@@ -32,12 +40,17 @@ for await (const chunk of stream) {
 }
 check('streamed chat', role === 'assistant' && text.length > 0 && finish === 'length' && chunks > 3,
       JSON.stringify({ role, text, finish, chunks }));
-check('streamed chat usage', usage && usage.completion_tokens === 24, JSON.stringify(usage));
+check('streamed chat usage, in one chunk', usages === 1 && usage.completion_tokens === 24 &&
+      usage.total_tokens === usage.prompt_tokens + 24, JSON.stringify({ usage, usages }));
+check('streamed chat chunks: one id, OpenAI\'s fields', shape && ids.size === 1, JSON.stringify([...ids]));
 
 // a completion, not streamed: the greedy text specdec generate gives for the same prompt
 const c = await client.completions.create({ model: 'stories260K', prompt: 'Once upon a time', max_tokens: 32, temperature: 0 });
 check('completion', c.object === 'text_completion' && c.choices[0].text === expected && c.choices[0].finish_reason === 'length' &&
-      c.usage.completion_tokens === 32, JSON.stringify(c.choices[0]));
+      c.usage.completion_tokens === 32 && c.usage.prompt_tokens_details?.cached_tokens >= 0, JSON.stringify([c.choices[0], c.usage]));
+// the same prompt again: its slot holds it, and the usage says so
+const c2 = await client.completions.create({ model: 'stories260K', prompt: 'Once upon a time', max_tokens: 4, temperature: 0 });
+check('cached tokens', c2.usage.prompt_tokens_details?.cached_tokens > 0, JSON.stringify(c2.usage));
 
 // errors: the client raises its own classes with the server's status and message
 try {
@@ -62,4 +75,12 @@ try {
 }
 const models = await client.models.list();
 check('models', models.data.length === 1 && models.data[0].id === 'stories260K', JSON.stringify(models.data));
+const m = await client.models.retrieve('stories260K');
+check('a model by id', m.id === 'stories260K' && m.object === 'model', JSON.stringify(m));
+try {
+  await client.models.retrieve('gpt-4o');
+  check('an unknown model', false, 'found');
+} catch (e) {
+  check('an unknown model', e instanceof OpenAI.NotFoundError && e.code === 'model_not_found', `${e.constructor.name} ${e.status} ${e.code}`);
+}
 process.exit(failed ? 1 : 0);
