@@ -236,6 +236,9 @@ static void test_parse_errors(void **state) {
          "messages[0].content: text may not contain NUL (the escape \\u0000 at byte 44)"},
         {0, "{\"prompt\": \"a\", \"stop\": [\"x\", \"\\u0000\"]}", "stop", "stop[1]: text may not contain NUL (the escape \\u0000 at byte 31)"},
         {0, "{\"prompt\": \"a\", \"k\\u0000\": 1}", NULL, "request body: a key may not contain NUL (the escape \\u0000 at byte 18)"},
+        {0, "{\"prompt\": \"a\\ud83d\"}", NULL, "request body is not valid JSON (at byte 19 of 21): expected a low surrogate (\\uDC00-\\uDFFF) after a high one"},
+        {0, "{\"prompt\": \"a\\ude00b\"}", NULL, "request body is not valid JSON (at byte 13 of 22): expected a high surrogate before this low one"},
+        {0, "{\"prompt\": \"\\ud83dx\"}", NULL, "request body is not valid JSON (at byte 18 of 21): expected a low surrogate (\\uDC00-\\uDFFF) after a high one"},
         /* fields that would change the result and are not implemented: refused by name */
         {0, "{\"prompt\": \"a\", \"grammar\": \"root ::= x\"}", "grammar", "grammar: grammars are not supported"},
         {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"json_schema\": {}}", "json_schema",

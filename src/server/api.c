@@ -455,7 +455,12 @@ int srv_parse_gen(const srv_api_ctx *c, int chat, const char *body, size_t len, 
     memset(g, 0, sizeof *g);
     memset(e, 0, sizeof *e);
     g->chat = chat;
-    cJSON *o = srv_json_parse(body, len, e);
+    size_t prompt_bytes = 0;
+    if (srv_json_check(body, len, &prompt_bytes, e) != 0) return -1;
+    /* a prompt too long even at the longest token: refused before a tree of it is built */
+    if (!chat && prompt_bytes && too_long(c, "prompt", prompt_bytes, sd_tokenizer_add_bos(c->tok) && sd_tokenizer_bos(c->tok) >= 0, e))
+        return -1;
+    cJSON *o = srv_json_tree(body, len, e);
     if (!o) return -1;
     int rc = 0;
     if (!cJSON_IsObject(o)) {

@@ -539,6 +539,9 @@ static enum MHD_Result take_body(srv *s, conn_state *cs, const char *upload, siz
                         "the server holds as many request bytes as it may (--buffer-limit): retry later");
             release_body(s, cs);
         } else {
+            if (!cs->body.cap && cs->declared > n && cs->declared <= s->p.max_body) { /* once, not by doublings */
+                if ((cs->body.p = malloc((size_t)cs->declared + 1))) cs->body.cap = (size_t)cs->declared + 1;
+            }
             srv_buf_put(&cs->body, upload, n);
             return cs->body.oom ? MHD_NO : MHD_YES;
         }

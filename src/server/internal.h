@@ -87,6 +87,11 @@ const srv_field *srv_fields(int *n);
  * given twice, no \u0000 in a string; NULL with *e filled (a 400 naming the byte or the field). */
 struct cJSON;
 struct cJSON *srv_json_parse(const char *body, size_t len, srv_err *e);
+/* Its two halves: the checks of the text (and the top-level "prompt" string's length once
+ * unescaped into *prompt_bytes, 0 when there is none: a prompt may be refused by its length
+ * before any tree is built), then the tree and the duplicate keys. */
+int srv_json_check(const char *body, size_t len, size_t *prompt_bytes, srv_err *e);
+struct cJSON *srv_json_tree(const char *body, size_t len, srv_err *e);
 
 /* Parses a request body (len bytes; need not be NUL-terminated) of /v1/completions (chat 0) or
  * /v1/chat/completions (chat 1). 0 on success; -1 with *e filled (400 naming the field). */
@@ -264,7 +269,11 @@ struct srv {
     srv_job *jobs_small, *jobs_large; /* waiting, small bodies first */
     int n_jobs;                       /* waiting or being tokenized */
     int workers_stop, n_workers, picks;
-    pthread_t workers[SRV_WORKERS];
+    struct srv_worker {
+        struct srv *s;
+        int small_only; /* takes small bodies only: a usual request never waits behind a large one */
+        pthread_t t;
+    } workers[SRV_WORKERS];
     /* set by srv_load */
     const sd_model *tm, *dm;
     const sd_tokenizer *tok;

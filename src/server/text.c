@@ -2,6 +2,7 @@
  * text with what may still change held back (see text.h). */
 #include "server/text.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +64,14 @@ static size_t utf8_char(const unsigned char *s, size_t n, int *partial) {
 long srv_utf8_check(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
+        if (i + 8 <= n) { /* ASCII runs, most text, eight bytes at a time */
+            uint64_t w;
+            memcpy(&w, u + i, 8);
+            if (!(w & 0x8080808080808080ull)) {
+                i += 8;
+                continue;
+            }
+        }
         int partial;
         const size_t l = utf8_char(u + i, n - i, &partial);
         if (!l) return (long)i;

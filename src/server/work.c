@@ -1,10 +1,13 @@
 /* The tokenizer workers: request bodies are parsed and tokenized here, off the HTTP thread (which
- * then never waits on a long prompt) and off the engine thread. Small bodies go first, so that a
- * usual request is not queued behind megabyte prompts; every fourth pick takes a large one, so
- * that those are not starved. */
+ * then never waits on a long prompt) and off the engine thread. The first worker takes small
+ * bodies only, so that a usual request never waits behind megabyte prompts; the others take small
+ * ones first and every fourth pick a large one, so that those are not starved. */
 #include <microhttpd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "server/internal.h"
 
@@ -19,8 +22,8 @@ void srv_work_submit_locked(srv *s, srv_job *j) {
     pthread_cond_broadcast(&s->work_cv);
 }
 
-static srv_job *take(srv *s) {
-    srv_job **q = s->jobs_small && (!s->jobs_large || ++s->picks % 4) ? &s->jobs_small : &s->jobs_large;
+static srv_job *take(srv *s, int small_only) {
+    srv_job **q = small_only || (s->jobs_small && (!s->jobs_large || ++s->picks % 4)) ? &s->jobs_small : &s->jobs_large;
     srv_job *j = *q;
     if (j) *q = j->next;
     return j;
@@ -51,12 +54,16 @@ static void run(srv *s, srv_job *j) {
 }
 
 static void *worker_main(void *arg) {
-    srv *s = arg;
+    srv *s = ((struct srv_worker *)arg)->s;
+    const int small_only = ((struct srv_worker *)arg)->small_only;
+    /* megabyte bodies yield to the engine (Linux: a thread's own nice value) */
+    if (!small_only && setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0) { /* not allowed: runs as it is */
+    }
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->workers_stop && !s->jobs_small && !s->jobs_large) pthread_cond_wait(&s->work_cv, &s->mu);
-        srv_job *j = take(s);
-        if (!j) break; /* stopping, and nothing waits */
+        while (!s->workers_stop && !s->jobs_small && (small_only || !s->jobs_large)) pthread_cond_wait(&s->work_cv, &s->mu);
+        srv_job *j = take(s, small_only);
+        if (!j) break; /* stopping, and nothing it takes waits */
         pthread_mutex_unlock(&s->mu);
         run(s, j);
         pthread_mutex_lock(&s->mu);
@@ -68,7 +75,9 @@ static void *worker_main(void *arg) {
 
 sd_status srv_work_start(srv *s) {
     for (int i = 0; i < SRV_WORKERS; i++) {
-        if (pthread_create(&s->workers[i], NULL, worker_main, s) != 0)
+        s->workers[i].s = s;
+        s->workers[i].small_only = i == 0;
+        if (pthread_create(&s->workers[i].t, NULL, worker_main, &s->workers[i]) != 0)
             return sd_fail(SD_ERR_NOMEM, "serve: cannot start the tokenizer threads");
         s->n_workers++;
     }
@@ -80,6 +89,6 @@ void srv_work_stop(srv *s) {
     s->workers_stop = 1; /* the workers take what waits, then stop */
     pthread_cond_broadcast(&s->work_cv);
     pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < s->n_workers; i++) pthread_join(s->workers[i], NULL);
+    for (int i = 0; i < s->n_workers; i++) pthread_join(s->workers[i].t, NULL);
     s->n_workers = 0;
 }
