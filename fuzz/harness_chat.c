@@ -33,6 +33,25 @@ static void render_checked(sd_chat_format f, const sd_chat_msg *msgs, int n, int
         for (int i = 0; i < n; i++) want += 12 + strlen(msgs[i].role) + 1 + strlen(msgs[i].content) + 11;
         SD_FUZZ_CHECK(len == want);
     }
+    /* the same text with the messages' spans: ascending, inside it, no more than the content (all
+     * of it where nothing is trimmed) */
+    char *out2 = NULL;
+    size_t len2 = 0;
+    sd_tok_span *sp = NULL;
+    int n_sp = 0;
+    SD_FUZZ_CHECK(sd_chat_render_spans(f, msgs, n, &p, &out2, &len2, &sp, &n_sp) == SD_OK);
+    SD_FUZZ_CHECK(len2 == len && memcmp(out, out2, len) == 0);
+    size_t covered = 0, text = 0;
+    for (int i = 0; i < n; i++) text += strlen(msgs[i].content);
+    for (int i = 0; i < n_sp; i++) {
+        SD_FUZZ_CHECK(sp[i].len > 0 && sp[i].off + sp[i].len <= len);
+        SD_FUZZ_CHECK(i == 0 || sp[i].off >= sp[i - 1].off + sp[i - 1].len);
+        covered += sp[i].len;
+    }
+    SD_FUZZ_CHECK(covered <= text);
+    if (f == SD_CHAT_CHATML) SD_FUZZ_CHECK(covered == text);
+    free(sp);
+    free(out2);
     free(out);
 }
 

@@ -607,6 +607,34 @@ static void test_parse_spec_fields(void **state) {
     sd_tokenizer_free(t);
 }
 
+/* The README's table of request fields is srv_fields, row for row: a field added, refused or
+ * taken in the code and not in the README (or the other way) fails here. */
+static void test_readme_fields(void **state) {
+    (void)state;
+    size_t len = 0;
+    char *readme = sdtest_read_file(sdtest_source_path("README.md"), &len);
+    assert_non_null(readme);
+    char *a = strstr(readme, "<!-- fields:"), *z = a ? strstr(a, "<!-- end of fields -->") : NULL;
+    assert_non_null(a);
+    assert_non_null(z);
+    *z = 0;
+    int n = 0, rows = 0;
+    const srv_field *f = srv_fields(&n);
+    static const char *const ep[4] = {"", "completions", "chat", "both"};
+    static const char *const unless[] = {"",          " unless 1",         " unless 0",          " unless false or 0",
+                                         " unless empty", " unless \"none\"", " unless {\"type\": \"text\"}", " unless [\"text\"]"};
+    for (int i = 0; i < n; i++) {
+        char row[512];
+        snprintf(row, sizeof row, "| `%s` | %s | %s%s: %s |\n", f[i].name, ep[f[i].endpoints],
+                 f[i].kind == SRV_FIELD_TAKEN ? "taken" : f[i].kind == SRV_FIELD_REFUSED ? "refused" : "ignored on purpose",
+                 f[i].kind == SRV_FIELD_REFUSED ? unless[f[i].neutral] : "", f[i].note);
+        if (!strstr(a, row)) fail_msg("README.md's table of fields lacks the row\n  %s", row);
+    }
+    for (const char *p = a; (p = strstr(p, "\n| `")) != NULL; p++) rows++;
+    if (rows != n) fail_msg("README.md's table of fields has %d rows, srv_fields %d", rows, n);
+    free(readme);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_utf8_check),   cmocka_unit_test(test_text_holds_back),
@@ -614,7 +642,7 @@ int main(void) {
         cmocka_unit_test(test_parse_spec_fields), cmocka_unit_test(test_parse_values),
         cmocka_unit_test(test_responses),    cmocka_unit_test(test_chat_content_is_text),
         cmocka_unit_test(test_ids),          cmocka_unit_test(test_refused_by_bytes),
-        cmocka_unit_test(test_tokenize_endpoints),
+        cmocka_unit_test(test_tokenize_endpoints), cmocka_unit_test(test_readme_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,9 @@
 # /health within 100 ms (90% of the polls; the rest within 500 ms: the machine is shared), stay
 # under 200 MB of RSS, and finish the completion (median of 5) within 2x its unloaded median.
 # The attackers run at nice 19: they share this machine's CPUs with the server, which a remote
-# attacker's sockets do not. Loopback only; every loop is bounded.
+# attacker's sockets do not. Loopback only; every loop is bounded. In a sanitizer build
+# (SPECDEC_SANITIZED=1) the same load runs, for the sanitizers' sake, and the figures are reported
+# but not held to: ASan's quarantine alone holds 256 MB, and its checks change every time.
 # Usage: test_dos.sh SPECDEC_BINARY SOURCE_DIR      (exit 77: skipped)
 set -u
 BIN=$1
@@ -67,6 +69,14 @@ echo "5 clients with 3.8 MiB prompts got: $(cat "$TMP/big") (400: refused by the
 echo "the server: $(curl -s "$U/metrics" | grep -E '^specdec:(connections|request_bytes_buffered) ' | tr '\n' ' ')"
 
 n_ok=$(awk '$2 == 200 && $1 < 0.1' "$TMP/health" | wc -l)
+if [ "${SPECDEC_SANITIZED:-0}" = 1 ]; then
+  echo "sanitizer build: /health $n_ok of 30 within 100 ms, RSS at most $peak MB, completion median $loaded s against $base s (not held to)"
+  [ "$(grep -c ' 200$' "$TMP/health")" = 30 ] && [ -n "$loaded" ] && ok "under load: /health and completions answered" || bad "under load: $(cat "$TMP/health")"
+  kill "$ST"; ST=
+  kill -TERM "$SPID"; wait "$SPID"; rc=$?; SPID=
+  [ "$rc" = 0 ] && ok "SIGTERM exits 0" || bad "exit $rc after SIGTERM: $(tail -n 5 "$TMP/log")"
+  exit $fail
+fi
 slowest=$(sort -n "$TMP/health" | tail -n 1 | cut -d' ' -f1)
 if [ "$n_ok" -ge 27 ] && awk -v s="$slowest" 'BEGIN {exit !(s < 0.5)}' && ! grep -qv ' 200$' "$TMP/health"; then
   ok "/health under load: $n_ok of 30 within 100 ms, the slowest $slowest s"
