@@ -19,7 +19,7 @@ void srv_rate_add(srv_rate *r, double now, double tokens) {
 double srv_rate_recent(const srv_rate *r, double now, int seconds) {
     const long sec = (long)floor(now);
     double sum = 0;
-    for (int k = 1; k <= seconds && k < SRV_RATE_BUCKETS; k++) { /* whole seconds, the current one not yet */
+    for (int k = 0; k < seconds && k < SRV_RATE_BUCKETS; k++) { /* the current second and the ones before */
         const int i = (int)((sec - k) % SRV_RATE_BUCKETS);
         if (r->sec[i] == sec - k) sum += r->tokens[i];
     }
