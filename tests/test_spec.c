@@ -764,10 +764,11 @@ static void counts_cfg(const exact_setup *e, const ex_cfg *c, uint64_t base, int
 
 /* Two sequences of one pair stepped together, a pair kept across generations as a server keeps
  * its slots (prefix reuse, learned acceptance); each generation's seed differs. */
-static void counts_batched(const exact_setup *e, const ex_cfg *c, uint64_t base, int n, long *counts, double *acc) {
-    sd_spec_params p = ex_params(e, c);
+static void counts_batched(const exact_setup *e, int model, const sd_spec_params *p0, int n_out, uint64_t base, int n,
+                           long *counts, long *n_drafted, long *n_accepted, long *by_grammar) {
+    sd_spec_params p = *p0;
     sd_pair *pr = NULL;
-    assert_int_equal(sd_pair_create(e->target, c->model ? e->draft : NULL, &p, 2, &pr), SD_OK);
+    assert_int_equal(sd_pair_create(e->target, model ? e->draft : NULL, &p, 2, &pr), SD_OK);
     sd_spec *sp[2] = {sd_pair_spec(pr, 0), sd_pair_spec(pr, 1)};
     long drafted = 0, accepted = 0;
     for (int g = 0; g < n; g += 2) {
@@ -789,11 +790,15 @@ static void counts_batched(const exact_setup *e, const ex_cfg *c, uint64_t base,
             }
         }
         for (int j = 0; j < 2; j++) {
-            assert_int_equal(n_got[j], c->k + 2);
+            assert_int_equal(n_got[j], n_out);
             counts[(got[j][0] * EX_V + got[j][1]) * EX_V + got[j][2]]++;
+            sd_spec_stats st;
+            sd_spec_get_stats(sp[j], &st);
+            if (st.n_sources > 0 && !strcmp(st.sources[st.n_sources - 1], "grammar")) *by_grammar += st.drafted_by[st.n_sources - 1];
         }
     }
-    *acc = drafted ? (double)accepted / (double)drafted : 0;
+    *n_drafted = drafted;
+    *n_accepted = accepted;
     sd_pair_free(pr);
 }
 
@@ -947,8 +952,10 @@ static void test_sampling_exact_every_drafter(void **state) {
         ex_cfg c = both;
         c.smode = m ? SD_SAMPLING_COUPLED : SD_SAMPLING_REJECTION;
         memset(counts, 0, EX_CELLS * sizeof(long));
-        double acc = 0;
-        counts_batched(&e, &c, 13000000 + 1000000 * (uint64_t)m, EX_N, counts, &acc);
+        long drafted = 0, accepted = 0, forced = 0;
+        const sd_spec_params p = ex_params(&e, &c);
+        counts_batched(&e, c.model, &p, c.k + 2, 13000000 + 1000000 * (uint64_t)m, EX_N, counts, &drafted, &accepted, &forced);
+        const double acc = drafted ? (double)accepted / (double)drafted : 0;
         char what[120];
         snprintf(what, sizeof what, "%s, %s", c.what, sd_sampling_mode_name(c.smode));
         const double r = chi2_report(what, counts, e.joint, EX_N);
@@ -1016,6 +1023,8 @@ static void test_sampling_exact_grammar(void **state) {
         {"model, fixed, forced 't'", NULL, 1, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_COUPLED},
         {"plain, forced 't' as drafts", NULL, 0, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_REJECTION},
         {"model, p_min, forced 't' off", NULL, 1, 0, 0, SD_DRAFT_PMIN, SD_SAMPLING_REJECTION},
+        {"two slots in one batch, forced 't'", NULL, 1, 0, 1, SD_DRAFT_ADAPTIVE, SD_SAMPLING_REJECTION},
+        {"two slots in one batch, forced 't'", NULL, 1, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_COUPLED},
     };
     for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
         const int forced = i >= 3;
@@ -1028,7 +1037,8 @@ static void test_sampling_exact_grammar(void **state) {
         exact_joint(&e);
         memset(counts, 0, EX_CELLS * sizeof(long));
         long drafted = 0, accepted = 0, by_grammar = 0;
-        for (int n = 0; n < EX_N; n++) {
+        const int batched = strstr(cfgs[i].what, "one batch") != NULL; /* a server's slots, the batched drafter */
+        for (int n = 0; n < EX_N && !batched; n++) {
             sd_spec_params p = greedy_params(4, 2);
             p.draft_mode = cfgs[i].mode;
             p.p_min = 0.3f;
@@ -1051,6 +1061,20 @@ static void test_sampling_exact_grammar(void **state) {
             drafted += st.n_drafted;
             accepted += st.n_accepted;
             if (st.n_sources > 0 && !strcmp(st.sources[st.n_sources - 1], "grammar")) by_grammar += st.drafted_by[st.n_sources - 1];
+        }
+        if (batched) {
+            sd_spec_params p = greedy_params(4, 2);
+            p.draft_mode = cfgs[i].mode;
+            p.sampling = e.sp;
+            p.sampling.mode = cfgs[i].smode;
+            p.n_ctx = 24;
+            p.grammar = g;
+            p.grammar_vocab = gv;
+            p.grammar_drafts = 1;
+            p.costs.given = 1;
+            for (int k = 1; k <= SD_DRAFT_COST_MAX_N; k++) p.costs.t_pass[k] = 1 + 0.2 * (k - 1);
+            p.costs.t_draft = 0.1;
+            counts_batched(&e, 1, &p, 4, 21000000 + 100000 * (uint64_t)i, EX_N, counts, &drafted, &accepted, &by_grammar);
         }
         char what[120];
         snprintf(what, sizeof what, "%s, %s", cfgs[i].what, sd_sampling_mode_name(cfgs[i].smode));

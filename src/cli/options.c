@@ -140,6 +140,16 @@ static const cli_opt k_opts[] = {
      "keep the K most likely tokens; 0 = off", DEF_OPTS},
     {"--top-p", NULL, OPT_FLOAT, CMD_GENERATE, "generation", "P", 0, 1, 1, F(sampling.top_p), NULL,
      "nucleus sampling mass in (0, 1]; 1 = off", DEF_OPTS},
+    {"--min-p", NULL, OPT_FLOAT, CMD_GENERATE, "generation", "P", 0, 1, 0, F(sampling.min_p), NULL,
+     "keep the tokens whose probability is at least P times the most likely one's; 0 = off", DEF_OPTS},
+    {"--presence-penalty", NULL, OPT_FLOAT, CMD_GENERATE, "generation", "X", -2, 2, 0, F(sampling.presence_penalty), NULL,
+     "OpenAI's: subtract X from the logit of every token the output holds already, in [-2, 2]", DEF_OPTS},
+    {"--frequency-penalty", NULL, OPT_FLOAT, CMD_GENERATE, "generation", "X", -2, 2, 0, F(sampling.frequency_penalty), NULL,
+     "OpenAI's: subtract X times the count of the token in the output so far, in [-2, 2]", DEF_OPTS},
+    {"--repeat-penalty", NULL, OPT_FLOAT, CMD_GENERATE, "generation", "X", 0, 10, 1, F(sampling.repetition_penalty), NULL,
+     "HF's and llama.cpp's: divide the logit of a token in the prompt or the output by X (multiply a negative one), "
+     "in (0, 10]; 1 = off. Penalties apply before top-k, top-p and min-p, on the whole text",
+     DEF_OPTS},
     {"--seed", NULL, OPT_U64, CMD_GENERATE, "generation", "S", 0, 0, 0, F(sampling.seed), NULL,
      "sampling seed: with coupled sampling it keys each position's noise, with rejection sampling it seeds the "
      "RNG stream (xoshiro256**)", DEF_OPTS},

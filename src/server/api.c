@@ -43,6 +43,7 @@ char *srv_err_json(const srv_err *e) {
 
 void srv_gen_free(srv_gen *g) {
     free(g->ids);
+    sd_grammar_free(g->grammar);
     for (int i = 0; i < g->n_stops; i++) free(g->stops[i]);
     memset(g, 0, sizeof *g);
 }
@@ -136,11 +137,18 @@ static const srv_field k_fields[] = {
     {"logprobs", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_FALSE, "log probabilities are not supported"},
     {"top_logprobs", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "log probabilities are not supported"},
     {"n_probs", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "log probabilities are not supported"},
-    {"presence_penalty", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "penalties are not supported (only 0)"},
-    {"frequency_penalty", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "penalties are not supported (only 0)"},
-    {"repetition_penalty", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ONE, "penalties are not supported (only 1)"},
-    {"repeat_penalty", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ONE, "penalties are not supported (only 1)"},
-    {"min_p", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "min-p sampling is not supported (only 0)"},
+    {"presence_penalty", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
+     "-2..2, subtracted from the logit of every token the completion holds already"},
+    {"frequency_penalty", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
+     "-2..2, times how often the completion holds the token already"},
+    {"repetition_penalty", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
+     "vLLM's and HF's: a token in the prompt or the completion has its logit divided by it (multiplied when "
+     "negative); (0, 10], 1: off"},
+    {"repeat_penalty", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "llama.cpp's name for repetition_penalty"},
+    {"penalty_last_n", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
+     "llama.cpp's window of the penalties: only -1 (the whole text), which is what they count"},
+    {"repeat_last_n", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "the same, llama.cpp's older name"},
+    {"min_p", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "keep the tokens with p >= min_p x the top p, in [0, 1]"},
     {"typical_p", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ONE, "typical sampling is not supported (only 1)"},
     {"tfs_z", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ONE, "tail-free sampling is not supported (only 1)"},
     {"mirostat", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "mirostat sampling is not supported (only 0)"},
@@ -149,13 +157,15 @@ static const srv_field k_fields[] = {
     {"samplers", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "the sampler order is fixed (top-k, top-p, temperature)"},
     {"min_tokens", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "a minimum length is not supported (only 0)"},
     {"stop_token_ids", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_EMPTY, "stop token ids are not supported (use stop strings)"},
-    {"grammar", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "grammars are not supported"},
-    {"json_schema", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "JSON schemas are not supported"},
-    {"guided_json", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "guided decoding is not supported"},
-    {"guided_regex", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "guided decoding is not supported"},
+    {"grammar", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "llama-server's: a GBNF grammar the output must match"},
+    {"json_schema", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "llama-server's: a JSON Schema the output must match"},
+    {"guided_json", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "vLLM's: a JSON Schema the output must match"},
+    {"guided_regex", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "a regular expression is not supported (use grammar)"},
     {"guided_choice", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "guided decoding is not supported"},
     {"guided_grammar", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_NONE, "guided decoding is not supported"},
-    {"response_format", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_TEXT, "only {\"type\": \"text\"} is supported"},
+    {"response_format", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
+     "{\"type\": \"text\"}, {\"type\": \"json_object\"} (any JSON object) or {\"type\": \"json_schema\", "
+     "\"json_schema\": {\"name\", \"schema\", \"strict\"}}"},
     {"tools", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_EMPTY, "tool calling is not supported"},
     {"tool_choice", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_NO_CALL, "tool calling is not supported"},
     {"functions", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_EMPTY, "function calling is not supported"},
@@ -187,8 +197,6 @@ static const srv_field k_fields[] = {
     {"parallel_tool_calls", EP_CHAT, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "acts only with tools, which are refused"},
     {"mirostat_tau", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "acts only with mirostat, which is refused"},
     {"mirostat_eta", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "acts only with mirostat, which is refused"},
-    {"penalty_last_n", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "acts only with penalties, which are refused"},
-    {"repeat_last_n", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "acts only with penalties, which are refused"},
 };
 
 const srv_field *srv_fields(int *n) {
@@ -309,6 +317,99 @@ static int parse_spec(const srv_api_ctx *c, const cJSON *o, srv_gen *g, srv_err 
     if (sd_spec_params_check(&g->spec, 1, c->model_drafts) != SD_OK)
         return bad(e, given ? given : "spec_sampling", "%s", sd_last_error());
     return 0;
+}
+
+/* min-p and the penalties; OpenAI's presence/frequency count the completion, the repetition
+ * penalty (either name) the prompt too; the penalty window is the whole text. */
+static int parse_penalties(const cJSON *o, srv_gen *g, srv_err *e) {
+    double x = 0;
+    if (get_number(o, "min_p", 0, 1, 0, &x, e)) return -1;
+    g->sampling.min_p = (float)x;
+    x = 0;
+    if (get_number(o, "presence_penalty", -2, 2, 0, &x, e)) return -1;
+    g->sampling.presence_penalty = (float)x;
+    x = 0;
+    if (get_number(o, "frequency_penalty", -2, 2, 0, &x, e)) return -1;
+    g->sampling.frequency_penalty = (float)x;
+    static const char *const rep_names[2] = {"repetition_penalty", "repeat_penalty"};
+    if (field(o, rep_names[0]) && field(o, rep_names[1]))
+        return bad(e, rep_names[1], "give repetition_penalty or repeat_penalty (the same penalty), not both");
+    for (int i = 0; i < 2; i++) {
+        x = 1;
+        if (get_number(o, rep_names[i], 0, 10, 1, &x, e)) return -1;
+        if (field(o, rep_names[i])) g->sampling.repetition_penalty = (float)x;
+    }
+    static const char *const win_names[2] = {"penalty_last_n", "repeat_last_n"};
+    for (int i = 0; i < 2; i++) {
+        x = -1;
+        if (get_int(o, win_names[i], -1, 2147483647.0, &x, e)) return -1;
+        if (x != -1) return bad(e, win_names[i], "only -1 (the whole text) is supported: the penalties count all of it");
+    }
+    return 0;
+}
+
+/* A schema (a JSON value) compiled for the request; the error named as param. */
+static int compile_schema(const cJSON *schema, const char *param, srv_gen *g, srv_err *e) {
+    char *text = cJSON_PrintUnformatted(schema);
+    if (!text) return bad(e, param, "out of memory");
+    const sd_status st = sd_grammar_from_json_schema(text, strlen(text), &g->grammar);
+    free(text);
+    return st == SD_OK ? 0 : bad(e, param, "%s", sd_last_error());
+}
+
+/* The output's constraint: llama-server's grammar (GBNF) or json_schema, vLLM's guided_json, or
+ * OpenAI's response_format; at most one of them. Compiled here (a worker thread), used by the
+ * engine thread only. */
+static int parse_constraint(const cJSON *o, srv_gen *g, srv_err *e) {
+    static const char *const names[4] = {"grammar", "json_schema", "guided_json", "response_format"};
+    const cJSON *v = NULL;
+    const char *which = NULL;
+    for (int i = 0; i < 4; i++) {
+        const cJSON *f = field(o, names[i]);
+        if (!f) continue;
+        if (which) return bad(e, names[i], "give one of grammar, json_schema, guided_json and response_format, not %s too", which);
+        v = f;
+        which = names[i];
+    }
+    if (!which) return 0;
+    if (!strcmp(which, "grammar")) {
+        if (!cJSON_IsString(v)) return bad(e, "grammar", "must be a GBNF grammar (a string), got %s", type_name(v));
+        const sd_status st = sd_grammar_from_gbnf(v->valuestring, strlen(v->valuestring), NULL, &g->grammar);
+        if (st == SD_OK) return 0;
+        const char *m = sd_last_error();
+        return bad(e, "grammar", "%s", strncmp(m, "grammar: ", 9) ? m : m + 9); /* not "grammar: grammar: " */
+    }
+    if (strcmp(which, "response_format") != 0) {
+        if (!cJSON_IsObject(v) && !cJSON_IsBool(v)) return bad(e, which, "must be a JSON Schema (an object), got %s", type_name(v));
+        return compile_schema(v, which, g, e);
+    }
+    const cJSON *t = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
+    if (!cJSON_IsString(t)) return bad(e, "response_format", "must be an object with a \"type\"");
+    if (!strcmp(t->valuestring, "text")) {
+        static const char *const keys[] = {"type", NULL};
+        return check_keys(v, "response_format", keys, e, "response_format");
+    }
+    if (!strcmp(t->valuestring, "json_object")) {
+        static const char *const keys[] = {"type", NULL};
+        if (check_keys(v, "response_format", keys, e, "response_format")) return -1;
+        return sd_grammar_json_object(NULL, &g->grammar) == SD_OK ? 0 : bad(e, "response_format", "%s", sd_last_error());
+    }
+    if (strcmp(t->valuestring, "json_schema") != 0)
+        return bad(e, "response_format", "type must be \"text\", \"json_object\" or \"json_schema\", got '%.40s'",
+                   t->valuestring);
+    static const char *const keys[] = {"type", "json_schema", NULL};
+    if (check_keys(v, "response_format", keys, e, "response_format")) return -1;
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(v, "json_schema");
+    if (!cJSON_IsObject(js)) return bad(e, "response_format", "json_schema must be an object holding the schema");
+    static const char *const js_keys[] = {"name", "schema", "strict", "description", NULL};
+    if (check_keys(js, "response_format.json_schema", js_keys, e, "response_format")) return -1;
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema"), *strict = cJSON_GetObjectItemCaseSensitive(js, "strict");
+    if (strict && !cJSON_IsBool(strict) && !cJSON_IsNull(strict))
+        return bad(e, "response_format", "json_schema.strict must be a boolean, got %s", type_name(strict));
+    /* strict or not, the output follows the schema: a constraint is never approximated */
+    if (!schema || cJSON_IsNull(schema))
+        return sd_grammar_json_object(NULL, &g->grammar) == SD_OK ? 0 : bad(e, "response_format", "%s", sd_last_error());
+    return compile_schema(schema, "response_format", g, e);
 }
 
 /* A tokenizer failure (the text too long for it, say) as a 400. */
@@ -496,7 +597,9 @@ int srv_parse_gen(const srv_api_ctx *c, int chat, const char *body, size_t len, 
     x = (double)c->seed;
     if (!rc && field(o, "seed") && !(rc = get_int(o, "seed", -9007199254740992.0, 9007199254740992.0, &x, e)))
         g->sampling.seed = (uint64_t)(int64_t)x;
+    if (!rc) rc = parse_penalties(o, g, e);
     if (!rc) rc = parse_spec(c, o, g, e);
+    if (!rc) rc = parse_constraint(o, g, e);
     double max_tokens = 0;
     const char *max_name = field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if (!rc) rc = get_int(o, max_name, 1, 2147483647.0, &max_tokens, e);

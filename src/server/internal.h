@@ -11,6 +11,7 @@
 #include "server/server.h"
 #include "server/text.h"
 #include "specdec/draft.h"
+#include "specdec/grammar.h"
 
 struct MHD_Daemon;
 struct MHD_Connection;
@@ -44,6 +45,7 @@ typedef struct {
     int ignore_eos;
     char *stops[SRV_MAX_STOPS];
     int n_stops;
+    sd_grammar *grammar;   /* owned: the output's constraint (grammar, json_schema, response_format), or NULL */
 } srv_gen;
 
 void srv_gen_free(srv_gen *g);
@@ -277,6 +279,7 @@ struct srv {
     /* set by srv_load */
     const sd_model *tm, *dm;
     const sd_tokenizer *tok;
+    sd_grammar_vocab *gvocab; /* the target tokenizer's, for every request's constraint */
     int text_per_token;
     sd_chat_format chat;
     int n_ctx;

@@ -186,6 +186,8 @@ static int start(srv *s, srv_slot *sl, srv_err *e) {
     p.sampling = r->g.sampling;
     p.stop_at_eos = !r->g.ignore_eos;
     p.stop_flag = &sl->stop;
+    p.grammar = r->g.grammar; /* the request's, freed with it: the slot's generation is cancelled first */
+    p.grammar_vocab = r->g.grammar ? s->gvocab : NULL;
     sd_status st = sd_spec_set_params(sl->spec, &p);
     if (st == SD_OK) st = sd_spec_begin(sl->spec, r->g.ids, r->g.n_ids);
     if (st == SD_OK && srv_text_init(&r->text, s->tok, r->g.ids[r->g.n_ids - 1], r->g.stops, r->g.n_stops) != 0)
@@ -417,6 +419,7 @@ static void *engine_main(void *arg) {
             deliver(r, &o->pending, o->done, o->status, o->body);
             if (!o->done) continue;
             count_finish(s, o->error ? NULL : o->reason, o->shutdown, r->cancelled);
+            sd_spec_cancel(sl->spec); /* a stop string's: nothing of the request (its grammar) outlives it */
             sl->req = NULL;
             s->n_busy--;
             srv_req_unref_locked(r);
@@ -460,6 +463,8 @@ void srv_slots_free(srv *s) {
     s->modes = NULL;
     sd_pair_free(s->pair);
     s->pair = NULL;
+    sd_grammar_vocab_free(s->gvocab);
+    s->gvocab = NULL;
 }
 
 sd_status srv_load(srv *s, const sd_model *tm, const sd_model *dm, sd_chat_format chat) {
@@ -481,6 +486,8 @@ sd_status srv_load(srv *s, const sd_model *tm, const sd_model *dm, sd_chat_forma
     s->tm = tm;
     s->dm = dm;
     s->auto_spec = N > 1 && (dm || s->p.spec.ngram) && s->p.spec.draft_mode == SD_DRAFT_ADAPTIVE;
+    /* the index every request's grammar masks with, built once (a vocabulary's worth of pieces) */
+    if ((st = sd_grammar_vocab_create(tt, &s->gvocab)) != SD_OK) goto fail;
     s->tok = tt;
     s->text_per_token = sd_tokenizer_max_text_per_token(tt);
     s->chat = chat;

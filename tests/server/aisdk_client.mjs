@@ -1,9 +1,10 @@
 // The AI SDK (npm "ai" with "@ai-sdk/openai-compatible") against specdec serve: generateText and
 // streamText on the chat model, generateText on the completion model, each checking what the SDK
-// reads (text, finishReason, usage, cached input tokens, the response's id and model), and an error
+// reads (text, finishReason, usage, cached input tokens, the response's id and model), generateObject
+// with a JSON Schema, and an error
 // the SDK raises from the server's 400. Usage: node aisdk_client.mjs BASE_URL API_KEY
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-import { generateText, streamText, APICallError } from 'ai';
+import { generateText, generateObject, jsonSchema, streamText, APICallError } from 'ai';
 
 const [baseURL, apiKey] = process.argv.slice(2);
 const provider = createOpenAICompatible({ name: 'specdec', baseURL, apiKey, includeUsage: true });
@@ -46,6 +47,22 @@ const again = await generateText({ model: chat, maxOutputTokens: 8, temperature:
                                               { role: 'user', content: 'More.' }] });
 const cached = again.usage.cachedInputTokens ?? again.usage.inputTokenDetails?.cacheReadTokens;
 check('cached input tokens', cached > 0, show(again.usage));
+
+// generateObject: with structured outputs the SDK sends the schema as response_format json_schema
+// and validates what comes back against it
+const structured = createOpenAICompatible({ name: 'specdec', baseURL, apiKey, supportsStructuredOutputs: true });
+const person = jsonSchema({
+  type: 'object', additionalProperties: false, required: ['name', 'age'],
+  properties: { name: { type: 'string', maxLength: 10 }, age: { type: 'integer', minimum: 1, maximum: 99 } },
+});
+try {
+  const o = await generateObject({ model: structured.chatModel('stories260K'), schema: person, schemaName: 'person',
+                                   prompt: 'Who is she?', maxOutputTokens: 100, temperature: 0, maxRetries: 0 });
+  check('generateObject', typeof o.object.name === 'string' && Number.isInteger(o.object.age) && o.finishReason === 'stop',
+        show({ object: o.object, finishReason: o.finishReason }));
+} catch (e) {
+  check('generateObject', false, `${e.constructor.name} ${e.message} ${e.text ?? ''}`);
+}
 
 try {
   await generateText({ model: chat, prompt: 'Hi', maxOutputTokens: 100000, maxRetries: 0 });

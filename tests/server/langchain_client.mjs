@@ -1,6 +1,7 @@
 // LangChain (npm "@langchain/openai") against specdec serve: ChatOpenAI's invoke and stream, each
 // checking what LangChain reads (content, finish_reason, usage_metadata) and that a stream's usage
-// is counted once (LangChain adds up every usage a stream carries). Usage: node
+// is counted once (LangChain adds up every usage a stream carries), withStructuredOutput by a JSON
+// Schema, a refused field raising. Usage: node
 // langchain_client.mjs BASE_URL API_KEY
 import { ChatOpenAI } from '@langchain/openai';
 
@@ -28,10 +29,24 @@ check('stream: usage counted once', su && su.output_tokens === 24 && su.input_to
       su.total_tokens === u.total_tokens, JSON.stringify(su));
 check('stream: finish_reason', full.response_metadata.finish_reason === 'length', JSON.stringify(full.response_metadata));
 
+// withStructuredOutput by JSON Schema: LangChain sends response_format json_schema and parses the reply
+const person = {
+  title: 'person', type: 'object', additionalProperties: false, required: ['name', 'age'],
+  properties: { name: { type: 'string', maxLength: 10 }, age: { type: 'integer', minimum: 1, maximum: 99 } },
+};
 try {
-  await new ChatOpenAI({ model: 'stories260K', apiKey, configuration: { baseURL }, maxRetries: 0, frequencyPenalty: 0.5 }).invoke('Hi');
+  const o = await new ChatOpenAI({ model: 'stories260K', apiKey, configuration: { baseURL }, temperature: 0, maxTokens: 100,
+                                   maxRetries: 0 }).withStructuredOutput(person, { method: 'jsonSchema', strict: true })
+    .invoke('Who is she?');
+  check('withStructuredOutput (jsonSchema)', o && typeof o.name === 'string' && Number.isInteger(o.age), JSON.stringify(o));
+} catch (e) {
+  check('withStructuredOutput (jsonSchema)', false, `${e.constructor.name} ${e.message}`);
+}
+
+try {
+  await new ChatOpenAI({ model: 'stories260K', apiKey, configuration: { baseURL }, maxRetries: 0, modelKwargs: { mirostat: 2 } }).invoke('Hi');
   check('a refused field raises', false, 'accepted');
 } catch (e) {
-  check('a refused field raises', e.status === 400 && /frequency_penalty/.test(e.message), `${e.constructor.name} ${e.status} ${e.message}`);
+  check('a refused field raises', e.status === 400 && /mirostat/.test(e.message), `${e.constructor.name} ${e.status} ${e.message}`);
 }
 process.exit(failed ? 1 : 0);

@@ -1,6 +1,6 @@
 // The official OpenAI client (npm "openai") against specdec serve: a streamed chat (its chunks'
 // fields, usage in exactly one chunk), a completion that is not streamed (generate's greedy text,
-// usage with cached tokens), a model by id, and errors (a field specdec refuses, a wrong API key,
+// usage with cached tokens), structured output (response_format json_schema), a model by id, and errors (a field specdec refuses, a wrong API key,
 // an unknown model) as the client's own error classes.
 // Usage: node openai_client.mjs BASE_URL API_KEY EXPECTED_COMPLETION_TEXT
 import OpenAI from 'openai';
@@ -51,6 +51,25 @@ check('completion', c.object === 'text_completion' && c.choices[0].text === expe
 // the same prompt again: its slot holds it, and the usage says so
 const c2 = await client.completions.create({ model: 'stories260K', prompt: 'Once upon a time', max_tokens: 4, temperature: 0 });
 check('cached tokens', c2.usage.prompt_tokens_details?.cached_tokens > 0, JSON.stringify(c2.usage));
+
+// structured output: response_format json_schema, strict, as the client sends it; the content parses
+// and holds to the schema (the client's own check of it is up to the caller)
+const person = {
+  type: 'object', additionalProperties: false, required: ['name', 'age'],
+  properties: { name: { type: 'string', maxLength: 10 }, age: { type: 'integer', minimum: 1, maximum: 99 } },
+};
+const isPerson = (o) => o && typeof o === 'object' && Object.keys(o).sort().join() === 'age,name' &&
+  typeof o.name === 'string' && [...o.name].length <= 10 && Number.isInteger(o.age) && o.age >= 1 && o.age <= 99;
+for (const temperature of [0, 1]) {
+  const r = await client.chat.completions.create({
+    model: 'stories260K', messages: [{ role: 'user', content: 'Who is she?' }], max_tokens: 100, temperature, seed: 4,
+    response_format: { type: 'json_schema', json_schema: { name: 'person', strict: true, schema: person } },
+  });
+  let parsed = null;
+  try { parsed = JSON.parse(r.choices[0].message.content); } catch { /* reported below */ }
+  check(`response_format json_schema, temperature ${temperature}`, isPerson(parsed) && r.choices[0].finish_reason === 'stop',
+        JSON.stringify(r.choices[0]));
+}
 
 // errors: the client raises its own classes with the server's status and message
 try {

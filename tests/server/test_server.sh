@@ -163,6 +163,47 @@ got8=$(sse_text "$TMP/seed8.txt")
 expect "coupled: beside 7 other requests alike" "Once upon a time$got8" "$plain"
 expect "the 7 others completed" "$(cat "$TMP"/other?.json | jq -r '.choices[0].finish_reason' | sort | uniq -c | tr -s ' ')" " 7 length"
 
+# penalties and min-p: a seeded coupled request gives generate's text with the same flags (which
+# differs from the text without them: they act)
+PEN=(--min-p 0.05 --presence-penalty 0.6 --frequency-penalty 0.4 --repeat-penalty 1.3)
+plainp=$("$BIN" generate -m stories260K -t 1 -p "Once upon a time" -n 40 --temp 0.9 --top-p 0.95 --seed 123 "${PEN[@]}" \
+  --spec-sampling coupled --ignore-eos --no-stream 2>/dev/null)
+post /v1/completions "$SEEDED, \"min_p\": 0.05, \"presence_penalty\": 0.6, \"frequency_penalty\": 0.4, \"repeat_penalty\": 1.3}" >"$TMP/pen.json"
+expect "penalties: seeded completion equals generate's" "Once upon a time$(jq -r '.choices[0].text' "$TMP/pen.json")" "$plainp"
+[ "$plainp" != "$plain" ] && ok "penalties: they change the text" || bad "penalties: the same text as without them" "$plainp"
+post /v1/completions "$SEEDED, \"repetition_penalty\": 1.3, \"penalty_last_n\": -1, \"speculative.n_max\": 0}" >"$TMP/pen0.json"
+post /v1/completions "$SEEDED, \"repetition_penalty\": 1.3}" >"$TMP/pen1.json"
+expect "penalties: drafting or not, the same text" "$(jq -r '.choices[0].text' "$TMP/pen1.json")" "$(jq -r '.choices[0].text' "$TMP/pen0.json")"
+
+# constrained output: a JSON Schema (llama-server's json_schema, OpenAI's response_format) gives
+# generate --json-schema's text for a seed, valid against the schema, streamed alike; a GBNF grammar
+SCHEMA='{"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}, "age": {"type": "integer", "minimum": 1, "maximum": 99}}, "required": ["name", "age"], "additionalProperties": false}'
+printf '%s' "$SCHEMA" >"$TMP/schema.json"
+valid_person() { jq -e '(keys == ["age", "name"]) and (.name | type == "string" and length <= 10) and (.age | type == "number" and . >= 1 and . <= 99 and floor == .)' >/dev/null 2>&1; }
+for seed in 5 6; do
+  plainj=$("$BIN" generate -m stories260K -t 1 -p "Once upon a time" -n 80 --temp 0.9 --seed $seed --json-schema "$TMP/schema.json" \
+    --spec-sampling coupled --no-stream 2>/dev/null)
+  post /v1/completions "{\"prompt\": \"Once upon a time\", \"max_tokens\": 80, \"temperature\": 0.9, \"seed\": $seed, \"spec_sampling\": \"coupled\", \"json_schema\": $SCHEMA}" >"$TMP/js.json"
+  jtext=$(jq -r '.choices[0].text' "$TMP/js.json")
+  expect "json_schema, seed $seed: generate's text" "Once upon a time$jtext" "$plainj"
+  if printf '%s' "$jtext" | valid_person && [ "$(jq -r '.choices[0].finish_reason' "$TMP/js.json")" = stop ]; then ok "json_schema, seed $seed: valid, finish_reason stop"
+  else bad "json_schema, seed $seed: not valid" "$(cat "$TMP/js.json")"; fi
+done
+RF="{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"person\", \"strict\": true, \"schema\": $SCHEMA}}"
+CHATJ="{\"messages\": [{\"role\": \"user\", \"content\": \"Who is she?\"}], \"max_tokens\": 80, \"temperature\": 1, \"seed\": 9, \"spec_sampling\": \"coupled\", \"response_format\": $RF"
+post /v1/chat/completions "$CHATJ}" >"$TMP/rf.json"
+jq -r '.choices[0].message.content' "$TMP/rf.json" >"$TMP/rf.txt"
+valid_person <"$TMP/rf.txt" && ok "response_format json_schema: valid" || bad "response_format json_schema: not valid" "$(cat "$TMP/rf.json")"
+curl -sN -m 60 "$U/v1/chat/completions" -d "$CHATJ, \"stream\": true}" >"$TMP/rf_s.txt"
+expect "response_format json_schema: streamed alike" "$(sse_text "$TMP/rf_s.txt")" "$(cat "$TMP/rf.txt")"
+post /v1/chat/completions "$CHATJ, \"speculative.n_max\": 0}" >"$TMP/rf0.json"
+expect "response_format json_schema: without drafting alike" "$(jq -r '.choices[0].message.content' "$TMP/rf0.json")" "$(cat "$TMP/rf.txt")"
+for seed in 1 2 3; do
+  post /v1/completions "{\"prompt\": \"Is it?\", \"max_tokens\": 8, \"seed\": $seed, \"grammar\": \"root ::= (\\\"yes\\\" | \\\"no\\\") \\\".\\\"\"}" >"$TMP/g.json"
+  got=$(jq -r '.choices[0].finish_reason + " " + .choices[0].text' "$TMP/g.json")
+  case $got in "stop yes." | "stop no.") ok "grammar, seed $seed: $got" ;; *) bad "grammar, seed $seed" "$(cat "$TMP/g.json")" ;; esac
+done
+
 # stop strings: the text ends before the first occurrence, finish_reason stop, streamed alike
 full=$(jq -r '.choices[0].text' "$TMP/c.json")
 want=${full%%.*}
@@ -244,14 +285,17 @@ check_err "prompt bad token id"   400 "^prompt: prompt\[1\] must be a token id i
 check_err "n = 2"                 400 "^n: only one choice per request" /v1/completions '{"prompt": "a", "n": 2}'
 check_err "logit_bias"            400 "^logit_bias: logit biases are not supported" /v1/completions '{"prompt": "a", "logit_bias": {"1": 5}}'
 check_err "tools"                 400 "^tools: tool calling is not supported" /v1/chat/completions '{"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function", "function": {"name": "f"}}]}'
-check_err "penalty"               400 "^presence_penalty: penalties are not supported" /v1/completions '{"prompt": "a", "presence_penalty": 0.5}'
+check_err "penalty out of range"  400 "^presence_penalty: must be in \[-2, 2\], got 2.5$" /v1/completions '{"prompt": "a", "presence_penalty": 2.5}'
+check_err "penalty window"        400 "^penalty_last_n: only -1" /v1/completions '{"prompt": "a", "penalty_last_n": 64}'
 check_err "NUL escape"            400 "^prompt: text may not contain NUL \(the escape .u0000 at byte 13\)$" /v1/completions '{"prompt": "a\u0000b"}'
 check_err "NUL in a message"      400 "^messages\[0\].content: text may not contain NUL" /v1/chat/completions '{"messages": [{"role": "user", "content": "a\u0000b"}]}'
 check_err "trailing garbage"      400 "^request body must be one JSON value with nothing after it" /v1/completions '{"prompt": "a"} x'
 check_err "two objects"           400 "^request body must be one JSON value with nothing after it" /v1/completions '{"prompt": "a"}{"prompt": "b"}'
 check_err "a key twice"           400 "^max_tokens: given twice$" /v1/completions '{"prompt": "a", "max_tokens": 2, "max_tokens": 3}'
 check_err "unknown field"         400 "^frobnicate: not a field of completion requests" /v1/completions '{"prompt": "a", "frobnicate": 1}'
-check_err "grammar"               400 "^grammar: grammars are not supported$" /v1/completions '{"prompt": "a", "grammar": "root ::= \"x\""}'
+check_err "grammar"               400 "^grammar: line 1, column 10: " /v1/completions '{"prompt": "a", "grammar": "root ::= x"}'
+check_err "schema"                400 "^json_schema: schema: .properties.a.type: " /v1/completions '{"prompt": "a", "json_schema": {"properties": {"a": {"type": 5}}}}'
+check_err "two constraints"       400 "^response_format: give one of grammar, json_schema, guided_json and response_format, not grammar too$" /v1/chat/completions '{"messages": [{"role": "user", "content": "a"}], "grammar": "root ::= \"x\"", "response_format": {"type": "json_object"}}'
 check_err "speculative.n_max"     400 "^speculative.n_max: 8 exceeds this server's draft length of 4" /v1/completions '{"prompt": "a", "speculative.n_max": 8}'
 printf '{"prompt": "a\xff\xfeb"}' >"$TMP/bad-utf8.json"
 check_err "invalid UTF-8"         400 "not valid UTF-8 \(byte 13\)" /v1/completions "@$TMP/bad-utf8.json"
