@@ -143,6 +143,7 @@ static srv_api_ctx api(const sd_tokenizer *t) {
     c.chat = SD_CHAT_CHATML;
     c.n_ctx = 64;
     c.seed = 1234;
+    c.n_slots = 4;
     c.spec = &k_server_spec;
     c.drafting = c.model_drafts = 1;
     c.text_per_token = sd_tokenizer_max_text_per_token(t);
@@ -203,11 +204,17 @@ static void test_parse_errors(void **state) {
         {0, "{\"prompt\": \"a\", \"stop\": [1]}", "stop", "stop: stop[0] must be a string, got a number"},
         {0, "{\"prompt\": \"a\", \"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
          "stop", "stop: at most 16 stop strings, got 17"},
-        {0, "{\"prompt\": \"a\", \"n\": 3}", "n", "n: only one choice per request is supported (n = 1)"},
+        {0, "{\"prompt\": \"a\", \"n\": 5}", "n", "n: 5 choices need as many slots at once, and this server has 4 (its --parallel)"},
+        {0, "{\"prompt\": \"a\", \"n\": 0}", "n", "n: must be an integer in 1..2147483647, got 0"},
         {0, "{\"prompt\": \"a\", \"best_of\": 2}", "best_of", "best_of: only best_of = 1 is supported"},
         {0, "{\"prompt\": \"a\", \"echo\": true}", "echo", "echo: echoing the prompt is not supported"},
         {0, "{\"prompt\": \"a\", \"suffix\": \"z\"}", "suffix", "suffix: suffixes (insertion) are not supported"},
-        {0, "{\"prompt\": \"a\", \"logprobs\": 2}", "logprobs", "logprobs: log probabilities are not supported"},
+        {0, "{\"prompt\": \"a\", \"logprobs\": 21}", "logprobs", "logprobs: must be an integer in 0..20, got 21"},
+        {0, "{\"prompt\": \"a\", \"logprobs\": true}", "logprobs",
+         "logprobs: completions take the number of top tokens, 0..20 (chat takes true)"},
+        {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": 2}", "logprobs",
+         "logprobs: must be a boolean, got a number"},
+        {0, "{\"prompt\": \"a\", \"n_probs\": 2}", "n_probs", "n_probs: llama-server's probabilities are not supported (use logprobs)"},
         /* penalties, min-p and the output's constraint: their ranges and shapes */
         {0, "{\"prompt\": \"a\", \"frequency_penalty\": 2.5}", "frequency_penalty", "frequency_penalty: must be in [-2, 2], got 2.5"},
         {0, "{\"prompt\": \"a\", \"presence_penalty\": \"1\"}", "presence_penalty", "presence_penalty: must be a number, got a string"},
@@ -240,7 +247,9 @@ static void test_parse_errors(void **state) {
         {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"functions\": [{}]}", "functions",
          "functions: function calling is not supported"},
         {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"top_logprobs\": 3}", "top_logprobs",
-         "top_logprobs: log probabilities are not supported"},
+         "top_logprobs: needs \"logprobs\": true"},
+        {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": true, \"top_logprobs\": 21}",
+         "top_logprobs", "top_logprobs: must be an integer in 0..20, got 21"},
         {1, "{\"messages\": [5]}", "messages", "messages: messages[0] must be an object, got a number"},
         {1, "{\"messages\": [{\"content\": \"a\"}]}", "messages", "messages: messages[0].role must be a string, got nothing"},
         {1, "{\"messages\": [{\"role\": \"user\"}]}", "messages",
@@ -352,6 +361,21 @@ static void test_parse_values(void **state) {
     assert_string_equal(g.stops[0], "\n\n");
     assert_true(g.stream && g.include_usage && g.ignore_eos);
     srv_gen_free(&g);
+    /* n and log-probabilities, in each endpoint's form */
+    const char *b5 = "{\"prompt\": \"a\", \"n\": 3, \"logprobs\": 5}";
+    assert_int_equal(srv_parse_gen(&c, 0, b5, strlen(b5), &g, &e), 0);
+    assert_true(g.n == 3 && g.logprobs == 1 && g.top_logprobs == 5);
+    srv_gen_free(&g);
+    const char *b6 = "{\"prompt\": \"a\", \"logprobs\": 0}";
+    assert_int_equal(srv_parse_gen(&c, 0, b6, strlen(b6), &g, &e), 0);
+    assert_true(g.n == 1 && g.logprobs == 1 && g.top_logprobs == 0);
+    srv_gen_free(&g);
+    const char *b7 = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": true, \"top_logprobs\": 2}";
+    srv_api_ctx c7 = c;
+    c7.n_ctx = 256;
+    assert_int_equal(srv_parse_gen(&c7, 1, b7, strlen(b7), &g, &e), 0);
+    assert_true(g.logprobs == 1 && g.top_logprobs == 2);
+    srv_gen_free(&g);
     /* the penalties and min-p into the sampler; a schema compiled into the request's grammar */
     const char *b4 = "{\"prompt\": \"a\", \"presence_penalty\": 0.5, \"frequency_penalty\": -1, \"repeat_penalty\": 1.3,"
                      " \"repeat_last_n\": -1, \"min_p\": 0.05, \"response_format\": {\"type\": \"json_schema\", \"json_schema\":"
@@ -447,9 +471,12 @@ static void test_responses(void **state) {
     st.n_generated = 20;
     st.t_prefill = 0.002;
     st.t_total = 0.102;
-    const srv_outcome oc = {"length", 5, 20, 2, &st};
+    sd_tokenizer *t = tok512();
+    g.n = 1;
+    const srv_outcome oc = {5, 20, 2, &st};
     /* a completion: its text (model bytes that are not UTF-8 cleaned), usage, llama.cpp's timings */
-    char *js = srv_response_json(&g, "cmpl-1", 1700000000, "m", "Hi\xff", 3, &oc);
+    const srv_choice_out c1 = {.text = "Hi\xff", .len = 3, .finish_reason = "length", .stats = &st};
+    char *js = srv_response_json(&g, t, "cmpl-1", 1700000000, "m", &c1, 1, &oc);
     cJSON *o = cJSON_Parse(js);
     assert_non_null(o);
     assert_string_equal(cJSON_GetObjectItem(o, "object")->valuestring, "text_completion");
@@ -478,9 +505,11 @@ static void test_responses(void **state) {
     for (int iu = 0; iu < 2; iu++) {
         g.include_usage = iu;
         srv_buf b = {0};
-        srv_sse_chunk(&b, &g, "c-1", 1, "m", "", 0, 1, NULL);
-        srv_sse_chunk(&b, &g, "c-1", 1, "m", "Hi", 2, 0, NULL);
-        srv_sse_chunk(&b, &g, "c-1", 1, "m", NULL, 0, 0, &oc);
+        const srv_choice_out first = {.text = "", .role = 1}, mid = {.text = "Hi", .len = 2},
+                             last = {.finish_reason = "length", .stats = &st};
+        srv_sse_chunk(&b, &g, t, "c-1", 1, "m", &first);
+        srv_sse_chunk(&b, &g, t, "c-1", 1, "m", &mid);
+        srv_sse_chunk(&b, &g, t, "c-1", 1, "m", &last);
         if (iu) srv_sse_usage(&b, &g, "c-1", 1, "m", &oc);
         srv_sse_done(&b);
         const char *want[] = {"{\"role\":\"assistant\",\"content\":\"\"}", "{\"content\":\"Hi\"}", "{}", NULL};
@@ -512,6 +541,101 @@ static void test_responses(void **state) {
         assert_string_equal(p, "data: [DONE]\n\n");
         srv_buf_free(&b);
     }
+    /* several choices: each its index, finish_reason and timings; usage over all of them */
+    g.chat = 0;
+    g.n = 2;
+    const srv_choice_out two[2] = {{.index = 0, .text = "a", .len = 1, .finish_reason = "stop", .stats = &st},
+                                   {.index = 1, .text = "bc", .len = 2, .finish_reason = "length", .stats = &st}};
+    js = srv_response_json(&g, t, "cmpl-2", 1, "m", two, 2, &oc);
+    o = cJSON_Parse(js);
+    const cJSON *choices = cJSON_GetObjectItem(o, "choices");
+    assert_int_equal(cJSON_GetArraySize(choices), 2);
+    for (int i = 0; i < 2; i++) {
+        const cJSON *c = cJSON_GetArrayItem(choices, i);
+        assert_int_equal(cJSON_GetObjectItem(c, "index")->valueint, i);
+        assert_string_equal(cJSON_GetObjectItem(c, "text")->valuestring, i ? "bc" : "a");
+        assert_string_equal(cJSON_GetObjectItem(c, "finish_reason")->valuestring, i ? "length" : "stop");
+        assert_true(cJSON_IsObject(cJSON_GetObjectItem(c, "timings")));
+        assert_true(cJSON_IsNull(cJSON_GetObjectItem(c, "logprobs")));
+    }
+    assert_false(cJSON_HasObjectItem(o, "timings"));
+    cJSON_Delete(o);
+    free(js);
+    sd_tokenizer_free(t);
+}
+
+/* Log-probabilities in both endpoints' shapes: each token's text (decoded after the token before
+ * it), its bytes, the top tokens; the completions' top tokens with the chosen one among them and
+ * the text offsets in characters. */
+static void test_logprobs_json(void **state) {
+    (void)state;
+    sd_tokenizer *t = tok512();
+    static const int32_t ids[3] = {403, 407, 261}; /* "Once", " upon", " a" after BOS */
+    srv_lp lp[3];
+    memset(lp, 0, sizeof lp);
+    char want[3][16];
+    uint32_t off = 0;
+    for (int i = 0; i < 3; i++) {
+        lp[i].id = ids[i];
+        lp[i].prev = i ? ids[i - 1] : 1;
+        lp[i].off = lp[i].coff = off;
+        const int n = sd_tokenizer_decode(t, lp[i].prev, ids[i], want[i], sizeof want[i] - 1);
+        assert_true(n > 0);
+        want[i][n] = 0;
+        off += (uint32_t)n;
+        lp[i].lp.logprob = -0.25f * (float)(i + 1);
+        lp[i].lp.n_top = 2;
+        lp[i].lp.top_id[0] = ids[i]; /* the chosen token is the likeliest ... */
+        lp[i].lp.top_logprob[0] = lp[i].lp.logprob;
+        lp[i].lp.top_id[1] = 300 + i; /* ... and another */
+        lp[i].lp.top_logprob[1] = -3.0f;
+    }
+    lp[2].lp.top_id[0] = 299; /* but not the third: the completions' top dict then holds 3 */
+    lp[2].lp.top_logprob[0] = -0.1f;
+    srv_gen g;
+    memset(&g, 0, sizeof g);
+    g.n = 1;
+    g.logprobs = 1;
+    g.top_logprobs = 2;
+    const srv_outcome oc = {1, 3, 0, NULL};
+    const srv_choice_out co = {.text = "Once upon a", .len = 11, .finish_reason = "length", .lp = lp, .n_lp = 3};
+    for (int chat = 0; chat < 2; chat++) {
+        g.chat = chat;
+        char *js = srv_response_json(&g, t, "x", 1, "m", &co, 1, &oc);
+        cJSON *o = cJSON_Parse(js);
+        assert_non_null(o);
+        const cJSON *l = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "logprobs");
+        if (chat) {
+            const cJSON *content = cJSON_GetObjectItem(l, "content");
+            assert_int_equal(cJSON_GetArraySize(content), 3);
+            assert_true(cJSON_IsNull(cJSON_GetObjectItem(l, "refusal")));
+            for (int i = 0; i < 3; i++) {
+                const cJSON *e = cJSON_GetArrayItem(content, i), *bytes = cJSON_GetObjectItem(e, "bytes");
+                assert_string_equal(cJSON_GetObjectItem(e, "token")->valuestring, want[i]);
+                assert_true(fabs(cJSON_GetObjectItem(e, "logprob")->valuedouble - lp[i].lp.logprob) < 1e-6);
+                assert_int_equal(cJSON_GetArraySize(bytes), (int)strlen(want[i]));
+                for (int b = 0; b < (int)strlen(want[i]); b++)
+                    assert_int_equal(cJSON_GetArrayItem(bytes, b)->valueint, (unsigned char)want[i][b]);
+                const cJSON *top = cJSON_GetObjectItem(e, "top_logprobs");
+                assert_int_equal(cJSON_GetArraySize(top), 2);
+                assert_true(fabs(cJSON_GetObjectItem(cJSON_GetArrayItem(top, 1), "logprob")->valuedouble + 3) < 1e-6);
+            }
+        } else {
+            const cJSON *toks = cJSON_GetObjectItem(l, "tokens"), *tops = cJSON_GetObjectItem(l, "top_logprobs"),
+                        *offs = cJSON_GetObjectItem(l, "text_offset"), *lps = cJSON_GetObjectItem(l, "token_logprobs");
+            for (int i = 0; i < 3; i++) {
+                assert_string_equal(cJSON_GetArrayItem(toks, i)->valuestring, want[i]);
+                assert_int_equal(cJSON_GetArrayItem(offs, i)->valueint, (int)lp[i].coff);
+                assert_true(fabs(cJSON_GetArrayItem(lps, i)->valuedouble - lp[i].lp.logprob) < 1e-6);
+                const cJSON *d = cJSON_GetArrayItem(tops, i);
+                assert_int_equal(cJSON_GetArraySize(d), i == 2 ? 3 : 2);
+                assert_true(fabs(cJSON_GetObjectItem(d, want[i])->valuedouble - lp[i].lp.logprob) < 1e-6);
+            }
+        }
+        cJSON_Delete(o);
+        free(js);
+    }
+    sd_tokenizer_free(t);
 }
 
 /* Ids are OpenAI's shape and do not repeat (they did from chatcmpl-1 after every restart). */
@@ -679,7 +803,7 @@ static void test_readme_fields(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_utf8_check),   cmocka_unit_test(test_text_holds_back),
+        cmocka_unit_test(test_utf8_check),   cmocka_unit_test(test_text_holds_back), cmocka_unit_test(test_logprobs_json),
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_parse_spec_fields), cmocka_unit_test(test_parse_values),
         cmocka_unit_test(test_responses),    cmocka_unit_test(test_chat_content_is_text),

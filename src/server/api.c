@@ -131,12 +131,16 @@ static const srv_field k_fields[] = {
     {"stream", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "server-sent events"},
     {"stream_options", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "include_usage: the usage chunk"},
     {"ignore_eos", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "llama.cpp's extension: go on past end-of-generation tokens"},
-    {"n", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ONE, "only one choice per request is supported (n = 1)"},
+    {"n", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
+     "choices, 1..the server's slots (--parallel): run in as many slots at once, the prompt prefilled once; "
+     "choice i samples with seed + i"},
     {"best_of", EP_CMPL, SRV_FIELD_REFUSED, SRV_NEUTRAL_ONE, "only best_of = 1 is supported"},
     {"logit_bias", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_EMPTY, "logit biases are not supported"},
-    {"logprobs", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_FALSE, "log probabilities are not supported"},
-    {"top_logprobs", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "log probabilities are not supported"},
-    {"n_probs", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "log probabilities are not supported"},
+    {"logprobs", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
+     "chat: true gives each token's log-probability; completions: 0..20, that and the N likeliest tokens'. The "
+     "target's distribution at temperature 1, before penalties, truncation and grammar, the same drafted or not"},
+    {"top_logprobs", EP_CHAT, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "0..20 likeliest tokens' log-probabilities, with logprobs"},
+    {"n_probs", EP_BOTH, SRV_FIELD_REFUSED, SRV_NEUTRAL_ZERO, "llama-server's probabilities are not supported (use logprobs)"},
     {"presence_penalty", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
      "-2..2, subtracted from the logit of every token the completion holds already"},
     {"frequency_penalty", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
@@ -412,6 +416,35 @@ static int parse_constraint(const cJSON *o, srv_gen *g, srv_err *e) {
     return compile_schema(schema, "response_format", g, e);
 }
 
+/* n choices and log-probabilities: OpenAI's chat takes logprobs (a boolean) and top_logprobs,
+ * its completions logprobs (the count of top tokens). */
+static int parse_choices(const srv_api_ctx *c, const cJSON *o, srv_gen *g, srv_err *e) {
+    double x = 1;
+    const int most = c->n_slots > 0 ? c->n_slots : 1;
+    if (get_int(o, "n", 1, 2147483647.0, &x, e)) return -1;
+    if (x > most)
+        return bad(e, "n", "%.0f choices need as many slots at once, and this server has %d (its --parallel)", x, most);
+    g->n = (int)x;
+    if (g->chat) {
+        if (get_bool(o, "logprobs", &g->logprobs, e)) return -1;
+        x = 0;
+        if (get_int(o, "top_logprobs", 0, SD_MAX_LOGPROBS, &x, e)) return -1;
+        if (field(o, "top_logprobs") && !g->logprobs) return bad(e, "top_logprobs", "needs \"logprobs\": true");
+        g->top_logprobs = (int)x;
+        return 0;
+    }
+    const cJSON *v = field(o, "logprobs");
+    if (cJSON_IsBool(v)) /* false: none (the neutral value clients send); true is the chat's form */
+        return cJSON_IsTrue(v) ? bad(e, "logprobs", "completions take the number of top tokens, 0..%d (chat takes true)",
+                                     SD_MAX_LOGPROBS)
+                               : 0;
+    x = -1;
+    if (get_int(o, "logprobs", 0, SD_MAX_LOGPROBS, &x, e)) return -1;
+    g->logprobs = x >= 0;
+    g->top_logprobs = x > 0 ? (int)x : 0;
+    return 0;
+}
+
 /* A tokenizer failure (the text too long for it, say) as a 400. */
 static int tokenize_failed(srv_err *e, const char *param, sd_status st) {
     return bad(e, param, "%s", sd_last_error()[0] ? sd_last_error() : sd_status_str(st));
@@ -598,6 +631,7 @@ int srv_parse_gen(const srv_api_ctx *c, int chat, const char *body, size_t len, 
     if (!rc && field(o, "seed") && !(rc = get_int(o, "seed", -9007199254740992.0, 9007199254740992.0, &x, e)))
         g->sampling.seed = (uint64_t)(int64_t)x;
     if (!rc) rc = parse_penalties(o, g, e);
+    if (!rc) rc = parse_choices(c, o, g, e);
     if (!rc) rc = parse_spec(c, o, g, e);
     if (!rc) rc = parse_constraint(o, g, e);
     double max_tokens = 0;
@@ -802,34 +836,111 @@ static cJSON *envelope(const srv_gen *g, const char *id, long created, const cha
     return o;
 }
 
-/* A choice: the chat's message (or delta) or the completion's text. text is clean UTF-8. */
-static void add_choice(cJSON *o, const srv_gen *g, const char *text, int chunk, int role, const char *finish) {
-    cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(ch, c);
-    cJSON_AddNumberToObject(c, "index", 0);
-    if (g->chat) {
-        cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
-        if (role || !chunk) cJSON_AddStringToObject(m, "role", "assistant");
-        if (text) cJSON_AddStringToObject(m, "content", text);
-    } else {
-        cJSON_AddStringToObject(c, "text", text ? text : "");
-    }
-    cJSON_AddNullToObject(c, "logprobs");
-    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
-    else cJSON_AddNullToObject(c, "finish_reason");
+/* Bytes as JSON's array of numbers (OpenAI's "bytes" of a token). */
+static void add_bytes(cJSON *o, const char *p, size_t n) {
+    cJSON *a = cJSON_AddArrayToObject(o, "bytes");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)p[i]));
 }
 
-char *srv_response_json(const srv_gen *g, const char *id, long created, const char *model, const char *text,
-                        size_t len, const srv_outcome *oc) {
+/* A token's text for its log-probability entry: clean UTF-8 (a byte of a character alone shows as
+ * U+FFFD; its "bytes" say what it is), its raw bytes in raw. */
+static const char *lp_token(const sd_tokenizer *t, int32_t prev, int32_t id, char *buf, srv_buf *raw, srv_buf *clean) {
+    raw->len = clean->len = 0;
+    token_text(t, prev, id, buf, raw);
+    srv_utf8_append_clean(clean, raw->p ? raw->p : "", raw->len);
+    srv_buf_put(clean, "", 1); /* NUL-terminated */
+    return clean->oom || raw->oom ? "" : clean->p;
+}
+
+/* The log-probabilities of a choice's tokens, in the shape of its endpoint: the chat's
+ * {"content": [{token, logprob, bytes, top_logprobs}], "refusal": null}, the completions'
+ * {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}. */
+static cJSON *logprobs_json(const srv_gen *g, const sd_tokenizer *t, const srv_lp *lp, int n) {
+    cJSON *o = cJSON_CreateObject();
+    char *buf = malloc((size_t)sd_tokenizer_max_piece_len(t) + 1);
+    srv_buf raw = {0}, clean = {0};
+    if (!o || !buf) {
+        free(buf);
+        return o;
+    }
+    if (g->chat) {
+        cJSON *content = cJSON_AddArrayToObject(o, "content");
+        for (int i = 0; i < n; i++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddItemToArray(content, e);
+            cJSON_AddStringToObject(e, "token", lp_token(t, lp[i].prev, lp[i].id, buf, &raw, &clean));
+            cJSON_AddNumberToObject(e, "logprob", lp[i].lp.logprob);
+            add_bytes(e, raw.p, raw.len);
+            cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+            for (int j = 0; j < lp[i].lp.n_top; j++) {
+                cJSON *x = cJSON_CreateObject();
+                cJSON_AddItemToArray(top, x);
+                cJSON_AddStringToObject(x, "token", lp_token(t, lp[i].prev, lp[i].lp.top_id[j], buf, &raw, &clean));
+                cJSON_AddNumberToObject(x, "logprob", lp[i].lp.top_logprob[j]);
+                add_bytes(x, raw.p, raw.len);
+            }
+        }
+        cJSON_AddNullToObject(o, "refusal");
+    } else {
+        cJSON *toks = cJSON_AddArrayToObject(o, "tokens"), *lps = cJSON_AddArrayToObject(o, "token_logprobs"),
+              *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
+        for (int i = 0; i < n; i++) {
+            cJSON_AddItemToArray(toks, cJSON_CreateString(lp_token(t, lp[i].prev, lp[i].id, buf, &raw, &clean)));
+            cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp[i].lp.logprob));
+            cJSON_AddItemToArray(offs, cJSON_CreateNumber(lp[i].coff));
+            /* the likeliest tokens and the chosen one, as OpenAI gives up to logprobs + 1 (a text
+             * two tokens share is one key: the likelier one's) */
+            cJSON *d = cJSON_CreateObject();
+            cJSON_AddItemToArray(tops, d);
+            for (int j = 0; j <= lp[i].lp.n_top; j++) {
+                const int chosen = j == lp[i].lp.n_top;
+                const char *k = lp_token(t, lp[i].prev, chosen ? lp[i].id : lp[i].lp.top_id[j], buf, &raw, &clean);
+                if (!cJSON_GetObjectItemCaseSensitive(d, k))
+                    cJSON_AddNumberToObject(d, k, chosen ? lp[i].lp.logprob : lp[i].lp.top_logprob[j]);
+            }
+        }
+    }
+    srv_buf_free(&raw);
+    srv_buf_free(&clean);
+    free(buf);
+    return o;
+}
+
+/* One choice: the chat's message (or delta) or the completion's text, cleaned to UTF-8. */
+static void add_choice(cJSON *choices, const srv_gen *g, const sd_tokenizer *t, const srv_choice_out *co, int chunk,
+                       int timings) {
     srv_buf clean = {0};
-    srv_utf8_append_clean(&clean, text ? text : "", text ? len : 0);
+    srv_utf8_append_clean(&clean, co->text ? co->text : "", co->text ? co->len : 0);
+    srv_buf_put(&clean, "", 1);
+    const char *text = clean.oom ? "" : clean.p;
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", co->index);
+    if (g->chat) {
+        cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
+        if (co->role || !chunk) cJSON_AddStringToObject(m, "role", "assistant");
+        /* the chat's last chunk carries an empty delta, as OpenAI's does */
+        if (!chunk || co->len || !co->finish_reason) cJSON_AddStringToObject(m, "content", text);
+    } else {
+        cJSON_AddStringToObject(c, "text", text);
+    }
+    if (g->logprobs && (!chunk || co->n_lp > 0)) cJSON_AddItemToObject(c, "logprobs", logprobs_json(g, t, co->lp, co->n_lp));
+    else cJSON_AddNullToObject(c, "logprobs");
+    if (co->finish_reason) cJSON_AddStringToObject(c, "finish_reason", co->finish_reason);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    if (timings && co->stats) sd_spec_stats_to_json(co->stats, cJSON_AddObjectToObject(c, "timings"));
+    srv_buf_free(&clean);
+}
+
+char *srv_response_json(const srv_gen *g, const sd_tokenizer *t, const char *id, long created, const char *model,
+                        const srv_choice_out *ch, int n, const srv_outcome *oc) {
     cJSON *o = envelope(g, id, created, model, 0);
-    add_choice(o, g, clean.p ? clean.p : "", 0, 1, oc->finish_reason);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    for (int i = 0; i < n; i++) add_choice(choices, g, t, &ch[i], 0, n > 1); /* timings per choice when several */
     add_usage(o, oc);
-    add_timings(o, oc);
+    if (n == 1) add_timings(o, oc);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    srv_buf_free(&clean);
     return s;
 }
 
@@ -851,16 +962,12 @@ static void put_event(srv_buf *out, cJSON *o) {
     put_data(out, s);
 }
 
-void srv_sse_chunk(srv_buf *out, const srv_gen *g, const char *id, long created, const char *model, const char *text,
-                   size_t len, int role, const srv_outcome *oc) {
-    srv_buf t = {0};
-    srv_buf_put(&t, text ? text : "", text ? len : 0);
+void srv_sse_chunk(srv_buf *out, const srv_gen *g, const sd_tokenizer *t, const char *id, long created, const char *model,
+                   const srv_choice_out *co) {
     cJSON *o = envelope(g, id, created, model, 1);
-    /* the chat's last chunk carries an empty delta, as OpenAI's does */
-    add_choice(o, g, (g->chat && oc && !len) ? NULL : t.p ? t.p : "", 1, role, oc ? oc->finish_reason : NULL);
-    if (oc) add_timings(o, oc);
+    add_choice(cJSON_AddArrayToObject(o, "choices"), g, t, co, 1, g->n > 1);
+    if (co->stats && g->n <= 1) sd_spec_stats_to_json(co->stats, cJSON_AddObjectToObject(o, "timings"));
     put_event(out, o);
-    srv_buf_free(&t);
 }
 
 void srv_sse_usage(srv_buf *out, const srv_gen *g, const char *id, long created, const char *model,

@@ -163,6 +163,7 @@ srv_api_ctx srv_http_api_ctx(srv *s) {
     ac.tok = s->tok;
     ac.chat = s->chat;
     ac.n_ctx = s->n_ctx;
+    ac.n_slots = s->n_slots;
     ac.special = s->p.special;
     ac.chat_special = s->p.chat_special;
     ac.spec = &s->p.spec;

@@ -46,6 +46,9 @@ typedef struct {
     char *stops[SRV_MAX_STOPS];
     int n_stops;
     sd_grammar *grammar;   /* owned: the output's constraint (grammar, json_schema, response_format), or NULL */
+    int n;                 /* choices, 1..the slots */
+    int logprobs;          /* report each token's log-probability */
+    int top_logprobs;      /* and the likeliest 0..SD_MAX_LOGPROBS tokens' */
 } srv_gen;
 
 void srv_gen_free(srv_gen *g);
@@ -59,6 +62,7 @@ typedef struct {
     int chat_special; /* chat: parse special tokens in the messages' text too */
     int text_per_token; /* sd_tokenizer_max_text_per_token (0: none), for refusing by bytes */
     uint64_t seed;    /* the seed of a request that gives none */
+    int n_slots;      /* the most choices a request may ask for */
     const sd_spec_params *spec; /* the server's engine parameters (draft settings, sampling mode) */
     int drafting, model_drafts; /* the slots have a drafter; it draws from a draft model */
 } srv_api_ctx;
@@ -108,22 +112,41 @@ char *srv_detokenize_json(const srv_api_ctx *c, const char *body, size_t len, sr
  * unique across restarts. */
 void srv_make_id(char *out, size_t cap, int chat);
 
-/* What a finished (or finishing) request reports. */
+/* What a finished request reports besides its choices. */
 typedef struct {
-    const char *finish_reason; /* "stop" or "length" */
-    int prompt_tokens, completion_tokens;
+    int prompt_tokens, completion_tokens; /* completion: every choice's */
     int cached_tokens;          /* prompt tokens the slot already held */
-    const sd_spec_stats *stats; /* the engine's, for timings (NULL: none) */
+    const sd_spec_stats *stats; /* the engine's (one choice), for timings (NULL: none) */
 } srv_outcome;
 
-/* The whole response of a request that is not streamed (malloc'd JSON). */
-char *srv_response_json(const srv_gen *g, const char *id, long created, const char *model, const char *text,
-                        size_t len, const srv_outcome *o);
-/* One server-sent event of a streamed response: "data: {chunk}\n\n". role: the chat's first chunk;
- * o: the last chunk (finish_reason and timings; usage comes only in the usage chunk, as OpenAI
- * sends it), else NULL. With include_usage every chunk carries "usage": null, as OpenAI's do. */
-void srv_sse_chunk(srv_buf *out, const srv_gen *g, const char *id, long created, const char *model, const char *text,
-                   size_t len, int role, const srv_outcome *o);
+/* One emitted token's log-probabilities, placed in its choice's text. */
+typedef struct {
+    sd_token_logprobs lp;
+    int32_t id, prev;   /* prev: the token before it, which its text depends on */
+    uint32_t off, coff; /* its first byte, and character, in the choice's text */
+} srv_lp;
+
+/* A choice of a response, or its part in a chunk. */
+typedef struct {
+    int index;
+    const char *text;           /* raw bytes, cleaned to UTF-8 when written */
+    size_t len;
+    const char *finish_reason;  /* "stop" or "length"; NULL: a chunk before the end */
+    const srv_lp *lp;           /* its tokens' log-probabilities, with g->logprobs */
+    int n_lp;
+    int role;                   /* a chat chunk: the first, carrying the role */
+    const sd_spec_stats *stats; /* the last chunk's or the response's timings (NULL: none) */
+} srv_choice_out;
+
+/* The whole response of a request that is not streamed (malloc'd JSON); timings at the top for
+ * one choice (llama-server's place), in each choice for several. */
+char *srv_response_json(const srv_gen *g, const sd_tokenizer *t, const char *id, long created, const char *model,
+                        const srv_choice_out *ch, int n, const srv_outcome *o);
+/* One server-sent event of a streamed response: "data: {chunk}\n\n" of one choice. Its last chunk
+ * has finish_reason and timings; usage comes only in the usage chunk, as OpenAI sends it. With
+ * include_usage every chunk carries "usage": null, as OpenAI's do. */
+void srv_sse_chunk(srv_buf *out, const srv_gen *g, const sd_tokenizer *t, const char *id, long created, const char *model,
+                   const srv_choice_out *c);
 /* The usage-only chunk (stream_options.include_usage): empty choices, usage. */
 void srv_sse_usage(srv_buf *out, const srv_gen *g, const char *id, long created, const char *model,
                    const srv_outcome *o);
@@ -156,16 +179,35 @@ struct srv_req {
     srv_req *q_next;          /* waiting for a slot */
     srv_req *live_prev, *live_next; /* requests with a connection */
     /* engine thread */
+    struct srv_choice *ch;    /* [g.n] */
+    int n_done;               /* choices finished */
+    int slots_held;           /* slots still running or holding a choice */
+    int ended;                /* the response is complete (or failed): its slots are released */
+    srv_buf pend;             /* bytes for the connection, produced this round */
+    int end_status;           /* ... and the response, once ended */
+    char *end_body;
+    const char *reason;       /* for the metrics: "stop", "length"; NULL: an error */
+    int shutdown;             /* ended by the server's shutdown */
+};
+
+/* One choice of a request, as its slot generates it (engine thread). */
+typedef struct srv_choice {
     srv_text text;
     int n_gen;                /* tokens taken into the text */
-    int slot;
-};
+    int slot;                 /* -1: none yet */
+    const char *finish;       /* "stop" or "length" once finished */
+    srv_lp *lp;               /* with g.logprobs: every token's */
+    int n_lp, cap_lp, lp_sent; /* entries, room, entries handed out in chunks */
+    uint32_t chars;           /* characters of text so far (text_offset) */
+    sd_spec_stats st;         /* the engine's at the end */
+} srv_choice;
 
 typedef struct {
     int id;
     sd_spec *spec;              /* the pair's engine of sequence id */
     volatile sig_atomic_t stop; /* polled by the engine between tokens */
     srv_req *req;               /* mu; NULL: free */
+    int choice;                 /* which of req's */
     unsigned long last_used;
 } srv_slot;
 

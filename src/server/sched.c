@@ -23,9 +23,15 @@ static void live_remove(srv *s, srv_req *r) {
 
 void srv_req_unref_locked(srv_req *r) {
     if (--r->refs > 0) return;
+    for (int i = 0; r->ch && i < r->g.n; i++) {
+        srv_text_free(&r->ch[i].text);
+        free(r->ch[i].lp);
+    }
+    free(r->ch);
     srv_gen_free(&r->g);
-    srv_text_free(&r->text);
     srv_buf_free(&r->out);
+    srv_buf_free(&r->pend);
+    free(r->end_body);
     free(r->body);
     free(r);
 }
@@ -53,6 +59,15 @@ int srv_submit(srv *s, srv_gen *g, struct MHD_Connection *conn, srv_req **out, s
                     s->q_len - free_slots);
         return -1;
     }
+    r->ch = calloc((size_t)(g->n > 0 ? g->n : 1), sizeof *r->ch);
+    if (!r->ch) {
+        pthread_mutex_unlock(&s->mu);
+        free(r);
+        srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return -1;
+    }
+    if (g->n < 1) g->n = 1;
+    for (int i = 0; i < g->n; i++) r->ch[i].slot = -1;
     r->g = *g;
     memset(g, 0, sizeof *g);
     srv_make_id(r->id, sizeof r->id, r->g.chat);
@@ -60,7 +75,6 @@ int srv_submit(srv *s, srv_gen *g, struct MHD_Connection *conn, srv_req **out, s
     r->t_arrival = sd_now();
     r->refs = 2 + r->g.stream; /* the connection, the queue (then the slot), the stream response */
     r->conn = conn;
-    r->slot = -1;
     r->live_next = s->live;
     if (s->live) s->live->live_prev = r;
     s->live = r;
@@ -85,52 +99,120 @@ void srv_req_detach_locked(srv *s, srv_req *r, int completed) {
 
 /* ---- finishing ----------------------------------------------------------------------------- */
 
-/* Everything the request still has to say, produced at once: the rest of the text and the final
- * chunk (or the response), or the error. err NULL: finished normally with `reason`. Engine
- * thread, mu not held: the bytes go into `pending` for deliver(). */
-static void conclude(srv *s, srv_req *r, const sd_spec *spec, const char *reason, const srv_err *err,
-                     srv_buf *pending, int *status, char **body) {
-    sd_spec_stats st;
-    if (spec) sd_spec_get_stats(spec, &st);
-    const srv_outcome oc = {reason, r->g.n_ids, r->n_gen, spec ? st.n_reused : 0, spec ? &st : NULL};
-    if (r->g.stream) {
-        if (err) {
-            srv_sse_error(pending, err);
-        } else {
-            srv_buf rest = {0};
-            if (r->text.piece) srv_text_take(&r->text, 1, &rest);
-            srv_sse_chunk(pending, &r->g, r->id, r->created, s->model_name, rest.p, rest.len, 0, &oc);
-            if (r->g.include_usage) srv_sse_usage(pending, &r->g, r->id, r->created, s->model_name, &oc);
-            srv_buf_free(&rest);
-        }
-        srv_sse_done(pending);
-        *status = 200;
-        *body = NULL;
-    } else if (err) {
-        *status = err->status;
-        *body = srv_err_json(err);
+/* A choice's text and log-probabilities up to what may no longer change (all of it when final):
+ * the part of a chunk, or of the response, that goes out now. */
+static void choice_take(const srv_req *r, srv_choice *c, int final, srv_buf *text, srv_choice_out *co) {
+    memset(co, 0, sizeof *co);
+    co->index = (int)(c - r->ch);
+    if (c->text.piece) srv_text_take(&c->text, final, text);
+    co->text = text->p;
+    co->len = text->len;
+    if (!r->g.logprobs) return;
+    /* a token goes out with the last of its bytes; at the end, every token that gave the text a
+     * byte (a stop string drops the tokens wholly inside it) and every one that prints nothing */
+    const size_t len = c->text.text.len, sent = c->text.sent;
+    int k = c->lp_sent;
+    if (final) {
+        while (k < c->n_lp && (!c->text.stopped || c->lp[k].off < len)) k++;
     } else {
-        *status = 200;
-        *body = srv_response_json(&r->g, r->id, r->created, s->model_name, r->text.text.p, r->text.text.len, &oc);
+        while (k < c->n_lp && (k + 1 < c->n_lp ? c->lp[k + 1].off : len) <= sent) k++;
     }
-    if (s->p.verbose && spec)
-        fprintf(stderr, "serve: %s slot %d: %d prompt tokens (%d cached), %d generated in %.0f ms, %d drafted, %d accepted, %s\n",
-                r->id, r->slot, st.n_prompt, st.n_reused, r->n_gen, (sd_now() - r->t_arrival) * 1e3, st.n_drafted,
-                st.n_accepted, err ? err->msg : r->cancelled ? "cancelled (the client left)" : reason);
+    co->lp = c->lp + c->lp_sent;
+    co->n_lp = k - c->lp_sent;
+    c->lp_sent = k;
 }
 
-/* Hands produced bytes to the connection (mu held): stream bytes are appended; a final response
- * is set. Wakes the connection if it waits. */
-static void deliver(srv_req *r, srv_buf *pending, int done, int status, char *body) {
-    if (pending->len) srv_buf_put(&r->out, pending->p, pending->len);
-    pending->len = 0;
-    if (done) {
-        r->finished = 1;
-        r->status = status;
-        free(r->body);
-        r->body = body;
+/* Everything the request still has to say, produced at once into r->pend: the usage chunk and
+ * [DONE] of a stream, or the response, or the error. err NULL: every choice finished. Engine
+ * thread, mu not held; deliver() hands it over. */
+static void conclude(srv *s, srv_req *r, const srv_err *err) {
+    if (r->ended) return;
+    r->ended = 1;
+    srv_outcome oc = {r->g.n_ids, 0, r->ch[0].slot >= 0 || r->ch[0].finish ? r->ch[0].st.n_reused : 0,
+                      r->ch[0].finish ? &r->ch[0].st : NULL};
+    int length = 0;
+    for (int i = 0; i < r->g.n; i++) {
+        oc.completion_tokens += r->ch[i].n_gen;
+        length |= r->ch[i].finish && !strcmp(r->ch[i].finish, "length");
     }
-    if (r->conn && (pending->oom || r->out.oom)) r->cancelled = 1; /* cannot say it: give up */
+    r->reason = err ? NULL : length ? "length" : "stop";
+    r->end_status = err ? err->status : 200;
+    if (r->g.stream) {
+        if (err) srv_sse_error(&r->pend, err);
+        else if (r->g.include_usage) srv_sse_usage(&r->pend, &r->g, r->id, r->created, s->model_name, &oc);
+        srv_sse_done(&r->pend);
+        r->end_status = 200;
+    } else if (err) {
+        r->end_body = srv_err_json(err);
+    } else {
+        srv_choice_out *co = calloc((size_t)r->g.n, sizeof *co);
+        srv_buf *texts = calloc((size_t)r->g.n, sizeof *texts);
+        if (co && texts) {
+            for (int i = 0; i < r->g.n; i++) {
+                r->ch[i].text.sent = 0; /* the whole text, and every token's log-probability */
+                r->ch[i].lp_sent = 0;
+                choice_take(r, &r->ch[i], 1, &texts[i], &co[i]);
+                co[i].finish_reason = r->ch[i].finish;
+                co[i].stats = &r->ch[i].st;
+            }
+            r->end_body = srv_response_json(&r->g, s->tok, r->id, r->created, s->model_name, co, r->g.n, &oc);
+        }
+        for (int i = 0; co && texts && i < r->g.n; i++) srv_buf_free(&texts[i]);
+        free(texts);
+        free(co);
+        if (!r->end_body) {
+            srv_err oom;
+            srv_err_set(&oom, 503, "server_error", NULL, NULL, "out of memory for the response");
+            r->end_status = 503;
+            r->end_body = srv_err_json(&oom);
+            r->reason = NULL;
+        }
+    }
+    if (s->p.verbose)
+        for (int i = 0; i < r->g.n; i++) {
+            const srv_choice *c = &r->ch[i];
+            fprintf(stderr,
+                    "serve: %s choice %d slot %d: %d prompt tokens (%d cached), %d generated in %.0f ms, %d drafted, %d "
+                    "accepted, %s\n",
+                    r->id, i, c->slot, r->g.n_ids, c->st.n_reused, c->n_gen, (sd_now() - r->t_arrival) * 1e3,
+                    c->st.n_drafted, c->st.n_accepted,
+                    err ? err->msg : r->cancelled ? "cancelled (the client left)" : c->finish ? c->finish : "cut short");
+        }
+}
+
+/* A choice ends: its engine's statistics kept, a stream's last chunk of it; the request ends with
+ * its last choice. */
+static void finish_choice(srv *s, srv_req *r, srv_choice *c, const sd_spec *spec, const char *reason) {
+    if (spec) sd_spec_get_stats(spec, &c->st);
+    c->finish = reason;
+    r->n_done++;
+    if (r->g.stream) {
+        srv_buf rest = {0};
+        srv_choice_out co;
+        choice_take(r, c, 1, &rest, &co);
+        co.finish_reason = reason;
+        co.stats = &c->st;
+        srv_sse_chunk(&r->pend, &r->g, s->tok, r->id, r->created, s->model_name, &co);
+        srv_buf_free(&rest);
+    }
+    if (r->n_done == r->g.n) conclude(s, r, NULL);
+}
+
+/* Hands the bytes produced this round to the connection (mu held): stream bytes are appended;
+ * once the request ended, its response is set. Wakes the connection if it waits. */
+static void deliver(srv_req *r) {
+    if (r->pend.len) srv_buf_put(&r->out, r->pend.p, r->pend.len);
+    const int oom = r->pend.oom;
+    r->pend.len = 0;
+    r->pend.oom = 0;
+    if (r->ended && !r->finished) {
+        r->finished = 1;
+        r->status = r->end_status;
+        free(r->body);
+        r->body = r->end_body;
+        r->end_body = NULL;
+    }
+    if (r->conn && (oom || r->out.oom)) r->cancelled = 1; /* cannot say it: give up */
     srv_http_wake(r);
 }
 
@@ -176,22 +258,32 @@ static srv_slot *pick_slot(srv *s, const srv_req *r) {
     return best;
 }
 
-/* The request's parameters into its slot's engine, then the prefill. 0, or -1 with *e set. */
-static int start(srv *s, srv_slot *sl, srv_err *e) {
-    srv_req *r = sl->req;
-    sd_spec_cancel(sl->spec); /* a generation a stop string or a departed client left running */
-    sl->stop = 0;
-    sd_spec_params p = r->g.spec; /* the server's, with the request's draft settings */
-    p.n_predict = r->g.max_tokens;
-    p.sampling = r->g.sampling;
-    p.stop_at_eos = !r->g.ignore_eos;
-    p.stop_flag = &sl->stop;
-    p.grammar = r->g.grammar; /* the request's, freed with it: the slot's generation is cancelled first */
-    p.grammar_vocab = r->g.grammar ? s->gvocab : NULL;
-    sd_status st = sd_spec_set_params(sl->spec, &p);
-    if (st == SD_OK) st = sd_spec_begin(sl->spec, r->g.ids, r->g.n_ids);
-    if (st == SD_OK && srv_text_init(&r->text, s->tok, r->g.ids[r->g.n_ids - 1], r->g.stops, r->g.n_stops) != 0)
-        st = sd_fail(SD_ERR_NOMEM, "out of memory");
+/* The request's parameters into its slots' engines, then the prefill: the first choice's slot
+ * prefills the prompt (what its cache lacks), the others copy its rows. Choice i samples with
+ * seed + i: coupled sampling would otherwise give n times one text. 0, or -1 with *e set. */
+static int start(srv *s, srv_req *r, srv_err *e) {
+    sd_status st = SD_OK;
+    const sd_spec *first = NULL;
+    for (int i = 0; i < r->g.n && st == SD_OK; i++) {
+        srv_slot *sl = &s->slots[r->ch[i].slot];
+        sd_spec_cancel(sl->spec); /* a generation a stop string or a departed client left running */
+        sl->stop = 0;
+        sd_spec_params p = r->g.spec; /* the server's, with the request's draft settings */
+        p.n_predict = r->g.max_tokens;
+        p.sampling = r->g.sampling;
+        p.sampling.seed += (uint64_t)i;
+        p.stop_at_eos = !r->g.ignore_eos;
+        p.stop_flag = &sl->stop;
+        p.grammar = r->g.grammar; /* the request's, freed with it: the slots' generations end first */
+        p.grammar_vocab = r->g.grammar ? s->gvocab : NULL;
+        p.logprobs = r->g.logprobs;
+        p.top_logprobs = r->g.top_logprobs;
+        st = sd_spec_set_params(sl->spec, &p);
+        if (st == SD_OK) st = first ? sd_spec_begin_from(sl->spec, first) : sd_spec_begin(sl->spec, r->g.ids, r->g.n_ids);
+        if (st == SD_OK && srv_text_init(&r->ch[i].text, s->tok, r->g.ids[r->g.n_ids - 1], r->g.stops, r->g.n_stops) != 0)
+            st = sd_fail(SD_ERR_NOMEM, "out of memory");
+        first = sl->spec;
+    }
     if (st != SD_OK) {
         srv_err_set(e, st == SD_ERR_NOMEM ? 503 : 500, "server_error", NULL, NULL, "%s", sd_last_error());
         return -1;
@@ -209,52 +301,65 @@ static void count_round(srv *s, const sd_spec_round *rd) {
 
 /* ---- the engine thread ----------------------------------------------------------------------- */
 
-typedef struct {
-    srv_buf pending;    /* bytes for the connection */
-    int done, status;   /* the request ends this round */
-    char *body;
-    const char *reason;
-    int error, shutdown;
-} slot_out;
+/* A token's log-probabilities, placed at the end of the choice's text. 0, or -1 out of memory. */
+static int add_logprob(srv_choice *c, int32_t tok, const sd_token_logprobs *lp) {
+    if (c->n_lp == c->cap_lp) {
+        const int cap = c->cap_lp ? 2 * c->cap_lp : 64;
+        srv_lp *v = realloc(c->lp, (size_t)cap * sizeof *v);
+        if (!v) return -1;
+        c->lp = v;
+        c->cap_lp = cap;
+    }
+    srv_lp *e = &c->lp[c->n_lp++];
+    e->lp = *lp;
+    e->id = tok;
+    e->prev = c->text.prev;
+    e->off = (uint32_t)c->text.text.len;
+    e->coff = c->chars;
+    return 0;
+}
 
-/* The tokens a slot emitted this round, through the text into stream chunks. Returns 1 when the
- * request ended (a stop string, or the engine finished). */
-static int take_tokens(srv *s, srv_slot *sl, const int32_t *toks, int n, slot_out *o) {
+/* The tokens a choice's slot emitted this round, through the text into stream chunks; the choice
+ * ends at a stop string or when its engine is done, and the request with an error when the
+ * engine was cancelled (the client left, the server stops). */
+static void take_tokens(srv *s, srv_slot *sl, const sd_spec_round *rd) {
     srv_req *r = sl->req;
+    srv_choice *c = &r->ch[sl->choice];
+    if (r->ended || c->finish) return;
     int stop_hit = 0;
-    for (int i = 0; i < n && !stop_hit; i++) {
-        const int rc = srv_text_push(&r->text, toks[i]);
-        r->n_gen++;
+    for (int i = 0; i < rd->n_tokens && !stop_hit; i++) {
+        const size_t before = c->text.text.len;
+        int rc = r->g.logprobs ? add_logprob(c, rd->tokens[i], &rd->logprobs[i]) : 0;
+        if (rc == 0) rc = srv_text_push(&c->text, rd->tokens[i]);
+        c->n_gen++;
         if (rc < 0) {
             srv_err e;
             srv_err_set(&e, 503, "server_error", NULL, NULL, "out of memory for the output text");
-            conclude(s, r, sl->spec, NULL, &e, &o->pending, &o->status, &o->body);
-            o->done = o->error = 1;
-            return 1;
+            conclude(s, r, &e);
+            return;
         }
+        for (size_t b = before; b < c->text.text.len; b++) c->chars += ((unsigned char)c->text.text.p[b] & 0xC0) != 0x80;
         stop_hit = rc == 1;
     }
     if (r->g.stream && !stop_hit && !sd_spec_done(sl->spec)) {
         srv_buf text = {0};
-        if (srv_text_take(&r->text, 0, &text) > 0)
-            srv_sse_chunk(&o->pending, &r->g, r->id, r->created, s->model_name, text.p, text.len, 0, NULL);
+        srv_choice_out co;
+        choice_take(r, c, 0, &text, &co);
+        if (co.len > 0 || co.n_lp > 0) srv_sse_chunk(&r->pend, &r->g, s->tok, r->id, r->created, s->model_name, &co);
         srv_buf_free(&text);
     }
-    if (!stop_hit && !sd_spec_done(sl->spec)) return 0;
+    if (!stop_hit && !sd_spec_done(sl->spec)) return;
     sd_spec_stats st;
     sd_spec_get_stats(sl->spec, &st);
     if (!stop_hit && st.stop_reason == SD_STOP_CANCELLED) { /* the client left, or the server is stopping */
         srv_err e;
         shutdown_error(&e);
-        conclude(s, r, sl->spec, NULL, &e, &o->pending, &o->status, &o->body);
-        o->done = o->error = 1;
-        o->shutdown = !r->cancelled;
-        return 1;
+        r->shutdown = !r->cancelled;
+        conclude(s, r, &e);
+        return;
     }
-    o->reason = stop_hit || st.stop_reason == SD_STOP_EOS ? "stop" : "length"; /* length: the budget or the context */
-    conclude(s, r, sl->spec, o->reason, NULL, &o->pending, &o->status, &o->body);
-    o->done = 1;
-    return 1;
+    /* length: the budget or the context */
+    finish_choice(s, r, c, sl->spec, stop_hit || st.stop_reason == SD_STOP_EOS ? "stop" : "length");
 }
 
 /* A request taken out of the queue ends with an error: its client gone (e NULL: status 499,
@@ -263,12 +368,8 @@ static void end_queued(srv *s, srv_req *r, const srv_err *why) {
     srv_err e;
     if (why) e = *why;
     else srv_err_set(&e, 499, "invalid_request_error", NULL, NULL, "the client closed the connection");
-    srv_buf pending = {0};
-    char *body;
-    int status;
-    conclude(s, r, NULL, NULL, &e, &pending, &status, &body);
-    deliver(r, &pending, 1, status, body);
-    srv_buf_free(&pending);
+    conclude(s, r, &e);
+    deliver(r);
     count_finish(s, NULL, why != NULL, r->cancelled);
     srv_req_unref_locked(r);
 }
@@ -292,15 +393,25 @@ static void drop_departed(srv *s) {
     }
 }
 
+/* A slot gives its choice back: its engine's generation ends (nothing of the request, its grammar,
+ * outlives it); the request's last slot drops the request. mu held. */
+static void release_slot(srv *s, srv_slot *sl) {
+    srv_req *r = sl->req;
+    sd_spec_cancel(sl->spec);
+    sl->req = NULL;
+    s->n_busy--;
+    if (--r->slots_held == 0) srv_req_unref_locked(r);
+}
+
 static void *engine_main(void *arg) {
     srv *s = arg;
     const int N = s->n_slots;
-    srv_slot **busy = calloc((size_t)N, sizeof *busy), **fresh = calloc((size_t)N, sizeof *fresh);
+    srv_slot **busy = calloc((size_t)N, sizeof *busy);
+    srv_req **fresh = calloc((size_t)N, sizeof *fresh);
     sd_spec **specs = calloc((size_t)N, sizeof *specs);
     sd_spec_round *rounds = calloc((size_t)N, sizeof *rounds);
-    slot_out *so = calloc((size_t)N, sizeof *so);
     sd_spec_batch *batch = sd_pair_batch(s->pair);
-    if (!busy || !fresh || !specs || !rounds || !so) {
+    if (!busy || !fresh || !specs || !rounds) {
         fprintf(stderr, "error: serve: out of memory for the engine thread\n");
         abort();
     }
@@ -322,20 +433,26 @@ static void *engine_main(void *arg) {
                 if (s->slots[i].req) s->slots[i].stop = 1;
         }
         drop_departed(s);
+        /* the queue's head takes as many slots as it has choices, once they are free (in order:
+         * a request of n choices is not overtaken by smaller ones behind it) */
         int n_fresh = 0;
-        while (s->q_head && s->n_busy < N) {
+        while (s->q_head && N - s->n_busy >= s->q_head->g.n) {
             srv_req *r = s->q_head;
             s->q_head = r->q_next;
             if (!s->q_head) s->q_tail = NULL;
             s->q_len--;
-            srv_slot *sl = pick_slot(s, r);
-            sl->req = r;
-            sl->last_used = ++s->use_clock;
-            r->slot = sl->id;
-            s->n_busy++;
-            fresh[n_fresh++] = sl;
+            for (int i = 0; i < r->g.n; i++) {
+                srv_slot *sl = pick_slot(s, r);
+                sl->req = r;
+                sl->choice = i;
+                sl->last_used = ++s->use_clock;
+                r->ch[i].slot = sl->id;
+                s->n_busy++;
+            }
+            r->slots_held = r->g.n; /* the queue's reference, held by the slots now */
+            fresh[n_fresh++] = r;
         }
-        /* clients that left stop their sequence at this round */
+        /* clients that left stop their sequences at this round */
         for (int i = 0; i < N; i++) {
             srv_req *r = s->slots[i].req;
             if (r && !r->cancelled && r->conn && srv_http_client_gone(r)) r->cancelled = 1;
@@ -343,55 +460,54 @@ static void *engine_main(void *arg) {
         }
         pthread_mutex_unlock(&s->mu);
 
-        /* prefills of the requests that just got a slot */
+        /* prefills of the requests that just got their slots */
         for (int i = 0; i < n_fresh; i++) {
-            srv_slot *sl = fresh[i];
-            srv_req *r = sl->req;
-            slot_out *o = &so[sl->id];
+            srv_req *r = fresh[i];
             srv_err e;
             const double t0 = sd_now();
-            if (start(s, sl, &e) != 0) {
-                conclude(s, r, NULL, NULL, &e, &o->pending, &o->status, &o->body);
-                o->done = o->error = 1;
+            if (start(s, r, &e) != 0) {
+                conclude(s, r, &e);
                 continue;
             }
             const double dt = sd_now() - t0;
-            if (r->g.stream && r->g.chat) /* the role comes first, as OpenAI sends it */
-                srv_sse_chunk(&o->pending, &r->g, r->id, r->created, s->model_name, "", 0, 1, NULL);
-            pthread_mutex_lock(&s->mu);
+            for (int c = 0; c < r->g.n && r->g.stream && r->g.chat; c++) { /* the role comes first, as OpenAI sends it */
+                const srv_choice_out co = {.index = c, .text = "", .role = 1};
+                srv_sse_chunk(&r->pend, &r->g, s->tok, r->id, r->created, s->model_name, &co);
+            }
             sd_spec_stats pst;
-            sd_spec_get_stats(sl->spec, &pst);
+            sd_spec_get_stats(s->slots[r->ch[0].slot].spec, &pst);
+            pthread_mutex_lock(&s->mu);
             s->m.prompt_tokens += (unsigned long)pst.n_prompt;
             s->m.prompt_cached += (unsigned long)pst.n_reused;
             s->m.prompt_s += dt;
-            deliver(r, &o->pending, 0, 0, NULL);
+            deliver(r);
             pthread_mutex_unlock(&s->mu);
         }
 
         /* one round over every busy slot */
         int n_b = 0;
-        for (int i = 0; i < N; i++)
-            if (s->slots[i].req && !so[i].done) {
+        for (int i = 0; i < N; i++) {
+            const srv_req *r = s->slots[i].req;
+            if (r && !r->ended && !r->ch[s->slots[i].choice].finish) {
                 busy[n_b] = &s->slots[i];
                 specs[n_b++] = s->slots[i].spec;
             }
+        }
         const double t0 = sd_now();
         sd_status st = n_b ? sd_spec_batch_step(batch, specs, n_b, rounds) : SD_OK;
         const int pass_tokens = n_b ? sd_spec_batch_pass_tokens(batch) : 0;
         unsigned long taken = 0;
         for (int i = 0; i < n_b; i++) {
             srv_slot *sl = busy[i];
-            slot_out *o = &so[sl->id];
             if (st != SD_OK) {
                 srv_err e;
                 srv_err_set(&e, 500, "server_error", NULL, NULL, "generation failed: %s", sd_last_error());
-                conclude(s, sl->req, sl->spec, NULL, &e, &o->pending, &o->status, &o->body);
-                o->done = o->error = 1;
+                conclude(s, sl->req, &e);
                 continue;
             }
-            const int before = sl->req->n_gen;
-            take_tokens(s, sl, rounds[i].tokens, rounds[i].n_tokens, o);
-            taken += (unsigned long)(sl->req->n_gen - before);
+            const int before = sl->req->ch[sl->choice].n_gen;
+            take_tokens(s, sl, &rounds[i]);
+            taken += (unsigned long)(sl->req->ch[sl->choice].n_gen - before);
         }
         const double dt = sd_now() - t0;
 
@@ -411,26 +527,20 @@ static void *engine_main(void *arg) {
             if (s->auto_spec && n_b <= s->n_slots)
                 sd_spec_batch_switch_rates(batch, n_b, s->modes[n_b].rate, s->modes[n_b].n);
         }
+        /* what each request said goes out; a finished choice frees its slot, an ended request all
+         * of its slots (a choice's error ends its siblings too) */
         for (int i = 0; i < N; i++) {
             srv_slot *sl = &s->slots[i];
-            slot_out *o = &so[i];
-            if (!sl->req) continue;
             srv_req *r = sl->req;
-            deliver(r, &o->pending, o->done, o->status, o->body);
-            if (!o->done) continue;
-            count_finish(s, o->error ? NULL : o->reason, o->shutdown, r->cancelled);
-            sd_spec_cancel(sl->spec); /* a stop string's: nothing of the request (its grammar) outlives it */
-            sl->req = NULL;
-            s->n_busy--;
-            srv_req_unref_locked(r);
-            const srv_buf keep = o->pending; /* emptied by deliver; its memory serves the next request */
-            memset(o, 0, sizeof *o);
-            o->pending = keep;
+            if (!r) continue;
+            if (r->pend.len || r->pend.oom || (r->ended && !r->finished)) {
+                deliver(r);
+                if (r->ended) count_finish(s, r->reason, r->shutdown, r->cancelled);
+            }
+            if (r->ended || r->ch[sl->choice].finish) release_slot(s, sl);
         }
     }
     pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < N; i++) srv_buf_free(&so[i].pending);
-    free(so);
     free(rounds);
     free(specs);
     free(fresh);

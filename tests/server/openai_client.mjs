@@ -1,6 +1,6 @@
 // The official OpenAI client (npm "openai") against specdec serve: a streamed chat (its chunks'
 // fields, usage in exactly one chunk), a completion that is not streamed (generate's greedy text,
-// usage with cached tokens), structured output (response_format json_schema), a model by id, and errors (a field specdec refuses, a wrong API key,
+// usage with cached tokens), n = 2 choices with log-probabilities, structured output (response_format json_schema), a model by id, and errors (a field specdec refuses, a wrong API key,
 // an unknown model) as the client's own error classes.
 // Usage: node openai_client.mjs BASE_URL API_KEY EXPECTED_COMPLETION_TEXT
 import OpenAI from 'openai';
@@ -73,12 +73,26 @@ for (const temperature of [0, 1]) {
 
 // errors: the client raises its own classes with the server's status and message
 try {
-  await client.completions.create({ model: 'stories260K', prompt: 'Once', n: 2 });
-  check('n = 2 refused', false, 'accepted');
+  await client.completions.create({ model: 'stories260K', prompt: 'Once', logit_bias: { 5: 3 } });
+  check('logit_bias refused', false, 'accepted');
 } catch (e) {
-  check('n = 2 refused', e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'n' && /only one choice/.test(e.message),
+  check('logit_bias refused', e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'logit_bias',
         `${e.constructor.name} ${e.status} ${e.message}`);
 }
+
+// n choices and log-probabilities as the client reads them
+const n2 = await client.chat.completions.create({
+  model: 'stories260K', messages: [{ role: 'user', content: 'Tell me a story.' }], max_tokens: 12, n: 2, seed: 1,
+  logprobs: true, top_logprobs: 3,
+});
+check('n = 2 with logprobs', n2.choices.length === 2 && n2.choices.every((ch, i) => ch.index === i &&
+      ch.logprobs.content.length === 12 && ch.logprobs.content.map((e) => e.token).join('') === ch.message.content &&
+      ch.logprobs.content.every((e) => e.logprob <= 0 && e.top_logprobs.length === 3)) && n2.usage.completion_tokens === 24,
+      JSON.stringify(n2.choices.map((ch) => [ch.message.content, ch.logprobs?.content?.length])));
+const lc = await client.completions.create({ model: 'stories260K', prompt: 'Once upon a time', max_tokens: 8, temperature: 0, logprobs: 2 });
+const l = lc.choices[0].logprobs;
+check('completion logprobs', l.tokens.join('') === lc.choices[0].text && l.token_logprobs.length === 8 &&
+      l.top_logprobs.every((d) => Object.keys(d).length >= 2) && l.text_offset[0] === 0, JSON.stringify(l));
 try {
   await client.chat.completions.create({ model: 'stories260K', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 100000 });
   check('max_tokens past the context refused', false, 'accepted');

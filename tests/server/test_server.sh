@@ -175,6 +175,89 @@ post /v1/completions "$SEEDED, \"repetition_penalty\": 1.3, \"penalty_last_n\": 
 post /v1/completions "$SEEDED, \"repetition_penalty\": 1.3}" >"$TMP/pen1.json"
 expect "penalties: drafting or not, the same text" "$(jq -r '.choices[0].text' "$TMP/pen1.json")" "$(jq -r '.choices[0].text' "$TMP/pen0.json")"
 
+# n choices: run in as many slots, the prompt prefilled once; greedy, every choice is the greedy
+# text; seeded with coupled sampling, choice i is generate's text for seed + i; streamed, each
+# choice's chunks carry its index and add up to its text
+post /v1/completions '{"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0, "n": 3}' >"$TMP/n3.json"
+expect "n = 3, greedy: three choices of the greedy text" "$(jq -r '[.choices[] | "\(.index) \(.finish_reason) \(.text == $t)"] | join(",")' --arg t "$text" "$TMP/n3.json")" \
+  "0 length true,1 length true,2 length true"
+expect "n = 3: usage counts the prompt once and every choice" "$(jq -c '[.usage.prompt_tokens, .usage.completion_tokens]' "$TMP/n3.json")" "[5,144]"
+plain2=$("$BIN" generate -m stories260K -t 1 -p "Once upon a time" -n 40 --temp 0.9 --top-p 0.95 --seed 124 \
+  --spec-sampling coupled --ignore-eos --no-stream 2>/dev/null)
+post /v1/completions "$SEEDED, \"n\": 2}" >"$TMP/n2.json"
+expect "n = 2, coupled: choice i is generate's text for seed + i" \
+  "Once upon a time$(jq -r '.choices[0].text' "$TMP/n2.json")|Once upon a time$(jq -r '.choices[1].text' "$TMP/n2.json")" "$plain|$plain2"
+curl -sN -m 60 "$U/v1/chat/completions" -d '{"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 30, "seed": 5, "n": 2, "stream": true, "stream_options": {"include_usage": true}}' >"$TMP/n2s.txt"
+sed -n 's/^data: {/{/p' "$TMP/n2s.txt" >"$TMP/n2s.jsonl"
+got=$(python3 - "$TMP/n2s.jsonl" <<'PY'
+import json, sys
+chunks = [json.loads(l) for l in open(sys.argv[1])]
+text, roles, finish, usage = {0: "", 1: ""}, {0: 0, 1: 0}, {}, []
+for c in chunks:
+    if c.get("usage"): usage.append(c["usage"]["completion_tokens"])
+    for ch in c["choices"]:
+        i = ch["index"]; d = ch["delta"]
+        roles[i] += d.get("role") == "assistant"
+        text[i] += d.get("content") or ""
+        if ch["finish_reason"]: finish[i] = finish.get(i, "") + ch["finish_reason"]
+print(roles[0], roles[1], finish.get(0), finish.get(1), usage, len(text[0]) > 0 and len(text[1]) > 0)
+PY
+)
+expect "n = 2, streamed: a role, text and one finish per index, usage once" "$got" "1 1 length length [60] True"
+SEEDEDC='{"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 30, "temperature": 0.9, "seed": 77, "n": 2, "spec_sampling": "coupled"'
+post /v1/chat/completions "$SEEDEDC}" >"$TMP/n2c.json"
+curl -sN -m 60 "$U/v1/chat/completions" -d "$SEEDEDC, \"stream\": true}" >"$TMP/n2cs.txt"
+for i in 0 1; do
+  expect "n = 2, coupled chat: choice $i streamed alike" \
+    "$(sed -n 's/^data: {/{/p' "$TMP/n2cs.txt" | jq -j --argjson i $i '.choices[] | select(.index == $i) | .delta.content // ""')" \
+    "$(jq -r --argjson i $i '.choices[$i].message.content' "$TMP/n2c.json")"
+done
+check_err "n past the slots"      400 "^n: 5 choices need as many slots at once, and this server has 4" /v1/completions '{"prompt": "a", "n": 5}'
+
+# log-probabilities: the target's, the same drafted or not (speculative.n_max 0); greedy, each
+# chosen token is the likeliest; the tokens make up the text, their offsets count characters; a
+# stop string drops the tokens inside it; chat's form streamed alike
+LP='{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0, "logprobs": 3'
+post /v1/completions "$LP}" >"$TMP/lp.json"
+post /v1/completions "$LP, \"speculative.n_max\": 0}" >"$TMP/lp0.json"
+post /v1/completions "$LP, \"stop\": \" the\"}" >"$TMP/lps.json"
+got=$(python3 - "$TMP/lp.json" "$TMP/lp0.json" "$TMP/lps.json" <<'PY'
+import json, sys
+a, b, st = (json.load(open(f))["choices"][0] for f in sys.argv[1:])
+la, lb = a["logprobs"], b["logprobs"]
+out = []
+out.append("joined" if "".join(la["tokens"]) == a["text"] else "tokens %r text %r" % (la["tokens"], a["text"]))
+out.append("count %d" % len(la["tokens"]))
+same = la["tokens"] == lb["tokens"] and all(abs(x - y) < 1e-4 for x, y in zip(la["token_logprobs"], lb["token_logprobs"]))
+out.append("drafted-alike" if same else "differ %r %r" % (la["token_logprobs"][:5], lb["token_logprobs"][:5]))
+top = all(len(d) >= 3 and abs(max(d.values()) - x) < 1e-5 and x <= 0 for d, x in zip(la["top_logprobs"], la["token_logprobs"]))
+out.append("argmax" if top else "not-argmax")
+offs = [0]
+for t in la["tokens"][:-1]: offs.append(offs[-1] + len(t))
+out.append("offsets" if offs == la["text_offset"] else "offsets %r" % la["text_offset"])
+ls = st["logprobs"]
+j = "".join(ls["tokens"])
+out.append("stop-cut" if st["finish_reason"] == "stop" and j.startswith(st["text"]) and len(j) - len(st["text"]) < len(ls["tokens"][-1]) + 1
+           and len(ls["tokens"]) < len(la["tokens"]) else "stop %r %r" % (st["text"], ls["tokens"]))
+print(" ".join(out))
+PY
+)
+expect "logprobs (completions)" "$got" "joined count 40 drafted-alike argmax offsets stop-cut"
+LPC='{"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 24, "temperature": 0, "logprobs": true, "top_logprobs": 2'
+post /v1/chat/completions "$LPC}" >"$TMP/lpc.json"
+curl -sN -m 60 "$U/v1/chat/completions" -d "$LPC, \"stream\": true}" | sed -n 's/^data: {/{/p' >"$TMP/lpcs.jsonl"
+got=$(python3 - "$TMP/lpc.json" "$TMP/lpcs.jsonl" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))["choices"][0]
+content = c["logprobs"]["content"]
+streamed = [e for l in open(sys.argv[2]) for ch in json.loads(l)["choices"] if ch.get("logprobs") for e in ch["logprobs"]["content"]]
+ok = "".join(e["token"] for e in content) == c["message"]["content"] and len(content) == 24
+ok = ok and all(len(e["top_logprobs"]) == 2 and bytes(e["bytes"]).decode("utf-8", "replace") == e["token"] for e in content)
+print("ok" if ok else "bad %r" % content[:3], "streamed-alike" if streamed == content else "streamed %d entries" % len(streamed))
+PY
+)
+expect "logprobs (chat), streamed alike" "$got" "ok streamed-alike"
+
 # constrained output: a JSON Schema (llama-server's json_schema, OpenAI's response_format) gives
 # generate --json-schema's text for a seed, valid against the schema, streamed alike; a GBNF grammar
 SCHEMA='{"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}, "age": {"type": "integer", "minimum": 1, "maximum": 99}}, "required": ["name", "age"], "additionalProperties": false}'
@@ -282,7 +365,6 @@ check_err "image part"            400 "messages\[0\].content\[0\] must be a text
 check_err "seed a string"         400 "^seed: must be an integer, got a string" /v1/completions '{"prompt": "a", "seed": "x"}'
 check_err "prompt array of many"  400 "^prompt: one prompt per request" /v1/completions '{"prompt": ["a", "b"]}'
 check_err "prompt bad token id"   400 "^prompt: prompt\[1\] must be a token id in 0..511" /v1/completions '{"prompt": [1, 9999]}'
-check_err "n = 2"                 400 "^n: only one choice per request" /v1/completions '{"prompt": "a", "n": 2}'
 check_err "logit_bias"            400 "^logit_bias: logit biases are not supported" /v1/completions '{"prompt": "a", "logit_bias": {"1": 5}}'
 check_err "tools"                 400 "^tools: tool calling is not supported" /v1/chat/completions '{"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function", "function": {"name": "f"}}]}'
 check_err "penalty out of range"  400 "^presence_penalty: must be in \[-2, 2\], got 2.5$" /v1/completions '{"prompt": "a", "presence_penalty": 2.5}'
