@@ -24,6 +24,8 @@ fi
 
 BUILD=${1:-build}
 shift || true
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" 2>&1 | grep -vE '^\[ *[0-9]+%\]|^-- ' || true
-test -x "$BUILD/specdec" || { echo "setup: build failed" >&2; exit 1; }
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null || { echo "setup: cmake could not configure $BUILD" >&2; exit 1; }
+# The progress lines are filtered out; the build's own status decides (pipefail), so a file that
+# no longer compiles fails the script instead of leaving the last good binaries to be tested.
+cmake --build "$BUILD" -j"$(nproc)" 2>&1 | { grep -vE '^\[ *[0-9]+%\]|^-- ' || true; } ||
+  { echo "setup: the build of $BUILD failed" >&2; exit 1; }

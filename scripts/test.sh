@@ -28,7 +28,8 @@ path_pass() { # NAME BUILD_DIR CMAKE_ARGS...
   shift 2
   echo "== $name build: kernel and forward-pass tests"
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_WERROR=ON -DSPECDEC_NATIVE=OFF "$@" >/dev/null
-  cmake --build "$dir" -j"$(nproc)" --target "${PATH_TESTS[@]}" 2>&1 | grep -vE '^\[ *[0-9]+%\]|^-- ' || true
+  cmake --build "$dir" -j"$(nproc)" --target "${PATH_TESTS[@]}" 2>&1 | { grep -vE '^\[ *[0-9]+%\]|^-- ' || true; } ||
+    { echo "test: the $name build failed" >&2; exit 1; }
   local re
   re="^($(IFS='|'; echo "${PATH_TESTS[*]}"))\$"
   (cd "$dir" && ctest --output-on-failure -j2 --timeout 900 -R "$re")
@@ -40,8 +41,8 @@ if [ "${SPECDEC_SKIP_PATHS:-0}" != 1 ]; then
     echo "== AVX-512 build (icelake-server): compile only, this CPU cannot run it"
     cmake -S . -B build-avx512 -DCMAKE_BUILD_TYPE=Release -DSPECDEC_WERROR=ON -DSPECDEC_NATIVE=OFF \
       "-DCMAKE_C_FLAGS=-march=icelake-server" >/dev/null
-    cmake --build build-avx512 -j"$(nproc)" --target specdec specdec_tools 2>&1 | grep -vE '^\[ *[0-9]+%\]|^-- ' || true
-    test -f build-avx512/libspecdec.a || { echo "AVX-512 build failed" >&2; exit 1; }
+    cmake --build build-avx512 -j"$(nproc)" --target specdec specdec_tools 2>&1 | { grep -vE '^\[ *[0-9]+%\]|^-- ' || true; } ||
+      { echo "test: the AVX-512 build failed" >&2; exit 1; }
   fi
   path_pass "portable" build-portable
 fi
