@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev libmicrohttpd-dev curl jq)
+PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev libmicrohttpd-dev curl jq qemu-user)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

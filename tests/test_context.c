@@ -375,17 +375,15 @@ static void test_bad_batches(void **state) {
     assert_int_equal(sd_context_seq_len(small, 0), 10);
     free(lg);
     sd_context_free(small);
-    if (sd_attention_f16_ok(16)) {
-        cp = sd_context_default_params();
-        cp.kv_type = SD_TYPE_F16;
-        assert_int_equal(sd_context_create(m, &cp, &small), SD_OK);
-        RESET();
-        sd_batch_add(&b, 5, 0, 0, 1);
-        sd_batch_add_child(&b, 6, 1, 0, 0, 1);
-        sd_batch_add_child(&b, 7, 1, 0, 0, 1);
-        expect_bad(small, &b, SD_ERR_UNSUPPORTED, "tree batches need an f32 KV cache");
-        sd_context_free(small);
-    }
+    cp = sd_context_default_params();
+    cp.kv_type = SD_TYPE_F16;
+    assert_int_equal(sd_context_create(m, &cp, &small), SD_OK);
+    RESET();
+    sd_batch_add(&b, 5, 0, 0, 1);
+    sd_batch_add_child(&b, 6, 1, 0, 0, 1);
+    sd_batch_add_child(&b, 7, 1, 0, 0, 1);
+    expect_bad(small, &b, SD_ERR_UNSUPPORTED, "tree batches need an f32 KV cache");
+    sd_context_free(small);
     /* a full batch refuses more */
     sd_batch full;
     assert_int_equal(sd_batch_init(&full, 1), SD_OK);

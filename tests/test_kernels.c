@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/fp16.h"
-#include "kernels/cpu.h"
+#include "specdec/cpu.h"
 #include "kernels/kernels.h"
 #include "sdtest.h"
 
@@ -105,10 +105,7 @@ static void test_matmul_f32(void **state) {
  * and past SD_SMALL_BATCH, where the packed kernel still runs (bit for bit at every n). */
 static void test_matmul_f32_packed(void **state) {
     (void)state;
-    if (!sd_f32_can_pack(&(sd_tensor){SD_TYPE_F32, 16, 64, 64 * sizeof(float), NULL, NULL})) {
-        printf("SKIP: no narrow-F32 kernel on this build (needs AVX-512 or AVX2)\n");
-        skip();
-    }
+    assert_true(sd_f32_can_pack(&(sd_tensor){SD_TYPE_F32, 16, 64, 64 * sizeof(float), NULL, NULL})); /* every path */
     static const int ns[] = {1, 2, 5, 6, 7, 12, 13, 33, 34, 70};
     for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
         check_matmul_p(SD_TYPE_F32, 37, 64, ns[i], 1);
@@ -288,7 +285,7 @@ static void check_attention_f16(int n, int pos0, int n_heads, int n_kv_heads, in
 
 static void test_attention_f16(void **state) {
     (void)state;
-    if (!sd_attention_f16_ok(64)) skip();
+    assert_true(sd_attention_f16_ok(16)); /* every path has the kernels */
     check_attention_f16(1, 64, 12, 12, 64); /* 110M decode step: parallel */
     check_attention_f16(5, 100, 12, 12, 64); /* verify pass */
     check_attention_f16(3, 0, 4, 2, 16);     /* GQA, first tokens, serial */
@@ -516,21 +513,37 @@ static void test_steal(void **state) {
     if (steal_run(1000, 1, 2, 1) == 0) fail_msg("one slot, two threads: the slotless thread stole nothing");
 }
 
-/* The build machine runs what it compiled for (-march=native); the message is empty then, and a
- * too-small buffer is never overrun. */
-static void test_cpu_check(void **state) {
+/* The kernel paths nest (a CPU running AVX-512 runs AVX2; every CPU runs the portable path), a
+ * path this CPU lacks says what is missing, and the active path is SPECDEC_ISA's when set (the
+ * tests run under each), else the best this CPU runs. */
+static void test_isa(void **state) {
     (void)state;
-    char why[64] = "x";
-    assert_int_equal(sd_cpu_check(why, sizeof why), 0);
-    assert_string_equal(why, "");
-    assert_int_equal(sd_cpu_check(why, 0), 0);
-    printf("  built for: avx512 %d, avx2 %d, integer dot kernels: avx512 %d, avx2 %d\n", SD_HAVE_AVX512, SD_HAVE_AVX2,
-           SD_QDOT, SD_QDOT2);
+    char why[160];
+    int best = -1;
+    for (int i = 0; i < SD_ISA_COUNT; i++) {
+        strcpy(why, "x");
+        const int has = sd_isa_cpu_has((sd_isa)i, why, sizeof why);
+        if (has != (why[0] == 0)) fail_msg("%s: runs %d, but the missing features say '%s'", sd_isa_name((sd_isa)i), has, why);
+        if (has && i > 0 && !sd_isa_cpu_has((sd_isa)(i - 1), NULL, 0))
+            fail_msg("this CPU runs %s but not %s", sd_isa_name((sd_isa)i), sd_isa_name((sd_isa)(i - 1)));
+        if (has) best = i;
+        printf("  %-8s %s%s\n", sd_isa_name((sd_isa)i), has ? "runs" : "lacks ", why);
+    }
+    assert_true(sd_isa_cpu_has(SD_ISA_PORTABLE, NULL, 0));
+    assert_int_equal(sd_isa_status(), SD_OK);
+    const char *env = getenv("SPECDEC_ISA");
+    if (env && env[0]) assert_string_equal(sd_isa_name(sd_isa_active()), env);
+    else assert_int_equal(sd_isa_active(), best);
+    char small[8];
+    sd_isa_describe(small, sizeof small); /* never overruns */
+    assert_int_equal(strlen(small), sizeof small - 1);
+    sd_isa_describe(why, sizeof why);
+    printf("  running: %s\n", why);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cpu_check),
+        cmocka_unit_test(test_isa),
         cmocka_unit_test(test_steal),
         cmocka_unit_test(test_matmul_f32),
         cmocka_unit_test(test_matmul_f32_packed),

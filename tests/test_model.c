@@ -92,7 +92,6 @@ static void test_batched_tiny_gqa(void **state) {
 #define TOL_KV_F16 1e-2 /* max |logit difference| / max |logit| (halves carry 11 bits) */
 static void test_kv_f16(void **state) {
     (void)state;
-    if (!sd_attention_f16_ok(16)) skip();
     sd_synth_params p = sdtest_synth_shape(64, 2, 4, 2, 160, 320, 256, 5);
     sd_model *m16 = sdtest_synth_model(&p), *m32 = sdtest_synth_model(&p);
     sdtest_kv_type = SD_TYPE_F16;

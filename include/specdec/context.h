@@ -19,7 +19,7 @@ typedef struct {
     int n_batch;     /* most tokens one forward chunk holds (activation memory); 0: 512 */
     int n_seq;       /* sequences, each with its own cache rows; 0: 1 */
     sd_type kv_type; /* SD_TYPE_F32 (default) or SD_TYPE_F16 (half the cache bytes; needs
-                        head_dim >= 16 and the AVX-512 build) */
+                        head_dim >= 16) */
 } sd_context_params;
 
 sd_context_params sd_context_default_params(void);

@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/options.h"
 #include "specdec/bench.h"
+#include "specdec/cpu.h"
 
 /* First quartile, median and third quartile of n values (sorted in place). */
 static void quartiles(double *v, int n, double q[3]) {
@@ -59,6 +60,9 @@ int cmd_bench_decode(int argc, char **argv) {
     printf("threads:    %d", sd_get_threads());
     if (sd_get_threads() != threads) printf(" (OMP_THREAD_LIMIT caps the %d asked for)", threads);
     printf("\n");
+    char isa[256];
+    sd_isa_describe(isa, sizeof isa);
+    printf("kernels:    %s\n", isa);
     printf("reads:      %.1f MB per decoded token: %.1f MB of weights, %.1f MB of KV cache (%d positions, %s)\n",
            bpt / 1e6, wpt / 1e6, kvpt / 1e6, pos + 1, sd_type_info(sd_context_kv_type(ctx))->name);
     fflush(stdout);

@@ -4,6 +4,7 @@
 
 #include "cli/cli.h"
 #include "cli/options.h"
+#include "specdec/cpu.h"
 #include "specdec/twin.h"
 
 int cmd_info(int argc, char **argv) {
@@ -19,6 +20,9 @@ int cmd_info(int argc, char **argv) {
     sd_model_describe(m, stdout);
     char twin[1024];
     if (sd_model_twin_of(m, twin, sizeof twin)) printf("twin:           cost twin of %s\n", twin);
+    char k[256];
+    sd_isa_describe(k, sizeof k);
+    printf("kernels:        %s\n", k);
     sd_model_free(m);
     return 0;
 }

@@ -13,6 +13,7 @@
 #include "specdec/quant.h"
 #include "cli/options.h"
 #include "specdec/bench.h"
+#include "specdec/cpu.h"
 
 volatile sig_atomic_t cli_interrupted = 0;
 
@@ -156,6 +157,23 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         cli_usage(stdout);
+        return 0;
+    }
+    /* SPECDEC_ISA naming no path, or one this CPU cannot run, stops every command at once. */
+    const sd_status isa = sd_isa_status();
+    if (isa != SD_OK) return cli_error_status(isa);
+    if (!strcmp(cmd, "--version")) {
+        char k[256];
+        sd_isa_describe(k, sizeof k);
+        printf("specdec: speculative decoding for LLMs on CPUs (C11), built with %s\nkernels: %s\n",
+#if defined(__clang__)
+               "clang " __clang_version__,
+#elif defined(__GNUC__)
+               "gcc " __VERSION__,
+#else
+               "an unknown compiler",
+#endif
+               k);
         return 0;
     }
     return cli_run(argc - 1, argv + 1);

@@ -1,6 +1,6 @@
-/* The AVX2 (+FMA, F16C) build's float kernels (kernels_avx2.c), for CPUs without AVX-512, and
- * the inline helpers they share with kernels.c and quant_avx2.c: fixed-order horizontal sums,
- * tail masks and a vector exp. Only included where SD_HAVE_AVX2 or SD_QDOT2 holds. */
+/* The inline helpers of the AVX2 path's files (kernels_avx2.c, quant_avx2.c): fixed-order
+ * horizontal sums, tail masks and a vector exp. Included by those files only: everything here
+ * is compiled for AVX2, FMA and F16C. */
 #ifndef SD_KERNELS_AVX2_H
 #define SD_KERNELS_AVX2_H
 
@@ -8,7 +8,6 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "specdec/types.h"
 
 /* Lane i = sum of p[i]'s 8 lanes, for 8 vectors at once, by the tree ((e0 + e1) + (e2 + e3)) +
  * ((e4 + e5) + (e6 + e7)), which hsum8 uses too: a kernel may sum 8 rows or positions at once or
@@ -87,26 +86,5 @@ static inline __m256 exp256(__m256 x) {
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_blendv_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), _mm256_set1_ps(INFINITY), over);
 }
-
-/* Rows [r0, r1) of W (F32, F16 or BF16) for n <= SD_SMALL_BATCH tokens: Y[t * W->rows + r] =
- * X[t] . row r. Every (row, token) is summed in the same order whatever n or [r0, r1) are
- * (batched == stepwise, bit for bit). W->packed (an F32 copy from sd_f32_pack) is used when set,
- * with xb (NULL, or X as sd_avx2_broadcast_x wrote it) for n >= 2. */
-void sd_avx2_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1, const float *xb);
-
-/* Floats of sd_avx2_broadcast_x's output for n tokens of cols columns; writes element (c, t) of
- * X[n][cols] as 8 copies at xb + (c * n + t) * 8, the operands the packed kernel multiplies
- * columns of 8 rows by. */
-size_t sd_avx2_xb_floats(int64_t cols, int n);
-void sd_avx2_broadcast_x(const float *X, int n, int64_t cols, float *xb);
-
-/* Attention for tokens of a chain (path NULL: token j at position pos0 + j attends to 0..pos0+j)
- * or of a tree (sd_attention_tree's path/path_off), over an F32 or (f16) F16 cache, on nt
- * threads (OpenMP only when par). att_scratch: att_slots rows of pos0 + n floats. Every (token,
- * head) is computed by the same operations in the same order whatever the batch, thread count
- * or scratch size, and a tree path gives the bits of the chain that holds it. */
-void sd_avx2_attention(const float *q, const void *K, const void *V, int f16, float *out, int n, int pos0,
-                       const int32_t *path, const int32_t *path_off, int n_heads, int n_kv_heads, int head_dim,
-                       float *att_scratch, int att_slots, int nt, int par);
 
 #endif

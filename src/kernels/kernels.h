@@ -1,6 +1,9 @@
 /* The math of the forward pass: matrix products per weight type, norms, RoPE, softmax,
- * attention. The only module with OpenMP pragmas and BLAS calls; each fast path has a
- * naive reference (suffix _ref) that tests compare against. */
+ * attention. The only module with OpenMP pragmas and BLAS calls. Every call runs on the active
+ * kernel path (specdec/cpu.h: AVX-512, AVX2 or portable, chosen once); each path keeps the
+ * invariants stated here on its own, so results are the same bits within a path, not across
+ * paths. Each fast path has a naive reference (suffix _ref, or the portable path's code) that
+ * tests compare against. */
 #ifndef SD_KERNELS_H
 #define SD_KERNELS_H
 
@@ -76,8 +79,8 @@ static inline int sd_block_rows(const int64_t *first, int i, int64_t b0, int64_t
 /* F32 matrices of small models (whose row kernels spend much of their time on horizontal
  * sums: 4 FMAs per row and token at 64 columns) may get a copy regrouped by 16 rows,
  * column-major inside a group (sd_tensor.packed); sd_matmul then uses it for every n (rows
- * bit-identical whatever the batch; sgemm's start-up outweighed a small model's arithmetic). sd_f32_can_pack says whether this build has
- * the kernel for W; sd_f32_pack writes sd_f32_packed_bytes(rows, cols) into dst (64-byte
+ * bit-identical whatever the batch; sgemm's start-up outweighed a small model's arithmetic). sd_f32_can_pack says whether the
+ * active path has the kernel for W; sd_f32_pack writes sd_f32_packed_bytes(rows, cols) into dst (64-byte
  * aligned). The model loader decides which matrices get one (model.c, pack_weights). */
 int sd_f32_can_pack(const sd_tensor *W);
 size_t sd_f32_packed_bytes(int64_t rows, int64_t cols);
@@ -130,19 +133,21 @@ void sd_swiglu(float *a, const float *b, int n);
 /* Causal grouped-query attention for n query tokens at positions pos0..pos0+n-1.
  * q: [n][n_heads*head_dim]; K, V caches: [>= pos0+n][n_kv_heads*head_dim] (already holding
  * the new tokens' keys and values); out: [n][n_heads*head_dim].
- * att_scratch: att_slots x (pos0+n) floats; at most att_slots threads run. With att_slots >=
- * n_heads (and head_dim >= 16) each thread takes a range of heads, position-major, for up to
- * min(att_slots / n_heads, SD_ATT_TOKENS) tokens per pass over the cache; short heads
- * (head_dim < 16) take the same passes, on AVX-512 serially, a KV head's block of keys gathered
- * once for all of them (AVX2: kernels_avx2.c, every head size this way, split by heads). */
+ * att_scratch: att_slots x (pos0+n) floats; at most att_slots threads run. On the vector paths,
+ * with att_slots >= n_heads (and head_dim >= 16 on AVX-512) each thread takes a range of heads,
+ * position-major, for up to min(att_slots / n_heads, SD_ATT_TOKENS) tokens per pass over the
+ * cache; AVX-512's short heads (head_dim < 16) take the same passes serially, a KV head's block
+ * of keys gathered once for all of them. Otherwise, and on the portable path, each (token, head)
+ * runs on its own. */
 #define SD_ATT_TOKENS 9
 void sd_attention(const float *q, const float *K, const float *V, float *out, int n, int pos0,
                   int n_heads, int n_kv_heads, int head_dim, float *att_scratch, int att_slots);
 /* sd_attention over an F16 cache (K, V: [>= pos0+n][n_kv_heads*head_dim] halves): equal, bit
  * for bit, to sd_attention over an F32 cache holding the same values. conv_scratch: conv_slots x
- * 16 x n_kv_heads*head_dim floats (AVX-512: at most conv_slots threads run; the AVX2 kernels
- * convert on load and use none of it). Needs att_slots >= n_heads and sd_attention_f16_ok(head_dim)
- * (AVX-512 or AVX2, head_dim >= 16); returns -1 otherwise, 0 on success. */
+ * 16 x n_kv_heads*head_dim floats (at most conv_slots threads run; only the AVX-512 kernels use
+ * it, the others convert on load). Needs att_slots >= n_heads, conv_slots >= 1 and
+ * sd_attention_f16_ok(head_dim) (head_dim >= 16, on every path); returns -1 otherwise, 0 on
+ * success. */
 int sd_attention_f16_ok(int head_dim);
 int sd_attention_f16(const float *q, const uint16_t *K, const uint16_t *V, float *out, int n, int pos0, int n_heads,
                      int n_kv_heads, int head_dim, float *att_scratch, int att_slots, float *conv_scratch,

@@ -1,21 +1,22 @@
-/* The float kernels of the AVX2 build (CPUs with AVX2, FMA and F16C but no AVX-512): matrix
- * rows of F32/F16/BF16 weights for decode and small batches, the 16-row packed F32 kernel of
- * small models, and attention over F32 and F16 caches; kernels.c dispatches to them. */
-#include "kernels/cpu.h"
-
-#if SD_HAVE_AVX2
+/* The AVX2 path's float kernels (CPUs with AVX2, FMA and F16C; compiled for them alone,
+ * CMakeLists.txt): matrix rows of F32/F16/BF16 weights for decode and small batches, the 16-row
+ * packed F32 kernel of small models, norms' dot products, RoPE, softmax, SwiGLU, conversions,
+ * attention over F32 and F16 caches and trees, and the bandwidth probe's loads; its table joins
+ * them to the integer kernels of quant_avx2.c. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
+#include "core/fp16.h"
 #include "kernels/avx2.h"
-#include "kernels/kernels.h"
+#include "kernels/isa.h"
+#include "kernels/portable.h"
 
 static inline const uint8_t *row_ptr(const sd_tensor *W, int64_t r) {
     return (const uint8_t *)W->data + (size_t)r * W->row_bytes;
 }
 
-/* The line SD_WEIGHT_PREFETCH_BYTES past p, into L2, as the AVX-512 kernels do (cpu.h). */
+/* The line SD_WEIGHT_PREFETCH_BYTES past p, into L2, as the AVX-512 kernels do (isa.h). */
 static inline void weight_prefetch(const uint8_t *p) {
     _mm_prefetch((const char *)p + SD_WEIGHT_PREFETCH_BYTES, SD_WEIGHT_PREFETCH_HINT);
 }
@@ -146,7 +147,7 @@ static const rows_fn k_rows[3][ROWS_MAX + 1] = {ROWS_TABLE(f32), ROWS_TABLE(f16)
  * the activation into each FMA as a memory operand, so a batch still loads it once per half;
  * forcing it into registers spilled.) */
 /* Token t's element of column c: broadcast from X, or (XB, a constant once inlined) read from
- * sd_avx2_broadcast_x's copies (xn tokens per column), which the FMA takes from memory. */
+ * avx2_broadcast_x's copies (xn tokens per column), which the FMA takes from memory. */
 static inline __attribute__((always_inline)) __m256 t16_x(const float *X, int64_t cols, int64_t c, int t, const int XB,
                                                           int xn) {
     return XB ? _mm256_loadu_ps(X + ((size_t)c * xn + t) * 8) : _mm256_broadcast_ss(X + (size_t)t * cols + c);
@@ -220,9 +221,9 @@ static void t16_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_
     }
 }
 
-size_t sd_avx2_xb_floats(int64_t cols, int n) { return (size_t)cols * (size_t)n * 8; }
+static size_t avx2_xb_floats(int64_t cols, int n) { return (size_t)cols * (size_t)n * 8; }
 
-void sd_avx2_broadcast_x(const float *X, int n, int64_t cols, float *xb) {
+static void avx2_broadcast_x(const float *X, int n, int64_t cols, float *xb) {
     for (int t = 0; t < n; t++) {
         const float *x = X + (size_t)t * cols;
         int64_t c = 0;
@@ -235,7 +236,7 @@ void sd_avx2_broadcast_x(const float *X, int n, int64_t cols, float *xb) {
     }
 }
 
-void sd_avx2_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1, const float *xb) {
+static void avx2_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1, const float *xb) {
     if (W->packed && W->type == SD_TYPE_F32) {
         t16_rows(W, X, n, Y, r0, r1, xb);
         return;
@@ -245,6 +246,131 @@ void sd_avx2_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r
         const int nb = n - j0 < ROWS_MAX ? n - j0 : ROWS_MAX;
         tab[nb](W, X + (size_t)j0 * W->cols, Y + (size_t)j0 * W->rows, r0, r1);
     }
+}
+
+/* ---------------------------------------------------------------- elementwise */
+
+static float avx2_dot(const float *a, const float *b, int n) {
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    if (i < n) {
+        const __m256i m = tail8(n - i);
+        acc = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), acc);
+    }
+    return hsum8(acc);
+}
+
+static void avx2_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int half_style) {
+    /* sd_rope_ref's operations, 8 lanes at a time (as the AVX-512 path above). */
+    const int half = rope_dim / 2;
+    if (half_style) {
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (size_t)h * head_dim;
+            for (int i = 0; i < half; i += 8) {
+                const __m256i m = tail8(half - i);
+                const __m256 c = _mm256_maskload_ps(cs + i, m), s = _mm256_maskload_ps(cs + half + i, m);
+                const __m256 lo = _mm256_maskload_ps(v + i, m), hi = _mm256_maskload_ps(v + half + i, m);
+                _mm256_maskstore_ps(v + i, m, _mm256_sub_ps(_mm256_mul_ps(lo, c), _mm256_mul_ps(hi, s)));
+                _mm256_maskstore_ps(v + half + i, m, _mm256_add_ps(_mm256_mul_ps(lo, s), _mm256_mul_ps(hi, c)));
+            }
+        }
+        return;
+    }
+    enum { MAXD = 512 };
+    if (rope_dim <= MAXD) {
+        float cd[MAXD], sd[MAXD];
+        for (int i = 0; i < half; i++) {
+            cd[2 * i] = cd[2 * i + 1] = cs[i];
+            sd[2 * i] = -cs[half + i];
+            sd[2 * i + 1] = cs[half + i];
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (size_t)h * head_dim;
+            for (int i = 0; i < rope_dim; i += 8) {
+                const __m256i m = tail8(rope_dim - i);
+                const __m256 a = _mm256_maskload_ps(v + i, m);
+                const __m256 b = _mm256_permute_ps(a, 0xB1); /* each pair swapped */
+                _mm256_maskstore_ps(v + i, m,
+                                    _mm256_add_ps(_mm256_mul_ps(a, _mm256_maskload_ps(cd + i, m)),
+                                                  _mm256_mul_ps(b, _mm256_maskload_ps(sd + i, m))));
+            }
+        }
+        return;
+    }
+    sd_rope_ref(x, n_heads, head_dim, rope_dim, cs, half_style);
+}
+
+static void avx2_softmax(float *x, int n) {
+    int i = 0;
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
+    float mxs = -INFINITY;
+    for (int j = i; j < n; j++) mxs = x[j] > mxs ? x[j] : mxs;
+    const float vm = hmax8(vmax);
+    mxs = vm > mxs ? vm : mxs;
+    const __m256 mx = _mm256_set1_ps(mxs);
+    __m256 vsum = _mm256_setzero_ps();
+    /* full vectors unmasked, the tail masked (the same values: masking per vector cost ~30% of
+     * the instructions of an attention row of 65) */
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), mx));
+        _mm256_storeu_ps(x + i, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    const __m256i m = tail8(n - i);
+    if (i < n) {
+        const __m256 e = _mm256_and_ps(exp256(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), mx)), _mm256_castsi256_ps(m));
+        _mm256_maskstore_ps(x + i, m, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / hsum8(vsum));
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    if (i < n) _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv));
+}
+
+static long avx2_first_nonfinite(const float *x, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const int bad = nonfinite8(_mm256_loadu_ps(x + i));
+        if (bad) return (long)(i + (size_t)__builtin_ctz((unsigned)bad));
+    }
+    const long rest = sd_portable_first_nonfinite(x + i, n - i);
+    return rest < 0 ? -1 : (long)i + rest;
+}
+
+/* SwiGLU on [i0, i1): each element on its own, so any split gives the same bits. */
+static void avx2_swiglu(float *a, const float *b, int64_t i0, int64_t i1) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (int64_t i = i0; i < i1; i += 8) {
+        const __m256i m = tail8((int)(i1 - i < 8 ? i1 - i : 8));
+        const __m256 g = _mm256_maskload_ps(a + i, m);
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        _mm256_maskstore_ps(a + i, m, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_maskload_ps(b + i, m)));
+    }
+}
+
+static void avx2_f32_to_f16(const float *x, uint16_t *y, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) y[i] = sd_fp32_to_fp16(x[i]);
+}
+
+/* A thread's part of the bandwidth probe, prefetching as the matrix kernels do (isa.h). */
+static float avx2_stream(const float *buf, size_t per) {
+    __m256 acc[8];
+    for (int k = 0; k < 8; k++) acc[k] = _mm256_setzero_ps();
+    for (size_t i = 0; i < per; i += 8)
+        for (int k = 0; k < 8; k++) {
+            const float *p = buf + (size_t)k * per + i;
+            if (!(i & 15)) _mm_prefetch((const char *)p + SD_WEIGHT_PREFETCH_BYTES, SD_WEIGHT_PREFETCH_HINT);
+            acc[k] = _mm256_add_ps(acc[k], _mm256_loadu_ps(p));
+        }
+    __m256 a = acc[0];
+    for (int k = 1; k < 8; k++) a = _mm256_add_ps(a, acc[k]);
+    return hsum8(a);
 }
 
 /* ---------------------------------------------------------------- attention
@@ -453,7 +579,7 @@ static inline __attribute__((always_inline)) void att_range(const att_job *J, in
         for (int h = h0; h < h1; h++) {
             float *a = ATT_ROW(j, h), *o = J->out + ((size_t)j * J->n_heads + h) * HD;
             const int nj = tok_ctx(J, j);
-            sd_softmax(a, nj);
+            avx2_softmax(a, nj);
             if (blocked) memset(o, 0, (size_t)HD * sizeof(float));
             else if (J->path) values(J, j, h / J->group, a, nj, o, HD, f16, 1);
             else values(J, j, h / J->group, a, nj, o, HD, f16, 0); /* no lookups in the loop */
@@ -493,7 +619,7 @@ static void att_range_hd(const att_job *J, int j0, int j1, int h0, int h1, float
 #undef ATT_CASE
 }
 
-void sd_avx2_attention(const float *q, const void *K, const void *V, int f16, float *out, int n, int pos0,
+static void avx2_attention_run(const float *q, const void *K, const void *V, int f16, float *out, int n, int pos0,
                        const int32_t *path, const int32_t *path_off, int n_heads, int n_kv_heads, int head_dim,
                        float *att_scratch, int att_slots, int nt, int par) {
     const att_job J = {q,        (const char *)K, (const char *)V,         f16 ? 2 : 4, out,
@@ -531,4 +657,32 @@ void sd_avx2_attention(const float *q, const void *K, const void *V, int f16, fl
                          att_scratch + (size_t)id * stride, stride);
     }
 }
-#endif /* SD_HAVE_AVX2 */
+
+static void avx2_attention(const sd_att_call *c) {
+    /* F16 caches convert on load: no conversion rows; c->nt <= n_heads there already */
+    avx2_attention_run(c->q, c->K, c->V, c->f16, c->out, c->n, c->pos0, c->path, c->path_off, c->n_heads, c->n_kv_heads,
+                       c->head_dim, c->att, c->att_slots, c->att_slots >= c->n_heads && c->nt > c->n_heads ? c->n_heads : c->nt,
+                       c->par);
+}
+
+const sd_isa_kernels sd_kernels_avx2 = {
+    .isa = SD_ISA_AVX2,
+    .float_types = SD_TYPE_BIT(SD_TYPE_F32) | SD_TYPE_BIT(SD_TYPE_F16) | SD_TYPE_BIT(SD_TYPE_BF16),
+    .f32_packed = 1,
+    .rows = avx2_rows,
+    .xb_floats = avx2_xb_floats,
+    .broadcast_x = avx2_broadcast_x,
+    .dot = avx2_dot,
+    .rope = avx2_rope,
+    .softmax = avx2_softmax,
+    .first_nonfinite = avx2_first_nonfinite,
+    .swiglu = avx2_swiglu,
+    .f32_to_f16 = avx2_f32_to_f16,
+    .stream = avx2_stream,
+    .attention = avx2_attention,
+    .quant_packed = 1,
+    .quant_init = NULL,
+    .act_token = sd_avx2_act_token,
+    .rows_q5_0 = sd_avx2_rows_q5_0,
+    .r16 = sd_avx2_r16,
+};

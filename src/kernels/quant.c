@@ -1,32 +1,26 @@
-/* The quantised types' entry points (kernels/quant.h): each call goes to the AVX-512 code
- * where this build has it (quant_avx512.c), else to the AVX2 code (quant_avx2.c), else to the
- * scalar code; threads the matmul. */
+/* The quantised types' entry points (kernels/quant.h): each call goes to the active path's code
+ * (quant_avx512.c, quant_avx2.c; the scalar code where a path has none); threads the matmul. */
 #include <omp.h>
 #include <stdlib.h>
 
-#include "kernels/kernels.h"
-#include "kernels/quant_internal.h"
+#include "kernels/isa.h"
 
-/* Same threshold as kernels.c: below ~2^19 multiply-adds a parallel region costs more than
+/* Same threshold as matmul.c (SD_PAR_MIN_WORK): below ~2^19 multiply-adds a parallel region costs more than
  * the second core saves (stories260K-sized matrices stay single-threaded). */
 #define SD_QPAR_MIN_WORK (1 << 19)
 
 int sd_quant_dequant_row(sd_type t, const void *src, float *dst, int64_t n) {
-#if SD_QDOT
+    const sd_isa_kernels *K = sd_kernels();
+    if (!K->dequant) return sd_quant_dequant_row_ref(t, src, dst, n);
     const int64_t nb = blocks_of(t, n);
     if (nb < 0) return -1;
-    return sd_quant_dequant_fast(t, src, dst, nb);
-#else
-    return sd_quant_dequant_row_ref(t, src, dst, n);
-#endif
+    return K->dequant(t, src, dst, nb);
 }
 
 static size_t act_bytes(sd_type t, int64_t cols) {
     switch (family_of(t)) {
     case FAM_A: return (size_t)((cols / 32 + 3) / 4) * sizeof(act_quad);
-#if SD_QKERNELS
     case FAM_R: return r_layout_of(cols).bytes;
-#endif
     case FAM_K: return (size_t)(cols / 256) * sizeof(act_k);
     default: return 0;
     }
@@ -34,7 +28,6 @@ static size_t act_bytes(sd_type t, int64_t cols) {
 
 size_t sd_quant_scratch_bytes(sd_type t, int64_t cols, int n) { return act_bytes(t, cols) * (size_t)n; }
 
-#if SD_QKERNELS
 /* Tokens in the next pass over the weights for `left` tokens: up to 9 in one pass (a k = 8
  * verify), else ceil(left / 8) passes of near-equal size. Measured against passes of 8 and
  * the rest (110M shape, Q8_0 / Q4_0, step time ratio): 9 tokens 0.89 / 0.94, 10: 0.995 /
@@ -47,19 +40,18 @@ static inline int r16_chunk(int left) {
 }
 
 /* job for all n tokens (xs bytes apart from job.act), in passes of r16_chunk tokens. */
-static void r16_tokens(sd_type t, sd_r16_job job, int n) {
+static void r16_tokens(const sd_isa_kernels *K, sd_type t, sd_r16_job job, int n) {
     const uint8_t *act = job.act;
     float *Y = job.Y;
     for (int j0 = 0, nb; j0 < n; j0 += nb) {
         nb = r16_chunk(n - j0);
         job.act = act + job.xs * (size_t)j0;
         job.Y = Y + (size_t)j0 * job.rows;
-        sd_quant_r16(t, nb, &job);
+        K->r16(t, nb, &job);
     }
 }
-#endif
 
-int sd_quant_has_dot(sd_type t) { return SD_QKERNELS && family_of(t) != FAM_NONE; }
+int sd_quant_has_dot(sd_type t) { return sd_kernels()->r16 && family_of(t) != FAM_NONE; }
 
 int sd_quant_matmul(const sd_tensor *W, const float *X, int n, float *Y, void *scratch,
                     size_t scratch_bytes) {
@@ -68,9 +60,9 @@ int sd_quant_matmul(const sd_tensor *W, const float *X, int n, float *Y, void *s
 
 int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count, const float *X,
                           int n, void *scratch, size_t scratch_bytes) {
-#if SD_QKERNELS
     enum { MAXG = 4 };
-    if (count < 1 || count > MAXG || n < 1) return -1;
+    const sd_isa_kernels *K = sd_kernels();
+    if (count < 1 || count > MAXG || n < 1 || !K->r16) return -1;
     const sd_type type = W[0]->type;
     const family fam = family_of(type);
     const int r16 = sd_quant_can_pack(type); /* else Q5_0's row-at-a-time kernel */
@@ -78,7 +70,7 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
     if (fam == FAM_NONE || cols <= 0) return -1;
     for (int i = 0; i < count; i++)
         if (W[i]->type != type || W[i]->cols != cols) return -1;
-    sd_quant_kernels_init();
+    if (K->quant_init) K->quant_init();
     const size_t tok = act_bytes(type, cols);
     if (tok == 0) return -1;
     void *tmp = NULL, *act = scratch;
@@ -88,7 +80,7 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
         act = tmp;
     }
     /* Each token is quantised alone, identically whatever n is, once for all matrices. */
-    for (int j = 0; j < n; j++) sd_quant_act_token(type, X + (size_t)j * cols, cols, (uint8_t *)act + tok * (size_t)j);
+    for (int j = 0; j < n; j++) K->act_token(type, X + (size_t)j * cols, cols, (uint8_t *)act + tok * (size_t)j);
     const size_t xs = fam == FAM_R ? tok : tok / (fam == FAM_A ? sizeof(act_quad) : sizeof(act_k));
     const r_layout L = r_layout_of(cols);
     int64_t first[MAXG + 1]; /* first 16-row block of each matrix in the combined range */
@@ -114,7 +106,7 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
                 if (!r16) {
                     for (int j0 = 0; j0 < n; j0 += 8) {
                         const int nb = n - j0 < 8 ? n - j0 : 8;
-                        sd_quant_rows_q5_0(nb, W[i], (const uint8_t *)act + tok * (size_t)j0, xs,
+                        K->rows_q5_0(nb, W[i], (const uint8_t *)act + tok * (size_t)j0, xs,
                                            Y[i] + (size_t)j0 * rows, r0, r1);
                     }
                     continue;
@@ -124,7 +116,7 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
                 sd_r16_job job = {NULL, gbytes, nblk, rows, act, tok, L, Y[i], g0, g1};
                 if (W[i]->packed) {
                     job.P = (const uint8_t *)W[i]->packed + (size_t)g0 * gbytes;
-                    r16_tokens(type, job, n);
+                    r16_tokens(K, type, job, n);
                     continue;
                 }
                 if (!grp && !(grp = aligned_alloc(64, (gbytes + 63) & ~(size_t)63))) {
@@ -139,7 +131,7 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
                     job.P = grp;
                     job.g0 = g;
                     job.g1 = g + 1;
-                    r16_tokens(type, job, n);
+                    r16_tokens(K, type, job, n);
                 }
             }
         }
@@ -147,8 +139,4 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
     }
     free(tmp);
     return failed ? -1 : 0;
-#else
-    (void)W; (void)Y; (void)count; (void)X; (void)n; (void)scratch; (void)scratch_bytes;
-    return -1;
-#endif
 }

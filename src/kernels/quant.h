@@ -1,6 +1,6 @@
 /* Quantised weight types in ggml's block layouts (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K, BF16):
  * scalar reference dequantisation, fast dequantisation, and the integer dot kernels that
- * decode and verification run on the quantised blocks directly. Used by kernels.c. */
+ * decode and verification run on the quantised blocks directly. Used by matmul.c. */
 #ifndef SD_KERNELS_QUANT_H
 #define SD_KERNELS_QUANT_H
 
@@ -16,7 +16,7 @@
 #define SD_Q4_K_BYTES 144 /* fp16 d, dmin; uint8 scales[12] (8 x 6-bit scale/min); uint8 qs[128] */
 #define SD_Q6_K_BYTES 210 /* uint8 ql[128]; uint8 qh[64]; int8 scales[16]; fp16 d */
 
-/* 1 when this file can dequantise the type (every type except F32/F16, which kernels.c owns). */
+/* 1 when this file can dequantise the type (every type except F32/F16, which matmul.c owns). */
 int sd_quant_has_dequant(sd_type t);
 
 /* n elements (a multiple of the block size) from src. Return -1 for types without support.

@@ -1,13 +1,11 @@
 /* The AVX2 (+FMA, F16C) code of the quantised types, for CPUs without the AVX-512 set of
  * quant_avx512.c: activation quantisation and the integer matmul kernels, in the same records,
  * 16-row layouts and entry points; quant.c picks them. */
-#include "kernels/quant_internal.h"
-
-#if SD_QDOT2
 #include <float.h>
 #include <math.h>
 
 #include "kernels/avx2.h"
+#include "kernels/isa.h"
 
 /* ------------------------------------------------------------------ activation quantisation
  * (the records are described in quant_internal.h); each gives the scalar reference's values. */
@@ -97,7 +95,7 @@ static void act_k_block_fast(const float *x, act_k *a) {
     a->d = 1.0f / iscale;
 }
 
-void sd_quant_act_token(sd_type t, const float *x, int64_t cols, void *out) {
+void sd_avx2_act_token(sd_type t, const float *x, int64_t cols, void *out) {
     switch (family_of(t)) {
     case FAM_R: act_r_token(t, x, cols, out); break;
     case FAM_A: act_a_token(t, x, cols, out); break;
@@ -106,7 +104,6 @@ void sd_quant_act_token(sd_type t, const float *x, int64_t cols, void *out) {
     }
 }
 
-void sd_quant_kernels_init(void) {} /* no tables: F16C converts the scales */
 
 /* ------------------------------------------------------------------ integer dot kernels
  *
@@ -137,7 +134,7 @@ static inline float ldf(const void *p) {
 static inline __m256i bcast32(const void *p) { return _mm256_set1_epi32(ld32(p)); }
 
 /* Prefetches the `bytes` (a constant once inlined) following p + SD_WEIGHT_PREFETCH_BYTES
- * (cpu.h), as the AVX-512 kernels do. */
+ * (isa.h), as the AVX-512 kernels do. */
 static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *p, const int bytes) {
     for (int i = 0; i < bytes; i += 64)
         _mm_prefetch((const char *)p + SD_WEIGHT_PREFETCH_BYTES + i, SD_WEIGHT_PREFETCH_HINT);
@@ -366,15 +363,14 @@ static const r16_fn k_r16[R16_TYPES][SD_R16_MAX_TOKENS + 1] = {
     [R16_Q4_0] = R16_ROW(r16_q4_0), [R16_Q8_0] = R16_ROW(r16_q8_0), [R16_Q4_K] = R16_ROW(r16_q4_k),
     [R16_Q6_K] = R16_ROW(r16_q6_k)};
 
-void sd_quant_rows_q5_0(int nb, const sd_tensor *W, const void *act, size_t xs, float *Y, int64_t r0, int64_t r1) {
+void sd_avx2_rows_q5_0(int nb, const sd_tensor *W, const void *act, size_t xs, float *Y, int64_t r0, int64_t r1) {
     k_rows_q5_0[nb](W, act, xs, Y, r0, r1);
 }
 
-void sd_quant_r16(sd_type t, int nb, const sd_r16_job *j) {
+void sd_avx2_r16(sd_type t, int nb, const sd_r16_job *j) {
     const int K = t == SD_TYPE_Q4_0   ? R16_Q4_0
                   : t == SD_TYPE_Q8_0 ? R16_Q8_0
                   : t == SD_TYPE_Q4_K ? R16_Q4_K
                                       : R16_Q6_K;
     k_r16[K][nb](j);
 }
-#endif /* SD_QDOT2 */

@@ -1,12 +1,11 @@
-/* The AVX-512 (VNNI, VBMI, GFNI) code of the quantised types: dequantisation, activation
- * quantisation and the integer matmul kernels; quant.c picks them, else the scalar code. */
-#include "kernels/quant_internal.h"
-
-#if SD_QDOT
+/* The AVX-512 (VNNI, VBMI, GFNI) path's code of the quantised types: dequantisation, activation
+ * quantisation, packing on the fly and the integer matmul kernels (its table: kernels_avx512.c). */
 #include <float.h>
+#include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
 
+#include "kernels/isa.h"
 #include "kernels/reduce.h"
 
 /* ------------------------------------------------------------------ dequantisation */
@@ -102,7 +101,7 @@ static void deq_bf16_fast(const uint8_t *b, float *y, int64_t n) {
     sd_quant_dequant_row_ref(SD_TYPE_BF16, b + 2 * i, y + i, n - i);
 }
 
-int sd_quant_dequant_fast(sd_type t, const uint8_t *b, float *dst, int64_t nb) {
+int sd_avx512_dequant(sd_type t, const uint8_t *b, float *dst, int64_t nb) {
     switch (t) {
     case SD_TYPE_Q8_0: deq_q8_0_fast(b, dst, nb); return 0;
     case SD_TYPE_Q4_0: deq_q4_0_fast(b, dst, nb, 0); return 0;
@@ -187,7 +186,7 @@ static void act_k_block_fast(const float *x, act_k *a) {
     a->d = 1.0f / iscale;
 }
 
-void sd_quant_act_token(sd_type t, const float *x, int64_t cols, void *out) {
+void sd_avx512_act_token(sd_type t, const float *x, int64_t cols, void *out) {
     switch (family_of(t)) {
     case FAM_R: act_r_token(t, x, cols, out); break;
     case FAM_A: act_a_token(t, x, cols, out); break;
@@ -213,7 +212,7 @@ static void f16_table_init(void) {
     for (uint32_t h = 0; h < 65536; h++) g_f16_to_f32[h] = sd_fp16_to_fp32((uint16_t)h);
 }
 
-void sd_quant_kernels_init(void) { pthread_once(&g_f16_once, f16_table_init); }
+void sd_avx512_quant_init(void) { pthread_once(&g_f16_once, f16_table_init); }
 
 static inline uint16_t le16(const uint8_t *p) {
     uint16_t v;
@@ -275,7 +274,7 @@ static inline __m512 step_a(__m512 acc, __m512i wlo, __m512i whi, __m512 dw, con
 }
 
 /* The software prefetch of the weights (SD_WEIGHT_PREFETCH_BYTES ahead, into the cache level
- * SD_WEIGHT_PREFETCH_HINT names; cpu.h). The hardware prefetchers alone left a Q4_0 decode at ~70% of the
+ * SD_WEIGHT_PREFETCH_HINT names; isa.h). The hardware prefetchers alone left a Q4_0 decode at ~70% of the
  * streaming-read bandwidth (the kernel spends longer per byte than a float read); prefetching
  * 4 KiB ahead into L1 brought it to ~90% on an Intel Xeon guest. On this AMD EPYC (Zen 4)
  * guest, prefetching into L2 instead (T1), twice as far, made decode and most verify passes
@@ -296,7 +295,7 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *
 
 /* Weight streams per thread of the Q5_0 row kernel: a thread's rows are visited as QS_STREAMS
  * interleaved sub-ranges so that several sequential weight streams are in flight (see matvec
- * in kernels.c). Measured on an Intel Xeon guest (110M shape, 2 threads, median ms per decode
+ * in kernels_avx512.c). Measured on an Intel Xeon guest (110M shape, 2 threads, median ms per decode
  * step): Q8_0 7.52 -> 6.66, Q6_K 6.38 -> 5.78 with 4 streams, 8 no better. The 16-row kernels
  * were measured again on this AMD EPYC guest and take one stream ("Groups in flight" below). */
 #define QS_STREAMS 4
@@ -420,15 +419,40 @@ static const r16_fn k_r16[R16_TYPES][SD_R16_MAX_TOKENS + 1] = {
                   r16_q6_k_9},
 };
 
-void sd_quant_rows_q5_0(int nb, const sd_tensor *W, const void *act, size_t xs, float *Y, int64_t r0, int64_t r1) {
+void sd_avx512_rows_q5_0(int nb, const sd_tensor *W, const void *act, size_t xs, float *Y, int64_t r0, int64_t r1) {
     k_rows_q5_0[nb](W, act, xs, Y, r0, r1);
 }
 
-void sd_quant_r16(sd_type t, int nb, const sd_r16_job *j) {
+void sd_avx512_r16(sd_type t, int nb, const sd_r16_job *j) {
     const int K = t == SD_TYPE_Q4_0   ? R16_Q4_0
                   : t == SD_TYPE_Q8_0 ? R16_Q8_0
                   : t == SD_TYPE_Q4_K ? R16_Q4_K
                                       : R16_Q6_K;
     k_r16[K][nb](j->P, j->gbytes, j->nblk, j->rows, j->act, j->xs, j->L, j->Y, j->g0, j->g1);
 }
-#endif /* SD_QDOT */
+
+/* One group of the 16-row layout (quant_pack.c's scalar packing, the same bytes) for Q4_0 and
+ * Q8_0: quant vector k is one masked gather of dword k of the 16 rows' blocks (missing rows read
+ * as 0). The kernels pack on the fly when a matrix has no packed copy, and the scalar loop made
+ * that 5x slower than a packed matrix. Q4_K and Q6_K take the scalar packing. */
+void sd_avx512_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nrows, int64_t nblk, uint8_t *dst) {
+    if (t != SD_TYPE_Q4_0 && t != SD_TYPE_Q8_0) {
+        sd_quant_pack_group_scalar(t, src, row_bytes, nrows, nblk, dst);
+        return;
+    }
+    const int q8 = t == SD_TYPE_Q8_0, qb = q8 ? 512 : 256, bsz = q8 ? SD_Q8_0_BYTES : SD_Q4_0_BYTES;
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)row_bytes));
+    const __mmask16 m = (__mmask16)((1u << nrows) - 1);
+    const __m512i flip = _mm512_set1_epi32(q8 ? (int)0x80808080u : 0), z = _mm512_setzero_si512();
+    for (int64_t b = 0; b < nblk; b++) {
+        const uint8_t *blk = src + (size_t)b * bsz;
+        uint8_t *qd = dst + r_qoff(b, qb);
+        for (int k = 0; k < qb / 64; k++)
+            _mm512_storeu_si512(qd + 64 * k,
+                                _mm512_xor_si512(_mm512_mask_i32gather_epi32(z, m, idx, blk + 2 + 4 * k, 1), flip));
+        /* the fp16 scale is the low half of each block's first dword */
+        _mm256_storeu_si256((__m256i *)(dst + r_soff(b, nblk, qb)),
+                            _mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(z, m, idx, blk, 1)));
+    }
+}

@@ -1,5 +1,5 @@
-/* What the quantised-type files (quant_blocks.c, quant_ref.c, quant_pack.c, quant_avx512.c,
- * quant.c) share: block-format helpers, the activation records and the 16-row layout. */
+/* What the quantised-type files (quant_blocks.c, quant_ref.c, quant_pack.c, quant.c and each
+ * path's quant_*.c) share: block-format helpers, the activation records and the 16-row layout. */
 #ifndef SD_KERNELS_QUANT_INTERNAL_H
 #define SD_KERNELS_QUANT_INTERNAL_H
 
@@ -10,8 +10,7 @@
 #include "core/fp16.h"
 #include "kernels/quant.h"
 
-#include "kernels/cpu.h"
-#if SD_QKERNELS || defined(__F16C__)
+#if defined(__F16C__) /* the files of the vector paths */
 #include <immintrin.h>
 #endif
 
@@ -113,7 +112,6 @@ static inline int nearest_int(float v) {
 
 static inline int clamp127(int v) { return v > 127 ? 127 : v < -127 ? -127 : v; }
 
-#if SD_QKERNELS
 /* Q4_0 / Q8_0 (the 16-row kernels): one token as its int8 activations in order (q, 32 per
  * block), then each block's scale (d) and the correction -offset * (sum of its q) for weights
  * stored with an unsigned offset (init); each part 64-byte aligned. */
@@ -129,7 +127,6 @@ static inline r_layout r_layout_of(int64_t cols) {
     L.bytes = L.init + f;
     return L;
 }
-#endif
 
 /* ------------------------------------------------------------------ the 16-row layout
  *
@@ -176,25 +173,10 @@ static inline size_t r_gstride(sd_type t, size_t row_bytes) {
 }
 
 /* quant_pack.c: one group of nrows (<= 16) t-typed rows of row_bytes from src into dst
- * (r_gstride bytes) in the 16-row layout; the kernels pack on the fly with it. */
+ * (r_gstride bytes) in the 16-row layout; the kernels pack on the fly with it. The scalar
+ * version is every path's layout, bit for bit; the other takes the active path's (faster) one. */
+void sd_quant_pack_group_scalar(sd_type t, const uint8_t *src, size_t row_bytes, int nrows, int64_t nblk, uint8_t *dst);
 void sd_quant_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nrows, int64_t nblk, uint8_t *dst);
-
-#if SD_QKERNELS
-/* quant_avx512.c (SD_QDOT) or quant_avx2.c (SD_QDOT2): the vector code, chosen by quant.c. */
-
-/* nb blocks of type t at src as floats, equal to sd_quant_dequant_row_ref bit for bit; -1 for
- * types without a fast path. */
-int sd_quant_dequant_fast(sd_type t, const uint8_t *src, float *dst, int64_t nb);
-
-/* Fills the tables the kernels read (once; thread-safe). */
-void sd_quant_kernels_init(void);
-
-/* One token's activations x (cols) as the record of t's kernel (act_bytes(t, cols) bytes). */
-void sd_quant_act_token(sd_type t, const float *x, int64_t cols, void *out);
-
-/* Q5_0 (file layout): rows [r0, r1) of W for nb (1..8) token records act, xs records apart;
- * token j's results go to Y + j * W->rows. */
-void sd_quant_rows_q5_0(int nb, const sd_tensor *W, const void *act, size_t xs, float *Y, int64_t r0, int64_t r1);
 
 /* A 16-row kernel's work: groups [g0, g1) of a matrix of `rows` rows and nblk blocks of 32
  * per row in the 16-row layout (P: group g0, gbytes per group), for token records act (xs
@@ -213,8 +195,22 @@ typedef struct {
 /* Most tokens of one pass of a 16-row kernel (a k = 8 verify). */
 #define SD_R16_MAX_TOKENS 9
 
-/* The 16-row kernel of type t (Q4_0, Q8_0, Q4_K, Q6_K) for nb (1..SD_R16_MAX_TOKENS) tokens. */
-void sd_quant_r16(sd_type t, int nb, const sd_r16_job *job);
-#endif
+/* The vector paths' code (quant_avx512.c, quant_avx2.c), in their tables:
+ *   dequant: nb blocks of type t at src as floats, equal to sd_quant_dequant_row_ref bit for
+ *     bit; -1 for types without a fast path;
+ *   quant_init: fills the tables the kernels read (once; thread-safe);
+ *   act_token: one token's activations x (cols) as the record of t's kernel (act_bytes bytes);
+ *   rows_q5_0: Q5_0 (file layout): rows [r0, r1) of W for nb (1..8) token records act, xs
+ *     records apart; token j's results go to Y + j * W->rows;
+ *   r16: the 16-row kernel of type t (Q4_0, Q8_0, Q4_K, Q6_K) for nb (1..SD_R16_MAX_TOKENS) tokens. */
+int sd_avx512_dequant(sd_type t, const uint8_t *src, float *dst, int64_t nb);
+void sd_avx512_quant_init(void);
+void sd_avx512_act_token(sd_type t, const float *x, int64_t cols, void *out);
+void sd_avx512_rows_q5_0(int nb, const sd_tensor *W, const void *act, size_t xs, float *Y, int64_t r0, int64_t r1);
+void sd_avx512_r16(sd_type t, int nb, const sd_r16_job *job);
+void sd_avx512_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nrows, int64_t nblk, uint8_t *dst);
+void sd_avx2_act_token(sd_type t, const float *x, int64_t cols, void *out);
+void sd_avx2_rows_q5_0(int nb, const sd_tensor *W, const void *act, size_t xs, float *Y, int64_t r0, int64_t r1);
+void sd_avx2_r16(sd_type t, int nb, const sd_r16_job *job);
 
 #endif

@@ -2,7 +2,7 @@
  * describes them): packing at load and one group at a time on the fly. */
 #include <string.h>
 
-#include "kernels/quant_internal.h"
+#include "kernels/isa.h"
 
 static void r_pack_group_k(const uint8_t *src, size_t row_bytes, int nrows, int64_t nsb, uint8_t *dst) {
     memset(dst, 0, (size_t)nsb * R16K_SB);
@@ -56,11 +56,7 @@ static void r_pack_group_q6(const uint8_t *src, size_t row_bytes, int nrows, int
     }
 }
 
-/* One group: nrows (<= 16) rows of row_bytes from src into dst (16 * row_bytes). With
- * AVX-512, quant vector k is one masked gather of dword k of the 16 rows' blocks (missing rows
- * read as 0): the kernels pack on the fly when a matrix has no packed copy, and the scalar
- * loop made that 5x slower than a packed matrix. */
-void sd_quant_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nrows, int64_t nblk, uint8_t *dst) {
+void sd_quant_pack_group_scalar(sd_type t, const uint8_t *src, size_t row_bytes, int nrows, int64_t nblk, uint8_t *dst) {
     if (t == SD_TYPE_Q4_K) {
         r_pack_group_k(src, row_bytes, nrows, nblk / 8, dst);
         return;
@@ -70,22 +66,6 @@ void sd_quant_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nr
         return;
     }
     const int q8 = t == SD_TYPE_Q8_0, qb = q8 ? 512 : 256, bsz = q8 ? SD_Q8_0_BYTES : SD_Q4_0_BYTES;
-#if SD_QDOT
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)row_bytes));
-    const __mmask16 m = (__mmask16)((1u << nrows) - 1);
-    const __m512i flip = _mm512_set1_epi32(q8 ? (int)0x80808080u : 0), z = _mm512_setzero_si512();
-    for (int64_t b = 0; b < nblk; b++) {
-        const uint8_t *blk = src + (size_t)b * bsz;
-        uint8_t *qd = dst + r_qoff(b, qb);
-        for (int k = 0; k < qb / 64; k++)
-            _mm512_storeu_si512(qd + 64 * k,
-                                _mm512_xor_si512(_mm512_mask_i32gather_epi32(z, m, idx, blk + 2 + 4 * k, 1), flip));
-        /* the fp16 scale is the low half of each block's first dword */
-        _mm256_storeu_si256((__m256i *)(dst + r_soff(b, nblk, qb)),
-                            _mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(z, m, idx, blk, 1)));
-    }
-#else
     const uint32_t flip = q8 ? 0x80808080u : 0;
     if (nrows < 16) memset(dst, 0, 16 * row_bytes);
     for (int64_t b = 0; b < nblk; b++) {
@@ -99,24 +79,33 @@ void sd_quant_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nr
             memcpy(sd + 2 * n, blk, 2);
         }
     }
-#endif
 }
 
-int sd_quant_can_pack(sd_type t) {
-    return SD_QKERNELS && (t == SD_TYPE_Q4_0 || t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_K || t == SD_TYPE_Q6_K);
+void sd_quant_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nrows, int64_t nblk, uint8_t *dst) {
+    const sd_isa_kernels *K = sd_kernels();
+    (K->pack_group ? K->pack_group : sd_quant_pack_group_scalar)(t, src, row_bytes, nrows, nblk, dst);
 }
+
+static int has_layout(sd_type t) {
+    return t == SD_TYPE_Q4_0 || t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_K || t == SD_TYPE_Q6_K;
+}
+
+int sd_quant_can_pack(sd_type t) { return sd_kernels()->quant_packed && has_layout(t); }
 
 size_t sd_quant_packed_bytes(sd_type t, int64_t rows, size_t row_bytes) {
     return (size_t)((rows + 15) / 16) * r_gstride(t, row_bytes);
 }
 
 void sd_quant_pack_rows(sd_type t, const void *src, void *dst, int64_t rows, size_t row_bytes, int64_t cols) {
-    if (!(t == SD_TYPE_Q4_0 || t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_K || t == SD_TYPE_Q6_K)) return;
+    if (!has_layout(t)) return;
+    const sd_isa_kernels *K = sd_kernels();
+    void (*pack)(sd_type, const uint8_t *, size_t, int, int64_t, uint8_t *) =
+        K->pack_group ? K->pack_group : sd_quant_pack_group_scalar;
     /* groups are independent: packing a model at load runs on every thread */
 #pragma omp parallel for schedule(static) if (rows >= 1024)
     for (int64_t g = 0; g < (rows + 15) / 16; g++) {
         const int nrows = rows - 16 * g < 16 ? (int)(rows - 16 * g) : 16;
-        sd_quant_pack_group(t, (const uint8_t *)src + (size_t)(16 * g) * row_bytes, row_bytes, nrows, cols / 32,
-                            (uint8_t *)dst + (size_t)g * r_gstride(t, row_bytes));
+        pack(t, (const uint8_t *)src + (size_t)(16 * g) * row_bytes, row_bytes, nrows, cols / 32,
+             (uint8_t *)dst + (size_t)g * r_gstride(t, row_bytes));
     }
 }

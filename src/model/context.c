@@ -90,7 +90,7 @@ sd_status sd_context_create(const sd_model *m, const sd_context_params *p, sd_co
     if (p->kv_type != SD_TYPE_F32 && p->kv_type != SD_TYPE_F16)
         return sd_fail(SD_ERR_INVALID_ARG, "%s: KV cache type %d: f32 or f16", m->path, (int)p->kv_type);
     if (p->kv_type == SD_TYPE_F16 && !sd_attention_f16_ok(hp->head_dim))
-        return sd_fail(SD_ERR_UNSUPPORTED, "%s: an f16 KV cache needs head_dim >= 16 and a build with AVX-512 or AVX2 (head_dim %d)",
+        return sd_fail(SD_ERR_UNSUPPORTED, "%s: an f16 KV cache needs head_dim >= 16 (head_dim %d)",
                        m->path, hp->head_dim);
     sd_context *c = calloc(1, sizeof *c);
     if (!c) return sd_fail(SD_ERR_NOMEM, "out of memory");

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "core/io.h"
-#include "kernels/cpu.h"
+#include "specdec/cpu.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 
@@ -255,21 +255,13 @@ static int is_hf_path(const char *path) {
            (n > 12 && strcmp(base + n - 12, ".safetensors") == 0);
 }
 
-/* Whether this CPU runs what the kernels were compiled for (checked once). */
-static sd_status cpu_ok(void) {
-    static int state; /* 0 unchecked, 1 ok, -1 not */
-    static char why[160];
-    if (!state) state = sd_cpu_check(why, sizeof why) == 0 ? 1 : -1;
-    if (state > 0) return SD_OK;
-    return sd_fail(SD_ERR_UNSUPPORTED,
-                   "this specdec was built for instructions this CPU lacks (%s): -march=native on another machine; "
-                   "rebuild it here",
-                   why);
-}
+/* The kernels run the path SPECDEC_ISA asked for or none: a refused request fails every load. */
+static sd_status isa_ok(void) { return sd_isa_status(); }
 
 sd_status sd_model_load(const char *path, const sd_model_params *p, sd_model **out) {
     *out = NULL;
-    if (cpu_ok() != SD_OK) return SD_ERR_UNSUPPORTED;
+    const sd_status isa = isa_ok();
+    if (isa != SD_OK) return isa;
     sd_model_params dp = sd_model_default_params();
     if (!p) p = &dp;
     if (!path) return sd_fail(SD_ERR_INVALID_ARG, "no model path given");
@@ -295,7 +287,8 @@ sd_status sd_model_load(const char *path, const sd_model_params *p, sd_model **o
 sd_status sd_model_load_gguf_mem(const void *buf, size_t len, const char *what,
                                  const sd_model_params *p, sd_model **out) {
     *out = NULL;
-    if (cpu_ok() != SD_OK) return SD_ERR_UNSUPPORTED;
+    const sd_status isa = isa_ok();
+    if (isa != SD_OK) return isa;
     sd_model_params dp = sd_model_default_params();
     if (!p) p = &dp;
     sd_model *m = model_new(what);
@@ -319,7 +312,8 @@ sd_status sd_model_load_gguf_mem(const void *buf, size_t len, const char *what,
 sd_status sd_model_load_llama2c_mem(const void *buf, size_t len, const char *what, const void *tok_buf,
                                     size_t tok_len, sd_model **out) {
     *out = NULL;
-    if (cpu_ok() != SD_OK) return SD_ERR_UNSUPPORTED;
+    const sd_status isa = isa_ok();
+    if (isa != SD_OK) return isa;
     if (!buf && len) return sd_fail(SD_ERR_INVALID_ARG, "llama2.c image: NULL buffer");
     sd_model *m = model_new(what);
     if (!m) return sd_fail(SD_ERR_NOMEM, "out of memory");

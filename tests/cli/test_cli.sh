@@ -37,6 +37,12 @@ check_out() {
 }
 
 check "top-level help"        0 "commands:"          -- "$BIN" --help
+# the kernel path: named by --version; SPECDEC_ISA forces one, or stops every command when it
+# names no path (one this CPU cannot run: tests/isa/qemu_cpus.sh, on emulated CPUs)
+check "--version"             0 "^kernels: (avx512|avx2|portable) \((the best this CPU runs|SPECDEC_ISA)" -- "$BIN" --version
+check "SPECDEC_ISA=portable"  0 "^kernels: portable \(SPECDEC_ISA" -- env SPECDEC_ISA=portable "$BIN" --version
+check "SPECDEC_ISA=avx3"      1 "^error: SPECDEC_ISA=avx3 names no kernel path: avx512, avx2 or portable$" -- env SPECDEC_ISA=avx3 "$BIN" --version
+check "SPECDEC_ISA=avx3 info" 1 "^error: SPECDEC_ISA=avx3 names no kernel path" -- env SPECDEC_ISA=avx3 "$BIN" info /nonexistent.gguf
 check "no command"            2 "unknown command|usage" -- "$BIN" bogus
 # the README's first command without the test data: one error before anything is set up or built
 check "demo without test data" 1 "^error: demo: the trained stories pair is not under /nonexistent/models \(stories260K/stories260K\.bin, stories-draft/stories-draft\.bin\): run from a checkout beside \.\./shared, or set SPECDEC_SHARED$" -- env SPECDEC_SHARED=/nonexistent "$SRC/scripts/demo.sh"
@@ -114,7 +120,7 @@ check "convert to q8_0"       0 "blk.0.ffn_down.weight stays f16: its rows do no
 check "converted generates"   0 "decode:"            -- "$BIN" generate -m "$TMP/tiny-q8.gguf" -n 8
 check "quantised self-draft"  0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/tiny.gguf" --draft-type q8_0 -n 12 --compare --ignore-eos --draft-fixed
 check "kv-type bad"           2 "--kv-type must be f32 or f16, got 'f8'" -- "$BIN" generate -m x --kv-type f8
-check "f16 cache, head_dim 8" 1 "^error: .*odd.gguf: an f16 KV cache needs head_dim >= 16 and a build with AVX-512 or AVX2 \(head_dim 8\)$" -- "$BIN" generate -m "$TMP/odd.gguf" --kv-type f16 -n 4
+check "f16 cache, head_dim 8" 1 "^error: .*odd.gguf: an f16 KV cache needs head_dim >= 16 \(head_dim 8\)$" -- "$BIN" generate -m "$TMP/odd.gguf" --kv-type f16 -n 4
 # portable builds (neither AVX-512 nor AVX2 kernels) refuse f16 caches: the self-draft check is for native ones
 if ! "$BIN" generate -m "$TMP/q4.gguf" --kv-type f16 -n 1 2>&1 | grep -q "a build with AVX-512 or AVX2"; then
   check "f16 cache self-draft" 0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/q4.gguf" --draft-type q8_0 --kv-type f16 -n 12 --compare --ignore-eos

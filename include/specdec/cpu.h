@@ -1,0 +1,43 @@
+/* The CPU as the kernels see it: which instruction-set path runs (one build carries the
+ * AVX-512, AVX2 and portable kernels and picks by CPUID once, at first use; SPECDEC_ISA forces
+ * a lower one), and the cache sizes the CPU reports. */
+#ifndef SPECDEC_CPU_H
+#define SPECDEC_CPU_H
+
+#include <stddef.h>
+
+#include "specdec/status.h"
+
+typedef enum {
+    SD_ISA_PORTABLE, /* C only: any x86-64-v2 CPU, or another architecture */
+    SD_ISA_AVX2,     /* AVX2 with FMA and F16C (AMD Zen 1-3, Intel Haswell to Comet Lake) */
+    SD_ISA_AVX512,   /* AVX-512 F/BW/VL/DQ with VNNI, VBMI and GFNI (AMD Zen 4/5, Intel Ice Lake on) */
+    SD_ISA_COUNT
+} sd_isa;
+
+/* "portable", "avx2", "avx512": the names SPECDEC_ISA takes. */
+const char *sd_isa_name(sd_isa isa);
+
+/* 1 when this build carries the path and this CPU (and its OS, for the vector registers' state)
+ * runs it; else 0, with what is missing in why ("avx512vnni, gfni"; may be NULL). */
+int sd_isa_cpu_has(sd_isa isa, char *why, size_t cap);
+
+/* The path the kernels run: SPECDEC_ISA's when set and runnable, else the best this CPU runs. */
+sd_isa sd_isa_active(void);
+
+/* SD_OK, or the refusal of SPECDEC_ISA (a name that is no path: SD_ERR_INVALID_ARG; a path this
+ * CPU cannot run: SD_ERR_UNSUPPORTED), with its message in sd_last_error(). Model loading fails
+ * with it: the kernels never run a path other than the one asked for. */
+sd_status sd_isa_status(void);
+
+/* One line for `specdec --version`, `info` and `bench-decode`: the path running, why (best on this
+ * CPU, or SPECDEC_ISA) and the other paths this CPU runs, e.g. "avx2 (SPECDEC_ISA; this CPU also
+ * runs avx512, portable)". */
+void sd_isa_describe(char *buf, size_t cap);
+
+/* Bytes of the level-2 and level-3 caches of the core running the caller, from CPUID (leaf 4 on
+ * Intel, 0x8000001D on AMD): unified or data caches; 0 where the CPU does not describe a level.
+ * Returns the number of the two levels found. */
+int sd_cpu_caches_cpuid(size_t *l2, size_t *l3);
+
+#endif
