@@ -2,6 +2,7 @@
  * llama.cpp's conventions with the real Llama 3 / Qwen tokenizers) must give llama.cpp's prompt
  * ids, its 24 greedy ids exactly, and its top-8 probabilities within TOL_TOP8_PROB. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,8 +184,8 @@ static void test_zoo_speculative_greedy(void **state) {
     (void)state;
     cJSON *ref = sdtest_load_reference(ZOO "reference.json");
     /* tiny models: one thread (a team would only wait at barriers, worse on a busy machine) */
-    const int threads = sd_get_threads();
-    sd_set_threads(1);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1); /* the contexts made below: n_threads 0 takes it */
     sd_model *q = sdtest_shared_model(ZOO "zoo-qwen2.gguf", NULL), *qd = sdtest_shared_model(ZOO "zoo-qwen2-draft.gguf", NULL);
     sd_model *l = sdtest_shared_model(ZOO "zoo-llama3.gguf", NULL), *lq = NULL;
     assert_int_equal(sd_model_quantize(l, SD_TYPE_Q4_0, &lq), SD_OK);
@@ -213,7 +214,7 @@ static void test_zoo_speculative_greedy(void **state) {
                (double)accepted / (double)drafted);
         free(prompt);
     }
-    sd_set_threads(threads);
+    omp_set_num_threads(threads);
     sd_model_free(lq);
     sd_model_free(l);
     sd_model_free(qd);
@@ -231,8 +232,8 @@ static void test_zoo_speculative_greedy(void **state) {
 static void test_zoo_padded_pair_sampling(void **state) {
     (void)state;
     sd_model *t = sdtest_shared_model(ZOO "zoo-qwen2.gguf", NULL), *d = sdtest_shared_model(ZOO "zoo-qwen2-draft.gguf", NULL);
-    const int threads = sd_get_threads();
-    sd_set_threads(1);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1); /* the contexts made below: n_threads 0 takes it */
     const int V = sd_model_hparams(t)->vocab_size;
     const int32_t prompt[2] = {9707, 11}; /* "Hello," */
     sd_sampler_params sp = sd_sampler_default_params();
@@ -282,7 +283,7 @@ static void test_zoo_padded_pair_sampling(void **state) {
            PAD_N, x, df, sdtest_chi2_crit_001(df), (double)accepted / (double)drafted);
     assert_true(df >= 4);
     assert_true(x < sdtest_chi2_crit_001(df));
-    sd_set_threads(threads);
+    omp_set_num_threads(threads);
     free(scratch);
     free(lg);
     free(p0);

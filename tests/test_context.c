@@ -2,6 +2,7 @@
  * sequences equal to each sequence run alone, a tree batch equal to each of its root-to-leaf
  * paths run as a chain (bit for bit, as the kernels guarantee for passes of up to
  * SD_SMALL_BATCH tokens), and every malformed batch refused with its reason and no change. */
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,6 +248,7 @@ typedef struct {
     const sd_model *m;
     const int32_t *prompt;
     int n_prompt;
+    int threads; /* the context's n_threads */
     int32_t out[48];
     sd_status st;
 } gen_job;
@@ -261,7 +263,9 @@ static void *gen_thread(void *arg) {
     p.sampling.temperature = 0.9f; /* sampled: the RNG stream is per engine */
     p.sampling.seed = 5;
     sd_spec_batch *b = NULL;
-    j->st = sd_context_create(j->m, NULL, &c);
+    sd_context_params cp = sd_context_default_params();
+    cp.n_threads = j->threads;
+    j->st = sd_context_create(j->m, &cp, &c);
     if (j->st == SD_OK) j->st = sd_spec_batch_create(c, NULL, &b);
     if (j->st == SD_OK) j->st = sd_spec_create_with(b, 0, NULL, &p, &s);
     int32_t *out = j->out;
@@ -280,20 +284,21 @@ static void *gen_thread(void *arg) {
 }
 
 /* Two threads, each with its own context on ONE loaded model, generate different prompts at the
- * same time and get exactly the tokens each gets alone. */
+ * same time and get exactly the tokens each gets alone; each context with its own thread count
+ * (1 and 2 against the default alone: results do not depend on the team). */
 static void test_threads_share_a_model(void **state) {
     (void)state;
     sd_synth_params p = sdtest_synth_shape(256, 2, 8, 4, 512, 400, 128, 21); /* big enough to go parallel */
     sd_model *m = sdtest_synth_model(&p);
     const int32_t pa[5] = {1, 300, 301, 4, 9}, pb[8] = {1, 7, 7, 7, 350, 12, 13, 14};
-    gen_job alone[2] = {{m, pa, 5, {0}, SD_OK}, {m, pb, 8, {0}, SD_OK}};
+    gen_job alone[2] = {{m, pa, 5, 0, {0}, SD_OK}, {m, pb, 8, 0, {0}, SD_OK}};
     gen_thread(&alone[0]);
     gen_thread(&alone[1]);
     assert_int_equal(alone[0].st, SD_OK);
     assert_int_equal(alone[1].st, SD_OK);
     assert_memory_not_equal(alone[0].out, alone[1].out, sizeof alone[0].out);
     for (int round = 0; round < 3; round++) {
-        gen_job both[2] = {{m, pa, 5, {0}, SD_OK}, {m, pb, 8, {0}, SD_OK}};
+        gen_job both[2] = {{m, pa, 5, 1 + round % 2, {0}, SD_OK}, {m, pb, 8, 2 - round % 2, {0}, SD_OK}};
         pthread_t th[2];
         for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&th[i], NULL, gen_thread, &both[i]), 0);
         for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
@@ -302,6 +307,40 @@ static void test_threads_share_a_model(void **state) {
             assert_memory_equal(both[i].out, alone[i].out, sizeof both[i].out);
         }
     }
+    sd_model_free(m);
+}
+
+/* The thread count is the context's: 0 takes the creating thread's OpenMP default, a count is
+ * kept (OMP_THREAD_LIMIT aside), a negative one is refused, and a pass runs its kernels on its
+ * context's count on whatever thread calls it. */
+static void test_context_threads(void **state) {
+    (void)state;
+    sd_model *m = model_of(0);
+    sd_context_params cp = sd_context_default_params();
+    sd_context *c1 = NULL, *c2 = NULL, *c0 = NULL, *bad = (sd_context *)1;
+    cp.n_threads = -1;
+    assert_int_equal(sd_context_create(m, &cp, &bad), SD_ERR_INVALID_ARG);
+    assert_null(bad);
+    assert_non_null(strstr(sd_last_error(), "threads -1"));
+    cp.n_threads = 0;
+    assert_int_equal(sd_context_create(m, &cp, &c0), SD_OK);
+    assert_int_equal(sd_context_n_threads(c0), sd_kernels_team(omp_get_max_threads()));
+    cp.n_threads = 1;
+    assert_int_equal(sd_context_create(m, &cp, &c1), SD_OK);
+    cp.n_threads = 3;
+    assert_int_equal(sd_context_create(m, &cp, &c2), SD_OK);
+    assert_int_equal(sd_context_n_threads(c1), 1);
+    assert_int_equal(sd_context_n_threads(c2), sd_kernels_team(3));
+    const int32_t tok[3] = {1, 5, 9};
+    const int before = omp_get_max_threads();
+    assert_int_equal(sd_context_forward(c1, 0, tok, 3, NULL, 0), SD_OK);
+    assert_int_equal(omp_get_max_threads(), 1);
+    assert_int_equal(sd_context_forward(c2, 0, tok, 3, NULL, 0), SD_OK);
+    assert_int_equal(omp_get_max_threads(), sd_kernels_team(3));
+    omp_set_num_threads(before);
+    sd_context_free(c0);
+    sd_context_free(c1);
+    sd_context_free(c2);
     sd_model_free(m);
 }
 
@@ -870,6 +909,7 @@ int main(void) {
         cmocka_unit_test(test_tree_batch),
         cmocka_unit_test(test_rows_without_logits),
         cmocka_unit_test(test_threads_share_a_model),
+        cmocka_unit_test(test_context_threads),
         cmocka_unit_test(test_bad_batches),
         cmocka_unit_test(test_begin_reuses_prefix),
         cmocka_unit_test(test_step_many),

@@ -2,6 +2,7 @@
  * invariants after each verify pass, sampling exactness (chi-square against the target's exact
  * distribution, with controls), incompatible pairs, and context exhaustion. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -643,8 +644,8 @@ static void test_sampling_exact(void **state) {
     e.joint = malloc(EX_CELLS * sizeof(double));
     long *counts = malloc(EX_CELLS * sizeof(long));
     /* One thread: at this size OpenMP's fork/join would cost more than the arithmetic. */
-    const int threads = sd_get_threads();
-    sd_set_threads(1);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1); /* the contexts made below: n_threads 0 takes it */
 
     /* The engine at k = 2, temperature 1; then k = 3 with temperature, top-k and top-p all on
      * (both sides processed alike, zeros in p and q, a three-draft pass). */
@@ -693,7 +694,7 @@ static void test_sampling_exact(void **state) {
     counts_hand(&e, HAND_NO_VERIFY, 4000000, EX_N_UNVERIFIED, counts);
     assert_true(chi2_report("control: drafts unverified", counts, e.joint, EX_N_UNVERIFIED) > 1.0);
 
-    sd_set_threads(threads);
+    omp_set_num_threads(threads);
     free(counts);
     free(e.joint);
     sd_model_free(e.draft);
@@ -881,8 +882,8 @@ static void test_sampling_exact_every_drafter(void **state) {
     e.n_prompt = 6;
     e.joint = malloc(EX_CELLS * sizeof(double));
     long *counts = malloc(EX_CELLS * sizeof(long));
-    const int threads = sd_get_threads();
-    sd_set_threads(1);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1); /* the contexts made below: n_threads 0 takes it */
     const sd_sampling_mode R = SD_SAMPLING_REJECTION, C = SD_SAMPLING_COUPLED;
     static const ex_cfg cfgs[] = {
         {"plain", 0, 0, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f, 0, 0, 0, 0},
@@ -969,7 +970,7 @@ static void test_sampling_exact_every_drafter(void **state) {
     memset(counts, 0, EX_CELLS * sizeof(long));
     counts_drop(&e, 1, 15000000, EX_N, counts);
     assert_true(chi2_report("control: drawn drafts dropped by value", counts, e.joint, EX_N) > 1.0);
-    sd_set_threads(threads);
+    omp_set_num_threads(threads);
     free(counts);
     free(e.joint);
     sd_model_free(e.draft);
@@ -997,8 +998,8 @@ static void test_sampling_exact_grammar(void **state) {
     e.n_prompt = 6;
     e.joint = malloc(EX_CELLS * sizeof(double));
     long *counts = malloc(EX_CELLS * sizeof(long));
-    const int threads = sd_get_threads();
-    sd_set_threads(1);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1); /* the contexts made below: n_threads 0 takes it */
     sd_grammar_vocab *gv = NULL;
     assert_int_equal(sd_grammar_vocab_create(sd_model_tokenizer(e.target), &gv), SD_OK);
     static int vowels_then[3][EX_V], forced_t[3][EX_V];
@@ -1091,7 +1092,7 @@ static void test_sampling_exact_grammar(void **state) {
         sd_grammar_free(g);
     }
     sd_grammar_vocab_free(gv);
-    sd_set_threads(threads);
+    omp_set_num_threads(threads);
     free(counts);
     free(e.joint);
     sd_model_free(e.draft);
@@ -1130,8 +1131,8 @@ static void test_coupled_identity(void **state) {
     sd_model *d = sdtest_shared_model(REAL_DRAFT, REAL_TOKENIZER);
     int32_t prompt[64];
     const int np = encode(t, "Once upon a time, there was a little dog. The dog", prompt, 64);
-    const int threads = sd_get_threads();
-    sd_set_threads(1); /* tiny models: a team would only wait at barriers */
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1); /* tiny models: a team would only wait at barriers */
     static const struct {
         const char *what;
         int model, ngram, tree;
@@ -1236,7 +1237,7 @@ static void test_coupled_identity(void **state) {
            checked, drafted ? (double)accepted / (double)drafted : 0, rejection_differs, rejection_runs);
     assert_true(drafted > 0 && accepted > 0 && accepted < drafted);
     assert_true(rejection_differs * 2 > rejection_runs);
-    sd_set_threads(threads);
+    omp_set_num_threads(threads);
     sd_model_free(d);
     sd_model_free(t);
 }
@@ -1408,8 +1409,8 @@ static void test_bonus_token_exact(void **state) {
     (void)state;
     sd_synth_params tp = sdtest_synth_shape(16, 1, 2, 1, 32, EX_V, 32, 63);
     sd_model *m = sdtest_synth_model(&tp);
-    const int threads = sd_get_threads();
-    sd_set_threads(1);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1); /* the contexts made below: n_threads 0 takes it */
     const int32_t prompt[2] = {1, 7};
     sd_sampler_params sp = sd_sampler_default_params();
     sp.temperature = 1.0f;
@@ -1444,7 +1445,7 @@ static void test_bonus_token_exact(void **state) {
         assert_true(r < 1.0);
         assert_true(r_stale > 1.0);
     }
-    sd_set_threads(threads);
+    omp_set_num_threads(threads);
     sd_context_free(c);
     free(joint);
     free(stale);
@@ -1500,8 +1501,8 @@ static void test_deterministic_drafter_exact(void **state) {
     e.sp.temperature = 1.0f;
     e.joint = malloc(EX_CELLS * sizeof(double));
     long *counts = calloc(EX_CELLS, sizeof(long)), *broken = calloc(EX_CELLS, sizeof(long));
-    const int threads = sd_get_threads();
-    sd_set_threads(1);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1); /* the contexts made below: n_threads 0 takes it */
     exact_joint(&e);
     sd_model *dm = e.target; /* drafting the target's own greedy choice */
     sd_context_params cp = sd_context_default_params();
@@ -1574,7 +1575,7 @@ static void test_deterministic_drafter_exact(void **state) {
     d.n_vocab = EX_V + 1;
     assert_int_equal(sd_spec_create_with(batch, 0, &d, &sp, &s), SD_ERR_MISMATCH);
     assert_null(s);
-    sd_set_threads(threads);
+    omp_set_num_threads(threads);
     free(scratch);
     sd_spec_batch_free(batch);
     sd_context_free(c);

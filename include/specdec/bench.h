@@ -8,9 +8,9 @@
 #include "specdec/context.h"
 #include "specdec/model.h"
 
-/* Streaming-read bandwidth in bytes/s with the current thread count: reads a buffer of
+/* Streaming-read bandwidth in bytes/s on `threads` threads (sd_cpu_threads): reads a buffer of
  * `bytes` (much larger than the last-level cache) `reps` times and keeps the best pass. */
-double sd_bench_bandwidth(size_t bytes, int reps);
+double sd_bench_bandwidth(size_t bytes, int reps, int threads);
 
 /* Median seconds of one prefill of n tokens appended at position pos of sequence 0 of a context (which is
  * truncated back after each run; the last token's logits only), over reps runs. Negative on error

@@ -118,7 +118,7 @@ typedef struct {
     char *const *prompts;      /* the prompt texts */
     int n_prompts;
     int cost_only, quick;
-    int threads;               /* for the report; the caller has set them */
+    int threads;               /* every context's (sd_context_params.n_threads), and the report's */
     double bandwidth;          /* bytes/s for the report (sd_bench_bandwidth), 0 if unmeasured */
     sd_bench_gen_fn spec_generate; /* NULL: sd_spec_generate */
     void *hook_user;

@@ -20,6 +20,10 @@ typedef struct {
     int n_seq;       /* sequences, each with its own cache rows; 0: 1 */
     sd_type kv_type; /* SD_TYPE_F32 (default) or SD_TYPE_F16 (half the cache bytes; needs
                         head_dim >= 16) */
+    int n_threads;   /* threads of this context's passes (OpenMP and OpenBLAS), at most
+                        OMP_THREAD_LIMIT; 0: the creating thread's OpenMP default
+                        (OMP_NUM_THREADS, else the CPUs). Contexts on different threads may
+                        use different counts. */
 } sd_context_params;
 
 sd_context_params sd_context_default_params(void);
@@ -32,6 +36,7 @@ int sd_context_n_ctx(const sd_context *c);
 int sd_context_n_seq(const sd_context *c);
 int sd_context_n_batch(const sd_context *c);
 sd_type sd_context_kv_type(const sd_context *c);
+int sd_context_n_threads(const sd_context *c); /* what its passes run on */
 sd_kv *sd_context_kv(sd_context *c); /* the cache itself, for inspection */
 
 int sd_context_seq_len(const sd_context *c, int seq);

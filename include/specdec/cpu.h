@@ -35,6 +35,10 @@ sd_status sd_isa_status(void);
  * runs avx512, portable)". */
 void sd_isa_describe(char *buf, size_t cap);
 
+/* The threads a context asking for n gets (sd_context_params.n_threads): n, or for n < 1 the
+ * calling thread's OpenMP default (OMP_NUM_THREADS, else the CPUs); at most OMP_THREAD_LIMIT. */
+int sd_cpu_threads(int n);
+
 /* Bytes of the level-2 and level-3 caches of the core running the caller, from CPUID (leaf 4 on
  * Intel, 0x8000001D on AMD): unified or data caches; 0 where the CPU does not describe a level.
  * Returns the number of the two levels found. */

@@ -44,11 +44,6 @@ sd_model_params sd_model_default_params(void);
 
 typedef struct sd_model sd_model;
 
-/* Threads for every kernel (OpenMP regions and OpenBLAS), on every thread that runs a forward
- * pass; n < 1 is ignored. */
-void sd_set_threads(int n);
-int sd_get_threads(void);
-
 /* Resolves a model argument into buf: an existing path, else NAME, NAME.gguf, NAME.bin,
  * NAME/NAME.bin, NAME/NAME.gguf under each directory of the search path ($SPECDEC_MODEL_PATH,
  * colon-separated; ./models; ../shared/models). SD_ERR_IO naming where it looked if absent. */

@@ -73,6 +73,7 @@ typedef struct {
                                <|eot_id|>, <|im_end|>, ... (sd_tokenizer_is_eog; default 1) */
     int n_ctx;              /* sd_pair_create's contexts: 0 = the smaller model's training context */
     sd_type kv_type;        /* sd_pair_create's contexts: SD_TYPE_F32 (default) or SD_TYPE_F16 */
+    int n_threads;          /* sd_pair_create's contexts: sd_context_params.n_threads (0: OpenMP's default) */
     sd_grammar *grammar;    /* borrowed, NULL: unconstrained. The target's distribution at each position
                                is p restricted to what the grammar allows and renormalised; the
                                drafter's q is masked alike; an end-of-generation token ends the
@@ -151,8 +152,8 @@ sd_status sd_spec_create_with(sd_spec_batch *batch, int seq, sd_drafter *drafter
                               sd_spec **out);
 void sd_spec_free(sd_spec *s); /* NULL is fine */
 /* Changes an engine's parameters between generations (a server reusing a slot's engine, and so
- * its cached prompt, for the next request): every field but ngram, n_ctx and kv_type, which stay
- * as created; the drafter's sampling follows. draft_max and tree_budget may not exceed the
+ * its cached prompt, for the next request): every field but ngram, n_ctx, kv_type and n_threads,
+ * which stay as created; the drafter's sampling follows. draft_max and tree_budget may not exceed the
  * creation's. On error (bad values, a generation running) nothing changes. */
 sd_status sd_spec_set_params(sd_spec *s, const sd_spec_params *p);
 /* The parameters in force. */

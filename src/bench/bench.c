@@ -83,7 +83,7 @@ sd_status sd_bench_time_forward(sd_context *c, const int32_t *tok, int pos, int 
     return st;
 }
 
-double sd_bench_bandwidth(size_t bytes, int reps) {
+double sd_bench_bandwidth(size_t bytes, int reps, int threads) {
     size_t n = bytes / sizeof(float);
     float *buf = probe_buffer(bytes);
     if (!buf) return -1;
@@ -91,7 +91,7 @@ double sd_bench_bandwidth(size_t bytes, int reps) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double t = sd_now();
-        sink += sd_stream_read(buf, n);
+        sink += sd_stream_read(buf, n, threads);
         t = sd_now() - t;
         if (t < best) best = t;
     }
@@ -134,7 +134,7 @@ sd_status sd_bench_rounds(sd_context *c, int pos, int n_max, int reps, size_t pr
     volatile double sink = 0;
     for (int r = 0; r < reps; r++) {
         double t0 = sd_now();
-        sink += sd_stream_read(buf, nf);
+        sink += sd_stream_read(buf, nf, sd_context_n_threads(c));
         t_probe[r] = sd_now() - t0;
         /* an untimed step first: the probe evicted the caches, and a model whose weights fit
          * in them would otherwise time its decode step cold and its verify passes warm */

@@ -324,6 +324,7 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
     sp.stop_at_eos = !cfg->ignore_eos;
     sp.stop_flag = p->stop_flag;
     sp.draft_max = 0;
+    sp.n_threads = p->threads;
     if ((st = sd_spec_create(p->target, NULL, &sp, &plain)) != SD_OK) goto out;
 
     /* Costs at the context length of the middle of a generation. */
@@ -335,6 +336,7 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
     const double budget = p->quick ? 0.05 : 0.3;
     sd_context_params cp_costs = sd_context_default_params();
     cp_costs.n_ctx = n_ctx;
+    cp_costs.n_threads = p->threads;
     if ((st = sd_context_create(p->target, &cp_costs, &ctx_t)) != SD_OK ||
         (st = sd_context_create(p->draft, &cp_costs, &ctx_d)) != SD_OK)
         goto out;

@@ -13,6 +13,7 @@
 #include "specdec/quant.h"
 #include "specdec/bench_config.h"
 #include "specdec/bench_report.h"
+#include "specdec/cpu.h"
 
 static void progress(int done, int total, const char *what, void *user) {
     (void)user;
@@ -127,8 +128,7 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     if (!threads) threads = cfg.threads ? cfg.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    sd_set_threads(threads);
-    threads = sd_get_threads(); /* what runs: OMP_THREAD_LIMIT may cap it */
+    threads = sd_cpu_threads(threads); /* what runs: OMP_THREAD_LIMIT may cap it */
     cli_install_sigint();
 
     if (cfg.prompts) {
@@ -218,7 +218,7 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     /* Bandwidth last: its buffer (1 GiB) would otherwise be the peak RSS the report shows. */
-    double bw = sd_bench_bandwidth((size_t)(quick ? 256 : 1024) << 20, 5);
+    double bw = sd_bench_bandwidth((size_t)(quick ? 256 : 1024) << 20, 5, threads);
     rep->bandwidth = bw > 0 ? bw : 0;
     sd_bench_report_print(rep, stdout);
     fflush(stdout);

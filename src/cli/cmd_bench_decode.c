@@ -27,13 +27,13 @@ int cmd_bench_decode(int argc, char **argv) {
     int n_prefill = o.prefill, pos = o.pos;
     const int batch = !o.no_batch;
     if (!model) return cli_usage_error("bench-decode: -m MODEL is required (see specdec bench-decode --help)");
-    sd_set_threads(threads);
     sd_model *m = NULL;
     int rc = cli_load_model(model, tokp, NULL, &m);
     if (rc) return rc;
     sd_context *ctx = NULL;
     sd_context_params cp = sd_context_default_params();
     cp.kv_type = o.kv_type;
+    cp.n_threads = threads;
     sd_status st = sd_context_create(m, &cp, &ctx);
     if (st != SD_OK) {
         sd_model_free(m);
@@ -57,8 +57,8 @@ int cmd_bench_decode(int argc, char **argv) {
     const double kvpt = (double)sd_kv_bytes_per_token(sd_context_kv(ctx)) * (pos + 1.0);
     const double bpt = wpt + kvpt;
     printf("model:      %s (dim %d, %d layers, vocab %d)\n", sd_model_path(m), hp->dim, hp->n_layers, hp->vocab_size);
-    printf("threads:    %d", sd_get_threads());
-    if (sd_get_threads() != threads) printf(" (OMP_THREAD_LIMIT caps the %d asked for)", threads);
+    printf("threads:    %d", sd_context_n_threads(ctx));
+    if (sd_context_n_threads(ctx) != threads) printf(" (OMP_THREAD_LIMIT caps the %d asked for)", threads);
     printf("\n");
     char isa[256];
     sd_isa_describe(isa, sizeof isa);
@@ -127,6 +127,7 @@ int cmd_bench_decode(int argc, char **argv) {
         sd_context_params bp = sd_context_default_params();
         bp.kv_type = o.kv_type;
         bp.n_seq = 8;
+        bp.n_threads = threads;
         bp.n_ctx = pos + M;
         double *tb = malloc((size_t)reps * N_S * sizeof(double));
         if (!tb || (st = sd_context_create(m, &bp, &bc)) != SD_OK ||

@@ -31,7 +31,6 @@ int cmd_bench_grammar(int argc, char **argv) {
     int is_schema = 0;
     int rc = cli_grammar_text(&o, &text, &tlen, &is_schema);
     if (rc) return rc;
-    sd_set_threads(o.threads);
     sd_model *m = NULL;
     if ((rc = cli_load_model(o.model, o.tokenizer, NULL, &m))) {
         free(text);
@@ -67,6 +66,7 @@ int cmd_bench_grammar(int argc, char **argv) {
     if (st == SD_OK) st = cli_grammar_compile(&o, text, tlen, is_schema, &g); /* checked once before the timed runs */
     sd_context_params cp = sd_context_default_params();
     cp.n_ctx = o.n_predict + 64;
+    cp.n_threads = o.threads;
     if (st == SD_OK) st = sd_context_create(m, &cp, &ctx);
     if (st != SD_OK) {
         rc = cli_error_status(st);

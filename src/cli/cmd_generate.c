@@ -123,7 +123,6 @@ int cmd_generate(int argc, char **argv) {
     }
     if (!prompt) prompt = "Once upon a time";
 
-    sd_set_threads(threads);
     cli_install_sigint();
     int rc = 0;
     sd_model *tm = NULL, *dm = NULL;

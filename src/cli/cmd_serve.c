@@ -72,7 +72,6 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
-    sd_set_threads(o.threads);
 
     srv *s = NULL;
     sd_status st = srv_start(&p, &s);

@@ -502,6 +502,7 @@ void cli_spec_params(const cli_opts *o, sd_spec_params *p) {
     p->stop_at_eos = !o->ignore_eos;
     p->n_ctx = o->n_ctx;
     p->kv_type = o->kv_type;
+    p->n_threads = o->threads;
 }
 
 /* The field an option sets. */

@@ -79,6 +79,7 @@ sd_status sd_pair_create(sd_model *target, sd_model *draft, const sd_spec_params
     cp.n_ctx = n_ctx;
     cp.n_seq = n_seq;
     cp.kv_type = p->kv_type;
+    cp.n_threads = p->n_threads;
     sd_spec_batch_params bp = sd_spec_batch_default_params();
     bp.draft_switch = n_seq > 1 && (draft || p->ngram) && p->draft_mode == SD_DRAFT_ADAPTIVE;
     bp.max_batch = n_seq;

@@ -201,10 +201,12 @@ sd_status sd_spec_set_params(sd_spec *s, const sd_spec_params *p) {
     if (s->drafter && (st = sd_drafter_set_sampling(s->drafter, &p->sampling)) != SD_OK) return st;
     const int ngram = s->p.ngram, n_ctx = s->p.n_ctx;
     const sd_type kv_type = s->p.kv_type;
+    const int n_threads = s->p.n_threads;
     s->p = *p;
     s->p.ngram = ngram; /* the drafter and the contexts stay as created */
     s->p.n_ctx = n_ctx;
     s->p.kv_type = kv_type;
+    s->p.n_threads = n_threads;
     return SD_OK;
 }
 

@@ -200,6 +200,8 @@ void sd_isa_describe(char *buf, size_t cap) {
     if (o < cap) snprintf(buf + o, cap - o, ")");
 }
 
+int sd_cpu_threads(int n) { return sd_kernels_team(n); }
+
 int sd_cpu_caches_cpuid(size_t *l2, size_t *l3) {
     *l2 = *l3 = 0;
 #if SD_KERNELS_X86

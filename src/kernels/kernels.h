@@ -13,13 +13,13 @@
 
 #include "specdec/types.h"
 
-/* Threads used by OpenMP regions and OpenBLAS. n < 1 keeps the current setting. */
-void sd_kernels_set_threads(int n);
-int sd_kernels_threads(void);
-/* Called by each thread before it runs kernels: applies the thread count to that thread. */
-void sd_kernels_enter(void);
-/* The most threads a kernel may run (scratch sizing). */
-int sd_kernels_max_threads(void);
+/* Every kernel runs its parallel regions (and OpenBLAS) on the calling thread's OpenMP team
+ * size; there is no process-wide setting. sd_kernels_team(n): the team size for n threads asked
+ * (n < 1: the calling thread's current OpenMP setting, i.e. OMP_NUM_THREADS, else the CPUs),
+ * at most OMP_THREAD_LIMIT. sd_kernels_enter(n): makes n the calling thread's team size (a
+ * context does so before each pass). */
+int sd_kernels_team(int n);
+void sd_kernels_enter(int n);
 
 /* Batches up to this many tokens use the streaming multi-vector kernel: each weight vector
  * is loaded once for up to 8 tokens, so verifying k+1 tokens costs about one decode step,
@@ -167,8 +167,8 @@ void sd_attention_tree(const float *q, const float *K, const float *V, float *ou
 void sd_attention_ref(const float *q, const float *K, const float *V, float *out, int n, int pos0,
                       int n_heads, int n_kv_heads, int head_dim);
 
-/* Sum of squares of a large buffer read with the same streaming loads as matvec; used by
- * the bandwidth probe. */
-double sd_stream_read(const float *buf, size_t n);
+/* Sum of a large buffer read on `threads` threads (sd_kernels_team) with the active path's
+ * streaming loads, as its matrix kernels read weights; the bandwidth probe. */
+double sd_stream_read(const float *buf, size_t n, int threads);
 
 #endif

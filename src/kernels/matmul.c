@@ -26,8 +26,9 @@ static void sgemm_locked(int n, int rows, int cols, const float *X, const float 
      * capped by OMP_THREAD_LIMIT, or shrunk under OMP_DYNAMIC=true), its sgemm hung for good.
      * Both settings are the calling thread's, so they are checked here, on it. */
     if (omp_get_dynamic()) omp_set_dynamic(0);
-    const int limit = omp_get_thread_limit();
-    if (limit > 0 && openblas_get_num_threads() > limit) openblas_set_num_threads(limit);
+    /* OpenBLAS keeps one process-wide count: it takes the calling context's, in the lock */
+    const int team = sd_kernels_team(omp_get_max_threads());
+    if (openblas_get_num_threads() != team) openblas_set_num_threads(team);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, cols, 1.0f, X, cols, W, ldw, 0.0f, Y, ldy);
     pthread_mutex_unlock(&g_blas_lock);
 }
@@ -274,14 +275,14 @@ int sd_matmul_group(const sd_tensor *const *W, float *const *Y, int count, const
 
 /* ---------------------------------------------------------------- bandwidth probe */
 
-double sd_stream_read(const float *buf, size_t n) {
+double sd_stream_read(const float *buf, size_t n, int threads) {
     const sd_isa_kernels *K = sd_kernels();
     double total = 0;
     /* Each thread reads its share as 8 interleaved streams: one sequential stream per core
      * leaves the prefetchers short of the bandwidth that decode (its rows cut into 8 streams
      * per thread) draws, so a single-stream probe reported less than decode achieved. For the
      * same reason each path prefetches as its matrix kernels do. */
-#pragma omp parallel reduction(+ : total)
+#pragma omp parallel num_threads(sd_kernels_team(threads)) reduction(+ : total)
     {
         const int nt = omp_get_num_threads(), id = omp_get_thread_num();
         const size_t chunk = (n / (size_t)nt) & ~(size_t)1023;

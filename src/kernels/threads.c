@@ -1,36 +1,20 @@
-/* The kernels' threads: the team size contexts run with, the static split of 16-row blocks
- * (the float kernels) and the work stealing of the integer kernels (kernels.h). */
+/* The kernels' threads: the team size a context runs with (its own, set on the calling thread
+ * for each pass), the static split of 16-row blocks (the float kernels) and the work stealing
+ * of the integer kernels (kernels.h). */
 #include <omp.h>
 
 #include "kernels/kernels.h"
 
-/* OpenBLAS exports this; declared here so any cblas.h works. */
-extern void openblas_set_num_threads(int);
-
-static int g_threads = 0;
-
-void sd_kernels_set_threads(int n) {
-    if (n < 1) return;
+int sd_kernels_team(int n) {
+    if (n < 1) n = omp_get_max_threads();
     const int limit = omp_get_thread_limit(); /* OMP_THREAD_LIMIT: what OpenMP will give (see sgemm_locked) */
-    if (limit > 0 && n > limit) n = limit;
-    g_threads = n;
-    omp_set_num_threads(n);
-    openblas_set_num_threads(n);
+    return limit > 0 && n > limit ? limit : n;
 }
 
-int sd_kernels_threads(void) { return g_threads > 0 ? g_threads : omp_get_max_threads(); }
-
-/* omp_set_num_threads sets the calling thread's team size only: a context run from another
- * thread would otherwise use OpenMP's default team. */
-void sd_kernels_enter(void) {
-    if (g_threads > 0 && omp_get_max_threads() != g_threads) omp_set_num_threads(g_threads);
-}
-
-int sd_kernels_max_threads(void) {
-    int n = omp_get_max_threads();
-    if (omp_get_num_procs() > n) n = omp_get_num_procs();
-    if (g_threads > n) n = g_threads;
-    return n;
+/* omp_set_num_threads sets the calling thread's team size only, which is what lets contexts
+ * on different threads run with different counts. */
+void sd_kernels_enter(int n) {
+    if (n > 0 && omp_get_max_threads() != n) omp_set_num_threads(n);
 }
 
 void sd_thread_blocks(int64_t nblk, int64_t *b0, int64_t *b1) {

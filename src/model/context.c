@@ -32,7 +32,7 @@ static sd_status arena_create(sd_context *c) {
     const sd_hparams *hp = &c->m->hp;
     const int nb = c->p.n_batch, n_ctx = c->p.n_ctx;
     const size_t q_dim = (size_t)hp->n_heads * hp->head_dim, kv_dim = (size_t)hp->n_kv_heads * hp->head_dim;
-    int slots = sd_kernels_max_threads();
+    int slots = c->p.n_threads;
     const int conv_slots = slots;
     /* Attention rows for every head of up to SD_ATT_TOKENS tokens (a verify pass then reads the
      * cache once), fewer tokens when that would exceed 64 MiB (long contexts, many heads), and
@@ -89,6 +89,8 @@ sd_status sd_context_create(const sd_model *m, const sd_context_params *p, sd_co
                        p->n_ctx, p->n_batch, p->n_seq);
     if (p->kv_type != SD_TYPE_F32 && p->kv_type != SD_TYPE_F16)
         return sd_fail(SD_ERR_INVALID_ARG, "%s: KV cache type %d: f32 or f16", m->path, (int)p->kv_type);
+    if (p->n_threads < 0)
+        return sd_fail(SD_ERR_INVALID_ARG, "%s: threads %d must be >= 0 (0: OpenMP's default)", m->path, p->n_threads);
     if (p->kv_type == SD_TYPE_F16 && !sd_attention_f16_ok(hp->head_dim))
         return sd_fail(SD_ERR_UNSUPPORTED, "%s: an f16 KV cache needs head_dim >= 16 (head_dim %d)",
                        m->path, hp->head_dim);
@@ -100,6 +102,7 @@ sd_status sd_context_create(const sd_model *m, const sd_context_params *p, sd_co
     if (c->p.n_batch == 0) c->p.n_batch = SD_DEFAULT_N_BATCH;
     if (c->p.n_batch > c->p.n_ctx * (c->p.n_seq > 0 ? c->p.n_seq : 1)) c->p.n_batch = c->p.n_ctx * (c->p.n_seq > 0 ? c->p.n_seq : 1);
     if (c->p.n_seq == 0) c->p.n_seq = 1;
+    c->p.n_threads = sd_kernels_team(c->p.n_threads);
     sd_status st = sd_kv_create(hp->n_layers, c->p.n_ctx, hp->n_kv_heads * hp->head_dim, c->p.kv_type, c->p.n_seq, &c->kv);
     if (st == SD_OK) st = arena_create(c);
     if (st != SD_OK) {
@@ -115,6 +118,7 @@ int sd_context_n_ctx(const sd_context *c) { return c->p.n_ctx; }
 int sd_context_n_seq(const sd_context *c) { return c->p.n_seq; }
 int sd_context_n_batch(const sd_context *c) { return c->p.n_batch; }
 sd_type sd_context_kv_type(const sd_context *c) { return c->p.kv_type; }
+int sd_context_n_threads(const sd_context *c) { return c->p.n_threads; }
 sd_kv *sd_context_kv(sd_context *c) { return c->kv; }
 int sd_context_seq_len(const sd_context *c, int seq) { return sd_kv_len(c->kv, seq); }
 sd_status sd_context_seq_truncate(sd_context *c, int seq, int n) { return sd_kv_truncate(c->kv, seq, n); }

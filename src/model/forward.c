@@ -348,7 +348,7 @@ static sd_status decode_view(sd_context *c, const bview *b, float *logits) {
         plan_free(&p);
         return st;
     }
-    sd_kernels_enter();
+    sd_kernels_enter(c->p.n_threads);
     const size_t V = (size_t)c->m->hp.vocab_size;
     const int nb = c->arena.n_batch;
     group chunk_groups[64], *cg = chunk_groups;

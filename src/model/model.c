@@ -19,9 +19,6 @@ sd_model_params sd_model_default_params(void) {
     return p;
 }
 
-void sd_set_threads(int n) { sd_kernels_set_threads(n); }
-int sd_get_threads(void) { return sd_kernels_threads(); }
-
 static sd_model *model_new(const char *path) {
     sd_model *m = calloc(1, sizeof *m);
     if (!m) return NULL;
