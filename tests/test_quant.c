@@ -42,9 +42,6 @@
  * activation reference by sum |w_c| * that, plus float rounding. */
 #define TOL_ACT_A_STEPS 0.57
 #define TOL_ACT_K_STEPS 0.5
-/* Builds without the integer kernels (SPECDEC_NATIVE=OFF) multiply dequantised rows with
- * float activations: float32 sums against the double reference, relative to sum |w x|. */
-#define TOL_FLOAT_PATH_REL 1e-5
 
 static const sd_type k_types[] = {SD_TYPE_Q8_0, SD_TYPE_Q4_0, SD_TYPE_Q5_0, SD_TYPE_Q4_K, SD_TYPE_Q6_K,
                                   SD_TYPE_BF16};
@@ -415,7 +412,7 @@ static void check_qmatmul(sd_type t, int rows, int cols, int n) {
     assert_int_equal(sd_matmul_ref(&W, X, n, Yr), 0);
     const int fam_k = t == SD_TYPE_Q4_K || t == SD_TYPE_Q6_K;
     const int blk = fam_k ? 256 : 32;
-    const int qdot = sd_quant_has_dot(t); /* integer kernels on this build */
+    assert_true(sd_quant_has_dot(t)); /* every path has integer kernels for these types */
     for (int r = 0; r < rows; r++) {
         sd_dequant_row(&W, r, deq);
         for (int j = 0; j < n; j++) {
@@ -431,24 +428,17 @@ static void check_qmatmul(sd_type t, int rows, int cols, int n) {
                 bound += wabs * amax / 127 * (fam_k ? TOL_ACT_K_STEPS : TOL_ACT_A_STEPS);
             }
             const double y = Y[(size_t)j * rows + r], yr = Yr[(size_t)j * rows + r];
-            if (!qdot) {
-                if (fabs(y - yr) > TOL_FLOAT_PATH_REL * sum_abs + 1e-30)
-                    fail_msg("%s %dx%d n=%d row %d token %d (float path): %.9g vs %.9g", tname(t), rows, cols, n,
-                             r, j, y, yr);
-            } else {
-                const double yi = sd_quant_dot_ref(&W, r, x);
-                if (fabs(y - yi) > TOL_INT_DOT_REL * sum_abs + 1e-30)
-                    fail_msg("%s %dx%d n=%d row %d token %d: kernel %.9g, integer reference %.9g", tname(t), rows, cols,
-                             n, r, j, y, yi);
-                if (fabs(y - yr) > bound + TOL_INT_DOT_REL * sum_abs)
-                    fail_msg("%s %dx%d n=%d row %d token %d: %.9g vs float reference %.9g, beyond the activation bound %g",
-                             tname(t), rows, cols, n, r, j, y, yr, bound);
-            }
+            const double yi = sd_quant_dot_ref(&W, r, x);
+            if (fabs(y - yi) > TOL_INT_DOT_REL * sum_abs + 1e-30)
+                fail_msg("%s %dx%d n=%d row %d token %d: kernel %.9g, integer reference %.9g", tname(t), rows, cols, n,
+                         r, j, y, yi);
+            if (fabs(y - yr) > bound + TOL_INT_DOT_REL * sum_abs)
+                fail_msg("%s %dx%d n=%d row %d token %d: %.9g vs float reference %.9g, beyond the activation bound %g",
+                         tname(t), rows, cols, n, r, j, y, yr, bound);
         }
     }
-    /* Every row of a batch (of any size with the integer kernels) equals the single-token
-     * result bit for bit. */
-    if (n > 1 && (qdot || n <= SD_SMALL_BATCH)) {
+    /* Every row of a batch of any size equals the single-token result bit for bit. */
+    if (n > 1) {
         float *y1 = malloc((size_t)rows * sizeof(float));
         for (int j = 0; j < n; j++) {
             assert_int_equal(sd_matmul(&W, X + (size_t)j * cols, 1, y1, scratch), 0);
@@ -656,10 +646,10 @@ static float r16q6_emulate(const uint8_t *row, const float *x, int64_t cols) {
 
 /* The Q4_0/Q8_0/Q4_K/Q6_K kernels compute exactly their emulations for every row and token
  * (partial groups of 16 rows, odd block counts, single tokens and batches, packed and packed on
- * the fly), which pins the operation order that makes batched results equal single-token ones. */
+ * the fly), which pins the operation order that makes batched results equal single-token ones,
+ * and makes them the same bits on every path (the portable one reads the file layout). */
 static void test_qmatmul_r16_exact(void **state) {
     (void)state;
-    if (!sd_quant_can_pack(SD_TYPE_Q4_0)) skip();
     static const int shapes[][2] = {{1, 256}, {17, 512}, {40, 288}, {300, 768}, {5, 96}};
     static const sd_type types[] = {SD_TYPE_Q4_0, SD_TYPE_Q8_0, SD_TYPE_Q4_K, SD_TYPE_Q6_K};
     for (size_t ti = 0; ti < 4; ti++)
@@ -704,10 +694,9 @@ static void test_qmatmul_r16_exact(void **state) {
 
 /* Q4_0 and Q8_0 rows packed for the kernels (sd_quant_pack_rows) give the same bits as the file
  * layout, for whole and partial groups of 16 rows, odd block counts, decode and batch sizes, serial and
- * parallel paths. */
+ * parallel paths (a path without the 16-row kernels, the portable one, reads the file layout). */
 static void test_qmatmul_packed(void **state) {
     (void)state;
-    if (!sd_quant_can_pack(SD_TYPE_Q4_0)) skip();
     static const int shapes[][2] = {{37, 96}, {37, 256}, {37, 352}, {1203, 768}, {300, 2048}};
     static const int ns[] = {1, 2, 5, 8, 9, 17};
     static const sd_type types[] = {SD_TYPE_Q4_0, SD_TYPE_Q8_0};

@@ -98,8 +98,8 @@ int sd_isa_cpu_has(sd_isa isa, char *why, size_t cap) {
 #endif
 }
 
-/* The portable path: plain C everywhere; matrices of other types than F32 are dequantised row
- * by row (matmul.c), and no integer kernels. */
+/* The portable path: plain C everywhere. F16 and BF16 matrices are dequantised row by row
+ * (matmul.c); the quantised types have integer kernels on the file layout (quant_portable.c). */
 const sd_isa_kernels sd_kernels_portable = {
     .isa = SD_ISA_PORTABLE,
     .float_types = SD_TYPE_BIT(SD_TYPE_F32),
@@ -113,6 +113,8 @@ const sd_isa_kernels sd_kernels_portable = {
     .f32_to_f16 = sd_portable_f32_to_f16,
     .stream = sd_portable_stream,
     .attention = sd_portable_attention,
+    .act_token = sd_portable_act_token,
+    .qrows = sd_portable_quant_rows,
 };
 
 static const sd_isa_kernels *table_of(sd_isa isa) {

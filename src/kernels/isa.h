@@ -80,8 +80,10 @@ typedef struct {
     int (*dequant)(sd_type t, const uint8_t *src, float *dst, int64_t nb); /* NULL: the reference */
     void (*quant_init)(void);                                              /* NULL: nothing to fill */
     void (*act_token)(sd_type t, const float *x, int64_t cols, void *out);
-    void (*rows_q5_0)(int nb, const sd_tensor *W, const void *act, size_t xs, float *Y, int64_t r0, int64_t r1);
-    void (*r16)(sd_type t, int nb, const sd_r16_job *job);
+    /* rows of the file layout for 1..8 tokens: Q5_0 on the vector paths, every type on the
+     * portable one (which has no r16) */
+    void (*qrows)(int nb, const sd_tensor *W, const void *act, size_t xs, float *Y, int64_t r0, int64_t r1);
+    void (*r16)(sd_type t, int nb, const sd_r16_job *job); /* the types with a 16-row layout */
     /* NULL: quant_pack.c's scalar packing (every path's is the same layout, bit for bit) */
     void (*pack_group)(sd_type t, const uint8_t *src, size_t row_bytes, int nrows, int64_t nblk, uint8_t *dst);
 } sd_isa_kernels;

@@ -683,6 +683,6 @@ const sd_isa_kernels sd_kernels_avx2 = {
     .quant_packed = 1,
     .quant_init = NULL,
     .act_token = sd_avx2_act_token,
-    .rows_q5_0 = sd_avx2_rows_q5_0,
+    .qrows = sd_avx2_rows_q5_0,
     .r16 = sd_avx2_r16,
 };

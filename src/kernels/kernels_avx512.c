@@ -880,7 +880,7 @@ const sd_isa_kernels sd_kernels_avx512 = {
     .dequant = sd_avx512_dequant,
     .quant_init = sd_avx512_quant_init,
     .act_token = sd_avx512_act_token,
-    .rows_q5_0 = sd_avx512_rows_q5_0,
+    .qrows = sd_avx512_rows_q5_0,
     .r16 = sd_avx512_r16,
     .pack_group = sd_avx512_pack_group,
 };

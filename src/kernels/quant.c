@@ -51,7 +51,7 @@ static void r16_tokens(const sd_isa_kernels *K, sd_type t, sd_r16_job job, int n
     }
 }
 
-int sd_quant_has_dot(sd_type t) { return sd_kernels()->r16 && family_of(t) != FAM_NONE; }
+int sd_quant_has_dot(sd_type t) { return sd_kernels()->act_token && family_of(t) != FAM_NONE; }
 
 int sd_quant_matmul(const sd_tensor *W, const float *X, int n, float *Y, void *scratch,
                     size_t scratch_bytes) {
@@ -62,10 +62,10 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
                           int n, void *scratch, size_t scratch_bytes) {
     enum { MAXG = 4 };
     const sd_isa_kernels *K = sd_kernels();
-    if (count < 1 || count > MAXG || n < 1 || !K->r16) return -1;
+    if (count < 1 || count > MAXG || n < 1 || !K->act_token) return -1;
     const sd_type type = W[0]->type;
     const family fam = family_of(type);
-    const int r16 = sd_quant_can_pack(type); /* else Q5_0's row-at-a-time kernel */
+    const int r16 = sd_quant_can_pack(type); /* else the file layout's row kernel */
     const int64_t cols = W[0]->cols;
     if (fam == FAM_NONE || cols <= 0) return -1;
     for (int i = 0; i < count; i++)
@@ -106,7 +106,7 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
                 if (!r16) {
                     for (int j0 = 0; j0 < n; j0 += 8) {
                         const int nb = n - j0 < 8 ? n - j0 : 8;
-                        K->rows_q5_0(nb, W[i], (const uint8_t *)act + tok * (size_t)j0, xs,
+                        K->qrows(nb, W[i], (const uint8_t *)act + tok * (size_t)j0, xs,
                                            Y[i] + (size_t)j0 * rows, r0, r1);
                     }
                     continue;

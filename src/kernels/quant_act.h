@@ -1,6 +1,6 @@
 /* The activation records of Q5_0 (act_quad) and Q4_0 / Q8_0 (r_layout), written with the
  * including file's act_block (q, sum and fp16-rounded scale of 32 activations, exactly as
- * act_a_block_ref): quant_avx512.c and quant_avx2.c include this after defining it. */
+ * sd_quant_act_block_ref): each path's quant_*.c includes this after defining it. */
 #ifndef SD_KERNELS_QUANT_ACT_H
 #define SD_KERNELS_QUANT_ACT_H
 

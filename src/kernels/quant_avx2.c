@@ -24,7 +24,7 @@ static inline void store_i8x8(int8_t *q, __m256i v) {
     _mm_storel_epi64((__m128i *)q, _mm_packs_epi16(w, w));
 }
 
-/* One block of 32: q, its sum, and the scale, exactly as act_a_block_ref computes them (the
+/* One block of 32: q, its sum, and the scale, exactly as sd_quant_act_block_ref computes them (the
  * F16C conversions equal the software ones for every non-NaN float, as in quant_avx512.c). */
 static inline float act_block(const float *x, int8_t q[32], int *sum) {
     __m256 v[4], am = _mm256_setzero_ps();
@@ -49,7 +49,7 @@ static inline float act_block(const float *x, int8_t q[32], int *sum) {
 
 #include "kernels/quant_act.h" /* weight_offset and the act_quad / r_layout writers, over act_block */
 
-/* act_k_block (quant_ref.c) 8 lanes at a time, the same values: the scale from the first
+/* sd_quant_act_k_ref (quant_ref.c) 8 lanes at a time, the same values: the scale from the first
  * element of largest magnitude, q = round-to-even(x * -127/mx) clamped to +-127. */
 static void act_k_block_fast(const float *x, act_k *a) {
     __m256 am = _mm256_setzero_ps();
@@ -76,7 +76,7 @@ static void act_k_block_fast(const float *x, act_k *a) {
         }
     }
     const float iscale = -127.0f / mx;
-    if (!(fabsf(iscale) <= FLT_MAX)) return; /* as act_k_block */
+    if (!(fabsf(iscale) <= FLT_MAX)) return; /* as sd_quant_act_k_ref */
     const __m256 is = _mm256_set1_ps(iscale);
     const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
     int s8[32];

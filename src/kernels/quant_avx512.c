@@ -116,7 +116,7 @@ int sd_avx512_dequant(sd_type t, const uint8_t *b, float *dst, int64_t nb) {
 /* ------------------------------------------------------------------ activation quantisation
  * (the records are described in quant_internal.h) */
 
-/* One block of 32: q, its sum, and the scale, exactly as act_a_block_ref computes them. */
+/* One block of 32: q, its sum, and the scale, exactly as sd_quant_act_block_ref computes them. */
 static inline float act_block(const float *x, int8_t q[32], int *sum) {
     const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
     const int bad = (_mm512_fpclass_ps_mask(x0, 0x99) | _mm512_fpclass_ps_mask(x1, 0x99)) != 0;
@@ -140,7 +140,7 @@ static inline float act_block(const float *x, int8_t q[32], int *sum) {
 
 #include "kernels/quant_act.h" /* weight_offset and the act_quad / r_layout writers, over act_block */
 
-/* act_k_block with 16 lanes at a time, the same values: the scalar version was ~7% of a Q4_K
+/* sd_quant_act_k_ref with 16 lanes at a time, the same values: the scalar version was ~7% of a Q4_K
  * decode step, run on one thread while the other waited. The scale comes from the first
  * element of largest magnitude, as in the scalar loop; q = round-to-even(x * -127/mx) clamped
  * to +-127 (cvtps_epi32 rounds to even, like nearest_int). */
@@ -169,7 +169,7 @@ static void act_k_block_fast(const float *x, act_k *a) {
         }
     }
     const float iscale = -127.0f / mx;
-    if (!(fabsf(iscale) <= FLT_MAX)) return; /* as act_k_block (inf * 0 would be NaN here) */
+    if (!(fabsf(iscale) <= FLT_MAX)) return; /* as sd_quant_act_k_ref (inf * 0 would be NaN here) */
     const __m512 is = _mm512_set1_ps(iscale);
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
     int16_t s16[16];

@@ -195,6 +195,19 @@ typedef struct {
 /* Most tokens of one pass of a 16-row kernel (a k = 8 verify). */
 #define SD_R16_MAX_TOKENS 9
 
+/* quant_ref.c, shared with the portable kernels (quant_portable.c): one block of 32 activations
+ * as int8 q, their sum and the fp16-rounded scale (Q4_0/Q5_0/Q8_0 weights); one super-block of
+ * 256 as Q8_K (Q4_K/Q6_K weights); the signed integer weights of a Q8_0/Q4_0/Q5_0 block. The
+ * vector paths compute the same values. */
+float sd_quant_act_block_ref(const float *x, int8_t *q, int *sum);
+void sd_quant_act_k_ref(const float *x, act_k *a);
+void sd_quant_block_ints(sd_type t, const uint8_t *b, int v[32]);
+
+/* The portable path's (quant_portable.c): activation records and every type's kernel on the
+ * file layout, nb (1..8) tokens per call. */
+void sd_portable_act_token(sd_type t, const float *x, int64_t cols, void *out);
+void sd_portable_quant_rows(int nb, const sd_tensor *W, const void *act, size_t xs, float *Y, int64_t r0, int64_t r1);
+
 /* The vector paths' code (quant_avx512.c, quant_avx2.c), in their tables:
  *   dequant: nb blocks of type t at src as floats, equal to sd_quant_dequant_row_ref bit for
  *     bit; -1 for types without a fast path;

@@ -8,7 +8,7 @@
 
 /* One block of 32 (reference): q, its sum, and the scale (NaN when x is not finite, so a
  * bad activation still poisons the result instead of vanishing into an int8). */
-static float act_a_block_ref(const float *x, int8_t *q, int *sum) {
+float sd_quant_act_block_ref(const float *x, int8_t *q, int *sum) {
     float amax = 0;
     int bad = 0;
     for (int j = 0; j < 32; j++) {
@@ -30,7 +30,7 @@ static float act_a_block_ref(const float *x, int8_t *q, int *sum) {
 }
 
 /* One super-block of 256 (Q8_K; act_k_block_fast in quant_avx512.c gives the same values). */
-static void act_k_block(const float *x, act_k *a) {
+void sd_quant_act_k_ref(const float *x, act_k *a) {
     float amax = 0, mx = 0;
     int bad = 0;
     for (int j = 0; j < 256; j++) {
@@ -63,7 +63,7 @@ static void act_k_block(const float *x, act_k *a) {
 /* ------------------------------------------------------------------ reference dot */
 
 /* The signed integer weights of one Q8_0/Q4_0/Q5_0 block (value = d * v). */
-static void block_ints_a(sd_type t, const uint8_t *b, int v[32]) {
+void sd_quant_block_ints(sd_type t, const uint8_t *b, int v[32]) {
     if (t == SD_TYPE_Q8_0) {
         for (int j = 0; j < 32; j++) v[j] = (int8_t)b[2 + j];
         return;
@@ -88,9 +88,9 @@ double sd_quant_dot_ref(const sd_tensor *W, int64_t r, const float *x) {
         for (int64_t b = 0; b < cols / 32; b++) {
             int8_t q[32];
             int sum, v[32];
-            const float dx = act_a_block_ref(x + 32 * b, q, &sum);
+            const float dx = sd_quant_act_block_ref(x + 32 * b, q, &sum);
             const uint8_t *blk = row + (size_t)b * bsz;
-            block_ints_a(W->type, blk, v);
+            sd_quant_block_ints(W->type, blk, v);
             long isum = 0;
             for (int j = 0; j < 32; j++) isum += (long)v[j] * q[j];
             acc += (double)h2f(blk) * (double)dx * (double)isum;
@@ -100,7 +100,7 @@ double sd_quant_dot_ref(const sd_tensor *W, int64_t r, const float *x) {
     if (W->type == SD_TYPE_Q4_K) {
         for (int64_t s = 0; s < cols / 256; s++) {
             act_k a;
-            act_k_block(x + 256 * s, &a);
+            sd_quant_act_k_ref(x + 256 * s, &a);
             const uint8_t *b = row + s * SD_Q4_K_BYTES;
             uint8_t sm[16];
             q4_k_scales(b + 4, sm);
@@ -124,7 +124,7 @@ double sd_quant_dot_ref(const sd_tensor *W, int64_t r, const float *x) {
         float w[256];
         for (int64_t s = 0; s < cols / 256; s++) {
             act_k a;
-            act_k_block(x + 256 * s, &a);
+            sd_quant_act_k_ref(x + 256 * s, &a);
             const uint8_t *b = row + s * SD_Q6_K_BYTES;
             /* integer values: dequantise with d = 1 and unit scales, then apply the scales */
             uint8_t tmp[SD_Q6_K_BYTES];
