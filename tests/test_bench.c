@@ -11,6 +11,7 @@
 
 #include "specdec/bench.h"
 #include "specdec/bench_config.h"
+#include "specdec/cpu.h"
 #include "specdec/bench_report.h"
 #include "sdtest_report.h"
 #include "specdec/model.h"
@@ -1007,12 +1008,35 @@ static void test_cache_sizes_sysfs(void **state) {
         assert_int_equal(l3, cases[c].l3);
     }
     assert_int_equal(sd_cache_sizes_sysfs("/nonexistent", &l2, &l3), 0);
-    /* the machine's own figure is the sysfs one where sysfs has it */
-    if (sd_cache_sizes_sysfs("/sys/devices/system/cpu/cpu0/cache", &l2, &l3) == 2) {
-        assert_true(sd_cache_bytes(2) == (double)l3 + 2.0 * (double)l2);
-        printf("  this machine: L2 %zu KiB per core, L3 %zu MiB (sysfs)\n", l2 >> 10, l3 >> 20);
+    /* sysfs with both levels decides; with less, CPUID; without either the size is unknown (0),
+     * never a guess */
+    sd_cache_source src = SD_CACHES_UNKNOWN;
+    char two[256];
+    snprintf(two, sizeof two, "%s", sdtest_tmp_path("cpu0-cache-1"));
+    assert_true(sd_cache_bytes_from(two, 1, 2, &src) == (double)(32 << 20) + 2.0 * (1 << 20));
+    assert_int_equal(src, SD_CACHES_SYSFS);
+    assert_true(sd_cache_bytes_from("/nonexistent", 0, 2, &src) == 0);
+    assert_int_equal(src, SD_CACHES_UNKNOWN);
+    size_t c2 = 0, c3 = 0;
+    const int cpuid_levels = sd_cpu_caches_cpuid(&c2, &c3);
+    const double via_cpuid = sd_cache_bytes_from("/nonexistent", 1, 2, &src);
+    if (c3) {
+        assert_int_equal(src, SD_CACHES_CPUID);
+        assert_true(via_cpuid == (double)c3 + 2.0 * (double)c2);
+    } else {
+        assert_int_equal(src, SD_CACHES_UNKNOWN);
+        assert_true(via_cpuid == 0);
     }
-    assert_true(sd_cache_bytes(1) > 0);
+    printf("  CPUID: %d levels, L2 %zu KiB, L3 %zu KiB\n", cpuid_levels, c2 >> 10, c3 >> 10);
+    /* where the kernel describes the caches, CPUID must say the same (it is read in its place
+     * where /sys has no entries) */
+    if (sd_cache_sizes_sysfs("/sys/devices/system/cpu/cpu0/cache", &l2, &l3) == 2) {
+        assert_true(sd_cache_bytes(2, &src) == (double)l3 + 2.0 * (double)l2);
+        assert_int_equal(src, SD_CACHES_SYSFS);
+        printf("  this machine: L2 %zu KiB per core, L3 %zu MiB (sysfs)\n", l2 >> 10, l3 >> 20);
+        if (cpuid_levels == 2 && (c2 != l2 || c3 != l3))
+            fail_msg("CPUID says L2 %zu, L3 %zu bytes; sysfs says %zu, %zu", c2, c3, l2, l3);
+    }
 }
 
 int main(void) {

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "core/io.h"
+#include "specdec/cpu.h"
 #include "kernels/kernels.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -63,13 +63,21 @@ int sd_cache_sizes_sysfs(const char *dir, size_t *l2, size_t *l3) {
     return (*l2 > 0) + (*l3 > 0);
 }
 
-double sd_cache_bytes(int threads) {
+const char *sd_cache_source_name(sd_cache_source s) {
+    return s == SD_CACHES_SYSFS ? "sysfs" : s == SD_CACHES_CPUID ? "CPUID" : "unknown";
+}
+
+double sd_cache_bytes_from(const char *dir, int cpuid, int threads, sd_cache_source *src) {
     size_t l2 = 0, l3 = 0;
-    sd_cache_sizes_sysfs("/sys/devices/system/cpu/cpu0/cache", &l2, &l3);
-    const long s2 = sysconf(_SC_LEVEL2_CACHE_SIZE), s3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (!l2 && s2 > 0) l2 = (size_t)s2;
-    if (!l3) l3 = s3 > 0 ? (size_t)s3 : (size_t)32 << 20;
-    return (double)l3 + (double)l2 * threads;
+    sd_cache_source s = SD_CACHES_UNKNOWN;
+    if (sd_cache_sizes_sysfs(dir, &l2, &l3) == 2) s = SD_CACHES_SYSFS;
+    else if (cpuid && sd_cpu_caches_cpuid(&l2, &l3) > 0 && l3 > 0) s = SD_CACHES_CPUID;
+    if (src) *src = s;
+    return s == SD_CACHES_UNKNOWN ? 0 : (double)l3 + (double)l2 * threads;
+}
+
+double sd_cache_bytes(int threads, sd_cache_source *src) {
+    return sd_cache_bytes_from("/sys/devices/system/cpu/cpu0/cache", 1, threads, src);
 }
 
 static float *probe_buffer(size_t bytes);

@@ -341,7 +341,8 @@ void sd_bench_report_print(const sd_bench_report *r, FILE *f) {
     if (r->description[0]) fprintf(f, "  %s\n", r->description);
     if (r->self_draft) fprintf(f, "pair:     %s drafting for itself\n", r->target);
     else fprintf(f, "pair:     target %s\n          draft  %s\n", r->target, r->draft);
-    fprintf(f, "machine:  %s, %d cores, %d threads, %.1f GB/s streaming read\n", r->cpu, r->cores, r->threads, r->bandwidth / 1e9);
+    fprintf(f, "machine:  %s, %d cores, %d threads, %.1f GB/s streaming read (the best of 5 reads)\n", r->cpu, r->cores,
+            r->threads, r->bandwidth / 1e9);
     fprintf(f, "runs:     %d prompts x %d repetitions x %d tokens, ", r->n_prompts, r->repetitions, r->n_predict);
     if (r->constrained) fprintf(f, "under the config's constraint (a grammar), ");
     if (r->greedy) fprintf(f, "greedy\n");

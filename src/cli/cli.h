@@ -9,6 +9,7 @@
 #include "cli/options.h"
 #include "specdec/grammar.h"
 #include "core/io.h"
+#include "specdec/bench.h"
 #include "specdec/chat.h"
 #include "specdec/model.h"
 #include "specdec/status.h"
@@ -29,9 +30,9 @@ int cli_parse_u64(const char *flag, const char *s, uint64_t *out);
  * buffer or NULL (with an error printed listing where it looked). */
 const char *cli_resolve_model(const char *arg, char *buf, size_t cap);
 
-/* sd_cache_bytes: last-level cache plus the L2 of `threads` cores, from sysfs, else sysconf:
- * weights smaller than this can stay cached between decode steps. */
-double cli_cache_bytes(int threads);
+/* sd_cache_bytes: last-level cache plus the L2 of `threads` cores (sysfs, else CPUID), 0 when
+ * unknown: weights smaller than this can stay cached between decode steps. */
+double cli_cache_bytes(int threads, sd_cache_source *src);
 
 /* Loads a model with a tokenizer override; prints the error. */
 int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer_fallback, sd_model **out);

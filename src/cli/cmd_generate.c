@@ -229,7 +229,8 @@ int cmd_generate(int argc, char **argv) {
             fprintf(stderr, "%s outputs identical: %s\n", sp.temperature == 0 ? "greedy" : "coupled sampling",
                     same ? "yes" : "NO (this is a bug)");
         double tb = (double)sd_model_bytes_per_token(tm);
-        if (tp > 0 && ts < tp && tb < cli_cache_bytes(threads)) /* weights that fit in L2 + L3 */
+        const double cached = cli_cache_bytes(threads, NULL); /* 0: unknown, and then no claim */
+        if (tp > 0 && ts < tp && tb < cached) /* weights that fit in L2 + L3 */
             fprintf(stderr,
                     "note: the target reads only %.1f MB of weights per token, which stay in the CPU caches: its\n"
                     "      decode step is compute-bound, so verifying k+1 tokens costs several steps (about\n"

@@ -97,7 +97,7 @@ const char *cli_resolve_model(const char *arg, char *buf, size_t cap) {
     return buf;
 }
 
-double cli_cache_bytes(int threads) { return sd_cache_bytes(threads); }
+double cli_cache_bytes(int threads, sd_cache_source *src) { return sd_cache_bytes(threads, src); }
 
 int cli_load_model(const char *arg, const char *tokenizer, const char *tokenizer_fallback, sd_model **out) {
     char path[4096];

@@ -359,7 +359,8 @@ static const cli_cmd k_cmds[] = {
      "an OpenAI-compatible HTTP server with speculative decoding and batched slots", cmd_serve},
     {CMD_BENCH_DECODE, "bench-decode", "specdec bench-decode -m MODEL [options]",
      "Measures, for MODEL:\n"
-     "  - the machine's streaming-read bandwidth (its own kernel reading a --bw-mib buffer),\n"
+     "  - the machine's streaming-read bandwidth (its own kernel reading a --bw-mib buffer once per\n"
+     "    round; the limit below is the best of these probes, since a shared host moves them),\n"
      "  - prefill tokens/s (one batched pass of --prefill tokens, the last one's logits only, as a\n"
      "    generation's prefill),\n"
      "  - decode tokens/s (one token per pass at position --pos), and the fraction of the\n"
@@ -367,7 +368,9 @@ static const cli_cmd k_cmds[] = {
      "    KV cache's --pos + 1 positions) / bandwidth,\n"
      "  - the cost of a verify pass of k+1 tokens relative to one decode step, k = 1..8,\n"
      "  - the cost of one pass of S sequences x 5 tokens (S verify passes at once, as a server\n"
-     "    batches its slots), S = 1, 2, 4, 8, relative to one decode step.\n"
+     "    batches its slots), S = 1, 2, 4, 8, relative to one decode step;\n"
+     "and says which kernels run and how much L2 + L3 the CPU has (sysfs, else CPUID, else\n"
+     "unknown), noting when the weights fit in it.\n"
      "The probe, the decode step and the passes run in --reps interleaved rounds; each figure is\n"
      "the median over the rounds (ratios paired within a round), with quartiles to show the\n"
      "spread. Prefill is the median of 5 passes.",
