@@ -213,7 +213,7 @@ int sd_cpu_caches_cpuid(size_t *l2, size_t *l3) {
     const int amd = b == 0x68747541u; /* "Auth" of AuthenticAMD */
     unsigned leaf = 4;
     if (amd) { /* leaf 4 is reserved on AMD; 0x8000001D holds the same records with TopologyExtensions */
-        if (__get_cpuid_max(0x80000000u, NULL) < 0x8000001Du) return 0;
+        if ((unsigned)__get_cpuid_max(0x80000000u, NULL) < 0x8000001Du) return 0;
         __cpuid(0x80000001u, a, b, c, d);
         if (!((c >> 22) & 1)) return 0;
         leaf = 0x8000001Du;
