@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "specdec/sample.h"
-#include "sample/vexp.h"
+#include "kernels/kernels.h"
 
 /* Upper 0.001 quantile of chi-square with df degrees of freedom, by the Wilson-Hilferty
  * approximation: (X/df)^(1/3) is close to normal with mean 1 - 2/(9df) and variance 2/(9df),

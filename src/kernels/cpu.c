@@ -113,6 +113,8 @@ const sd_isa_kernels sd_kernels_portable = {
     .f32_to_f16 = sd_portable_f32_to_f16,
     .stream = sd_portable_stream,
     .attention = sd_portable_attention,
+    .softmax_numerators = sd_portable_softmax_numerators,
+    .race_scores = sd_portable_race_scores,
     .act_token = sd_portable_act_token,
     .qrows = sd_portable_quant_rows,
 };

@@ -75,6 +75,9 @@ typedef struct {
     float (*stream)(const float *buf, size_t per);
     /* ---- attention */
     void (*attention)(const sd_att_call *c);
+    /* ---- the sampling pipeline's loops (sampling.h: sd_softmax_numerators, sd_race_scores) */
+    double (*softmax_numerators)(const float *x, int n, float mx, float t, float *out);
+    void (*race_scores)(const float *probs, uint64_t key, int32_t x0, int n, float *sc);
     /* ---- quantised weights (quant.c) */
     int quant_packed; /* r16 reads the 16-row layout (sd_quant_pack_rows) */
     int (*dequant)(sd_type t, const uint8_t *src, float *dst, int64_t nb); /* NULL: the reference */
@@ -95,6 +98,12 @@ extern const sd_isa_kernels sd_kernels_portable;
 extern const sd_isa_kernels sd_kernels_avx2;
 extern const sd_isa_kernels sd_kernels_avx512;
 #endif
+
+/* sampling_avx512.c, sampling_avx2.c: the sampling loops of those paths. */
+double sd_avx512_softmax_numerators(const float *x, int n, float mx, float t, float *out);
+void sd_avx512_race_scores(const float *probs, uint64_t key, int32_t x0, int n, float *sc);
+double sd_avx2_softmax_numerators(const float *x, int n, float mx, float t, float *out);
+void sd_avx2_race_scores(const float *probs, uint64_t key, int32_t x0, int n, float *sc);
 
 /* The active path's table (chosen once: cpu.c). */
 const sd_isa_kernels *sd_kernels(void);

@@ -19,6 +19,10 @@ void sd_portable_swiglu(float *a, const float *b, int64_t i0, int64_t i1);
 void sd_portable_f32_to_f16(const float *x, uint16_t *y, size_t n);
 float sd_portable_stream(const float *buf, size_t per);
 
+/* sampling.c: the sampling loops (sampling.h). */
+double sd_portable_softmax_numerators(const float *x, int n, float mx, float t, float *out);
+void sd_portable_race_scores(const float *probs, uint64_t key, int32_t x0, int n, float *sc);
+
 /* attention.c: every (token, head) on its own, chains, trees and F16 caches. */
 void sd_portable_attention(const sd_att_call *c);
 

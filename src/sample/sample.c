@@ -2,7 +2,7 @@
  * softmax, top-k, top-p) shared by plain decoding and both sides of speculative decoding. */
 #include "specdec/sample.h"
 
-#include "sample/vexp.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <string.h>

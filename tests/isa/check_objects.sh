@@ -34,7 +34,7 @@ for o in "${objs[@]}"; do
   fi
   [ "$allowed" = vex ] && vector=$((vector + 1))
 done
-for f in kernels_avx2 quant_avx2 kernels_avx512 quant_avx512; do
+for f in kernels_avx2 quant_avx2 sampling_avx2 kernels_avx512 quant_avx512 sampling_avx512; do
   printf '%s\n' "${objs[@]}" | grep -q "/$f\.c\.o$" || { echo "FAIL: no $f object: the vector paths were not built"; fail=1; }
 done
 [ $fail = 0 ] && echo "ok: ${#objs[@]} objects; VEX/EVEX instructions only in the AVX2 ($vector) and AVX-512 files"

@@ -1,0 +1,12 @@
+/* The sampling pipeline's vector loops (sampling.h) compiled for the AVX2 path: the softmax
+ * numerators and the exponential race's scores, in its table (kernels_avx2.c). */
+#include "kernels/isa.h"
+#include "kernels/sampling.h"
+
+double sd_avx2_softmax_numerators(const float *x, int n, float mx, float t, float *out) {
+    return numerators(x, n, mx, t, out);
+}
+
+void sd_avx2_race_scores(const float *probs, uint64_t key, int32_t x0, int n, float *sc) {
+    race_scores(probs, key, x0, n, sc);
+}
