@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian packages specdec needs (when missing), then configures and builds.
+# Installs the Debian packages specdec needs (scripts/packages.txt, when missing), then configures
+# and builds.
 # Usage: scripts/setup.sh [BUILD_DIR] [extra cmake args...]   (default BUILD_DIR: build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev libmicrohttpd-dev curl jq qemu-user)
+mapfile -t PKGS < <(sed 's/#.*//' scripts/packages.txt | tr -s ' \t' '\n' | grep .)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
