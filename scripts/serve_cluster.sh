@@ -94,11 +94,22 @@ wait_lb() { # I STATE: HAProxy sees replica I in STATE (UP, DOWN), within 30 s
 # replica skip its drain), wait GRACE seconds, then SIGKILL
 stop_pid() {
   local pid t
-  pid=$(alive "$1" "$2") || { rm -f "$1"; return 0; }
+  pid=$(cat "$1" 2>/dev/null) || return 0
+  [ -n "$pid" ] || { rm -f "$1"; return 0; }
+  # not ours (or already in its exit, past its command line): never signalled
+  alive "$1" "$2" >/dev/null || { for ((t = 0; t < 50; t++)); do gone "$pid" && break; sleep 0.1; done; rm -f "$1"; return 0; }
   [ "$3" = - ] || kill "-$3" "$pid" 2>/dev/null || true
-  for ((t = 0; t < $4 * 10; t++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "$pid" 2>/dev/null && { echo "serve_cluster: $2 (pid $pid) still running after ${4}s: SIGKILL" >&2; kill -9 "$pid" 2>/dev/null || true; }
+  for ((t = 0; t < $4 * 10; t++)); do gone "$pid" && break; sleep 0.1; done
+  gone "$pid" || { echo "serve_cluster: $2 (pid $pid) still running after ${4}s: SIGKILL" >&2; kill -9 "$pid" 2>/dev/null || true; }
+  for ((t = 0; t < 50; t++)); do gone "$pid" && break; sleep 0.1; done
   rm -f "$1"
+}
+# gone PID: exited, as a zombie too (its sockets are closed then; not before: a process in its exit
+# has lost its command line before its descriptors, and its port may still be bound)
+gone() {
+  local st
+  st=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 0
+  [ -z "$st" ] || [ "$st" = Z ] || [ "$st" = X ]
 }
 # the drain a replica may take: its --shutdown-timeout (30 by default), plus 15 s to send and exit
 grace() {

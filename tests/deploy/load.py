@@ -35,7 +35,7 @@ def refs_main(a):
     refs = []
     for i, p in enumerate(PROMPTS):
         for kind in ("completion", "chat"):
-            n = 48 + (i * 37 + (kind == "chat") * 53) % 153
+            n = a.max_tokens or 48 + (i * 37 + (kind == "chat") * 53) % 153
             cmd = [a.bin, "generate", *a.gen_args, "-p", p, "-n", str(n), "--no-stream"]
             if kind == "chat":  # (generate refuses a template without --chat)
                 cmd[cmd.index("-p"):cmd.index("-p")] = ["--chat"] + (["--chat-template", a.chat_template] if a.chat_template else [])
@@ -243,10 +243,12 @@ def run_main(a):
                 if a.until_file and (os.path.exists(a.until_file) or time.time() - t0 > a.max_seconds):
                     break
                 nxt[0] += 1
-            ref = refs[i % len(refs)]
+            # with several URLs, each prompt goes to each of them in turn
+            ri = (i // len(a.url)) % len(refs)
+            ref = refs[ri]
             stream = a.stream_every > 0 and i % a.stream_every == 0
             rec = recs[i]
-            rec.update(kind=ref["kind"], stream=stream, ref=i % len(refs), url=i % len(a.url), t_start=time.time())
+            rec.update(kind=ref["kind"], stream=stream, ref=ri, url=i % len(a.url), t_start=time.time())
             one_request(conns[i % len(a.url)], ref, stream, rec, live)
             rec["t_end"] = time.time()
             rec["equal"] = rec.get("text") == ref["text"]
@@ -346,6 +348,7 @@ def main():
     r.add_argument("--bin", required=True)
     r.add_argument("--out", required=True)
     r.add_argument("--chat-template", help="the template the servers render chats with")
+    r.add_argument("--max-tokens", type=int, help="every request's length (default: 48 to 200, by prompt)")
     r.add_argument("gen_args", nargs=argparse.REMAINDER)
     u = sub.add_parser("run")
     u.add_argument("--url", action="append", required=True)
