@@ -39,7 +39,7 @@ def refs_main(a):
             cmd = [a.bin, "generate", *a.gen_args, "-p", p, "-n", str(n), "--no-stream"]
             if kind == "chat":  # (generate refuses a template without --chat)
                 cmd[cmd.index("-p"):cmd.index("-p")] = ["--chat"] + (["--chat-template", a.chat_template] if a.chat_template else [])
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True, errors="replace").stdout
             if not out.endswith("\n"):
                 sys.exit(f"load.py refs: generate's output does not end with its newline: {out[-80:]!r}")
             out = out[:-1]
