@@ -5,13 +5,15 @@
 # and the time HAProxy takes to mark a kill -9ed replica down, idle (health checks alone) and
 # under load (a refused connection from real traffic).
 # Usage: scripts/bench_cluster.sh [-- SERVE_ARGS...]   (default: the stories pair, -t 1 per replica)
-# Environment: BENCH_REQUESTS (600), BENCH_LAT (1000: requests each way), BENCH_REPS (3), BENCH_PORT (first of 5 ports, 38080)
+# Environment: BENCH_REQUESTS (600), BENCH_LAT (1000: requests each way), BENCH_REPS (3), BENCH_PORT (first
+# of 5 ports, 38080), BENCH_PARTS (which parts: "throughput latency down")
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 [ "${1:-}" = -- ] && shift
 ARGS=("$@")
 [ ${#ARGS[@]} -gt 0 ] || ARGS=(-m stories260K -md stories-draft -t 1)
 export SPECDEC_MODEL_PATH=${SPECDEC_MODEL_PATH:-$ROOT/../shared/models}
+PARTS=${BENCH_PARTS:-throughput latency down}
 REQ=${BENCH_REQUESTS:-600} LAT=${BENCH_LAT:-1000} REPS=${BENCH_REPS:-3} P=${BENCH_PORT:-38080}
 BIN=$ROOT/build/specdec
 PY=/usr/bin/python3
@@ -27,6 +29,8 @@ med() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (
 "${LOAD[@]}" refs --bin "$BIN" --out "$TMP/short.json" --max-tokens 8 -- "${ARGS[@]}"
 echo "specdec $(git -C "$ROOT" rev-parse --short HEAD), $(haproxy -v | head -1 | cut -d' ' -f1-3), $(nproc) vCPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "replica arguments: ${ARGS[*]} (4 slots each)"
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+if part throughput; then
 echo
 echo "| replicas | requests/s | tokens/s | latency median (ms) | p99 (ms) | failed | runs |"
 echo "|---|---|---|---|---|---|---|"
@@ -43,6 +47,8 @@ for n in 1 2 3; do
   fl=$(for r in $(seq "$REPS"); do jq .summary.failed "$TMP/t$n.$r.json"; done | paste -sd+ | bc)
   echo "| $n | $rps | $tps | $lm | $lp | $fl | $REPS x $REQ requests, 16 clients; medians of the runs |"
 done
+fi
+if part latency; then
 echo
 start 1
 "${LOAD[@]}" run --url "http://127.0.0.1:$P" --url "http://127.0.0.1:$((P + 2))" --refs "$TMP/short.json" --requests $((2 * LAT)) --clients 1 \
@@ -55,6 +61,8 @@ echo "|---|---|---|"
 echo "| through HAProxy | $(jq .summary.latency_ms_url0.median "$TMP/lat.json") | $(jq .summary.latency_ms_url0.p99 "$TMP/lat.json") |"
 echo "| direct | $(jq .summary.latency_ms_url1.median "$TMP/lat.json") | $(jq .summary.latency_ms_url1.p99 "$TMP/lat.json") |"
 echo "| added | $(jq '.summary.latency_ms_url0.median - .summary.latency_ms_url1.median | . * 1000 | round / 1000' "$TMP/lat.json") | $(jq '.summary.latency_ms_url0.p99 - .summary.latency_ms_url1.p99 | . * 1000 | round / 1000' "$TMP/lat.json") |"
+fi
+if part down; then
 echo
 # marked down: idle, the health checks alone (inter 1s, fall 2); under load, the first refused connection
 start 3
@@ -83,3 +91,4 @@ echo "| idle (health checks: every 1 s, 2 failures) | $(printf '%.2f ' "${idle[@
 echo "| under load (16 clients; a refused connection marks it down, the request retried elsewhere) | $(printf '%.3f ' "${busy[@]}") | $(printf '%s\n' "${busy[@]}" | med | xargs printf '%.3f') |"
 echo
 echo "Cut streams in those 5 loaded kills: $(for r in $(seq 5); do jq .summary.cut_streams "$TMP/k$r.json"; done | paste -sd' '); failed requests: $(for r in $(seq 5); do jq .summary.failed "$TMP/k$r.json"; done | paste -sd+ | bc)"
+fi
