@@ -44,7 +44,7 @@ for n in 1 2 3; do
   tps=$(for r in $(seq "$REPS"); do jq .summary.tokens_per_s_not_streamed "$TMP/t$n.$r.json"; done | med)
   lm=$(for r in $(seq "$REPS"); do jq .summary.latency_ms_url0.median "$TMP/t$n.$r.json"; done | med)
   lp=$(for r in $(seq "$REPS"); do jq .summary.latency_ms_url0.p99 "$TMP/t$n.$r.json"; done | med)
-  fl=$(for r in $(seq "$REPS"); do jq .summary.failed "$TMP/t$n.$r.json"; done | paste -sd+ | bc)
+  fl=$(for r in $(seq "$REPS"); do jq .summary.failed "$TMP/t$n.$r.json"; done | awk '{ s += $1 } END { print s }')
   echo "| $n | $rps | $tps | $lm | $lp | $fl | $REPS x $REQ requests, 16 clients; medians of the runs |"
 done
 fi
@@ -75,7 +75,7 @@ for r in $(seq 5); do
     curl -s "http://127.0.0.1:$((P + 1))/stats;csv" | grep -q '^replicas,r2,.*,DOWN' && break
     sleep 0.01
   done
-  idle+=("$(echo "$(date +%s.%N) - $t0" | bc)")
+  idle+=("$(awk -v t="$t0" -v n="$(date +%s.%N)" 'BEGIN { print n - t }')")
   cluster restart >/dev/null
   "${LOAD[@]}" run --url "http://127.0.0.1:$P" --refs "$TMP/refs.json" --requests 300 --clients 16 --kill "$(cat "$DIR/r2.pid")" --kill-replica r2 \
     --stats "http://127.0.0.1:$((P + 1))/stats" --out "$TMP/k$r.json" >/dev/null
@@ -90,5 +90,5 @@ echo "|---|---|---|"
 echo "| idle (health checks: every 1 s, 2 failures) | $(printf '%.2f ' "${idle[@]}") | $(printf '%s\n' "${idle[@]}" | med | xargs printf '%.2f') |"
 echo "| under load (16 clients; a refused connection marks it down, the request retried elsewhere) | $(printf '%.3f ' "${busy[@]}") | $(printf '%s\n' "${busy[@]}" | med | xargs printf '%.3f') |"
 echo
-echo "Cut streams in those 5 loaded kills: $(for r in $(seq 5); do jq .summary.cut_streams "$TMP/k$r.json"; done | paste -sd' '); failed requests: $(for r in $(seq 5); do jq .summary.failed "$TMP/k$r.json"; done | paste -sd+ | bc)"
+echo "Cut streams in those 5 loaded kills: $(for r in $(seq 5); do jq .summary.cut_streams "$TMP/k$r.json"; done | paste -sd' '); failed requests: $(for r in $(seq 5); do jq .summary.failed "$TMP/k$r.json"; done | awk '{ s += $1 } END { print s }')"
 fi

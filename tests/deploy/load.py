@@ -190,10 +190,10 @@ def stats_states(url):
     return out
 
 
-def killer(a, recs, live, lock, started, state):
+def killer(a, recs, live, lock, killed, state, nxt):
     """Once a quarter of the requests are done: freeze the replica, and if one of its streams is
-    running and has sent a chunk, kill -9 it (else let it go on and try again); then time how long
-    HAProxy takes to mark it down."""
+    running and has sent a chunk, kill -9 it (else let it go on and try again: the load goes on
+    until the kill); then time how long HAProxy takes to mark it down."""
     for _ in range(2000):
         with lock:
             done = sum(1 for r in recs if r.get("t_end"))
@@ -201,6 +201,9 @@ def killer(a, recs, live, lock, started, state):
             break
         time.sleep(0.005)
     for attempt in range(400):
+        with lock:
+            if nxt[0] >= 20 * a.requests:  # the load is over: kill anyway, and say so
+                break
         os.kill(a.kill, signal.SIGSTOP)
         time.sleep(0.05)  # what it had sent arrives
         with lock:
@@ -208,13 +211,14 @@ def killer(a, recs, live, lock, started, state):
         if running:
             t = time.time()
             os.kill(a.kill, signal.SIGKILL)
-            state.update(kill_time=t, kill_attempts=attempt + 1, streams_running_at_kill=len(running))
+            state.update(kill_time=t, kill_attempts=attempt + 1, streams_running_at_kill=len(running), kill_at=nxt[0])
             break
         os.kill(a.kill, signal.SIGCONT)
         time.sleep(0.01)
-    else:
+    if "kill_time" not in state:
         os.kill(a.kill, signal.SIGKILL)
-        state.update(kill_time=time.time(), kill_attempts=400, streams_running_at_kill=0)
+        state.update(kill_time=time.time(), kill_attempts=attempt + 1, streams_running_at_kill=0, kill_at=nxt[0])
+    killed.set()
     if a.stats:
         for _ in range(300):
             if stats_states(a.stats).get(a.kill_replica, "").startswith("DOWN"):
@@ -226,11 +230,12 @@ def killer(a, recs, live, lock, started, state):
 def run_main(a):
     refs = json.load(open(a.refs))
     n = a.requests
-    recs = [{"i": i} for i in range(n)]
+    recs = [{"i": i} for i in range(20 * n if a.kill else n)]
     nxt = [0]
     lock = threading.Lock()
     live = set()
     state = {}
+    killed = threading.Event()
     t0 = time.time()
 
     def worker(w):
@@ -238,7 +243,8 @@ def run_main(a):
         while True:
             with lock:
                 i = nxt[0]
-                if i >= n:
+                # with a kill, the load goes on until it and n/2 requests after it (at most 20n)
+                if i >= n and (not a.kill or (killed.is_set() and i >= state["kill_at"] + n // 2) or i >= 20 * n):
                     break
                 if a.until_file and (os.path.exists(a.until_file) or time.time() - t0 > a.max_seconds):
                     break
@@ -260,7 +266,7 @@ def run_main(a):
 
     threads = [threading.Thread(target=worker, args=(w,)) for w in range(a.clients)]
     if a.kill:
-        threads.append(threading.Thread(target=killer, args=(a, recs, live, lock, t0, state)))
+        threads.append(threading.Thread(target=killer, args=(a, recs, live, lock, killed, state, nxt)))
     for t in threads:
         t.start()
     for t in threads:
