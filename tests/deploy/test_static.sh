@@ -54,6 +54,8 @@ printf '%s\n' "$runtime" | grep -qE '^USER [1-9][0-9]*:[1-9][0-9]*$' && printf '
   ok "runs as a non-root user ($(printf '%s\n' "$runtime" | grep '^USER'))" || bad "user"
 grep -q '^EXPOSE 8080$' "$DF" && grep -q '^ENTRYPOINT \["/usr/local/bin/specdec", "serve", "--host", "0.0.0.0", "--port", "8080"\]$' "$DF" &&
   grep -q '^VOLUME \["/models"\]$' "$DF" && ok "serves on 8080, models from the /models volume" || bad "port, entrypoint or volume"
+if grep -qx 'build\*/' "$SRC/.dockerignore" && grep -qx '.cache/' "$SRC/.dockerignore"; then ok ".dockerignore keeps build directories and caches out of the context"
+else bad ".dockerignore" "$(cat "$SRC/.dockerignore" 2>&1)"; fi
 if grep -qE '^ADD |curl |wget ' "$DF"; then bad "the Dockerfile downloads" "$(grep -nE '^ADD |curl |wget ' "$DF")"; else ok "nothing downloaded but Debian packages"; fi
 [ "$(grep -c 'apt-get install' "$DF")" = "$(grep -c 'apt-get install -y --no-install-recommends' "$DF")" ] &&
   [ "$(grep -c 'apt-get install' "$DF")" = "$(grep -c 'rm -rf /var/lib/apt/lists/\*' "$DF")" ] &&
