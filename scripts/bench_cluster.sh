@@ -72,7 +72,7 @@ for r in $(seq 5); do
   sleep 1.$((RANDOM % 10))   # a random phase against the checks' period
   kill -9 "$pid"; t0=$(date +%s.%N)
   for _ in $(seq 500); do
-    curl -s "http://127.0.0.1:$((P + 1))/stats;csv" | grep -q '^replicas,r2,.*,DOWN' && break
+    [[ $(curl -s "http://127.0.0.1:$((P + 1))/stats;csv") == *$'\n'replicas,r2,*DOWN* ]] && break
     sleep 0.01
   done
   idle+=("$(awk -v t="$t0" -v n="$(date +%s.%N)" 'BEGIN { print n - t }')")

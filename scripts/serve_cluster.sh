@@ -54,10 +54,13 @@ config() {
 }
 
 # alive PIDFILE NAME: the PID in the file, if that process is still ours (its command names NAME)
+# (no `| grep -q` under pipefail: grep's early exit can fail the pipeline with its writer's SIGPIPE)
 alive() {
-  local pid
+  local pid cmd
   pid=$(cat "$1" 2>/dev/null) || return 1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$2" && echo "$pid"
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+  cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ $cmd == *"$2"* ]] && echo "$pid"
 }
 health() { curl -s -m 2 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/health" || true; }
 # HAProxy's view of the replicas: "r1 UP", "r2 DOWN", ...
@@ -85,7 +88,7 @@ wait_healthy() { # I: /health 200 within --wait seconds, or the replica died
 wait_lb() { # I STATE: HAProxy sees replica I in STATE (UP, DOWN), within 30 s
   local t
   for ((t = 0; t < 300; t++)); do
-    lb_states | grep -qx "r$1 $2" && return 0
+    [[ $'\n'$(lb_states)$'\n' == *$'\n'"r$1 $2"$'\n'* ]] && return 0
     sleep 0.1
   done
   die "HAProxy does not see r$1 $2 after 30 s: $(lb_states | tr '\n' ' ')"
