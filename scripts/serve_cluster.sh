@@ -77,10 +77,12 @@ start_replica() { # I
   echo $! >"$DIR/r$i.pid"
 }
 wait_healthy() { # I: /health 200 within --wait seconds, or the replica died
-  local i=$1 port=$((BASE + $1 - 1)) t
+  local i=$1 port=$((BASE + $1 - 1)) t pid
+  pid=$(cat "$DIR/r$i.pid")
   for ((t = 0; t < WAIT * 10; t++)); do
     [ "$(health "$port")" = 200 ] && return 0
-    alive "$DIR/r$i.pid" "$BIN" >/dev/null || { tail -n 5 "$DIR/r$i.log" >&2; die "replica r$i exited (log: $DIR/r$i.log)"; }
+    # (not alive(): a child not yet past its exec still has this script's command line)
+    gone "$pid" && { tail -n 5 "$DIR/r$i.log" >&2; die "replica r$i exited (log: $DIR/r$i.log)"; }
     sleep 0.1
   done
   die "replica r$i not ready after ${WAIT}s (log: $DIR/r$i.log)"
