@@ -732,6 +732,57 @@ static void test_real_vocab(void **state) {
     }
 }
 
+/* GBNF around JSON Schemas (sd_grammar_from_gbnf_schemas): each schema's values where its rule is
+ * referenced, with no whitespace around them; $refs resolve within their own schema; errors name the
+ * schema by index, or keep the GBNF's lines and columns; a rule the schemas define may not be defined
+ * again. */
+static void test_gbnf_schemas(void **state) {
+    (void)state;
+    static const char a[] = "{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": 1, "
+                            "\"maximum\": 9}}, \"required\": [\"n\"], \"additionalProperties\": false}";
+    static const char b[] = "{\"$defs\": {\"s\": {\"enum\": [\"x\", \"y\"]}}, \"type\": \"array\", \"items\": "
+                            "{\"$ref\": \"#/$defs/s\"}, \"maxItems\": 2}";
+    const sd_grammar_schema_rule rules[2] = {{"first", a, strlen(a)}, {"second", b, strlen(b)}};
+    static const char text[] = "root ::= \"<\" ( \"a=\" first | \"b=\" second ) \">\" ( \";\" root )?\n";
+    sd_grammar *g = NULL;
+    int bad = 7;
+    assert_int_equal(sd_grammar_from_gbnf_schemas(text, strlen(text), NULL, rules, 2, NULL, &bad, &g), SD_OK);
+    assert_int_equal(bad, -1);
+    static const char *const yes[] = {"<a={\"n\": 3}>", "<a={\"n\":9}>", "<b=[]>", "<b=[\"x\", \"y\"]>;<a={ \"n\" : 1 }>",
+                                      NULL};
+    static const char *const no[] = {"<a= {\"n\": 3}>", "<a={\"n\": 3} >", "<a={\"n\": 0}>", "<a={}>",
+                                     "<b=[\"x\",\"x\",\"y\"]>", "<b=[\"z\"]>", "<a=[]>", NULL};
+    expect(g, yes, no, "gbnf with schemas");
+    sd_grammar_free(g);
+    /* compact whitespace inside the values */
+    const sd_json_schema_params compact = {SD_JSON_WS_COMPACT};
+    assert_int_equal(sd_grammar_from_gbnf_schemas(text, strlen(text), "root", rules, 2, &compact, NULL, &g), SD_OK);
+    static const char *const yes_c[] = {"<a={\"n\":3}>", NULL}, *const no_c[] = {"<a={\"n\": 3}>", NULL};
+    expect(g, yes_c, no_c, "compact");
+    sd_grammar_free(g);
+    /* the second schema is refused: its index and the compiler's message */
+    static const char c[] = "{\"type\": \"number\", \"multipleOf\": 2}";
+    const sd_grammar_schema_rule bad_rules[2] = {{"first", a, strlen(a)}, {"second", c, strlen(c)}};
+    g = (sd_grammar *)1;
+    assert_int_equal(sd_grammar_from_gbnf_schemas(text, strlen(text), NULL, bad_rules, 2, NULL, &bad, &g), SD_ERR_UNSUPPORTED);
+    assert_null(g);
+    assert_int_equal(bad, 1);
+    assert_string_equal(sd_last_error(), "schema: .multipleOf: unsupported keyword \"multipleOf\"");
+    /* an error in the GBNF keeps its line and column, with bad -1 */
+    static const char broken[] = "root ::= first\nx ::= [a\n";
+    assert_int_equal(sd_grammar_from_gbnf_schemas(broken, strlen(broken), NULL, rules, 1, NULL, &bad, &g), SD_ERR_INVALID_ARG);
+    assert_int_equal(bad, -1);
+    assert_non_null(strstr(sd_last_error(), "line 2, column 9"));
+    /* the schemas' own rule names are taken */
+    static const char clash[] = "root ::= first value\nvalue ::= \"v\"\n";
+    assert_int_equal(sd_grammar_from_gbnf_schemas(clash, strlen(clash), NULL, rules, 1, NULL, &bad, &g), SD_ERR_INVALID_ARG);
+    assert_non_null(strstr(sd_last_error(), "value"));
+    /* a rule referenced and given by no schema is undefined */
+    static const char missing[] = "root ::= third\n";
+    assert_int_equal(sd_grammar_from_gbnf_schemas(missing, strlen(missing), NULL, rules, 2, NULL, &bad, &g), SD_ERR_INVALID_ARG);
+    assert_non_null(strstr(sd_last_error(), "third"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gbnf_basics),       cmocka_unit_test(test_llama_cpp_examples),
@@ -739,6 +790,7 @@ int main(void) {
         cmocka_unit_test(test_schema_instances),  cmocka_unit_test(test_schema_refused),
         cmocka_unit_test(test_schema_bounds),     cmocka_unit_test(test_matcher_masks),
         cmocka_unit_test(test_forced),            cmocka_unit_test(test_real_vocab),
+        cmocka_unit_test(test_gbnf_schemas),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -69,6 +69,26 @@ sd_status sd_grammar_from_json_schema_ex(const char *buf, size_t len, const sd_j
  * it), for inspection and tests. */
 sd_status sd_json_schema_to_gbnf(const char *buf, size_t len, const sd_json_schema_params *p, char **gbnf);
 
+/* A JSON Schema placed inside a larger grammar (sd_grammar_from_gbnf_schemas). */
+typedef struct {
+    const char *rule;   /* the name of the rule it defines: the JSON values valid under the schema,
+                           with no whitespace before or after them */
+    const char *schema; /* the schema's JSON text, len bytes */
+    size_t len;
+} sd_grammar_schema_rule;
+
+/* A GBNF grammar (gbnf, len; start rule root, NULL: "root") whose rules may refer to the rules
+ * schemas[0..n) define, each schema compiled as sd_grammar_from_json_schema_ex compiles it (p: the
+ * whitespace inside the values; NULL: bounded). Tool calls use it: fixed text around each
+ * function's arguments. The compiled schemas define rules named ws, char, hex4, string, integer,
+ * number, boolean, null, value, object, array, kchar, date, time, eatom, elabel, ipbyte and r<number>:
+ * gbnf may use them but must not define them (a rule defined twice is refused). Errors: gbnf's as
+ * sd_grammar_from_gbnf gives them (lines and columns of gbnf); a schema's as
+ * sd_grammar_from_json_schema gives them, with *bad (when not NULL) set to its index (-1 for any
+ * other error). */
+sd_status sd_grammar_from_gbnf_schemas(const char *gbnf, size_t len, const char *root, const sd_grammar_schema_rule *schemas,
+                                       int n, const sd_json_schema_params *p, int *bad, sd_grammar **out);
+
 /* Any JSON object (OpenAI's response_format json_object), whitespace bounded as above (p NULL) or
  * as p says. */
 sd_status sd_grammar_json_object(const sd_json_schema_params *p, sd_grammar **out);

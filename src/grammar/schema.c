@@ -1638,36 +1638,86 @@ static const char *ws_rule(const sd_json_schema_params *p) {
     return p && p->whitespace == SD_JSON_WS_COMPACT ? k_ws_compact : k_ws_bounded;
 }
 
+/* One schema's rules into c->out (after the shared rules), its value rule in *top. The rule numbers go
+ * on from the schemas compiled before it; its $refs resolve within it. */
+static sd_status compile_one(sc *c, const char *buf, size_t len, const char *file, int *top) {
+    cJSON *root = NULL;
+    sd_status st = sd_json_parse(buf ? buf : "", len, file, &root);
+    if (st != SD_OK) return st;
+    c->root = root;
+    c->ctx = sd_json_ctx_make("schema", SD_ERR_INVALID_ARG, 0);
+    c->err = SD_OK;
+    c->depth = 0;
+    *top = -1;
+    if (check_utf8(c, root) == 0) gen(c, root, top);
+    for (int i = 0; i < c->n_refs; i++) free(c->refs[i].ref);
+    c->n_refs = 0;
+    c->root = NULL;
+    cJSON_Delete(root);
+    if (c->err == SD_OK && c->out.oom) return sd_fail(SD_ERR_NOMEM, "schema: out of memory");
+    return c->err;
+}
+
+static sd_status check_params(const sd_json_schema_params *p) {
+    if (p && p->whitespace != SD_JSON_WS_BOUNDED && p->whitespace != SD_JSON_WS_COMPACT)
+        return sd_fail(SD_ERR_INVALID_ARG, "schema: unknown whitespace setting %d", (int)p->whitespace);
+    return SD_OK;
+}
+
 sd_status sd_json_schema_to_gbnf(const char *buf, size_t len, const sd_json_schema_params *p, char **gbnf) {
     if (!gbnf) return sd_fail(SD_ERR_INVALID_ARG, "schema: no output pointer");
     *gbnf = NULL;
     if (!buf && len) return sd_fail(SD_ERR_INVALID_ARG, "schema: NULL text");
-    if (p && p->whitespace != SD_JSON_WS_BOUNDED && p->whitespace != SD_JSON_WS_COMPACT)
-        return sd_fail(SD_ERR_INVALID_ARG, "schema: unknown whitespace setting %d", (int)p->whitespace);
-    cJSON *root = NULL;
-    sd_status st = sd_json_parse(buf ? buf : "", len, "schema", &root);
+    sd_status st = check_params(p);
     if (st != SD_OK) return st;
     sc c;
     memset(&c, 0, sizeof c);
-    c.root = root;
-    c.ctx = sd_json_ctx_make("schema", SD_ERR_INVALID_ARG, 0);
-    c.err = SD_OK;
     sb_str(&c.out, ws_rule(p));
     sb_str(&c.out, k_preamble);
     sb_str(&c.out, k_format_rules);
     int top = -1;
-    if (check_utf8(&c, root) == 0 && gen(&c, root, &top) == 0) sb_fmt(&c.out, "root ::= ws r%d ws\n", top);
-    st = c.err;
+    st = compile_one(&c, buf, len, "schema", &top);
+    if (st == SD_OK) sb_fmt(&c.out, "root ::= ws r%d ws\n", top);
     if (st == SD_OK && c.out.oom) st = sd_fail(SD_ERR_NOMEM, "schema: out of memory");
-    for (int i = 0; i < c.n_refs; i++) free(c.refs[i].ref);
     free(c.refs);
-    cJSON_Delete(root);
     if (st != SD_OK) {
         free(c.out.p);
         return st;
     }
     *gbnf = c.out.p;
     return SD_OK;
+}
+
+sd_status sd_grammar_from_gbnf_schemas(const char *gbnf, size_t len, const char *root, const sd_grammar_schema_rule *schemas,
+                                       int n, const sd_json_schema_params *p, int *bad, sd_grammar **out) {
+    if (bad) *bad = -1;
+    if (!out) return sd_fail(SD_ERR_INVALID_ARG, "grammar: no output pointer");
+    *out = NULL;
+    if ((!gbnf && len) || n < 0 || (n && !schemas)) return sd_fail(SD_ERR_INVALID_ARG, "grammar: bad arguments");
+    sd_status st = check_params(p);
+    if (st != SD_OK) return st;
+    sc c;
+    memset(&c, 0, sizeof c);
+    /* the caller's text first, so that its errors keep their lines and columns */
+    sb_put(&c.out, gbnf ? gbnf : "", len);
+    sb_str(&c.out, "\n");
+    sb_str(&c.out, ws_rule(p));
+    sb_str(&c.out, k_preamble);
+    sb_str(&c.out, k_format_rules);
+    for (int i = 0; i < n && st == SD_OK; i++) {
+        int top = -1;
+        if (!schemas[i].rule || (!schemas[i].schema && schemas[i].len)) {
+            st = sd_fail(SD_ERR_INVALID_ARG, "grammar: schema %d has no rule name or no text", i);
+        } else if ((st = compile_one(&c, schemas[i].schema, schemas[i].len, "schema", &top)) == SD_OK) {
+            sb_fmt(&c.out, "%s ::= r%d\n", schemas[i].rule, top);
+        }
+        if (st != SD_OK && bad) *bad = i;
+    }
+    if (st == SD_OK && c.out.oom) st = sd_fail(SD_ERR_NOMEM, "grammar: out of memory");
+    free(c.refs);
+    if (st == SD_OK) st = sd_grammar_from_gbnf(c.out.p, c.out.n, root, out);
+    free(c.out.p);
+    return st;
 }
 
 sd_status sd_grammar_from_json_schema(const char *buf, size_t len, sd_grammar **out) {
