@@ -10,7 +10,8 @@
 
 /* Renders msgs in format f and checks the result: a NUL-terminated string of the stated
  * length, or a printable refusal with nothing returned. */
-static void render_checked(sd_chat_format f, const sd_chat_msg *msgs, int n, int gen, size_t content_bytes) {
+static void render_checked(sd_chat_format f, const sd_chat_msg *msgs, int n, int gen, size_t content_bytes,
+                           const char *tools) {
     sd_chat_params p = sd_chat_default_params();
     p.add_generation_prompt = gen;
     p.bos_token = "<s>";
@@ -19,16 +20,27 @@ static void render_checked(sd_chat_format f, const sd_chat_msg *msgs, int n, int
     char *out = (char *)1;
     size_t len = 12345;
     sd_clear_error();
+    p.tools = tools;
     sd_status st = sd_chat_render(f, msgs, n, &p, &out, &len);
     if (st != SD_OK) {
-        SD_FUZZ_CHECK(st == SD_ERR_INVALID_ARG && out == NULL && len == 0);
+        SD_FUZZ_CHECK((st == SD_ERR_INVALID_ARG || st == SD_ERR_UNSUPPORTED) && out == NULL && len == 0);
         sd_fuzz_check_error();
         return;
     }
     SD_FUZZ_CHECK(out != NULL && strlen(out) == len);
-    /* every format writes at most each content once plus its markers (and a date header) */
-    SD_FUZZ_CHECK(len <= content_bytes + 64 * (size_t)n + 160);
-    if (f == SD_CHAT_CHATML) { /* exactly: <|im_start|>role\ncontent<|im_end|>\n per message */
+    int has_tool = 0;
+    size_t json = tools ? 4 * strlen(tools) + 600 : 0; /* the tools and their instructions, indented at most 4 times */
+    for (int i = 0; i < n; i++) {
+        has_tool |= !strcmp(msgs[i].role, "tool") || msgs[i].n_tool_calls;
+        /* llama3.x writes a result through tojson: quoted, a control character as \u00XX */
+        if (!strcmp(msgs[i].role, "tool")) json += 5 * strlen(msgs[i].content) + 2;
+        /* arguments written again by json.dumps: ", " for ",", and "1e9" as "1000000000.0" */
+        for (int k = 0; k < msgs[i].n_tool_calls; k++) json += 6 * strlen(msgs[i].tool_calls[k].arguments) + 64;
+    }
+    /* every format writes at most each content once plus its markers (and a date header), and the
+     * JSON above */
+    SD_FUZZ_CHECK(len <= content_bytes + 64 * (size_t)n + 160 + json);
+    if (f == SD_CHAT_CHATML && !tools && !has_tool) { /* exactly: <|im_start|>role\ncontent<|im_end|>\n per message */
         size_t want = gen ? 22 : 0;
         for (int i = 0; i < n; i++) want += 12 + strlen(msgs[i].role) + 1 + strlen(msgs[i].content) + 11;
         SD_FUZZ_CHECK(len == want);
@@ -41,23 +53,24 @@ static void render_checked(sd_chat_format f, const sd_chat_msg *msgs, int n, int
     int n_sp = 0;
     SD_FUZZ_CHECK(sd_chat_render_spans(f, msgs, n, &p, &out2, &len2, &sp, &n_sp) == SD_OK);
     SD_FUZZ_CHECK(len2 == len && memcmp(out, out2, len) == 0);
-    size_t covered = 0, text = 0;
-    for (int i = 0; i < n; i++) text += strlen(msgs[i].content);
+    size_t covered = 0, text = json;
+    for (int i = 0; i < n; i++) text += msgs[i].content ? strlen(msgs[i].content) : 0;
     for (int i = 0; i < n_sp; i++) {
         SD_FUZZ_CHECK(sp[i].len > 0 && sp[i].off + sp[i].len <= len);
         SD_FUZZ_CHECK(i == 0 || sp[i].off >= sp[i - 1].off + sp[i - 1].len);
         covered += sp[i].len;
     }
     SD_FUZZ_CHECK(covered <= text);
-    if (f == SD_CHAT_CHATML) SD_FUZZ_CHECK(covered == text);
+    if (f == SD_CHAT_CHATML && !tools && !has_tool) SD_FUZZ_CHECK(covered == text);
     free(sp);
     free(out2);
     free(out);
 }
 
-/* Input: a mode byte (low 4 bits: the format for the messages; bit 4: generation prompt),
- * then text that is (a) a chat template to recognise and (b) messages: segments split at
- * 0x00, each a role byte (system, user, assistant, or an unknown role) and its content. */
+/* Input: a mode byte (low 4 bits: the format for the messages; bit 4: generation prompt; bit 5:
+ * with tools), then text that is (a) a chat template to recognise and (b) messages: segments split
+ * at 0x00, each a role byte (system, user, assistant, tool, an unknown role, or an assistant that
+ * calls a tool with the content as arguments) and its content. */
 int sd_fuzz_chat(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     const sd_chat_format f = (sd_chat_format)((data[0] & 15) % SD_CHAT_N_FORMATS);
@@ -69,30 +82,42 @@ int sd_fuzz_chat(const uint8_t *data, size_t size) {
     sd_clear_error();
     if (sd_chat_detect(text, len, &d) == SD_OK) {
         SD_FUZZ_CHECK((unsigned)d < SD_CHAT_N_FORMATS && sd_chat_name(d) != NULL);
-        static const sd_chat_msg conv[] = {{"system", "Be brief."}, {"user", "Hello"}};
-        render_checked(d, conv, 2, 1, 14);
-        render_checked(d, conv + 1, 1, 0, 5);
+        static const sd_chat_msg conv[] = {{"system", "Be brief.", NULL, 0}, {"user", "Hello", NULL, 0}};
+        render_checked(d, conv, 2, 1, 14, NULL);
+        render_checked(d, conv + 1, 1, 0, 5, NULL);
     } else {
         sd_fuzz_check_error();
     }
 
     enum { MAX_MSGS = 8 };
-    static const char *const roles[] = {"system", "user", "assistant", "tool"};
+    static const char *const roles[] = {"system", "user", "assistant", "tool", "bot", "assistant"};
+    static const char tools[] = "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+                                "{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"number\", \"minimum\": 1e-7}}}}}]";
     char *copy = malloc(len + 1);
     SD_FUZZ_CHECK(copy != NULL);
     if (len) memcpy(copy, text, len);
     copy[len] = '\0';
     sd_chat_msg msgs[MAX_MSGS];
+    sd_chat_tool_call calls[MAX_MSGS];
     int n = 0;
     for (size_t pos = 0; pos < len && n < MAX_MSGS;) {
         size_t end = pos;
         while (end < len && copy[end]) end++;
-        msgs[n].role = roles[(unsigned char)copy[pos] & 3];
+        const int r = (unsigned char)copy[pos] % 6;
+        msgs[n].role = roles[r];
         msgs[n].content = copy + pos + 1 <= copy + end ? copy + pos + 1 : copy + end;
+        msgs[n].tool_calls = NULL;
+        msgs[n].n_tool_calls = 0;
+        if (r == 5) { /* a call: its arguments the content (JSON or not), no content */
+            calls[n] = (sd_chat_tool_call){"f", msgs[n].content};
+            msgs[n].tool_calls = &calls[n];
+            msgs[n].n_tool_calls = 1;
+            msgs[n].content = NULL;
+        }
         n++;
         pos = end + 1;
     }
-    if (n > 0) render_checked(f, msgs, n, gen, len);
+    if (n > 0) render_checked(f, msgs, n, gen, len, (data[0] >> 5) & 1 ? tools : NULL);
     free(copy);
     return 0;
 }

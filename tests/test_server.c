@@ -403,7 +403,7 @@ static void test_parse_values(void **state) {
     srv_api_ctx cc = c;
     cc.n_ctx = 256;
     assert_int_equal(srv_parse_gen(&cc, 1, b3, strlen(b3), &g, &e), 0);
-    sd_chat_msg msgs[2] = {{"system", "Be kind."}, {"user", "Hi there"}};
+    sd_chat_msg msgs[2] = {{"system", "Be kind.", NULL, 0}, {"user", "Hi there", NULL, 0}};
     sd_chat_params cp = sd_chat_params_for(t);
     char *text = NULL;
     size_t len = 0;

@@ -4,9 +4,13 @@
 #include "specdec/chat.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "chat/chat_internal.h"
+#include "core/json.h"
 
 /* ---- names ------------------------------------------------------------------------------- */
 
@@ -219,6 +223,18 @@ static void put_from(buf *b, const buf *from, view v) {
     if (pos < end) putv(b, (view){from->p + pos, end - pos});
 }
 
+/* JSON text written as the template's tojson writes it (indent < 0: none), as message text. */
+static void put_json(buf *b, const char *json, size_t len, int indent) {
+    size_t n = 0;
+    char *t = chat_pyjson(json, len, indent, &n);
+    if (!t) { /* the JSON was checked before rendering: only memory can fail here */
+        b->oom = 1;
+        return;
+    }
+    put_text(b, (view){t, n});
+    free(t);
+}
+
 /* ---- renderers ------------------------------------------------------------------------- */
 
 typedef struct {
@@ -229,6 +245,77 @@ typedef struct {
 } ctx;
 
 static int is(const sd_chat_msg *m, const char *role) { return !strcmp(m->role, role); }
+
+/* A message's text; an assistant message with calls may have none, which templates read as "". */
+static view text_of(const sd_chat_msg *m) { return V(m->content ? m->content : ""); }
+
+/* Each of the tools (the checked JSON array p->tools) in turn: *at, *len span the next one; 0 at
+ * the end. */
+static int next_tool(const char *tools, size_t *at, size_t *len) {
+    const size_t n = strlen(tools);
+    size_t i = *at + *len;
+    i = sd_json_skip_ws(tools, n, i);
+    if (i < n && (tools[i] == '[' || tools[i] == ',')) i = sd_json_skip_ws(tools, n, i + 1);
+    if (i >= n || tools[i] == ']') return 0;
+    const size_t e = sd_json_value_end(tools, n, i);
+    *at = i;
+    *len = e - i;
+    return 1;
+}
+
+/* ---- Hermes-style tool calling (chatml, qwen2.5, qwen3) ---- */
+
+static const char HERMES_TOOLS[] =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+static const char HERMES_CALL_FORMAT[] =
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\n</tool_call><|im_end|>\n";
+
+/* The system turn that lists the tools; the first message when it is the system's goes in it
+ * (qwen2.5: its default system message when there is none). Returns the messages it used. */
+static int hermes_tools(const ctx *c, sd_chat_format f) {
+    buf *o = c->out;
+    const int sys = is(&c->m[0], "system");
+    put(o, "<|im_start|>system\n");
+    if (sys) put_text(o, text_of(&c->m[0]));
+    else if (f == SD_CHAT_QWEN25) put(o, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+    if (sys || f == SD_CHAT_QWEN25) put(o, "\n\n");
+    put(o, HERMES_TOOLS);
+    size_t at = 0, len = 0;
+    while (next_tool(c->p->tools, &at, &len)) {
+        put(o, "\n");
+        put_json(o, c->p->tools + at, len, -1);
+    }
+    put(o, HERMES_CALL_FORMAT);
+    return sys;
+}
+
+/* An assistant message's calls: one <tool_call> block each, a line break before every one but a
+ * first that follows no text. Qwen2.5 writes the arguments through tojson, qwen3 (and chatml) as
+ * the string they are. */
+static void hermes_calls(buf *o, const sd_chat_msg *m, int text_before, sd_chat_format f) {
+    for (int k = 0; k < m->n_tool_calls; k++) {
+        if (k || text_before) put(o, "\n");
+        put(o, "<tool_call>\n{\"name\": \"");
+        put_text(o, V(m->tool_calls[k].name));
+        put(o, "\", \"arguments\": ");
+        if (f == SD_CHAT_QWEN25) put_json(o, m->tool_calls[k].arguments, strlen(m->tool_calls[k].arguments), -1);
+        else put_text(o, V(m->tool_calls[k].arguments));
+        put(o, "}\n</tool_call>");
+    }
+}
+
+/* A tool's result: consecutive results share one user turn. */
+static void hermes_result(const ctx *c, int i) {
+    buf *o = c->out;
+    if (i == 0 || !is(&c->m[i - 1], "tool")) put(o, "<|im_start|>user");
+    put(o, "\n<tool_response>\n");
+    put_text(o, text_of(&c->m[i]));
+    put(o, "\n</tool_response>");
+    if (i == c->n - 1 || !is(&c->m[i + 1], "tool")) put(o, "<|im_end|>\n");
+}
 
 static sd_status template_error(sd_chat_format f, const char *msg) {
     return sd_fail(SD_ERR_INVALID_ARG, "chat template %s: %s", k_names[f], msg);
@@ -244,11 +331,30 @@ static void chatml_turn(buf *o, const char *role, view content) {
     put(o, "<|im_end|>\n");
 }
 
+/* ChatML and Qwen2.5; with tools, Qwen2.5's tool calling (chatml takes Qwen3's form of it). */
 static sd_status render_chatml(const ctx *c, sd_chat_format f) {
-    if (f == SD_CHAT_QWEN25 && !is(&c->m[0], "system"))
-        put(c->out, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n");
-    for (int i = 0; i < c->n; i++) chatml_turn(c->out, c->m[i].role, V(c->m[i].content));
-    if (c->p->add_generation_prompt) put(c->out, "<|im_start|>assistant\n");
+    buf *o = c->out;
+    int first = 0;
+    if (c->p->tools) first = hermes_tools(c, f);
+    else if (f == SD_CHAT_QWEN25 && !is(&c->m[0], "system"))
+        put(o, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n");
+    for (int i = first; i < c->n; i++) {
+        const sd_chat_msg *m = &c->m[i];
+        if (is(m, "tool")) {
+            hermes_result(c, i);
+        } else if (is(m, "assistant") && m->n_tool_calls) {
+            const view t = text_of(m);
+            put(o, "<|im_start|>assistant");
+            if (t.n) put(o, "\n");
+            put_text(o, t);
+            if (!t.n && f != SD_CHAT_QWEN25) put(o, "\n"); /* qwen3's form: the header's line break, then the call */
+            hermes_calls(o, m, t.n > 0 || f == SD_CHAT_QWEN25, f);
+            put(o, "<|im_end|>\n");
+        } else {
+            chatml_turn(o, m->role, text_of(m));
+        }
+    }
+    if (c->p->add_generation_prompt) put(o, "<|im_start|>assistant\n");
     return SD_OK;
 }
 
@@ -256,10 +362,11 @@ static sd_status render_chatml(const ctx *c, sd_chat_format f) {
  * block (an empty one when it is the last message); earlier ones lose theirs. */
 static sd_status render_qwen3(const ctx *c) {
     buf *o = c->out;
-    if (is(&c->m[0], "system")) chatml_turn(o, "system", V(c->m[0].content));
+    if (c->p->tools) hermes_tools(c, SD_CHAT_QWEN3);
+    else if (is(&c->m[0], "system")) chatml_turn(o, "system", V(c->m[0].content));
     int last_query = c->n - 1;
     for (int i = c->n - 1; i >= 0; i--) {
-        view v = V(c->m[i].content);
+        view v = text_of(&c->m[i]);
         if (is(&c->m[i], "user") && !(starts(v, "<tool_response>") && ends(v, "</tool_response>"))) {
             last_query = i;
             break;
@@ -271,8 +378,12 @@ static sd_status render_qwen3(const ctx *c) {
             chatml_turn(o, m->role, V(m->content));
             continue;
         }
+        if (is(m, "tool")) {
+            hermes_result(c, i);
+            continue;
+        }
         if (!is(m, "assistant")) continue;
-        view content = V(m->content), reasoning = {"", 0};
+        view content = text_of(m), reasoning = {"", 0};
         long first = find(content, "</think>", 0);
         if (first >= 0) {
             long last = find(content, "</think>", 1);
@@ -282,6 +393,7 @@ static sd_status render_qwen3(const ctx *c) {
             reasoning = lstrip_nl(before);
             content = lstrip_nl((view){content.p + last + 8, content.n - (size_t)last - 8});
         }
+        const int has_text = content.n > 0; /* what the template tests before a call, unstripped */
         put(o, "<|im_start|>assistant\n");
         if (i > last_query && (i == c->n - 1 || reasoning.n)) {
             put(o, "<think>\n");
@@ -290,6 +402,7 @@ static sd_status render_qwen3(const ctx *c) {
             content = lstrip_nl(content);
         }
         put_text(o, content);
+        hermes_calls(o, m, has_text, SD_CHAT_QWEN3);
         put(o, "<|im_end|>\n");
     }
     if (c->p->add_generation_prompt) put(o, "<|im_start|>assistant\n");
@@ -303,6 +416,11 @@ static void llama3_turn(buf *o, const char *role, const char *content) {
     put_text(o, trim(V(content)));
     put(o, "<|eot_id|>");
 }
+
+static const char LLAMA_TOOLS[] =
+    "Given the following functions, please respond with a JSON for a function call with its proper arguments that "
+    "best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": dictionary of "
+    "argument name and its value}.Do not use variables.\n\n";
 
 static sd_status render_llama3(const ctx *c, sd_chat_format f) {
     buf *o = c->out;
@@ -319,7 +437,9 @@ static sd_status render_llama3(const ctx *c, sd_chat_format f) {
             date = localtime_r(&now, &tm) && strftime(today, sizeof today, "%d %b %Y", &tm) ? today : "26 Jul 2024";
         }
         put(o, c->p->bos_token);
-        put(o, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ");
+        put(o, "<|start_header_id|>system<|end_header_id|>\n\n");
+        if (c->p->tools) put(o, "Environment: ipython\n");
+        put(o, "Cutting Knowledge Date: December 2023\nToday Date: ");
         put(o, date);
         put(o, "\n\n");
         if (is(&c->m[0], "system")) {
@@ -328,7 +448,42 @@ static sd_status render_llama3(const ctx *c, sd_chat_format f) {
         }
         put(o, "<|eot_id|>");
     }
-    for (int i = first; i < c->n; i++) llama3_turn(o, c->m[i].role, c->m[i].content);
+    /* the tools go in the first message after the system's (whatever its role), as a user turn */
+    if (c->p->tools) {
+        if (first == c->n)
+            return template_error(f, "Cannot put tools in the first user message when there's no first user message!");
+        put(o, "<|start_header_id|>user<|end_header_id|>\n\n");
+        put(o, LLAMA_TOOLS);
+        size_t at = 0, len = 0;
+        while (next_tool(c->p->tools, &at, &len)) {
+            put_json(o, c->p->tools + at, len, 4);
+            put(o, "\n\n");
+        }
+        put_text(o, trim(text_of(&c->m[first])));
+        put(o, "<|eot_id|>");
+        first++;
+    }
+    for (int i = first; i < c->n; i++) {
+        const sd_chat_msg *m = &c->m[i];
+        if (m->n_tool_calls) {
+            if (m->n_tool_calls != 1) return template_error(f, "This model only supports single tool-calls at once!");
+            put(o, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"");
+            put_text(o, V(m->tool_calls[0].name));
+            put(o, "\", \"parameters\": ");
+            put_json(o, m->tool_calls[0].arguments, strlen(m->tool_calls[0].arguments), -1);
+            put(o, "}<|eot_id|>");
+        } else if (is(m, "tool")) { /* a string is iterable to Jinja: the result goes through tojson */
+            put(o, "<|start_header_id|>ipython<|end_header_id|>\n\n");
+            size_t n = 0;
+            char *js = chat_pystring(m->content, strlen(m->content), &n);
+            if (js) put_text(o, (view){js, n});
+            else o->oom = 1;
+            free(js);
+            put(o, "<|eot_id|>");
+        } else {
+            llama3_turn(o, m->role, text_of(m).p);
+        }
+    }
     if (c->p->add_generation_prompt) put(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     return SD_OK;
 }
@@ -427,8 +582,58 @@ static sd_status render_phi3(const ctx *c) {
 
 /* ---- entry points ------------------------------------------------------------------------ */
 
+static int json_ok(const char *s) {
+    const size_t n = strlen(s), i = sd_json_skip_ws(s, n, 0);
+    const size_t e = sd_json_value_end(s, n, i);
+    return e != SD_JSON_BAD && sd_json_skip_ws(s, n, e) == n;
+}
+
+/* Roles, contents, calls and tools as the renderers take them; tool calling only where the format
+ * has it. */
+static sd_status check_messages(sd_chat_format f, const sd_chat_msg *msgs, int n, const char *tools) {
+    const int has_tools = sd_chat_tool_syntax_of(f) != SD_CHAT_TOOLS_NONE;
+    for (int i = 0; i < n; i++) {
+        const sd_chat_msg *m = &msgs[i];
+        if (!m->role) return sd_fail(SD_ERR_INVALID_ARG, "chat: message %d has no role", i);
+        if (!is(m, "system") && !is(m, "user") && !is(m, "assistant") && !is(m, "tool"))
+            return sd_fail(SD_ERR_INVALID_ARG,
+                           "chat: message %d has role '%.40s' (the roles are system, user, assistant and tool)", i, m->role);
+        if (m->n_tool_calls < 0 || (m->n_tool_calls && (!m->tool_calls || !is(m, "assistant"))))
+            return sd_fail(SD_ERR_INVALID_ARG, "chat: message %d: only an assistant message has tool calls", i);
+        if (!m->content && !m->n_tool_calls) return sd_fail(SD_ERR_INVALID_ARG, "chat: message %d has no content", i);
+        if (!has_tools && (m->n_tool_calls || is(m, "tool")))
+            return sd_fail(SD_ERR_UNSUPPORTED,
+                           "chat template %s has no tool calling: message %d is %s (tool calling is written for "
+                           "chatml, qwen2.5, qwen3, llama3.1 and llama3.2)",
+                           k_names[f], i, m->n_tool_calls ? "an assistant's tool call" : "a tool's result");
+        for (int k = 0; k < m->n_tool_calls; k++) {
+            const sd_chat_tool_call *tc = &m->tool_calls[k];
+            if (!tc->name || !tc->arguments)
+                return sd_fail(SD_ERR_INVALID_ARG, "chat: message %d: tool call %d has no %s", i, k,
+                               tc->name ? "arguments" : "name");
+            if (!json_ok(tc->arguments))
+                return sd_fail(SD_ERR_INVALID_ARG, "chat: message %d: tool call %d: the arguments are not JSON", i, k);
+        }
+    }
+    if (!tools) return SD_OK;
+    if (!has_tools)
+        return sd_fail(SD_ERR_UNSUPPORTED,
+                       "chat template %s has no tool calling (it is written for chatml, qwen2.5, qwen3, llama3.1 and "
+                       "llama3.2)",
+                       k_names[f]);
+    const size_t tn = strlen(tools), i0 = sd_json_skip_ws(tools, tn, 0);
+    if (!json_ok(tools) || tools[i0] != '[')
+        return sd_fail(SD_ERR_INVALID_ARG, "chat: the tools must be a JSON array of tool objects");
+    size_t at = 0, len = 0;
+    int k = 0;
+    for (; next_tool(tools, &at, &len); k++)
+        if (tools[at] != '{') return sd_fail(SD_ERR_INVALID_ARG, "chat: tool %d is not a JSON object", k);
+    if (k == 0) return sd_fail(SD_ERR_INVALID_ARG, "chat: the tools array is empty (give NULL for none)");
+    return SD_OK;
+}
+
 sd_chat_params sd_chat_default_params(void) {
-    sd_chat_params p = {1, "", "", NULL};
+    sd_chat_params p = {.add_generation_prompt = 1, .bos_token = "", .eos_token = "", .date = NULL, .tools = NULL};
     return p;
 }
 
@@ -450,21 +655,15 @@ sd_status sd_chat_render_spans(sd_chat_format f, const sd_chat_msg *msgs, int n,
     if (!out || (unsigned)f >= SD_CHAT_N_FORMATS || (!msgs && n))
         return sd_fail(SD_ERR_INVALID_ARG, "chat: bad arguments");
     if (n < 1) return sd_fail(SD_ERR_INVALID_ARG, "chat: no messages to render");
-    for (int i = 0; i < n; i++) {
-        if (!msgs[i].role || !msgs[i].content)
-            return sd_fail(SD_ERR_INVALID_ARG, "chat: message %d has no %s", i, msgs[i].role ? "content" : "role");
-        if (!is(&msgs[i], "system") && !is(&msgs[i], "user") && !is(&msgs[i], "assistant"))
-            return sd_fail(SD_ERR_INVALID_ARG, "chat: message %d has role '%.40s' (the roles are system, user and assistant)",
-                           i, msgs[i].role);
-    }
     sd_chat_params d = sd_chat_default_params();
     if (!p) p = &d;
+    sd_status st = check_messages(f, msgs, n, p->tools);
+    if (st != SD_OK) return st;
     sd_chat_params q = *p; /* NULL tokens write nothing */
     if (!q.bos_token) q.bos_token = "";
     if (!q.eos_token) q.eos_token = "";
     buf b = {0};
     ctx c = {msgs, n, &q, &b};
-    sd_status st;
     switch (f) {
     case SD_CHAT_CHATML:
     case SD_CHAT_QWEN25: st = render_chatml(&c, f); break;

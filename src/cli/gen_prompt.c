@@ -39,7 +39,7 @@ int cli_prompt_ids(const sd_tokenizer *t, const char *model, const cli_prompt_op
         sd_chat_format f;
         int rc = cli_chat_format(t, o->template_name, model, &f);
         if (rc) return rc;
-        sd_chat_msg msgs[2] = {{"system", o->system}, {"user", text}};
+        sd_chat_msg msgs[2] = {{"system", o->system, NULL, 0}, {"user", text, NULL, 0}};
         const int sys = o->system != NULL;
         sd_chat_params p = sd_chat_params_for(t);
         /* the template's refusal of these messages is a usage error, the tokenizer's a failure */

@@ -61,4 +61,16 @@ sd_status sd_json_obj(sd_json_ctx *c, const cJSON *obj, const char *key, int req
 /* A required key: present (and not null, with null_is_absent), else sd_json_missing. */
 sd_status sd_json_require(const sd_json_ctx *c, const cJSON *obj, const char *key);
 
+/* ---- raw text: for callers that must keep what the text wrote (numbers as written, key order) ---- */
+
+#define SD_JSON_BAD ((size_t)-1)
+#define SD_JSON_MAX_DEPTH 256
+
+/* The offset of the first byte at or after i that is not JSON whitespace. */
+size_t sd_json_skip_ws(const char *s, size_t n, size_t i);
+/* The offset after the well-formed JSON value that starts at s[i] (no whitespace before it), or
+ * SD_JSON_BAD; depth: the nesting level of s[i], at most SD_JSON_MAX_DEPTH. */
+size_t sd_json_value_end(const char *s, size_t n, size_t i);
+size_t sd_json_value_end_depth(const char *s, size_t n, size_t i, int depth);
+
 #endif
