@@ -243,7 +243,7 @@ static void test_parse_errors(void **state) {
             "\"json_schema\": {\"name\": \"x\", \"schema\": {\"type\": \"object\", \"minProperties\": \"2\"}}}}",
          "response_format", "response_format: schema: .minProperties: unsupported keyword \"minProperties\""},
         {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"auto\"}", "tool_choice",
-         "tool_choice: tool calling is not supported"},
+         "tool_choice: needs tools, and none are given"},
         {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"functions\": [{}]}", "functions",
          "functions: function calling is not supported"},
         {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"top_logprobs\": 3}", "top_logprobs",

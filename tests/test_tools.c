@@ -5,7 +5,8 @@
  * strings against values Python prints, the grammar of required and named calls (sentences in and
  * out), reading calls out of outputs (auto and constrained; whole, byte by byte and in random pieces
  * alike), and every output drawn at random under the grammar with a real vocabulary read back as
- * calls whose arguments are JSON. */
+ * calls whose arguments are JSON. The server's side: tools, tool_choice and the messages' calls and
+ * results checked field by field, the prompt the template's, responses and streams of calls. */
 #include "sdtest.h"
 #include "sdtest_tok.h"
 
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "chat/chat_internal.h"
+#include "server/internal.h"
 #include "specdec/chat.h"
 #include "specdec/grammar.h"
 #include "specdec/sample.h"
@@ -589,6 +591,327 @@ static void test_grammar_outputs_read_back(void **state) {
     sd_tokenizer_free(t);
 }
 
+/* ---- the server's side -------------------------------------------------------------------------- */
+
+static sd_spec_params k_spec;
+
+static srv_api_ctx api(const sd_tokenizer *t) {
+    k_spec = sd_spec_default_params();
+    srv_api_ctx c;
+    memset(&c, 0, sizeof c);
+    c.tok = t;
+    c.chat = SD_CHAT_CHATML;
+    c.n_ctx = 4096;
+    c.n_slots = 4;
+    c.seed = 1234;
+    c.spec = &k_spec;
+    c.text_per_token = sd_tokenizer_max_text_per_token(t);
+    return c;
+}
+
+#define TOOLS                                                                                                          \
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather\", \"parameters\": " \
+    "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 8}}, \"required\": "         \
+    "[\"city\"]}, \"strict\": true}}, {\"type\": \"function\", \"function\": {\"name\": \"get\"}}]"
+#define MSGS "\"messages\": [{\"role\": \"user\", \"content\": \"Weather?\"}]"
+
+static void test_server_errors(void **state) {
+    (void)state;
+    sd_tokenizer *t = sdtest_load_llama2c_tokenizer("models/stories260K/tok512.bin", 0);
+    srv_api_ctx c = api(t);
+    static const struct {
+        const char *body, *param, *msg;
+    } cases[] = {
+        {"{" MSGS ", \"tools\": {}}", "tools", "tools: must be an array of tools, got an object"},
+        {"{" MSGS ", \"tools\": [1]}", "tools", "tools: tools[0] must be a tool object, got a number"},
+        {"{" MSGS ", \"tools\": [{\"type\": \"code\", \"function\": {\"name\": \"f\"}}]}", "tools",
+         "tools: tools[0].type must be \"function\""},
+        {"{" MSGS ", \"tools\": [{\"type\": \"function\"}]}", "tools", "tools: tools[0].function must be an object, got nothing"},
+        {"{" MSGS ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}, \"x\": 1}]}", "tools",
+         "tools: tools[0].x is not supported"},
+        {"{" MSGS ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"returns\": {}}}]}", "tools",
+         "tools: tools[0].function.returns is not supported"},
+        {"{" MSGS ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get weather\"}}]}", "tools",
+         "tools: tools[0].function.name must be 1 to 64 letters, digits, _ or -, got 'get weather'"},
+        {"{" MSGS ", \"tools\": [{\"type\": \"function\", \"function\": {}}]}", "tools",
+         "tools: tools[0].function.name must be a string, got nothing"},
+        {"{" MSGS ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, {\"type\": \"function\", "
+         "\"function\": {\"name\": \"f\"}}]}",
+         "tools", "tools: tools[1].function.name: 'f' is also the name of tools[0]"},
+        {"{" MSGS ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": []}}]}", "tools",
+         "tools: tools[0].function.parameters must be a JSON Schema (an object), got an array"},
+        {"{" MSGS ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": 1}}]}", "tools",
+         "tools: tools[0].function.description must be a string, got a number"},
+        {"{" MSGS ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"strict\": \"yes\"}}]}", "tools",
+         "tools: tools[0].function.strict must be a boolean, got a string"},
+        /* a schema that is not one: refused whatever tool_choice says */
+        {"{" MSGS ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
+         "\"object\", \"properties\": {\"a\": {\"type\": \"frob\"}}}}}]}",
+         "tools",
+         "tools: tools[0].function.parameters.properties.a.type: expected null, boolean, integer, number, string, object or "
+         "array"},
+        /* one the grammar cannot honour: refused where the call is constrained */
+        {"{" MSGS ", \"tools\": " TOOLS ", \"tool_choice\": \"required\", \"parallel_tool_calls\": false, \"x\": 1}", "x", NULL},
+        {"{" MSGS ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
+         "\"object\", \"properties\": {\"n\": {\"type\": \"number\", \"multipleOf\": 2}}}}}], \"tool_choice\": \"required\"}",
+         "tools", "tools: tools[0].function.parameters.properties.n.multipleOf: unsupported keyword \"multipleOf\""},
+        {"{" MSGS ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
+         "\"object\", \"minProperties\": 1}}}], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}}",
+         "tools", "tools: tools[0].function.parameters.minProperties: unsupported keyword \"minProperties\""},
+        {"{" MSGS ", \"tools\": " TOOLS ", \"tool_choice\": \"always\"}", "tool_choice",
+         "tool_choice: must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}, got "
+         "'always'"},
+        {"{" MSGS ", \"tools\": " TOOLS ", \"tool_choice\": {\"type\": \"function\", \"name\": \"get\"}}", "tool_choice",
+         "tool_choice: must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}"},
+        {"{" MSGS ", \"tools\": " TOOLS ", \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"put\"}}}",
+         "tool_choice", "tool_choice: names the function 'put', which is not one of the tools"},
+        {"{" MSGS ", \"tool_choice\": \"required\"}", "tool_choice", "tool_choice: needs tools, and none are given"},
+        {"{" MSGS ", \"tools\": " TOOLS ", \"parallel_tool_calls\": 1}", "parallel_tool_calls",
+         "parallel_tool_calls: must be a boolean, got a number"},
+        {"{" MSGS ", \"tools\": " TOOLS ", \"response_format\": {\"type\": \"json_object\"}}", "response_format",
+         "response_format: cannot be given with tools: a call's arguments follow its function's parameters, and the reply is "
+         "either calls or text"},
+        {"{" MSGS ", \"tools\": " TOOLS ", \"tool_choice\": \"required\", \"grammar\": \"root ::= \\\"x\\\"\"}", "grammar",
+         "grammar: cannot be given with tools: a call's arguments follow its function's parameters, and the reply is either "
+         "calls or text"},
+        {"{" MSGS ", \"tools\": " TOOLS ", \"n\": 2}", "n", "n: must be 1 with tools, got 2"},
+        {"{" MSGS ", \"tools\": " TOOLS ", \"logprobs\": true}", "logprobs",
+         "logprobs: cannot be given with tools: the calls' deltas carry no log-probabilities"},
+        /* the messages' calls and results */
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"tool_calls\": []}]}", "messages",
+         "messages: messages[1].tool_calls must be an array of at least one call, got an empty array"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"tool_calls\": [{\"type\": "
+         "\"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{x}\"}}]}]}",
+         "messages",
+         "messages: messages[1].tool_calls[0].function.arguments must be JSON text: arguments: line 1, column 2: invalid "
+         "JSON: expected a key string, got 'x}'"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"tool_calls\": [{\"type\": "
+         "\"function\", \"function\": {\"name\": \"f\", \"arguments\": {}}}]}]}",
+         "messages", "messages: messages[1].tool_calls[0].function.arguments must be a string of JSON, got an object"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"tool_calls\": [{\"type\": "
+         "\"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{}\", \"x\": 1}}]}]}",
+         "messages", "messages: messages[1].tool_calls[0].function.x is not supported"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\", \"tool_calls\": []}]}", "messages",
+         "messages: messages[0].tool_calls is not supported"},
+        {"{\"messages\": [{\"role\": \"tool\", \"content\": \"r\", \"tool_call_id\": 5}]}", "messages",
+         "messages: messages[0].tool_call_id must be a string, got a number"},
+        {"{\"messages\": [{\"role\": \"tool\", \"content\": \"r\", \"name\": \"f\"}]}", "messages",
+         "messages: messages[0].name is not supported"},
+        {"{\"messages\": [{\"role\": \"function\", \"content\": \"r\"}]}", "messages",
+         "messages: messages[0].role 'function' is not supported (system, developer, user, assistant, tool)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        srv_gen g;
+        srv_err e;
+        memset(&e, 0, sizeof e);
+        if (srv_parse_gen(&c, 1, cases[i].body, strlen(cases[i].body), &g, &e) == 0) fail_msg("case %zu accepted", i);
+        assert_int_equal(e.status, 400);
+        if (strcmp(e.param, cases[i].param) != 0) fail_msg("case %zu: param %s, want %s (%s)", i, e.param, cases[i].param, e.msg);
+        if (cases[i].msg && strcmp(e.msg, cases[i].msg) != 0) fail_msg("case %zu: message\n  %s\nwant\n  %s", i, e.msg, cases[i].msg);
+    }
+    /* a template without tool calling refuses tools by name, and their messages */
+    c.chat = SD_CHAT_GEMMA;
+    srv_gen g;
+    srv_err e;
+    static const char with_tools[] = "{" MSGS ", \"tools\": " TOOLS "}";
+    assert_int_equal(srv_parse_gen(&c, 1, with_tools, strlen(with_tools), &g, &e), -1);
+    assert_string_equal(e.msg, "tools: the chat template gemma has no tool calling (it is written for chatml, qwen2.5, qwen3, "
+                               "llama3.1 and llama3.2; --chat-template NAME chooses one)");
+    static const char none[] = "{" MSGS ", \"tools\": " TOOLS ", \"tool_choice\": \"none\"}"; /* not shown: nothing to refuse */
+    assert_int_equal(srv_parse_gen(&c, 1, none, strlen(none), &g, &e), 0);
+    assert_null(g.tools);
+    srv_gen_free(&g);
+    static const char result[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"tool\", \"content\": \"r\"}]}";
+    assert_int_equal(srv_parse_gen(&c, 1, result, strlen(result), &g, &e), -1);
+    assert_string_equal(e.param, "messages");
+    assert_non_null(strstr(e.msg, "chat template gemma has no tool calling: message 1 is a tool's result"));
+    sd_tokenizer_free(t);
+}
+
+/* What each tool_choice makes of a request: the prompt is the template's (the tools as the client
+ * wrote them, 1.0 kept), the grammar there exactly when a call must be made. */
+static void test_server_requests(void **state) {
+    (void)state;
+    sd_tokenizer *t = sdtest_load_llama2c_tokenizer("models/stories260K/tok512.bin", 0);
+    const srv_api_ctx c = api(t);
+    static const char *const choices[] = {NULL, "\"auto\"", "\"none\"", "\"required\"",
+                                          "{\"type\": \"function\", \"function\": {\"name\": \"get\"}}"};
+    static const char tools[] = "[{\"type\": \"function\", \"function\": {\"name\": \"get\", \"parameters\": {\"type\": "
+                                "\"object\", \"properties\": {\"n\": {\"type\": \"number\", \"maximum\": 1.0}}}}}]";
+    for (int k = 0; k < 5; k++) {
+        char body[1024];
+        snprintf(body, sizeof body,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": null, "
+                 "\"tool_calls\": [{\"id\": \"call_1\", \"type\": \"function\", \"function\": {\"name\": \"get\", \"arguments\": "
+                 "\"{\\\"n\\\": 0.5}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"call_1\", \"content\": \"done\"}], "
+                 "\"tools\": %s%s%s}",
+                 tools, choices[k] ? ", \"tool_choice\": " : "", choices[k] ? choices[k] : "");
+        srv_gen g;
+        srv_err e;
+        if (srv_parse_gen(&c, 1, body, strlen(body), &g, &e) != 0) fail_msg("choice %d: %s", k, e.msg);
+        const int shown = k != 2, constrained = k >= 3;
+        assert_int_equal(g.tools != NULL, shown);
+        assert_int_equal(g.grammar != NULL, constrained);
+        /* the same prompt from the chat module directly */
+        static const sd_chat_tool_call call = {"get", "{\"n\": 0.5}"};
+        const sd_chat_msg m[] = {{"user", "q", NULL, 0}, {"assistant", NULL, &call, 1}, {"tool", "done", NULL, 0}};
+        sd_chat_params p = sd_chat_params_for(t);
+        p.tools = shown ? tools : NULL;
+        int32_t *ids = NULL;
+        int n = 0;
+        assert_int_equal(sd_chat_prompt(t, SD_CHAT_CHATML, m, 3, &p, 0, &ids, &n), SD_OK);
+        assert_int_equal(n, g.n_ids);
+        assert_memory_equal(ids, g.ids, sizeof *ids * (size_t)n);
+        if (shown) { /* "maximum": 1.0 as written */
+            char *text = NULL;
+            assert_int_equal(sd_chat_render(SD_CHAT_CHATML, m, 3, &p, &text, NULL), SD_OK);
+            assert_non_null(strstr(text, "\"maximum\": 1.0}"));
+            free(text);
+        }
+        free(ids);
+        srv_gen_free(&g);
+    }
+    sd_tokenizer_free(t);
+}
+
+/* The choice of one response, parsed. */
+static cJSON *choice_of(const char *js, cJSON **root) {
+    *root = cJSON_Parse(js);
+    assert_non_null(*root);
+    return cJSON_GetArrayItem(cJSON_GetObjectItem(*root, "choices"), 0);
+}
+
+/* Streamed in pieces of `piece` bytes: the chunks' deltas put together as a client does (content
+ * joined, tool_calls by index: id, type and name from the first, arguments joined), and the last
+ * finish_reason. Each call's first chunk has index, id, type and name with arguments "". */
+static void stream_collect(const srv_gen *g, const char *text, size_t piece, const char *reason, srv_buf *content,
+                           char names[4][64], srv_buf args[4], int *n_calls, char *finish) {
+    srv_buf out = {0};
+    const srv_choice_out first = {.text = "", .role = 1};
+    srv_sse_chunk(&out, g, NULL, "c", 1, "m", &first);
+    const size_t n = strlen(text);
+    for (size_t at = 0; at < n; at += piece) {
+        const srv_choice_out mid = {.text = text + at, .len = at + piece < n ? piece : n - at};
+        srv_sse_chunk(&out, g, NULL, "c", 1, "m", &mid);
+    }
+    const srv_choice_out last = {.finish_reason = reason};
+    srv_sse_chunk(&out, g, NULL, "c", 1, "m", &last);
+    *n_calls = 0;
+    char *p = out.p;
+    for (char *end; (end = strstr(p, "\n\n")); p = end + 2) {
+        *end = 0;
+        assert_true(!strncmp(p, "data: ", 6));
+        cJSON *o = cJSON_Parse(p + 6);
+        assert_non_null(o);
+        const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+        const cJSON *d = cJSON_GetObjectItem(ch, "delta"), *fr = cJSON_GetObjectItem(ch, "finish_reason");
+        if (cJSON_IsString(fr)) strcpy(finish, fr->valuestring);
+        const cJSON *ct = cJSON_GetObjectItem(d, "content");
+        if (cJSON_IsString(ct)) srv_buf_puts(content, ct->valuestring);
+        for (const cJSON *tc = cJSON_GetObjectItem(d, "tool_calls") ? cJSON_GetObjectItem(d, "tool_calls")->child : NULL; tc;
+             tc = tc->next) {
+            const int idx = cJSON_GetObjectItem(tc, "index")->valueint;
+            const cJSON *fn = cJSON_GetObjectItem(tc, "function"), *nm = cJSON_GetObjectItem(fn, "name");
+            if (idx == *n_calls) { /* a new call: everything but its arguments */
+                assert_true(idx < 4);
+                assert_true(cJSON_IsString(nm));
+                assert_string_equal(cJSON_GetObjectItem(tc, "type")->valuestring, "function");
+                assert_true(!strncmp(cJSON_GetObjectItem(tc, "id")->valuestring, "call_", 5));
+                assert_string_equal(cJSON_GetObjectItem(fn, "arguments")->valuestring, "");
+                snprintf(names[idx], 64, "%s", nm->valuestring);
+                (*n_calls)++;
+            } else {
+                assert_int_equal(idx, *n_calls - 1);
+                assert_null(nm);
+                assert_null(cJSON_GetObjectItem(tc, "id"));
+                srv_buf_puts(&args[idx], cJSON_GetObjectItem(fn, "arguments")->valuestring);
+            }
+        }
+        cJSON_Delete(o);
+    }
+    assert_string_equal(p, "");
+    srv_buf_free(&out);
+}
+
+/* A response and its stream in pieces of 1, 3 and 64 bytes say the same: content (null when there are
+ * calls and no text), the calls (ids call_ and 24 characters) and finish_reason tool_calls after a stop. */
+static void test_server_responses(void **state) {
+    (void)state;
+    sd_tokenizer *t = sdtest_load_llama2c_tokenizer("models/stories260K/tok512.bin", 0);
+    const srv_api_ctx c = api(t);
+    static const struct {
+        const char *choice, *text, *reason;
+        const char *content; /* NULL: null */
+        int n_calls;
+        const char *names[2], *args[2];
+        const char *finish;
+    } cases[] = {
+        {"\"required\"",
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>\n<tool_call>\n"
+         "{\"name\": \"get\", \"arguments\": {}}\n</tool_call>",
+         "stop", NULL, 2, {"get_weather", "get"}, {"{\"city\": \"Rome\"}", "{}"}, "tool_calls"},
+        {"{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}",
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Ro", "length", NULL, 1, {"get_weather"},
+         {"{\"city\": \"Ro"}, "length"},
+        {"\"auto\"", "Let me check.\n<tool_call>\n{\"name\": \"get\", \"arguments\": {}}\n</tool_call>", "stop", "Let me check.",
+         1, {"get"}, {"{}"}, "tool_calls"},
+        {"\"auto\"", "It is sunny <tool_call> maybe", "stop", "It is sunny <tool_call> maybe", 0, {NULL}, {NULL}, "stop"},
+        {"\"auto\"", "<tool_call>\n{\"name\": \"get\", \"arguments\": {}\n</tool_call>", "stop",
+         "<tool_call>\n{\"name\": \"get\", \"arguments\": {}\n</tool_call>", 0, {NULL}, {NULL}, "stop"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[1024];
+        snprintf(body, sizeof body, "{" MSGS ", \"tools\": " TOOLS ", \"tool_choice\": %s}", cases[i].choice);
+        srv_gen g;
+        srv_err e;
+        if (srv_parse_gen(&c, 1, body, strlen(body), &g, &e) != 0) fail_msg("case %zu: %s", i, e.msg);
+        const srv_outcome oc = {3, 9, 0, NULL};
+        const srv_choice_out co = {.text = cases[i].text, .len = strlen(cases[i].text), .finish_reason = cases[i].reason};
+        char *js = srv_response_json(&g, t, "chatcmpl-1", 1, "m", &co, 1, &oc);
+        cJSON *root;
+        const cJSON *ch = choice_of(js, &root), *msg = cJSON_GetObjectItem(ch, "message");
+        const cJSON *content = cJSON_GetObjectItem(msg, "content"), *calls = cJSON_GetObjectItem(msg, "tool_calls");
+        if (cases[i].content) assert_string_equal(content->valuestring, cases[i].content);
+        else assert_true(cJSON_IsNull(content));
+        assert_int_equal(cJSON_GetArraySize(calls), cases[i].n_calls);
+        assert_int_equal(cJSON_HasObjectItem(msg, "tool_calls"), cases[i].n_calls > 0);
+        assert_string_equal(cJSON_GetObjectItem(ch, "finish_reason")->valuestring, cases[i].finish);
+        for (int k = 0; k < cases[i].n_calls; k++) {
+            const cJSON *call = cJSON_GetArrayItem(calls, k), *fn = cJSON_GetObjectItem(call, "function");
+            const char *id = cJSON_GetObjectItem(call, "id")->valuestring;
+            assert_true(strlen(id) == 29 && !strncmp(id, "call_", 5));
+            assert_string_equal(cJSON_GetObjectItem(call, "type")->valuestring, "function");
+            assert_string_equal(cJSON_GetObjectItem(fn, "name")->valuestring, cases[i].names[k]);
+            assert_string_equal(cJSON_GetObjectItem(fn, "arguments")->valuestring, cases[i].args[k]);
+        }
+        /* streamed alike, whatever the pieces */
+        static const size_t pieces[] = {1, 3, 64};
+        for (size_t pi = 0; pi < 3; pi++) {
+            srv_gen gs;
+            assert_int_equal(srv_parse_gen(&c, 1, body, strlen(body), &gs, &e), 0);
+            gs.stream = 1;
+            srv_buf sc = {0}, sa[4] = {{0}};
+            char names[4][64], finish[32] = "";
+            int n_calls = 0;
+            stream_collect(&gs, cases[i].text, pieces[pi], cases[i].reason, &sc, names, sa, &n_calls, finish);
+            assert_string_equal(sc.p ? sc.p : "", cases[i].content ? cases[i].content : "");
+            assert_int_equal(n_calls, cases[i].n_calls);
+            assert_string_equal(finish, cases[i].finish);
+            for (int k = 0; k < n_calls; k++) {
+                assert_string_equal(names[k], cases[i].names[k]);
+                assert_string_equal(sa[k].p, cases[i].args[k]);
+                srv_buf_free(&sa[k]);
+            }
+            srv_buf_free(&sc);
+            srv_gen_free(&gs);
+        }
+        cJSON_Delete(root);
+        free(js);
+        srv_gen_free(&g);
+    }
+    sd_tokenizer_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_render_hermes),   cmocka_unit_test(test_render_llama3),
@@ -596,6 +919,8 @@ int main(void) {
         cmocka_unit_test(test_pyjson),          cmocka_unit_test(test_grammar),
         cmocka_unit_test(test_read_auto),       cmocka_unit_test(test_read_constrained),
         cmocka_unit_test(test_grammar_outputs_read_back),
+        cmocka_unit_test(test_server_errors),   cmocka_unit_test(test_server_requests),
+        cmocka_unit_test(test_server_responses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

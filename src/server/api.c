@@ -44,6 +44,7 @@ char *srv_err_json(const srv_err *e) {
 void srv_gen_free(srv_gen *g) {
     free(g->ids);
     sd_grammar_free(g->grammar);
+    srv_tools_free(g->tools);
     for (int i = 0; i < g->n_stops; i++) free(g->stops[i]);
     memset(g, 0, sizeof *g);
 }
@@ -120,7 +121,8 @@ enum { EP_CMPL = 1, EP_CHAT = 2, EP_BOTH = 3 };
 static const srv_field k_fields[] = {
     {"model", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "a string; the one model answers whatever it names"},
     {"prompt", EP_CMPL, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "a string, a one-string array or an array of token ids"},
-    {"messages", EP_CHAT, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "roles system, developer, user, assistant; text content"},
+    {"messages", EP_CHAT, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
+     "roles system, developer, user, assistant (with tool_calls), tool (with tool_call_id); text content"},
     {"max_tokens", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "tokens to generate at most; default: until the slot's context is full"},
     {"max_completion_tokens", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "the same, OpenAI's newer name"},
     {"temperature", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE, "0..2 (0: greedy), default 1"},
@@ -170,8 +172,14 @@ static const srv_field k_fields[] = {
     {"response_format", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
      "{\"type\": \"text\"}, {\"type\": \"json_object\"} (any JSON object) or {\"type\": \"json_schema\", "
      "\"json_schema\": {\"name\", \"schema\", \"strict\"}}"},
-    {"tools", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_EMPTY, "tool calling is not supported"},
-    {"tool_choice", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_NO_CALL, "tool calling is not supported"},
+    {"tools", EP_CHAT, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
+     "functions the model may call, written into the prompt as the chat template does (chatml, qwen2.5, qwen3, "
+     "llama3.1, llama3.2)"},
+    {"tool_choice", EP_CHAT, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
+     "\"auto\" (default; the output read as calls), \"none\" (tools not shown), \"required\" or a named function "
+     "(calls constrained to the functions' parameters schemas)"},
+    {"parallel_tool_calls", EP_CHAT, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
+     "with tool_choice required: false allows one call, true (default) several (chatml and qwen; llama3.x: one)"},
     {"functions", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_EMPTY, "function calling is not supported"},
     {"function_call", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_NO_CALL, "function calling is not supported"},
     {"speculative.n_max", EP_BOTH, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
@@ -198,7 +206,6 @@ static const srv_field k_fields[] = {
     {"safety_identifier", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "an end-user id for the client's records"},
     {"prompt_cache_key", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "every slot reuses its cached prefix anyway"},
     {"cache_prompt", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "llama.cpp's; every slot reuses its cached prefix anyway"},
-    {"parallel_tool_calls", EP_CHAT, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "acts only with tools, which are refused"},
     {"mirostat_tau", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "acts only with mirostat, which is refused"},
     {"mirostat_eta", EP_BOTH, SRV_FIELD_IGNORED, SRV_NEUTRAL_NONE, "acts only with mirostat, which is refused"},
 };
@@ -535,7 +542,6 @@ static int parse_messages(const srv_api_ctx *c, const cJSON *o, srv_gen *g, srv_
     sd_chat_msg *msgs = calloc((size_t)n, sizeof *msgs);
     srv_buf *texts = calloc((size_t)n, sizeof *texts);
     int rc = msgs && texts ? 0 : bad(e, "messages", "out of memory");
-    static const char *const msg_keys[] = {"role", "content", NULL};
     int i = 0;
     for (const cJSON *it = m->child; it && rc == 0; it = it->next, i++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
@@ -549,22 +555,25 @@ static int parse_messages(const srv_api_ctx *c, const cJSON *o, srv_gen *g, srv_
         }
         const char *r = role->valuestring;
         if (!strcmp(r, "developer")) r = "system"; /* OpenAI's newer name for it */
-        if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0) {
-            rc = bad(e, "messages", "messages[%d].role '%.40s' is not supported (system, developer, user, assistant)", i,
-                     role->valuestring);
+        if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0 && strcmp(r, "tool") != 0) {
+            rc = bad(e, "messages", "messages[%d].role '%.40s' is not supported (system, developer, user, assistant, tool)",
+                     i, role->valuestring);
             break;
         }
         char where[32];
         snprintf(where, sizeof where, "messages[%d]", i);
-        if ((rc = check_keys(it, where, msg_keys, e, "messages"))) break;
+        if ((rc = check_keys(it, where, srv_tools_message_keys(r), e, "messages"))) break;
+        msgs[i].role = r;
+        if ((rc = srv_tools_message(it, i, &msgs[i], e))) break; /* tool_calls, tool_call_id */
+        if (msgs[i].n_tool_calls && !field(it, "content")) continue; /* calls without text */
         if ((rc = message_text(cJSON_GetObjectItemCaseSensitive(it, "content"), i, &texts[i], e))) break;
         srv_buf_put(&texts[i], "", 0); /* an empty content is still a string */
         if (texts[i].oom) rc = bad(e, "messages", "out of memory");
-        msgs[i].role = r;
         msgs[i].content = texts[i].p;
     }
     if (rc == 0) {
         sd_chat_params cp = sd_chat_params_for(c->tok);
+        cp.tools = srv_tools_json(g->tools);
         char *text = NULL;
         size_t len = 0;
         sd_tok_span *spans = NULL;
@@ -580,6 +589,7 @@ static int parse_messages(const srv_api_ctx *c, const cJSON *o, srv_gen *g, srv_
         free(text);
     }
     for (int k = 0; texts && k < n; k++) srv_buf_free(&texts[k]);
+    for (int k = 0; msgs && k < n; k++) free((void *)msgs[k].tool_calls);
     free(texts);
     free(msgs);
     return rc;
@@ -633,6 +643,7 @@ int srv_parse_gen(const srv_api_ctx *c, int chat, const char *body, size_t len, 
     if (!rc) rc = parse_penalties(o, g, e);
     if (!rc) rc = parse_choices(c, o, g, e);
     if (!rc) rc = parse_spec(c, o, g, e);
+    if (!rc && chat) rc = srv_tools_parse(c, o, body, len, g, e);
     if (!rc) rc = parse_constraint(o, g, e);
     double max_tokens = 0;
     const char *max_name = field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
@@ -928,6 +939,7 @@ static void add_choice(cJSON *choices, const srv_gen *g, const sd_tokenizer *t, 
     else cJSON_AddNullToObject(c, "logprobs");
     if (co->finish_reason) cJSON_AddStringToObject(c, "finish_reason", co->finish_reason);
     else cJSON_AddNullToObject(c, "finish_reason");
+    if (g->chat && g->tools && !chunk) srv_tools_choice(c, g, text, strlen(text));
     if (timings && co->stats) sd_spec_stats_to_json(co->stats, cJSON_AddObjectToObject(c, "timings"));
     srv_buf_free(&clean);
 }
@@ -964,6 +976,10 @@ static void put_event(srv_buf *out, cJSON *o) {
 
 void srv_sse_chunk(srv_buf *out, const srv_gen *g, const sd_tokenizer *t, const char *id, long created, const char *model,
                    const srv_choice_out *co) {
+    if (g->chat && g->tools) {
+        srv_tools_sse(out, g, id, created, model, co);
+        return;
+    }
     cJSON *o = envelope(g, id, created, model, 1);
     add_choice(cJSON_AddArrayToObject(o, "choices"), g, t, co, 1, g->n > 1);
     if (co->stats && g->n <= 1) sd_spec_stats_to_json(co->stats, cJSON_AddObjectToObject(o, "timings"));
@@ -976,6 +992,19 @@ void srv_sse_usage(srv_buf *out, const srv_gen *g, const char *id, long created,
     cJSON_AddArrayToObject(o, "choices");
     cJSON_DeleteItemFromObjectCaseSensitive(o, "usage");
     add_usage(o, oc);
+    put_event(out, o);
+}
+
+void srv_sse_delta(srv_buf *out, const srv_gen *g, const char *id, long created, const char *model, cJSON *delta,
+                   const char *finish, const sd_spec_stats *stats) {
+    cJSON *o = envelope(g, id, created, model, 1), *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(ch, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddItemToObject(c, "delta", delta);
+    cJSON_AddNullToObject(c, "logprobs");
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    if (stats) sd_spec_stats_to_json(stats, cJSON_AddObjectToObject(o, "timings"));
     put_event(out, o);
 }
 

@@ -10,6 +10,7 @@
 
 #include "server/server.h"
 #include "server/text.h"
+#include "specdec/chat.h"
 #include "specdec/draft.h"
 #include "specdec/grammar.h"
 
@@ -32,6 +33,8 @@ void srv_err_set(srv_err *e, int status, const char *type, const char *param, co
 /* The error's JSON (malloc'd). */
 char *srv_err_json(const srv_err *e);
 
+typedef struct srv_tools srv_tools; /* tools.c: a request's tool calling */
+
 /* A generation request, parsed and checked. */
 typedef struct {
     int chat;              /* /v1/chat/completions */
@@ -45,10 +48,12 @@ typedef struct {
     int ignore_eos;
     char *stops[SRV_MAX_STOPS];
     int n_stops;
-    sd_grammar *grammar;   /* owned: the output's constraint (grammar, json_schema, response_format), or NULL */
+    sd_grammar *grammar;   /* owned: the output's constraint (grammar, json_schema, response_format, or the
+                              calls tool_choice requires), or NULL */
     int n;                 /* choices, 1..the slots */
     int logprobs;          /* report each token's log-probability */
     int top_logprobs;      /* and the likeliest 0..SD_MAX_LOGPROBS tokens' */
+    srv_tools *tools;      /* owned: the tools shown and the output read as calls, or NULL */
 } srv_gen;
 
 void srv_gen_free(srv_gen *g);
@@ -151,8 +156,34 @@ void srv_sse_chunk(srv_buf *out, const srv_gen *g, const sd_tokenizer *t, const 
 void srv_sse_usage(srv_buf *out, const srv_gen *g, const char *id, long created, const char *model,
                    const srv_outcome *o);
 void srv_sse_error(srv_buf *out, const srv_err *e);
+/* One chunk whose choice has delta (taken over) and finish (NULL: none); o: timings, as the last chunk. */
+void srv_sse_delta(srv_buf *out, const srv_gen *g, const char *id, long created, const char *model, struct cJSON *delta,
+                   const char *finish, const sd_spec_stats *stats);
 /* "data: [DONE]\n\n" */
 void srv_sse_done(srv_buf *out);
+
+/* ---- tools.c: tool calling ---------------------------------------------------------------- */
+
+#define SRV_MAX_TOOLS 128
+
+/* tools, tool_choice and parallel_tool_calls of a chat request o (body: its text, whose "tools" the
+ * template writes as given): 0 with g->tools set (NULL: no tools, or tool_choice none: nothing is
+ * shown to the model or read as a call) and for required or a named function g->grammar; -1 with *e. */
+int srv_tools_parse(const srv_api_ctx *c, const struct cJSON *o, const char *body, size_t len, srv_gen *g, srv_err *e);
+void srv_tools_free(srv_tools *t);
+/* The tools' JSON for the template (NULL: none). */
+const char *srv_tools_json(const srv_tools *t);
+/* The keys a message of role may have (NULL-terminated). */
+const char *const *srv_tools_message_keys(const char *role);
+/* An assistant message's tool_calls (and a tool message's tool_call_id) into m: m->tool_calls is
+ * malloc'd (the caller frees it), its strings point into msg. 0, or -1 with *e. */
+int srv_tools_message(const struct cJSON *msg, int i, sd_chat_msg *m, srv_err *e);
+/* The response's choice (its message and finish_reason) with the text read as calls. */
+void srv_tools_choice(struct cJSON *choice, const srv_gen *g, const char *text, size_t len);
+/* srv_sse_chunk for a request with tools (one choice, no logprobs: srv_tools_parse refuses more):
+ * the text read as calls as it comes (co->role: the first chunk; co->finish_reason: the last). */
+void srv_tools_sse(srv_buf *out, const srv_gen *g, const char *id, long created, const char *model,
+                   const srv_choice_out *co);
 
 /* ---- the server ---------------------------------------------------------------------- */
 

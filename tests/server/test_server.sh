@@ -6,7 +6,8 @@
 # error shape while the server keeps serving, with keep-alive kept; the endpoints (/v1/models/ID,
 # /tokenize, /detokenize, /props, CORS); deadlines, the connection cap and the body budget; a load
 # run of 200 requests from 16 clients with no failure; SIGTERM drains (8 streams finish) and exits 0
-# (under ASan: with no leak).
+# (under ASan: with no leak); tool calls (server T): a named or required tool_choice gives calls valid
+# against the schema, streamed alike as delta.tool_calls, drafting or not; auto, none, a tool's result.
 # Usage: test_server.sh SPECDEC_BINARY SOURCE_DIR      (exit 77: skipped)
 set -u
 BIN=$1
@@ -360,13 +361,21 @@ check_err "stop a number"         400 "^stop: must be a string or an array of st
 check_err "stop empty"            400 "^stop: stop\[1\] must have 1..256 bytes, got 0" /v1/completions '{"prompt": "a", "stop": ["x", ""]}'
 check_err "messages a string"     400 "^messages: must be an array of messages, got a string" /v1/chat/completions '{"messages": "hi"}'
 check_err "messages empty"        400 "^messages: must hold at least one message" /v1/chat/completions '{"messages": []}'
-check_err "role tool"             400 "messages\[0\].role 'tool' is not supported" /v1/chat/completions '{"messages": [{"role": "tool", "content": "x"}]}'
+check_err "role function"         400 "messages\[0\].role 'function' is not supported" /v1/chat/completions '{"messages": [{"role": "function", "content": "x"}]}'
 check_err "image part"            400 "messages\[0\].content\[0\] must be a text part" /v1/chat/completions '{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}'
 check_err "seed a string"         400 "^seed: must be an integer, got a string" /v1/completions '{"prompt": "a", "seed": "x"}'
 check_err "prompt array of many"  400 "^prompt: one prompt per request" /v1/completions '{"prompt": ["a", "b"]}'
 check_err "prompt bad token id"   400 "^prompt: prompt\[1\] must be a token id in 0..511" /v1/completions '{"prompt": [1, 9999]}'
 check_err "logit_bias"            400 "^logit_bias: logit biases are not supported" /v1/completions '{"prompt": "a", "logit_bias": {"1": 5}}'
-check_err "tools"                 400 "^tools: tool calling is not supported" /v1/chat/completions '{"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function", "function": {"name": "f"}}]}'
+# tool calling's errors, each named (the calls themselves: server T below)
+TM='"messages": [{"role": "user", "content": "a"}]'
+check_err "tools on a completion" 400 "^tools: not a field of completion requests" /v1/completions '{"prompt": "a", "tools": [{"type": "function", "function": {"name": "f"}}]}'
+check_err "tools: a bad schema"   400 "^tools: tools\[0\].function.parameters.properties.a.type: expected " /v1/chat/completions "{$TM, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"properties\": {\"a\": {\"type\": 5}}}}}]}"
+check_err "tools: a keyword the grammar cannot honour" 400 "^tools: tools\[0\].function.parameters.properties.n.multipleOf: unsupported keyword" /v1/chat/completions "{$TM, \"tool_choice\": \"required\", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"properties\": {\"n\": {\"multipleOf\": 2}}}}}]}"
+check_err "tools: a bad name"     400 "^tools: tools\[0\].function.name must be 1 to 64 letters" /v1/chat/completions "{$TM, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f(x)\"}}]}"
+check_err "tools with response_format" 400 "^response_format: cannot be given with tools" /v1/chat/completions "{$TM, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"response_format\": {\"type\": \"json_object\"}}"
+check_err "tool_choice: not a tool" 400 "^tool_choice: names the function 'g', which is not one of the tools$" /v1/chat/completions "{$TM, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}}"
+check_err "a call's arguments"    400 "^messages: messages\[1\].tool_calls\[0\].function.arguments must be JSON text" /v1/chat/completions '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{x"}}]}]}'
 check_err "penalty out of range"  400 "^presence_penalty: must be in \[-2, 2\], got 2.5$" /v1/completions '{"prompt": "a", "presence_penalty": 2.5}'
 check_err "penalty window"        400 "^penalty_last_n: only -1" /v1/completions '{"prompt": "a", "penalty_last_n": 64}'
 check_err "NUL escape"            400 "^prompt: text may not contain NUL \(the escape .u0000 at byte 13\)$" /v1/completions '{"prompt": "a\u0000b"}'
@@ -457,6 +466,56 @@ else bad "tokens per second: $tps"; fi
 if [ "$rc" = 1 ] && grep -q "^error: serve: cannot listen on 127.0.0.1 port $PORT: Address already in use$" "$TMP/busy.err"; then ok "port in use: exit 1"
 else bad "port in use: exit $rc" "$(cat "$TMP/busy.err")"; fi
 stop_server A
+
+# ---- server T: tool calls. stories260K has no chat template: ChatML, whose tool calls are written
+# in Qwen's (Hermes) form; the tools' instructions take ~600 of its tokens, hence the context -------
+start_server T -m stories260K -md stories-draft -k 4 --draft-fixed -c 1024 -np 2
+TOOLS='[{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}, "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city"], "additionalProperties": false}}}, {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]}}}]'
+valid_weather() { jq -e '((keys - ["city", "days"]) == []) and (.city | type == "string" and length <= 12) and ((has("days") | not) or (.days | type == "number" and floor == . and . >= 1 and . <= 7))' >/dev/null 2>&1; }
+valid_time() { jq -e '(keys == ["zone"]) and (.zone == "UTC" or .zone == "CET")' >/dev/null 2>&1; }
+# the calls of a stream put together as a client does: by index, name and arguments joined
+sse_calls() { sed -n 's/^data: //p' "$1" | grep -v '^\[DONE\]$' | jq -sc '[.[] | .choices[0]?.delta.tool_calls? // [] | .[]] | group_by(.index) | map({name: (map(.function.name // "") | add), arguments: (map(.function.arguments // "") | add)})'; }
+sse_finish() { sed -n 's/^data: //p' "$1" | grep -v '^\[DONE\]$' | jq -rs '[.[] | .choices[0]?.finish_reason // empty] | join(",")'; }
+ASK='"messages": [{"role": "user", "content": "What is the weather in Paris?"}]'
+for seed in 1 2 3; do
+  REQ="{$ASK, \"tools\": $TOOLS, \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}, \"max_tokens\": 300, \"temperature\": 1, \"seed\": $seed, \"spec_sampling\": \"coupled\""
+  post /v1/chat/completions "$REQ}" >"$TMP/t.json"
+  if jq -e '.choices[0] | .finish_reason == "tool_calls" and .message.content == null and (.message.tool_calls | length == 1) and .message.tool_calls[0].type == "function" and (.message.tool_calls[0].id | test("^call_[A-Za-z0-9]{24}$")) and .message.tool_calls[0].function.name == "get_weather"' "$TMP/t.json" >/dev/null &&
+     jq -r '.choices[0].message.tool_calls[0].function.arguments' "$TMP/t.json" | valid_weather; then
+    ok "named tool_choice, seed $seed: finish_reason tool_calls, arguments valid: $(jq -r '.choices[0].message.tool_calls[0].function.arguments' "$TMP/t.json" | tr -d '\n')"
+  else bad "named tool_choice, seed $seed" "$(cat "$TMP/t.json")"; fi
+  calls=$(jq -c '[.choices[0].message.tool_calls[] | {name: .function.name, arguments: .function.arguments}]' "$TMP/t.json")
+  curl -sN -m 60 "$U/v1/chat/completions" -d "$REQ, \"stream\": true}" >"$TMP/t_s.txt"
+  expect "named tool_choice, seed $seed: streamed alike as delta.tool_calls" "$(sse_calls "$TMP/t_s.txt") $(sse_finish "$TMP/t_s.txt")" "$calls tool_calls"
+  post /v1/chat/completions "$REQ, \"speculative.n_max\": 0}" >"$TMP/t0.json"
+  expect "named tool_choice, seed $seed: without drafting alike" "$(jq -c '[.choices[0].message.tool_calls[] | {name: .function.name, arguments: .function.arguments}]' "$TMP/t0.json")" "$calls"
+done
+# the first chunk of a call: index, id, type and name, arguments ""; then only arguments
+if sed -n 's/^data: //p' "$TMP/t_s.txt" | grep -v '^\[DONE\]$' | jq -se '[.[] | .choices[0]?.delta.tool_calls? // [] | .[]] | (.[0] | .index == 0 and (.id | startswith("call_")) and .type == "function" and .function.name == "get_weather" and .function.arguments == "") and (.[1:] | length > 0 and all(has("id") | not) and all(.function | has("name") | not))' >/dev/null
+then ok "a streamed call: id, type and name first, then arguments"; else bad "a streamed call's chunks" "$(head -c 1500 "$TMP/t_s.txt")"; fi
+# required, one call: either function, its arguments valid
+for seed in 4 5 6; do
+  post /v1/chat/completions "{$ASK, \"tools\": $TOOLS, \"tool_choice\": \"required\", \"parallel_tool_calls\": false, \"max_tokens\": 300, \"seed\": $seed}" >"$TMP/r.json"
+  name=$(jq -r '.choices[0].message.tool_calls[0].function.name' "$TMP/r.json")
+  args=$(jq -r '.choices[0].message.tool_calls[0].function.arguments' "$TMP/r.json")
+  if jq -e '.choices[0].finish_reason == "tool_calls" and (.choices[0].message.tool_calls | length == 1)' "$TMP/r.json" >/dev/null &&
+     { { [ "$name" = get_weather ] && printf '%s' "$args" | valid_weather; } || { [ "$name" = get_time ] && printf '%s' "$args" | valid_time; }; }
+  then ok "required tool_choice, seed $seed: $name $(printf '%s' "$args" | tr -d '\n')"; else bad "required tool_choice, seed $seed" "$(cat "$TMP/r.json")"; fi
+done
+# auto: stories260K answers in text; none: the tools are not shown (a shorter prompt)
+post /v1/chat/completions "{$ASK, \"tools\": $TOOLS, \"max_tokens\": 16, \"temperature\": 0}" >"$TMP/a.json"
+post /v1/chat/completions "{$ASK, \"tools\": $TOOLS, \"tool_choice\": \"none\", \"max_tokens\": 16, \"temperature\": 0}" >"$TMP/n.json"
+post /v1/chat/completions "{$ASK, \"max_tokens\": 16, \"temperature\": 0}" >"$TMP/p.json"
+if jq -e '.choices[0] | (.message.content | type == "string" and length > 0) and (.message | has("tool_calls") | not) and .finish_reason == "length"' "$TMP/a.json" >/dev/null &&
+   [ "$(jq .usage.prompt_tokens "$TMP/a.json")" -gt 500 ]; then ok "auto tool_choice: a text reply, $(jq .usage.prompt_tokens "$TMP/a.json") prompt tokens with the tools"
+else bad "auto tool_choice" "$(cat "$TMP/a.json")"; fi
+expect "none tool_choice: the prompt and reply without tools" "$(jq -c '[.usage.prompt_tokens, .choices[0].message.content]' "$TMP/n.json")" "$(jq -c '[.usage.prompt_tokens, .choices[0].message.content]' "$TMP/p.json")"
+# a tool's result given back, after the assistant's call
+RES="{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"call_1\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"call_1\", \"content\": \"22 C and sunny\"}], \"tools\": $TOOLS, \"max_tokens\": 8, \"temperature\": 0}"
+code=$(status /v1/chat/completions "$RES")
+if [ "$code" = 200 ] && jq -e '.choices[0].message.content | type == "string"' "$TMP/body" >/dev/null; then ok "a tool result message is taken: $(jq -c '[.usage.prompt_tokens, .choices[0].message.content]' "$TMP/body")"
+else bad "a tool result message: HTTP $code" "$(cat "$TMP/body")"; fi
+stop_server T
 
 # ---- server B: a slower random model, one slot, a queue of one, 2-second timeouts -----------
 "$BIN" mkmodel "$TMP/slow.gguf" --dim 512 --layers 6 --heads 8 --hidden 1536 --vocab 512 --ctx 4096 2>/dev/null
