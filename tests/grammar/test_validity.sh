@@ -2,12 +2,21 @@
 # Schema validity: sd_grammar_gen generates under each schema of tests/grammar/schemas.json with a
 # random-weight zoo model and stories260K (several seeds and temperatures), then npm "ajv" (with
 # "ajv-formats" and "ajv-draft-04", installed by this script into .cache/npm-ajv, which git ignores) validates every
-# finished output. Skips (exit 77) with a reason when node/npm, the packages or the models are
-# missing; under SPECDEC_REQUIRE_SHARED=1 those fail instead.
-# Usage: test_validity.sh SD_GRAMMAR_GEN SOURCE_DIR     (SPECDEC_GRAMMAR_BUDGET: tokens per output, 320)
+# finished output. With "tools": sd_tool_gen generates tool calls under the grammar of a required or
+# named tool_choice, each object schema a function's parameters, and validate_tools.mjs reads the
+# calls out of the text by itself and validates their arguments. Skips (exit 77) with a reason when
+# node/npm, the packages or the models are missing; under SPECDEC_REQUIRE_SHARED=1 those fail instead.
+# Usage: test_validity.sh SD_GRAMMAR_GEN|SD_TOOL_GEN SOURCE_DIR [tools]   (SPECDEC_GRAMMAR_BUDGET: tokens per output, 320)
 set -u
 GEN=$1
 SRC=$2
+VALIDATOR=validate.mjs
+# the control: an output that breaks its schema, which must be reported
+CONTROL='{"schema":0,"model":"control","seed":0,"temp":0,"finished":true,"tokens":1,"text":"\"far too long a string\""}'
+if [ "${3:-}" = tools ]; then
+  VALIDATOR=validate_tools.mjs
+  CONTROL='{"schema":0,"model":"control","syntax":"hermes","mode":"required","seed":0,"temp":0,"finished":true,"tokens":1,"text":"<tool_call>\n{\"name\": \"other\", \"arguments\": {\"q\": \"far too long\"}}\n</tool_call>","calls":[{"name":"other","arguments":"{\"q\": \"far too long\"}"}]}'
+fi
 SHARED=${SPECDEC_SHARED:-$SRC/../shared}
 missing() {
   if [ "${SPECDEC_REQUIRE_SHARED:-0}" = 1 ]; then echo "FAIL: $1"; exit 1; fi
@@ -32,13 +41,12 @@ trap 'rm -rf "$TMP"' EXIT
 "$GEN" "$SRC/tests/grammar/schemas.json" "$TMP/outputs.jsonl" "${SPECDEC_GRAMMAR_BUDGET:-320}" "${MODELS[@]}" || {
   echo "FAIL: generation under the schemas"; exit 1; }
 # the script runs beside the packages so that node resolves them from there
-cp "$SRC/tests/grammar/validate.mjs" "$DIR/validate.mjs"
-node "$DIR/validate.mjs" "$SRC/tests/grammar/schemas.json" "$TMP/outputs.jsonl"
+cp "$SRC/tests/grammar/$VALIDATOR" "$DIR/$VALIDATOR"
+node "$DIR/$VALIDATOR" "$SRC/tests/grammar/schemas.json" "$TMP/outputs.jsonl"
 rc=$?
 [ $rc = 0 ] || exit $rc
-# the control: an output that breaks its schema must be reported
-printf '{"schema":0,"model":"control","seed":0,"temp":0,"finished":true,"tokens":1,"text":"\\"far too long a string\\""}\n' >"$TMP/bad.jsonl"
-if node "$DIR/validate.mjs" "$SRC/tests/grammar/schemas.json" "$TMP/bad.jsonl" >/dev/null; then
+printf '%s\n' "$CONTROL" >"$TMP/bad.jsonl"
+if node "$DIR/$VALIDATOR" "$SRC/tests/grammar/schemas.json" "$TMP/bad.jsonl" >/dev/null; then
   echo "FAIL: the validator accepted an output that breaks its schema"; exit 1
 fi
 echo "control: an invalid output is reported"

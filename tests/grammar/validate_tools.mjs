@@ -1,0 +1,94 @@
+// Checks every finished output of sd_tool_gen on its own: the text read as calls by the syntax's
+// fixed form (Hermes: <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call> blocks, one per
+// line; Llama 3: {"name": "NAME", "parameters": ARGS}), each ARGS parsed by JSON.parse and validated
+// by ajv (draft-07, 2020-12 or draft-04 by the schema's keywords, with ajv-formats) against its
+// function's schema; the calls the C parser reported must be the same (names and argument text).
+// Prints each failure and a summary; exit 1 when any output fails or none finished.
+// Usage: node validate_tools.mjs SCHEMAS.json OUTPUTS.jsonl
+import fs from 'node:fs';
+import Ajv from 'ajv';
+import Ajv2020 from 'ajv/dist/2020.js';
+import addFormats from 'ajv-formats';
+import AjvDraft04 from 'ajv-draft-04';
+
+const [schemasPath, outputsPath] = process.argv.slice(2);
+const schemas = JSON.parse(fs.readFileSync(schemasPath, 'utf8'));
+const opts = { strict: false, allErrors: true, validateFormats: true };
+const draft7 = new Ajv(opts), draft2020 = new Ajv2020(opts), draft4 = new AjvDraft04(opts);
+for (const a of [draft7, draft2020, draft4]) {
+  addFormats(a);
+  a.addFormat('int32', { type: 'number', validate: (x) => Number.isInteger(x) && x >= -2147483648 && x <= 2147483647 });
+  for (const f of ['int64', 'float', 'double']) a.addFormat(f, { type: 'number', validate: () => true });
+}
+const usesDraft4 = (s) => /"exclusive(Minimum|Maximum)":(true|false)/.test(JSON.stringify(s));
+const uses2020 = (s) => /"(prefixItems|\$defs|dependentRequired|unevaluated\w+)"/.test(JSON.stringify(s));
+const compile = (raw) => {
+  const s = JSON.parse(JSON.stringify(raw));
+  delete s.$schema;
+  return (usesDraft4(raw) ? draft4 : uses2020(raw) ? draft2020 : draft7).compile(s);
+};
+const validators = new Map();
+const other = compile({ type: 'object', properties: { q: { type: 'string', maxLength: 6 } }, required: ['q'], additionalProperties: false });
+
+// The calls of a text by the syntax's fixed form, or an error.
+function readCalls(syntax, text) {
+  if (syntax === 'llama3') {
+    const m = /^\{"name": "([A-Za-z0-9_-]+)", "parameters": ([\s\S]*)\}$/.exec(text);
+    if (!m) throw new Error('not {"name": ..., "parameters": ...}');
+    return [{ name: m[1], arguments: m[2] }];
+  }
+  const calls = [];
+  let at = 0;
+  for (;;) {
+    const head = /^<tool_call>\n\{"name": "([A-Za-z0-9_-]+)", "arguments": /.exec(text.slice(at));
+    if (!head) throw new Error(`no call at ${at}`);
+    at += head[0].length;
+    const end = text.indexOf('}\n</tool_call>', at);
+    if (end < 0) throw new Error('a call not closed');
+    calls.push({ name: head[1], arguments: text.slice(at, end) });
+    at = end + '}\n</tool_call>'.length;
+    if (at === text.length) return calls;
+    if (text[at] !== '\n') throw new Error(`text after a call at ${at}`);
+    at++;
+  }
+}
+
+let checked = 0, invalid = 0, cut = 0, calls = 0;
+const per = {};
+for (const line of fs.readFileSync(outputsPath, 'utf8').split('\n')) {
+  if (!line) continue;
+  const o = JSON.parse(line);
+  const key = `${o.model} ${o.syntax} ${o.mode}`;
+  per[key] ??= { finished: 0, cut: 0, calls: 0 };
+  if (!o.finished) {
+    cut++;
+    per[key].cut++;
+    continue;
+  }
+  per[key].finished++;
+  checked++;
+  let why = '';
+  try {
+    const got = readCalls(o.syntax, o.text);
+    if (JSON.stringify(got) !== JSON.stringify(o.calls)) why = `the C parser read ${JSON.stringify(o.calls)}`;
+    if (o.mode !== 'required' && got.length !== 1) why ||= `${got.length} calls where one is allowed`;
+    for (const c of got) {
+      const v = c.name === 'other' ? other : c.name === `f${o.schema}` ? (validators.get(o.schema) ??
+        validators.set(o.schema, compile(schemas[o.schema].schema)).get(o.schema)) : null;
+      if (!v) { why ||= `an unknown function ${c.name}`; continue; }
+      if (o.mode === 'named' && c.name !== `f${o.schema}`) why ||= `${c.name} called, f${o.schema} named`;
+      if (!v(JSON.parse(c.arguments))) why ||= `${c.name}: ${JSON.stringify(v.errors)}`;
+      calls++;
+      per[key].calls++;
+    }
+  } catch (err) {
+    why = err.message;
+  }
+  if (why) {
+    invalid++;
+    console.log(`INVALID: schema ${o.schema} (${schemas[o.schema].name}) ${key} seed ${o.seed}: ${why}\n  ${JSON.stringify(o.text)}`);
+  }
+}
+for (const [k, c] of Object.entries(per)) console.log(`${k}: ${c.finished} finished (${c.calls} calls), ${c.cut} cut by the token budget`);
+console.log(`ajv: ${checked} outputs (${calls} calls) checked, ${invalid} invalid, ${cut} cut by the budget (not checked)`);
+process.exit(invalid || !checked ? 1 : 0);
