@@ -1,7 +1,9 @@
 // The official OpenAI client (npm "openai") against specdec serve: a streamed chat (its chunks'
 // fields, usage in exactly one chunk), a completion that is not streamed (generate's greedy text,
-// usage with cached tokens), n = 2 choices with log-probabilities, structured output (response_format json_schema), a model by id, and errors (a field specdec refuses, a wrong API key,
-// an unknown model) as the client's own error classes.
+// usage with cached tokens), n = 2 choices with log-probabilities, structured output (response_format
+// json_schema), tools (a named and a required tool_choice read from message.tool_calls, a stream put
+// together by the client's own ChatCompletionStream, the call and its result sent back), a model by id,
+// and errors (a field specdec refuses, a wrong API key, an unknown model) as the client's own error classes.
 // Usage: node openai_client.mjs BASE_URL API_KEY EXPECTED_COMPLETION_TEXT
 import OpenAI from 'openai';
 
@@ -70,6 +72,52 @@ for (const temperature of [0, 1]) {
   check(`response_format json_schema, temperature ${temperature}`, isPerson(parsed) && r.choices[0].finish_reason === 'stop',
         JSON.stringify(r.choices[0]));
 }
+
+// tools: the call is in message.tool_calls, finish_reason tool_calls, the arguments JSON valid against
+// the function's parameters (stories260K writes ChatML's Hermes-style <tool_call> blocks, constrained)
+const weather = {
+  type: 'function',
+  function: {
+    name: 'get_weather', description: 'The weather in a city', strict: true,
+    parameters: { type: 'object', additionalProperties: false, required: ['city', 'days'],
+                  properties: { city: { type: 'string', maxLength: 12 }, days: { type: 'integer', minimum: 1, maximum: 7 } } },
+  },
+};
+const clock = { type: 'function', function: { name: 'get_time', parameters: { type: 'object', additionalProperties: false,
+                                                                               required: ['zone'], properties: { zone: { enum: ['UTC', 'CET'] } } } } };
+const validArgs = (call) => {
+  let a;
+  try { a = JSON.parse(call.function.arguments); } catch { return false; }
+  if (call.function.name === 'get_time') return Object.keys(a).join() === 'zone' && ['UTC', 'CET'].includes(a.zone);
+  return call.function.name === 'get_weather' && Object.keys(a).sort().join() === 'city,days' && typeof a.city === 'string' &&
+    [...a.city].length <= 12 && Number.isInteger(a.days) && a.days >= 1 && a.days <= 7;
+};
+const ask = [{ role: 'user', content: 'What is the weather in Paris?' }];
+const named = { type: 'function', function: { name: 'get_weather' } };
+const toolReq = { model: 'stories260K', messages: ask, tools: [weather, clock], max_tokens: 300, seed: 3, spec_sampling: 'coupled' };
+let firstCall = null;
+for (const [label, tool_choice] of [['named', named], ['required', 'required']]) {
+  const r = await client.chat.completions.create({ ...toolReq, tool_choice, parallel_tool_calls: false });
+  const c = r.choices[0], call = c.message.tool_calls?.[0];
+  check(`tools, tool_choice ${label}: message.tool_calls`, c.finish_reason === 'tool_calls' && c.message.content === null &&
+        c.message.tool_calls.length === 1 && call.type === 'function' && /^call_[A-Za-z0-9]{24}$/.test(call.id) &&
+        (label !== 'named' || call.function.name === 'get_weather') && validArgs(call), JSON.stringify(c));
+  if (label === 'named') firstCall = c;
+}
+// streamed: the client's own ChatCompletionStream puts delta.tool_calls together into the same call
+const cs = client.chat.completions.stream({ ...toolReq, tool_choice: named, parallel_tool_calls: false });
+const sf = (await cs.finalChatCompletion()).choices[0];
+check('tools streamed, put together by the client', sf.finish_reason === 'tool_calls' && sf.message.tool_calls?.length === 1 &&
+      sf.message.tool_calls[0].function.name === 'get_weather' &&
+      sf.message.tool_calls[0].function.arguments === firstCall.message.tool_calls[0].function.arguments,
+      JSON.stringify([sf, firstCall]));
+// the call and its result sent back, as an agent loop does
+const back = await client.chat.completions.create({
+  model: 'stories260K', tools: [weather, clock], max_tokens: 8, temperature: 0,
+  messages: [...ask, firstCall.message, { role: 'tool', tool_call_id: firstCall.message.tool_calls[0].id, content: '22 C, sunny' }],
+});
+check('a tool result sent back', typeof back.choices[0].message.content === 'string' && back.usage.prompt_tokens > 600,
+      JSON.stringify([back.choices[0], back.usage]));
 
 // errors: the client raises its own classes with the server's status and message
 try {

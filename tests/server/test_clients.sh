@@ -19,7 +19,7 @@ for f in models/stories260K/stories260K.bin models/stories-draft/stories-draft.b
   [ -f "$SHARED/$f" ] || skip "needs shared test data $SHARED/$f"
 done
 DIR=${SPECDEC_NPM_DIR:-$SRC/.cache/npm-clients}
-PKGS="openai@7 ai@6 @ai-sdk/openai-compatible@2 @langchain/openai@1 @langchain/core@1"
+PKGS="openai@7 ai@6 @ai-sdk/openai-compatible@2 @langchain/openai@1 @langchain/core@1 zod@4"
 if [ "$(cat "$DIR/.pkgs" 2>/dev/null)" != "$PKGS" ]; then
   rm -rf "$DIR" && mkdir -p "$DIR" && echo '{"private": true}' >"$DIR/package.json"
   # shellcheck disable=SC2086
@@ -28,12 +28,13 @@ if [ "$(cat "$DIR/.pkgs" 2>/dev/null)" != "$PKGS" ]; then
   echo "$PKGS" >"$DIR/.pkgs"
 fi
 ver() { node -p "require('$DIR/node_modules/$1/package.json').version"; }
-echo "node $(node --version); openai $(ver openai), ai $(ver ai), @ai-sdk/openai-compatible $(ver @ai-sdk/openai-compatible), @langchain/openai $(ver @langchain/openai)"
+echo "node $(node --version); openai $(ver openai), ai $(ver ai), @ai-sdk/openai-compatible $(ver @ai-sdk/openai-compatible), @langchain/openai $(ver @langchain/openai), zod $(ver zod)"
 export SPECDEC_MODEL_PATH="$SHARED/models"
 TMP=$(mktemp -d)
 SPID=
 trap '[ -n "$SPID" ] && kill -9 $SPID 2>/dev/null; rm -rf "$TMP"' EXIT
-GEN=(-m stories260K -md stories-draft -c 256 -t 1)
+# the context: the tools' instructions take ~600 of stories260K's tokens
+GEN=(-m stories260K -md stories-draft -c 2048 -t 1)
 expected=$("$BIN" generate "${GEN[@]}" -p "Once upon a time" -n 32 --no-stream 2>/dev/null)
 expected=${expected#Once upon a time}
 "$BIN" serve "${GEN[@]}" --port 0 --api-key test-key 2>"$TMP/log" &
