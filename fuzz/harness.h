@@ -18,6 +18,7 @@ int sd_fuzz_config(const uint8_t *data, size_t size);         /* bench config JS
 int sd_fuzz_safetensors(const uint8_t *data, size_t size);     /* u32 split | config.json | safetensors */
 int sd_fuzz_hf_tokenizer(const uint8_t *data, size_t size);    /* special-id byte | tokenizer.json */
 int sd_fuzz_chat(const uint8_t *data, size_t size);            /* mode byte | chat template / messages */
+int sd_fuzz_tool_calls(const uint8_t *data, size_t size);      /* mode byte | piece sizes | model output */
 int sd_fuzz_hf_config(const uint8_t *data, size_t size);       /* generation/tokenizer_config.json */
 int sd_fuzz_gbnf(const uint8_t *data, size_t size);            /* GBNF grammar text, then matching */
 int sd_fuzz_schema(const uint8_t *data, size_t size);          /* JSON Schema text, then matching */

@@ -1,8 +1,11 @@
 /* Fuzz bodies for chat prompts and the Hugging Face files beside tokenizer.json: template
- * recognition and rendering of arbitrary messages, and generation_config.json /
- * tokenizer_config.json applied to a tokenizer (which must be unchanged when they fail). */
+ * recognition and rendering of arbitrary messages (tools and calls included), reading tool calls
+ * out of arbitrary output, and generation_config.json / tokenizer_config.json applied to a
+ * tokenizer (which must be unchanged when they fail). */
 #include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "harness.h"
 #include "specdec/chat.h"
@@ -119,6 +122,110 @@ int sd_fuzz_chat(const uint8_t *data, size_t size) {
     }
     if (n > 0) render_checked(f, msgs, n, gen, len, (data[0] >> 5) & 1 ? tools : NULL);
     free(copy);
+    return 0;
+}
+
+/* An output's reading: every event's text joined (content marked by a leading 'c', calls by 'n',
+ * arguments by 'a' and the call's index), and the call count. */
+typedef struct {
+    char *p;
+    size_t n, cap;
+    int calls;
+} tc_log;
+
+static void tc_put(tc_log *l, const void *s, size_t n) {
+    if (l->n + n + 1 > l->cap) {
+        l->cap = (l->n + n + 1) * 2;
+        l->p = realloc(l->p, l->cap);
+        SD_FUZZ_CHECK(l->p != NULL);
+    }
+    memcpy(l->p + l->n, s, n);
+    l->n += n;
+}
+
+/* Reads text in pieces (sizes: 1 + the low 4 bits of each byte in turn; a 0 byte: the whole rest),
+ * each event logged; consecutive content and argument pieces merged, which differ only in the cuts. */
+static void tc_read(sd_chat_tool_syntax syn, int constrained, const char *text, size_t len, const uint8_t *sizes,
+                    size_t n_sizes, tc_log *l) {
+    static const char *const names[] = {"f", "get_weather"};
+    sd_chat_tool_parser *p = NULL;
+    SD_FUZZ_CHECK(sd_chat_tool_parser_create(syn, constrained, names, 2, &p) == SD_OK);
+    size_t at = 0, k = 0;
+    char last = 0;
+    int last_call = -1;
+    do {
+        size_t step = len - at;
+        if (n_sizes && sizes[k % n_sizes]) step = 1 + (sizes[k % n_sizes] & 15);
+        k++;
+        if (step > len - at) step = len - at;
+        const sd_chat_tool_event *ev = NULL;
+        int n_ev = 0;
+        SD_FUZZ_CHECK(sd_chat_tool_parser_feed(p, text + at, step, at + step == len, &ev, &n_ev) == SD_OK);
+        for (int i = 0; i < n_ev; i++) {
+            const char kind = ev[i].kind == SD_CHAT_TOOL_CONTENT ? 'c' : ev[i].kind == SD_CHAT_TOOL_CALL ? 'n' : 'a';
+            SD_FUZZ_CHECK(ev[i].len > 0 || kind == 'n');
+            if (kind == 'n') {
+                SD_FUZZ_CHECK(ev[i].call == l->calls);
+                l->calls++;
+            } else if (kind == 'a') {
+                SD_FUZZ_CHECK(ev[i].call == l->calls - 1);
+            }
+            if (kind == 'n' || kind != last || ev[i].call != last_call) { /* a new event, not more of the last */
+                const char mark[2] = {kind, (char)('0' + (ev[i].call & 31))};
+                tc_put(l, mark, 2);
+            }
+            tc_put(l, ev[i].text, ev[i].len);
+            last = kind;
+            last_call = ev[i].call;
+        }
+        at += step;
+    } while (at < len);
+    SD_FUZZ_CHECK(sd_chat_tool_parser_n_calls(p) == l->calls);
+    sd_chat_tool_parser_free(p);
+}
+
+/* Input: a mode byte (bit 0: Llama 3 syntax, else Hermes; bit 1: constrained), 4 bytes of piece
+ * sizes (low 4 bits; 0: the rest), then an output. Read whole and in pieces it reads the same;
+ * nothing is invented (the events' text adds up to at most the output, content and names as they are
+ * in it); in auto mode the reply is either all text, as it came, or calls of known functions whose
+ * arguments are JSON objects, after text that starts the output. */
+int sd_fuzz_tool_calls(const uint8_t *data, size_t size) {
+    if (size < 5) return 0;
+    const sd_chat_tool_syntax syn = (data[0] & 1) ? SD_CHAT_TOOLS_LLAMA3 : SD_CHAT_TOOLS_HERMES;
+    const int constrained = (data[0] >> 1) & 1;
+    const char *text = (const char *)data + 5;
+    const size_t len = size - 5;
+    tc_log whole = {0}, pieces = {0};
+    tc_read(syn, constrained, text, len, NULL, 0, &whole);
+    tc_read(syn, constrained, text, len, data + 1, 4, &pieces);
+    SD_FUZZ_CHECK(whole.calls == pieces.calls && whole.n == pieces.n && (!whole.n || !memcmp(whole.p, pieces.p, whole.n)));
+    static const char *const names[] = {"f", "get_weather"};
+    sd_chat_tool_parser *p = NULL;
+    SD_FUZZ_CHECK(sd_chat_tool_parser_create(syn, constrained, names, 2, &p) == SD_OK);
+    const sd_chat_tool_event *ev = NULL;
+    int n_ev = 0;
+    SD_FUZZ_CHECK(sd_chat_tool_parser_feed(p, text, len, 1, &ev, &n_ev) == SD_OK);
+    size_t bytes = 0, content = 0;
+    for (int i = 0; i < n_ev; i++) {
+        bytes += ev[i].len;
+        if (ev[i].kind == SD_CHAT_TOOL_CONTENT) {
+            /* auto: text comes first, as it is in the output */
+            if (!constrained) SD_FUZZ_CHECK(content + ev[i].len <= len && !memcmp(ev[i].text, text + content, ev[i].len));
+            content += ev[i].len;
+        } else if (ev[i].kind == SD_CHAT_TOOL_CALL) {
+            SD_FUZZ_CHECK((ev[i].len == 1 && ev[i].text[0] == 'f') || (ev[i].len == 11 && !memcmp(ev[i].text, "get_weather", 11)) ||
+                          constrained);
+        } else if (!constrained) {
+            cJSON *a = cJSON_ParseWithLength(ev[i].text, ev[i].len);
+            SD_FUZZ_CHECK(cJSON_IsObject(a));
+            cJSON_Delete(a);
+        }
+    }
+    SD_FUZZ_CHECK(bytes <= len);
+    if (!constrained && whole.calls == 0) SD_FUZZ_CHECK(content == len);
+    sd_chat_tool_parser_free(p);
+    free(whole.p);
+    free(pieces.p);
     return 0;
 }
 

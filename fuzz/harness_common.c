@@ -21,6 +21,7 @@ const sd_fuzz_target sd_fuzz_targets[] = {
     {"safetensors", sd_fuzz_safetensors},
     {"hf_tokenizer", sd_fuzz_hf_tokenizer},
     {"chat", sd_fuzz_chat},
+    {"tool_calls", sd_fuzz_tool_calls},
     {"hf_config", sd_fuzz_hf_config},
     {"gbnf", sd_fuzz_gbnf},
     {"schema", sd_fuzz_schema},

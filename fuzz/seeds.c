@@ -454,6 +454,21 @@ static const struct {
     CHAT_SEED("\x16\x02" "first\0\x01user\0\x00\0"),
 };
 
+/* tool_calls: mode byte (syntax, constrained), 4 piece sizes, then an output: calls well-formed,
+ * cut, malformed, after text. */
+static const struct {
+    const char *text;
+    size_t len;
+} k_tool_calls[] = {
+    CHAT_SEED("\x00\x01\x02\x03\x05Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n"
+              "</tool_call>\n<tool_call>{\"arguments\": {}, \"name\": \"f\"}</tool_call>"),
+    CHAT_SEED("\x02\x03\x01\x07\x02<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, \"}\\\"\"]}}\n</tool_call>\n"
+              "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"ci"),
+    CHAT_SEED("\x01\x04\x04\x04\x04 {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\", \"days\": 3}}\n"),
+    CHAT_SEED("\x03\x01\x01\x01\x01{\"name\": \"f\", \"parameters\": -12.5e3}"),
+    CHAT_SEED("\x00\x00\x00\x00\x00It is <tool_ and <tool_call> not a call </tool_call> \n"),
+};
+
 /* hf_config: the keys specdec reads, in their real shapes, and near misses. */
 static const char *const k_hf_configs[] = {
     "{\"bos_token_id\": 1, \"eos_token_id\": [2, 3, 60], \"do_sample\": true}",
@@ -577,6 +592,11 @@ int sd_fuzz_make_seeds(const char *target, sd_fuzz_seed **out, int *n) {
         for (size_t i = 0; i < sizeof k_chat / sizeof k_chat[0]; i++) {
             snprintf(name, sizeof name, "chat%zu", i);
             add_copy(&s, name, k_chat[i].text, k_chat[i].len);
+        }
+    } else if (!strcmp(target, "tool_calls")) {
+        for (size_t i = 0; i < sizeof k_tool_calls / sizeof k_tool_calls[0]; i++) {
+            snprintf(name, sizeof name, "tool_calls%zu", i);
+            add_copy(&s, name, k_tool_calls[i].text, k_tool_calls[i].len);
         }
     } else if (!strcmp(target, "hf_config")) {
         for (size_t i = 0; i < sizeof k_hf_configs / sizeof k_hf_configs[0]; i++) {

@@ -15,7 +15,7 @@ SECS=${2:-60}
 BUILD=${SPECDEC_FUZZ_BUILD:-build-fuzz}
 SHARED=${SPECDEC_SHARED:-$ROOT/../shared}
 RSS=${SPECDEC_FUZZ_RSS_MB:-2048}
-TARGETS=(gguf model_gguf llama2c tokenizer tokenizer_file config safetensors hf_tokenizer chat hf_config gbnf schema)
+TARGETS=(gguf model_gguf llama2c tokenizer tokenizer_file config safetensors hf_tokenizer chat tool_calls hf_config gbnf schema)
 
 if [ "$WHICH" != all ] && [[ ! " ${TARGETS[*]} " == *" $WHICH "* ]]; then
   echo "fuzz: unknown target '$WHICH' (known: ${TARGETS[*]} all)" >&2

@@ -170,6 +170,7 @@ static void test_seeds_config(void **state) { (void)state; replay_seeds("config"
 static void test_seeds_safetensors(void **state) { (void)state; replay_seeds("safetensors"); }
 static void test_seeds_hf_tokenizer(void **state) { (void)state; replay_seeds("hf_tokenizer"); }
 static void test_seeds_chat(void **state) { (void)state; replay_seeds("chat"); }
+static void test_seeds_tool_calls(void **state) { (void)state; replay_seeds("tool_calls"); }
 static void test_seeds_hf_config(void **state) { (void)state; replay_seeds("hf_config"); }
 static void test_seeds_gbnf(void **state) { (void)state; replay_seeds("gbnf"); }
 static void test_seeds_schema(void **state) { (void)state; replay_seeds("schema"); }
@@ -187,6 +188,7 @@ int main(void) {
         cmocka_unit_test(test_seeds_safetensors),
         cmocka_unit_test(test_seeds_hf_tokenizer),
         cmocka_unit_test(test_seeds_chat),
+        cmocka_unit_test(test_seeds_tool_calls),
         cmocka_unit_test(test_seeds_hf_config),
         cmocka_unit_test(test_seeds_gbnf),
         cmocka_unit_test(test_seeds_schema),
