@@ -65,7 +65,6 @@ int main(int argc, char **argv) {
         return 1;
     }
     int failures = 0;
-    sd_set_threads(1);
     for (int mi = 4; mi < argc; mi++) {
         sd_model_params mp = sd_model_default_params();
         sd_model *model = NULL;
@@ -79,6 +78,7 @@ int main(int argc, char **argv) {
         const int n_vocab = sd_grammar_vocab_n(voc);
         sd_context_params cp = sd_context_default_params();
         cp.n_ctx = budget + 64;
+        cp.n_threads = 1;
         sd_context *ctx = NULL;
         if (sd_context_create(model, &cp, &ctx) != SD_OK) {
             fprintf(stderr, "error: %s\n", sd_last_error());
