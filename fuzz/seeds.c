@@ -279,7 +279,7 @@ static void put_jstr(bytes *b, const char *s) {
 char *sd_fuzz_hf_tokenizer_json(int n_vocab, size_t *len) {
     if (n_vocab < 8) return NULL;
     static const char *const base[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "\xe2\x96\x81t", "h", "e", "he",
-                                       "\xe2\x96\x81the", "t", "a", "\xe2\x96\x81" "a", "n", "d", "o", " "};
+                                       "\xe2\x96\x81the", "t", "a", ("\xe2\x96\x81" "a"), "n", "d", "o", " "};
     const int n_base = (int)(sizeof base / sizeof base[0]);
     bytes b = {0};
     const char *head =
@@ -474,8 +474,8 @@ static const char *const k_hf_configs[] = {
     "{\"bos_token_id\": 1, \"eos_token_id\": [2, 3, 60], \"do_sample\": true}",
     "{\"eos_token_id\": 2, \"transformers_version\": \"4.41.2\"}",
     "{\"eos_token\": {\"content\": \"</s>\", \"lstrip\": false}, \"chat_template\": \"{{ '<|im_start|>' }}\"}",
-    "{\"eos_token\": \"<s>\", \"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"},"
-    " {\"name\": \"default\", \"template\": \"<start_of_turn>\"}]}",
+    ("{\"eos_token\": \"<s>\", \"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"},"
+     " {\"name\": \"default\", \"template\": \"<start_of_turn>\"}]}"),
     "{\"eos_token_id\": [1e9], \"chat_template\": 7, \"eos_token\": null}",
 };
 

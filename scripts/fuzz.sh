@@ -4,7 +4,7 @@
 # (copied into the build directory at run time, never into the tree); prints executions and
 # coverage per target. A crash leaves its reproducer in build-fuzz/artifacts/TARGET/.
 # Usage: scripts/fuzz.sh [TARGET|all] [SECONDS]     (default: all, 60 s per target)
-#   TARGET: gguf model_gguf llama2c tokenizer tokenizer_file config safetensors hf_tokenizer chat hf_config gbnf schema
+#   TARGET: gguf model_gguf llama2c tokenizer tokenizer_file config safetensors hf_tokenizer chat tool_calls hf_config gbnf schema
 #   env: SPECDEC_SHARED (../shared), SPECDEC_FUZZ_BUILD (build-fuzz), SPECDEC_FUZZ_RSS_MB (2048),
 #        SPECDEC_FUZZ_ARGS (extra libFuzzer flags, e.g. "-jobs=2 -workers=2")
 set -euo pipefail
