@@ -274,7 +274,13 @@ sd_status sd_model_load_gguf(sd_model *m, const void *buf, size_t len, const sd_
         return sd_fail(SD_ERR_FORMAT, "%s: the weight tensors total %zu bytes, more than the file's %zu (tensor data overlaps)",
                        m->path, m->weight_bytes, len);
 
-    if (sd_gguf_find_kv(g, "tokenizer.ggml.model")) {
+    if (sd_gguf_find_kv(g, "tokenizer.ggml.model") && p && p->tokenizer_path) {
+        /* two tokenizers for one model: refused rather than one silently dropped */
+        st = sd_fail(SD_ERR_INVALID_ARG,
+                     "%s: the GGUF carries its own tokenizer (tokenizer.ggml.model), so the tokenizer file %s would not "
+                     "be used: leave it out",
+                     m->path, p->tokenizer_path);
+    } else if (sd_gguf_find_kv(g, "tokenizer.ggml.model")) {
         st = sd_tokenizer_from_gguf(g, m->path, &m->tok);
     } else if (p && p->tokenizer_path) {
         st = sd_tokenizer_load_llama2c(p->tokenizer_path, hp->vocab_size, &m->tok);

@@ -90,6 +90,7 @@ else echo "FAIL help lists each command's own options"; fail=$((fail+1)); fi
 "$BIN" mkmodel "$TMP/tiny.gguf" --dim 32 --layers 1 --heads 4 --kv-heads 2 --hidden 64 --vocab 300 --ctx 32 2>/dev/null
 check "info tiny"             0 "grouped-query"      -- "$BIN" info "$TMP/tiny.gguf"
 check "generate tiny"         0 "decode:"            -- "$BIN" generate -m "$TMP/tiny.gguf" -n 8
+check "-z beside a GGUF tokenizer" 1 "carries its own tokenizer .tokenizer.ggml.model., so the tokenizer file /x/tok.bin would not be used" -- "$BIN" generate -m "$TMP/tiny.gguf" -z /x/tok.bin -n 1
 # An F16 model's prompt of more than 33 tokens goes through OpenBLAS's sgemm, which hung for good
 # when OpenMP gave it fewer threads than it was told to use (timeout: 124).
 "$BIN" mkmodel "$TMP/tiny16.gguf" --dim 64 --layers 1 --heads 4 --kv-heads 2 --hidden 128 --vocab 300 --ctx 128 --type f16 2>/dev/null
