@@ -647,6 +647,24 @@ static void test_run_constraint(void **state) {
     for (int i = 0; i < r->n_k; i++) assert_true(r->k[i].tps_spec > 0);
     free(r);
     tiny_free(&tp);
+    /* a schema that forces every byte: the object is drafted whole by the grammar, so its closing
+     * brace is an accepted draft, after which the finished grammar allows only the end of
+     * generation; the speculative run must end there as plain decoding does, not emit that end
+     * as one more token */
+    tiny_load(&tp, 0);
+    tp.cfg.constraint_schema = strdup("{\"type\":\"object\",\"properties\":{\"a\":{\"const\":\"xyz\"}},"
+                                      "\"required\":[\"a\"],\"additionalProperties\":false}");
+    tp.cfg.constraint_compact = 1;
+    tp.cfg.ignore_eos = 0;
+    tp.cfg.n_strategies = 1;
+    tp.cfg.strategies[0] = SD_BENCH_FIXED;
+    p = tiny_params(&tp);
+    r = calloc(1, sizeof *r);
+    assert_int_equal(sd_bench_run(&p, r), SD_OK);
+    if (r->n_divergences) fail_msg("%d speculative runs differ from plain decoding under a grammar that ends", r->n_divergences);
+    for (int i = 0; i < r->n_k; i++) assert_true(r->k[i].acceptance > 0.5); /* the forced bytes were drafted and kept */
+    free(r);
+    tiny_free(&tp);
     static const char *bad[] = {
         "\"sweep\": {\"k\": [1], \"strategies\": [\"unconstrained\"]}}",
         "\"sweep\": {\"k\": [1]}, \"constraint\": {\"whitespace\": \"compact\"}}",

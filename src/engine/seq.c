@@ -386,19 +386,23 @@ static sd_status end_round(sd_spec *s, const int32_t *acc, int m, int32_t next, 
                            sd_token_cb cb, void *user, sd_spec_round *out) {
     sd_spec_stats *st = &s->st;
     int emitted = 0;
-    const int n0 = s->n_tokens;
-    for (int i = 0; i < m && s->active; i++, emitted++) emit(s, acc[i], cb, user, out);
-    if (s->active) emit(s, next, cb, user, out);
-    if (s->gm) { /* the constraint follows the history: the emitted tokens came from masked rows */
-        for (int i = n0; i < s->n_tokens; i++)
-            if (sd_grammar_matcher_accept(s->gm, s->tokens[i]) != SD_OK) {
-                finish(s, SD_STOP_NONE);
-                return sd_fail(SD_ERR_INVALID_ARG, "grammar: token %d at %d is not allowed (an engine bug)",
-                               (int)s->tokens[i], i);
-            }
-        s->gm_steps = sd_grammar_matcher_n_steps(s->gm);
-        if (s->active && sd_grammar_matcher_is_done(s->gm)) finish(s, SD_STOP_EOS); /* nothing more is allowed */
+    for (int i = 0; i <= m && s->active; i++) {
+        emit(s, i < m ? acc[i] : next, cb, user, out);
+        emitted += i < m;
+        if (!s->gm) continue;
+        /* the constraint follows the history (the emitted tokens came from masked rows), token by
+         * token: where it allows nothing more the generation ends there, as plain decoding's
+         * does, and the token sampled past that point (the only one a finished grammar allows:
+         * the end of generation) is not emitted */
+        const int at = s->n_tokens - 1;
+        if (sd_grammar_matcher_accept(s->gm, s->tokens[at]) != SD_OK) {
+            finish(s, SD_STOP_NONE);
+            return sd_fail(SD_ERR_INVALID_ARG, "grammar: token %d at %d is not allowed (an engine bug)", (int)s->tokens[at],
+                           at);
+        }
+        if (s->active && sd_grammar_matcher_is_done(s->gm)) finish(s, SD_STOP_EOS);
     }
+    if (s->gm) s->gm_steps = sd_grammar_matcher_n_steps(s->gm);
     if (n_drafted > 0) {
         const int nf = s->rnd.tree ? 0 : s->rnd.n_forced, acc_f = emitted < nf ? emitted : nf;
         st->n_verify++;
