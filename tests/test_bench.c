@@ -64,8 +64,8 @@ static void test_config_valid_defaults(void **state) {
     assert_int_equal(c.threads, 0);
     assert_true(c.sampling.temperature == 0.0f);
     assert_int_equal(c.sampling.seed, 42);
-    assert_string_equal(c.out_json, "bench/results/x.json");
-    assert_string_equal(c.out_svg, "bench/results/x.svg");
+    assert_string_equal(c.out_json, "docs/benchmarks/x.json");
+    assert_string_equal(c.out_svg, "docs/benchmarks/x.svg");
     sd_bench_config_free(&c);
     assert_null(c.file);
     sd_bench_config_free(NULL);

@@ -84,8 +84,8 @@ typedef struct {
     int constraint_compact;    /* whitespace "compact" */
     int threads;       /* "threads": 0 = online CPUs */
     int repetitions;   /* "repetitions": plain/speculative pairs per prompt and k (default 3) */
-    char *out_json;    /* "output.json" (default bench/results/NAME.json) */
-    char *out_svg;     /* "output.svg" (default bench/results/NAME.svg) */
+    char *out_json;    /* "output.json" (default docs/benchmarks/NAME.json) */
+    char *out_svg;     /* "output.svg" (default docs/benchmarks/NAME.svg) */
 } sd_bench_config;
 
 /* Parses a config from text; `file` names it in messages. Errors are SD_ERR_FORMAT (bad JSON,

@@ -450,11 +450,11 @@ sd_status sd_bench_config_parse(const char *text, size_t len, const char *file, 
     if (!st && !cf->name && !(cf->name = base_name(file))) st = sd_fail(SD_ERR_NOMEM, "out of memory");
     char buf[1024];
     if (!st && !cf->out_json) {
-        snprintf(buf, sizeof buf, "bench/results/%s.json", cf->name);
+        snprintf(buf, sizeof buf, "docs/benchmarks/%s.json", cf->name);
         if (!(cf->out_json = strdup(buf))) st = sd_fail(SD_ERR_NOMEM, "out of memory");
     }
     if (!st && !cf->out_svg) {
-        snprintf(buf, sizeof buf, "bench/results/%s.svg", cf->name);
+        snprintf(buf, sizeof buf, "docs/benchmarks/%s.svg", cf->name);
         if (!(cf->out_svg = strdup(buf))) st = sd_fail(SD_ERR_NOMEM, "out of memory");
     }
 out:

@@ -287,7 +287,7 @@ static const cli_opt k_opts[] = {
     {"--quick", NULL, OPT_FLAG, CMD_BENCH, "options", NULL, 0, 0, 0, F(quick), NULL,
      "1 repetition, at most 2 prompts and 32 tokens: a smoke run", NULL},
     {"--out", NULL, OPT_STR, CMD_BENCH, "options", "DIR", 0, 0, 0, F(out_dir), NULL,
-     "write the JSON report and the SVG chart into DIR", "the config's output paths, bench/results/NAME.json and .svg"},
+     "write the JSON report and the SVG chart into DIR", "the config's output paths, docs/benchmarks/NAME.json and .svg"},
     /* convert, mkmodel */
     {"--type", NULL, OPT_FN, CMD_CONVERT, "weights", "T", 0, 0, 0, 0, fn_type,
      "f32, f16, bf16, q8_0, q4_0, q5_0, q4_k or q6_k: the type of every matrix, token embeddings and classifier "
