@@ -441,7 +441,7 @@ static const cli_cmd k_cmds[] = {
 void cli_usage(FILE *f) {
     fprintf(f, "specdec: speculative decoding for LLMs on CPUs\n\nusage: specdec <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < N_CMDS; i++)
-        if (k_cmds[i].run) fprintf(f, "  %-13s%s\n", k_cmds[i].name, k_cmds[i].summary);
+        if (k_cmds[i].run) fprintf(f, "  %-14s%s\n", k_cmds[i].name, k_cmds[i].summary);
     fprintf(f, "\nRun 'specdec <command> --help' for the options of a command; 'specdec --version' says which\n"
                "kernels run (the best this CPU has; SPECDEC_ISA=avx512|avx2|portable forces a lower path).\n");
 }
