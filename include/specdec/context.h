@@ -19,7 +19,7 @@ typedef struct {
     int n_batch;     /* most tokens one forward chunk holds (activation memory); 0: 512 */
     int n_seq;       /* sequences, each with its own cache rows; 0: 1 */
     sd_type kv_type; /* SD_TYPE_F32 (default) or SD_TYPE_F16 (half the cache bytes; needs
-                        head_dim >= 16) */
+                        head_dim >= 16, on every kernel path) */
     int n_threads;   /* threads of this context's passes (OpenMP and OpenBLAS), at most
                         OMP_THREAD_LIMIT; 0: the creating thread's OpenMP default
                         (OMP_NUM_THREADS, else the CPUs). Contexts on different threads may
