@@ -1,6 +1,7 @@
 /* Converting models with BPE vocabularies: an HF tokenizer.json BPE (U+2581-escaped text,
  * byte fallback) model to GGUF f32 reloads with the same logits and the same encodings, and
  * a GGUF "gpt2" byte-level vocabulary survives write -> parse -> load with llama.cpp's ids. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +16,10 @@
 #define GPT2 "vocab-tests/ggml-vocab-gpt-2.gguf"
 
 /* Rotate-half (HF) vs interleaved (GGUF, Q/K rows permuted) RoPE rotate the same pairs, but
- * the q.k sums run over the head dimensions in another order: float rounding at most. */
-#define TOL_CONVERTED_LOGITS 1e-5
+ * the q.k sums run over the head dimensions in another order: float rounding at most, carried
+ * through the layers, so relative to the largest logit (max |diff| / max |logit|; 2^-23 is one
+ * float ulp of it: this allows about 17). */
+#define TOL_CONVERTED_LOGITS_REL 2e-6
 
 static sd_model *load_path(const char *path) {
     sd_model *m = NULL;
@@ -66,9 +69,11 @@ static void test_hf_bpe_model_to_gguf(void **state) {
     assert_true(n > 4);
     const int V = sd_tokenizer_n_vocab(ta);
     float *la = sdtest_stepwise_logits(a, tok, n), *lb = sdtest_stepwise_logits(b, tok, n);
-    double d = sdtest_max_abs_diff(la, lb, (size_t)n * V);
-    printf("  tinystories-656k HF vs converted GGUF f32: max |logit diff| %.3g over %d tokens\n", d, n);
-    assert_true(d <= TOL_CONVERTED_LOGITS);
+    double d = sdtest_max_abs_diff(la, lb, (size_t)n * V), top = 0;
+    for (size_t i = 0; i < (size_t)n * V; i++) top = fabs(la[i]) > top ? fabs(la[i]) : top;
+    printf("  tinystories-656k HF vs converted GGUF f32: max |logit diff| %.3g, max |logit| %.3g over %d tokens\n", d,
+           top, n);
+    assert_true(top > 0 && d <= TOL_CONVERTED_LOGITS_REL * top);
     free(la);
     free(lb);
     free(tok);

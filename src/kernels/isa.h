@@ -32,6 +32,10 @@
  * Used with <immintrin.h>. */
 #define SD_WEIGHT_PREFETCH_BYTES 8192
 #define SD_WEIGHT_PREFETCH_HINT _MM_HINT_T1
+/* The F32 panel kernels' prefetch: one sequential stream per thread, each line this many bytes
+ * ahead of the column being read (kernels_avx512.c, kernels_avx2.c: panel_block). */
+#define SD_PANEL_PREFETCH_BYTES 4096
+#define SD_PANEL_PREFETCH_HINT _MM_HINT_T0
 
 /* One attention call: a chain (path NULL: token j at position pos0 + j attends to 0..pos0+j)
  * or a tree (sd_attention_tree's path/path_off), over an F32 or (f16) F16 cache. nt: the most

@@ -76,15 +76,25 @@ static inline int sd_block_rows(const int64_t *first, int i, int64_t b0, int64_t
     return 1;
 }
 
-/* F32 matrices of small models (whose row kernels spend much of their time on horizontal
- * sums: 4 FMAs per row and token at 64 columns) may get a copy regrouped by 16 rows,
- * column-major inside a group (sd_tensor.packed); sd_matmul then uses it for every n (rows
- * bit-identical whatever the batch; sgemm's start-up outweighed a small model's arithmetic). sd_f32_can_pack says whether the
- * active path has the kernel for W; sd_f32_pack writes sd_f32_packed_bytes(rows, cols) into dst (64-byte
- * aligned). The model loader decides which matrices get one (model.c, pack_weights). */
+/* F32 matrices get a copy in panels for the kernels (sd_tensor.packed): SD_F32_PANEL rows a
+ * panel, column-major inside it, so that a vector holds one column of 16 rows, a product needs
+ * no horizontal sum, and a thread's weights are one sequential stream. Panel p (rows [64p,
+ * 64p + w), w = min(64, rows rounded up to 16 - 64p); rows past the matrix are zeros) starts at
+ * float 64 * p * cols and holds element (64p + i, c) at c * w + i. sd_matmul uses the panels for
+ * every n: each (row, token) is one sum over the columns in order (a single chain of FMAs on
+ * the vector paths), whatever the batch, the register blocking or the thread, so batched ==
+ * stepwise bit for bit at any batch size, prefill included. sd_f32_can_pack says whether the
+ * active path has the kernel for W; sd_f32_pack writes sd_f32_packed_bytes(rows, cols) into dst
+ * (64-byte aligned). The model loader packs the matrices (model.c, pack_weights). */
+#define SD_F32_PANEL 64
 int sd_f32_can_pack(const sd_tensor *W);
 size_t sd_f32_packed_bytes(int64_t rows, int64_t cols);
 void sd_f32_pack(const float *W, int64_t rows, int64_t cols, float *dst);
+/* Rows of the panel that starts at row r (a multiple of SD_F32_PANEL): a multiple of 16. */
+static inline int sd_f32_panel_rows(int64_t rows, int64_t r) {
+    const int64_t left = ((rows + 15) & ~(int64_t)15) - r;
+    return left < SD_F32_PANEL ? (int)left : SD_F32_PANEL;
+}
 
 /* Y[n][rows] = X[n][cols] * W^T. n == 1 is the decode matvec. scratch: see above (may be
  * NULL when W is F32). Returns 0, or -1 when W's type has no kernel. Q4_0/Q5_0/Q8_0/Q4_K/

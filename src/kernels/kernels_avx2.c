@@ -134,90 +134,118 @@ typedef void (*rows_fn)(const sd_tensor *, const float *, float *, int64_t, int6
      rows_##SUF##_12}
 static const rows_fn k_rows[3][ROWS_MAX + 1] = {ROWS_TABLE(f32), ROWS_TABLE(f16), ROWS_TABLE(bf16)};
 
-/* ---------------------------------------------------------------- packed F32 (small models)
+/* ---------------------------------------------------------------- F32 panels
  *
- * The layout of sd_f32_pack: 16 rows a group, column-major inside it, so a column of 8 rows is
- * one vector and a product needs no horizontal sum. Each (row, token) sums its columns in 2
- * interleaved partial sums (column c into partial c % 2, in order), then p0 + p1: the same bits
- * for every batch size and grouping. H halves of 8 rows (H = 4: two adjacent groups) and NB
- * tokens at a time: 2 * H * NB accumulators (decode: two groups, 8 chains; batches: one group,
- * up to 3 tokens, 12 chains). Two partials, not the AVX-512 kernel's four, so that a batch covers
- * a whole group per pass and decode two groups per broadcast: stories260K, one thread, callgrind
- * 4.5% fewer instructions per pass at 1 and 5 tokens, forward passes ~0.96x the time. (GCC folds
- * the activation into each FMA as a memory operand, so a batch still loads it once per half;
- * forcing it into registers spilled.) */
+ * The layout of sd_f32_pack: panels of up to 64 rows, column-major, so a column of 8 rows is one
+ * vector and a product needs no horizontal sum. Each (row, token) is one chain of FMAs over the
+ * columns in order, started from zero, whatever the batch: the same bits for decode, verify and
+ * prefill. A register block is VV vectors of 8 rows x NB tokens: decode takes the whole panel
+ * (up to 8 chains), a batch half a panel (32 rows) and up to 3 tokens (12 chains), over blocks of
+ * PANEL_CB columns (16 KiB of weights, read from memory once and then from L1 by the other
+ * half and token chunks), the accumulators carried in Y between blocks. */
+#define PANEL_TB 3
+#define PANEL_CB 64
+
 /* Token t's element of column c: broadcast from X, or (XB, a constant once inlined) read from
  * avx2_broadcast_x's copies (xn tokens per column), which the FMA takes from memory. */
-static inline __attribute__((always_inline)) __m256 t16_x(const float *X, int64_t cols, int64_t c, int t, const int XB,
-                                                          int xn) {
+static inline __attribute__((always_inline)) __m256 panel_x(const float *X, int64_t cols, int64_t c, int t,
+                                                            const int XB, int xn) {
     return XB ? _mm256_loadu_ps(X + ((size_t)c * xn + t) * 8) : _mm256_broadcast_ss(X + (size_t)t * cols + c);
 }
 
-/* Column c of half h (rows 8h.., group h / 2) from G, the first group. */
-static inline __attribute__((always_inline)) __m256 t16_w(const float *G, int64_t cols, int64_t c, int h) {
-    return _mm256_load_ps(G + (size_t)(h / 2) * 16 * (size_t)cols + (size_t)c * 16 + 8 * (h % 2));
-}
-
-static inline __attribute__((always_inline)) void t16_part(const float *G, int64_t cols, const float *X, const int H,
-                                                           const int NB, float *Y, int64_t rows, int64_t r, const int XB,
-                                                           int xn) {
-    __m256 a[2][4][3];
-    for (int p = 0; p < 2; p++)
-        for (int h = 0; h < H; h++)
-            for (int t = 0; t < NB; t++) a[p][h][t] = _mm256_setzero_ps();
-    int64_t c = 0;
-    for (; c + 2 <= cols; c += 2)
-        for (int p = 0; p < 2; p++)
-            for (int h = 0; h < H; h++) {
-                const __m256 w = t16_w(G, cols, c + p, h);
-                for (int t = 0; t < NB; t++) a[p][h][t] = _mm256_fmadd_ps(w, t16_x(X, cols, c + p, t, XB, xn), a[p][h][t]);
-            }
-    if (c < cols) /* an odd last column, into partial 0 */
-        for (int h = 0; h < H; h++) {
-            const __m256 w = t16_w(G, cols, c, h);
-            for (int t = 0; t < NB; t++) a[0][h][t] = _mm256_fmadd_ps(w, t16_x(X, cols, c, t, XB, xn), a[0][h][t]);
+/* Columns [c0, c1) of vectors [h0, h0 + VV) of panel P (w rows: a column is w floats) for NB
+ * tokens into Y (the panel's first row of token 0), from zero (first) or from Y; `left` rows of
+ * the matrix from the panel's first. pf: prefetch the whole column ahead (the first block that
+ * reads it). */
+static inline __attribute__((always_inline)) void panel_block(const float *P, int w, int h0, const int VV, int64_t c0,
+                                                              int64_t c1, const float *X, int64_t cols, const int NB,
+                                                              float *Y, int64_t rows, int64_t left, int first, int pf,
+                                                              const int XB, int xn) {
+    __m256 acc[8][PANEL_TB];
+    for (int t = 0; t < NB; t++)
+        for (int v = 0; v < VV; v++) {
+            const int64_t l = left - 8 * (h0 + v);
+            const float *y = Y + (size_t)t * rows + 8 * (h0 + v);
+            acc[v][t] = first ? _mm256_setzero_ps() : l >= 8 ? _mm256_loadu_ps(y) : _mm256_maskload_ps(y, tail8((int)l));
         }
-    for (int h = 0; h < H; h++) {
-        const int64_t left = rows - (r + 8 * h);
-        if (left <= 0) break;
+    for (int64_t c = c0; c < c1; c++) {
+        const float *col = P + (size_t)c * w;
+        if (pf)
+            for (int k = 0; k < w; k += 16) _mm_prefetch((const char *)(col + k) + SD_PANEL_PREFETCH_BYTES, SD_PANEL_PREFETCH_HINT);
         for (int t = 0; t < NB; t++) {
-            const __m256 s = _mm256_add_ps(a[0][h][t], a[1][h][t]);
-            float *y = Y + (size_t)t * rows + r + 8 * h;
-            if (left >= 8) _mm256_storeu_ps(y, s);
-            else _mm256_maskstore_ps(y, tail8((int)left), s);
+            const __m256 x = panel_x(X, cols, c, t, XB, xn);
+            for (int v = 0; v < VV; v++) acc[v][t] = _mm256_fmadd_ps(_mm256_load_ps(col + 8 * (h0 + v)), x, acc[v][t]);
         }
+    }
+    for (int t = 0; t < NB; t++)
+        for (int v = 0; v < VV; v++) {
+            const int64_t l = left - 8 * (h0 + v);
+            float *y = Y + (size_t)t * rows + 8 * (h0 + v);
+            if (l >= 8) _mm256_storeu_ps(y, acc[v][t]);
+            else _mm256_maskstore_ps(y, tail8((int)l), acc[v][t]);
+        }
+}
+
+#define PANEL_B(VV, NB) panel_block(P, w, h0, VV, c0, c1, X, cols, NB, Y, rows, left, first, pf, XB, xn)
+/* A batch's block: VV (1..4) x nb (1..3) as constants. */
+static inline __attribute__((always_inline)) void panel_batch(const float *P, int w, int h0, int vv, int64_t c0,
+                                                              int64_t c1, const float *X, int64_t cols, int nb, float *Y,
+                                                              int64_t rows, int64_t left, int first, int pf, const int XB,
+                                                              int xn) {
+#define PANEL_NBS(VV)                                                                                                 \
+    switch (nb) {                                                                                                    \
+    case 1: PANEL_B(VV, 1); break;                                                                                   \
+    case 2: PANEL_B(VV, 2); break;                                                                                   \
+    default: PANEL_B(VV, 3); break;                                                                                  \
+    }
+    switch (vv) {
+    case 1: PANEL_NBS(1); break;
+    case 2: PANEL_NBS(2); break;
+    case 3: PANEL_NBS(3); break;
+    default: PANEL_NBS(4); break;
+    }
+#undef PANEL_NBS
+}
+
+/* Decode: the whole panel (w / 8 vectors), one token. */
+static void panel_decode(const float *P, int w, const float *X, int64_t cols, float *Y, int64_t rows, int64_t left) {
+    const int h0 = 0, first = 1, pf = 1, XB = 0, xn = 1;
+    const int64_t c0 = 0, c1 = cols;
+    switch (w / 8) {
+    case 2: PANEL_B(2, 1); break;
+    case 4: PANEL_B(4, 1); break;
+    case 6: PANEL_B(6, 1); break;
+    default: PANEL_B(8, 1); break;
+    }
+}
+#undef PANEL_B
+
+/* A batch of n tokens over one panel, from X or (XB) from xb (n tokens per column). */
+static inline __attribute__((always_inline)) void panel_tokens(const float *P, int w, const float *X, int64_t cols,
+                                                               int n, float *Y, int64_t rows, int64_t left, const int XB) {
+    const int chunks = (n + PANEL_TB - 1) / PANEL_TB, per = (n + chunks - 1) / chunks;
+    for (int64_t c0 = 0; c0 < cols; c0 += PANEL_CB) {
+        const int64_t c1 = cols - c0 < PANEL_CB ? cols : c0 + PANEL_CB;
+        for (int h0 = 0; h0 < w / 8; h0 += 4)
+            for (int t0 = 0; t0 < n; t0 += per)
+                panel_batch(P, w, h0, w / 8 - h0 < 4 ? w / 8 - h0 : 4, c0, c1, XB ? X + (size_t)t0 * 8 : X + (size_t)t0 * cols,
+                            cols, n - t0 < per ? n - t0 : per, Y + (size_t)t0 * rows, rows, left, c0 == 0,
+                            h0 == 0 && t0 == 0, XB, n);
     }
 }
 
-/* Batches: one group of 16 rows and up to 3 tokens at a time (12 chains), from X or xb. */
-static inline __attribute__((always_inline)) void t16_batch(const float *G, int64_t cols, const float *X,
-                                                            const float *xb, int n, float *Y, int64_t rows, int64_t r,
-                                                            const int XB) {
-    for (int t0 = 0; t0 < n; t0 += 3) {
-        const float *Xt = XB ? xb + (size_t)t0 * 8 : X + (size_t)t0 * cols;
-        float *Yt = Y + (size_t)t0 * rows;
-        switch (n - t0 < 3 ? n - t0 : 3) {
-        case 1: t16_part(G, cols, Xt, 2, 1, Yt, rows, r, XB, n); break;
-        case 2: t16_part(G, cols, Xt, 2, 2, Yt, rows, r, XB, n); break;
-        default: t16_part(G, cols, Xt, 2, 3, Yt, rows, r, XB, n); break;
-        }
-    }
-}
-
-/* Rows [r0, r1) (r0 a multiple of 16) of a packed F32 matrix for n tokens. A batch reads its
- * activations from xb when given: a broadcast per column, token and 8 rows (the FMA cannot take
- * one from memory on AVX2) was over a third of the kernel's instructions. stories260K, one
- * thread, a 5-token pass at position 64: t16_rows 708k -> 420k instructions (callgrind). */
-static void t16_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1, const float *xb) {
+/* Rows [r0, r1) (r0 a multiple of SD_F32_PANEL) of a packed F32 matrix for n tokens. A batch
+ * reads its activations from xb when given: a broadcast per column, token and 8 rows (the FMA
+ * cannot take one from memory on AVX2) was over a third of the kernel's instructions
+ * (stories260K, one thread, a 5-token pass: 708k -> 420k instructions, callgrind). */
+static void panel_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1, const float *xb) {
     const int64_t cols = W->cols, rows = W->rows;
-    for (int64_t r = r0; r < r1; r += 16) {
-        const float *G = (const float *)W->packed + (size_t)r * cols;
-        if (n == 1 && r + 16 < r1) { /* two groups share each broadcast: 8 chains */
-            t16_part(G, cols, X, 4, 1, Y, rows, r, 0, 1);
-            r += 16;
-        } else if (n == 1) t16_part(G, cols, X, 2, 1, Y, rows, r, 0, 1);
-        else if (xb) t16_batch(G, cols, X, xb, n, Y, rows, r, 1);
-        else t16_batch(G, cols, X, NULL, n, Y, rows, r, 0);
+    for (int64_t r = r0; r < r1; r += SD_F32_PANEL) {
+        const float *P = (const float *)W->packed + (size_t)r * cols;
+        const int w = sd_f32_panel_rows(rows, r);
+        if (n == 1) panel_decode(P, w, X, cols, Y + r, rows, rows - r);
+        else if (xb) panel_tokens(P, w, xb, cols, n, Y + r, rows, rows - r, 1);
+        else panel_tokens(P, w, X, cols, n, Y + r, rows, rows - r, 0);
     }
 }
 
@@ -238,7 +266,7 @@ static void avx2_broadcast_x(const float *X, int n, int64_t cols, float *xb) {
 
 static void avx2_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1, const float *xb) {
     if (W->packed && W->type == SD_TYPE_F32) {
-        t16_rows(W, X, n, Y, r0, r1, xb);
+        panel_rows(W, X, n, Y, r0, r1, xb);
         return;
     }
     const rows_fn *tab = k_rows[W->type == SD_TYPE_F16 ? 1 : W->type == SD_TYPE_BF16 ? 2 : 0];

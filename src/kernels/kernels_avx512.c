@@ -184,66 +184,109 @@ static const multi_fn k_multi_f16[MULTI_MAX + 1] = {
 static const multi_fn k_multi_bf16[MULTI_MAX + 1] = {
     NULL, NULL, multi_bf16_2, multi_bf16_3, multi_bf16_4, multi_bf16_5, multi_bf16_6, multi_bf16_7, multi_bf16_8, multi_bf16_9, multi_bf16_10, multi_bf16_11, multi_bf16_12};
 
-/* ---- F32 matrices of small models, regrouped at load (model.c decides which): 16 rows a group,
- * column-major inside it (sd_f32_pack), so a vector holds one column of 16 rows and a product
- * needs no horizontal sum: per column and token one FMA with the activation broadcast from
- * memory. For a tiny model (64 columns) the row kernels spent more on the horizontal sums than
- * on the products. Each (row, token) sums its columns in 4 interleaved partial sums (column c
- * into partial c % 4, in column order), then (p0 + p1) + (p2 + p3): the same for every batch
- * size and token chunk, so batched == stepwise, bit for bit. */
-#define T16_TB 6 /* tokens per pass over a group: 4 x 6 accumulators in registers */
+/* ---- F32 panels (sd_f32_pack): a column of a panel is up to 4 vectors of 16 rows, and each
+ * (row, token) is one chain of FMAs over the columns in order, started from zero, whatever the
+ * batch: the same bits for decode, verify and prefill. A register block is V vectors (the
+ * panel's rows) x NB <= 6 tokens (24 accumulators at most), each weight vector loaded once for
+ * the NB tokens, each activation broadcast from memory into the FMAs. A batch of more than 6
+ * tokens takes the panel in blocks of PANEL_CB columns, each block (32 KiB of weights) read from
+ * memory once and then from L1 by every token chunk, the accumulators carried in Y between
+ * blocks. Against the row kernels this replaced (110M-shape F32 rows, one thread, streaming):
+ * the weights of a 5-token pass are one sequential stream where the 4 far-apart streams of
+ * multi_f32_5 drew about half the bandwidth of decode, and no horizontal sums are left. */
+#define PANEL_TB 6    /* tokens per register block */
+#define PANEL_CB 128  /* columns per block of a batch that takes several token chunks */
 
-static inline __attribute__((always_inline)) void t16_col(const float *W, const float *X, int64_t cols, int64_t c,
-                                                          const int NB, __m512 *acc) {
-    const __m512 w = _mm512_load_ps(W + (size_t)c * 16);
-    for (int t = 0; t < NB; t++) acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(X[(size_t)t * cols + c]), acc[t]);
-}
-
-/* One group of 16 rows (m masks rows past the matrix) for NB (a constant once inlined) tokens. */
-static inline __attribute__((always_inline)) void t16_group(const float *W, int64_t cols, const float *X, const int NB,
-                                                            float *Y, int64_t rows, __mmask16 m) {
-    __m512 a0[T16_TB], a1[T16_TB], a2[T16_TB], a3[T16_TB];
-    for (int t = 0; t < NB; t++) a0[t] = a1[t] = a2[t] = a3[t] = _mm512_setzero_ps();
-    int64_t c = 0;
-    for (; c + 4 <= cols; c += 4) {
-        t16_col(W, X, cols, c, NB, a0);
-        t16_col(W, X, cols, c + 1, NB, a1);
-        t16_col(W, X, cols, c + 2, NB, a2);
-        t16_col(W, X, cols, c + 3, NB, a3);
-    }
-    if (c < cols) t16_col(W, X, cols, c, NB, a0);
-    if (c + 1 < cols) t16_col(W, X, cols, c + 1, NB, a1);
-    if (c + 2 < cols) t16_col(W, X, cols, c + 2, NB, a2);
+/* Columns [c0, c1) of panel P (V vectors a column) for NB tokens of X into Y (the panel's first
+ * row of token 0; tokens `rows` apart), from zero (first) or from what Y holds; the last
+ * vector's stores masked to `last`. pf: prefetch the panel SD_PANEL_PREFETCH_BYTES ahead. */
+static inline __attribute__((always_inline)) void panel_block(const float *P, const int V, int64_t c0, int64_t c1,
+                                                              const float *X, int64_t cols, const int NB, float *Y,
+                                                              int64_t rows, __mmask16 last, int first, int pf) {
+    __m512 acc[4][PANEL_TB];
     for (int t = 0; t < NB; t++)
-        _mm512_mask_storeu_ps(Y + (size_t)t * rows, m, _mm512_add_ps(_mm512_add_ps(a0[t], a1[t]), _mm512_add_ps(a2[t], a3[t])));
+        for (int v = 0; v < V; v++)
+            acc[v][t] = first ? _mm512_setzero_ps()
+                              : _mm512_maskz_loadu_ps(v == V - 1 ? last : 0xFFFF, Y + (size_t)t * rows + 16 * v);
+    const float *w = P + (size_t)c0 * 16 * V;
+    if (pf)
+        for (int64_t c = c0; c < c1; c++, w += 16 * V) {
+            for (int v = 0; v < V; v++) _mm_prefetch((const char *)(w + 16 * v) + SD_PANEL_PREFETCH_BYTES, SD_PANEL_PREFETCH_HINT);
+            __m512 wv[4];
+            for (int v = 0; v < V; v++) wv[v] = _mm512_load_ps(w + 16 * v);
+            for (int t = 0; t < NB; t++) {
+                const __m512 x = _mm512_set1_ps(X[(size_t)t * cols + c]);
+                for (int v = 0; v < V; v++) acc[v][t] = _mm512_fmadd_ps(wv[v], x, acc[v][t]);
+            }
+        }
+    else
+        for (int64_t c = c0; c < c1; c++, w += 16 * V) {
+            __m512 wv[4];
+            for (int v = 0; v < V; v++) wv[v] = _mm512_load_ps(w + 16 * v);
+            for (int t = 0; t < NB; t++) {
+                const __m512 x = _mm512_set1_ps(X[(size_t)t * cols + c]);
+                for (int v = 0; v < V; v++) acc[v][t] = _mm512_fmadd_ps(wv[v], x, acc[v][t]);
+            }
+        }
+    for (int t = 0; t < NB; t++)
+        for (int v = 0; v < V; v++) {
+            float *y = Y + (size_t)t * rows + 16 * v;
+            if (v == V - 1 && last != 0xFFFF) _mm512_mask_storeu_ps(y, last, acc[v][t]);
+            else _mm512_storeu_ps(y, acc[v][t]);
+        }
 }
 
-/* Rows [r0, r1) (r0 a multiple of 16) of a packed F32 matrix for n tokens. */
-static void t16_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1) {
+/* panel_block with V and NB as constants (each combination its own unrolled code). */
+#define PANEL_NB(V, NB) panel_block(P, V, c0, c1, X, cols, NB, Y, rows, last, first, pf)
+#define PANEL_V(V)                                                                                 \
+    switch (nb) {                                                                                  \
+    case 1: PANEL_NB(V, 1); break;                                                                 \
+    case 2: PANEL_NB(V, 2); break;                                                                 \
+    case 3: PANEL_NB(V, 3); break;                                                                 \
+    case 4: PANEL_NB(V, 4); break;                                                                 \
+    case 5: PANEL_NB(V, 5); break;                                                                 \
+    default: PANEL_NB(V, 6); break;                                                                \
+    }
+static void panel_call(const float *P, int v, int64_t c0, int64_t c1, const float *X, int64_t cols, int nb, float *Y,
+                       int64_t rows, __mmask16 last, int first, int pf) {
+    switch (v) {
+    case 1: PANEL_V(1); break;
+    case 2: PANEL_V(2); break;
+    case 3: PANEL_V(3); break;
+    default: PANEL_V(4); break;
+    }
+}
+#undef PANEL_V
+#undef PANEL_NB
+
+/* Rows [r0, r1) (r0 a multiple of SD_F32_PANEL) of a packed F32 matrix for n tokens: up to 6 in
+ * one pass over each panel; more in near-equal chunks (7: 4 + 3) over each block of columns. */
+static void panel_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1) {
     const int64_t cols = W->cols, rows = W->rows;
-    for (int64_t r = r0; r < r1; r += 16) {
-        const float *G = (const float *)W->packed + (size_t)r * cols;
-        const __mmask16 m = rows - r >= 16 ? 0xFFFF : (__mmask16)((1u << (rows - r)) - 1);
-        for (int t0 = 0; t0 < n; t0 += T16_TB) {
-            const float *Xt = X + (size_t)t0 * cols;
-            float *Yt = Y + (size_t)t0 * rows + r;
-            switch (n - t0 < T16_TB ? n - t0 : T16_TB) {
-            case 1: t16_group(G, cols, Xt, 1, Yt, rows, m); break;
-            case 2: t16_group(G, cols, Xt, 2, Yt, rows, m); break;
-            case 3: t16_group(G, cols, Xt, 3, Yt, rows, m); break;
-            case 4: t16_group(G, cols, Xt, 4, Yt, rows, m); break;
-            case 5: t16_group(G, cols, Xt, 5, Yt, rows, m); break;
-            default: t16_group(G, cols, Xt, 6, Yt, rows, m); break;
-            }
+    const int chunks = (n + PANEL_TB - 1) / PANEL_TB, per = (n + chunks - 1) / chunks;
+    for (int64_t r = r0; r < r1; r += SD_F32_PANEL) {
+        const float *P = (const float *)W->packed + (size_t)r * cols;
+        const int v = sd_f32_panel_rows(rows, r) / 16;
+        const int64_t tail = rows - (r + 16 * (v - 1)); /* rows of the last vector */
+        const __mmask16 last = tail >= 16 ? 0xFFFF : (__mmask16)((1u << tail) - 1u);
+        if (chunks == 1) {
+            panel_call(P, v, 0, cols, X, cols, n, Y + r, rows, last, 1, 1);
+            continue;
+        }
+        for (int64_t c0 = 0; c0 < cols; c0 += PANEL_CB) {
+            const int64_t c1 = cols - c0 < PANEL_CB ? cols : c0 + PANEL_CB;
+            for (int t0 = 0; t0 < n; t0 += per)
+                panel_call(P, v, c0, c1, X + (size_t)t0 * cols, cols, n - t0 < per ? n - t0 : per,
+                           Y + (size_t)t0 * rows + r, rows, last, c0 == 0, t0 == 0);
         }
     }
 }
 
-/* Rows [r0, r1) for n tokens, in groups of at most MULTI_MAX tokens (a packed F32 copy: t16). */
+/* Rows [r0, r1) for n tokens, in groups of at most MULTI_MAX tokens (a packed F32 copy: its panels). */
 static void avx512_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1, const float *xb) {
     (void)xb;
     if (W->packed && W->type == SD_TYPE_F32) {
-        t16_rows(W, X, n, Y, r0, r1);
+        panel_rows(W, X, n, Y, r0, r1);
         return;
     }
     const sd_type t = W->type;

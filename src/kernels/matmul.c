@@ -86,13 +86,25 @@ int sd_f32_can_pack(const sd_tensor *W) {
 
 size_t sd_f32_packed_bytes(int64_t rows, int64_t cols) { return (size_t)((rows + 15) / 16) * 16 * (size_t)cols * sizeof(float); }
 
+/* Panel by panel (each one thread's: 64 rows x cols, read and written within a few hundred KiB);
+ * a 343 MB model packs in well under a second. */
 void sd_f32_pack(const float *W, int64_t rows, int64_t cols, float *dst) {
-    for (int64_t g = 0; g < (rows + 15) / 16; g++)
-        for (int64_t c = 0; c < cols; c++)
-            for (int i = 0; i < 16; i++) {
-                const int64_t r = 16 * g + i;
-                dst[((size_t)g * cols + c) * 16 + i] = r < rows ? W[(size_t)r * cols + c] : 0.0f;
+    const int64_t np = (rows + SD_F32_PANEL - 1) / SD_F32_PANEL;
+#pragma omp parallel for schedule(dynamic, 1) if (rows * cols >= SD_PAR_MIN_WORK)
+    for (int64_t p = 0; p < np; p++) {
+        const int64_t r0 = p * SD_F32_PANEL;
+        const int w = sd_f32_panel_rows(rows, r0);
+        float *P = dst + (size_t)r0 * (size_t)cols;
+        for (int i = 0; i < w; i++) {
+            const int64_t r = r0 + i;
+            if (r < rows) {
+                const float *src = W + (size_t)r * (size_t)cols;
+                for (int64_t c = 0; c < cols; c++) P[(size_t)c * w + i] = src[c];
+            } else {
+                for (int64_t c = 0; c < cols; c++) P[(size_t)c * w + i] = 0.0f;
             }
+        }
+    }
 }
 
 /* ---------------------------------------------------------------- small batches */
@@ -113,20 +125,21 @@ static void rows_dequant(const sd_tensor *W, const float *X, int n, float *Y, in
 }
 
 /* The portable path's F32 rows: each (row, token) one sum in column order, from the rows, or
- * from a packed copy (16 rows a group, column-major), where the 16 rows' sums of a column are
- * independent lanes the compiler may vectorise without reordering any sum. */
+ * from the panels of a packed copy, where the panel's rows of a column are independent sums the
+ * compiler may vectorise without reordering any of them. */
 void sd_portable_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1, const float *xb) {
     (void)xb;
     const int64_t cols = W->cols, rows = W->rows;
     if (W->packed && W->type == SD_TYPE_F32) {
-        for (int64_t r = r0; r < r1; r += 16) {
-            const float *G = (const float *)W->packed + (size_t)r * cols;
-            const int m = rows - r < 16 ? (int)(rows - r) : 16;
+        for (int64_t r = r0; r < r1; r += SD_F32_PANEL) {
+            const float *P = (const float *)W->packed + (size_t)r * cols;
+            const int w = sd_f32_panel_rows(rows, r);
+            const int m = rows - r < w ? (int)(rows - r) : w;
             for (int j = 0; j < n; j++) {
                 const float *x = X + (size_t)j * cols;
-                float acc[16] = {0};
+                float acc[SD_F32_PANEL] = {0};
                 for (int64_t c = 0; c < cols; c++)
-                    for (int i = 0; i < 16; i++) acc[i] += G[(size_t)c * 16 + i] * x[c];
+                    for (int i = 0; i < w; i++) acc[i] += P[(size_t)c * w + i] * x[c];
                 for (int i = 0; i < m; i++) Y[(size_t)j * rows + r + i] = acc[i];
             }
         }
@@ -145,7 +158,7 @@ void sd_portable_rows(const sd_tensor *W, const float *X, int n, float *Y, int64
 
 static inline int float_kernel(const sd_isa_kernels *K, sd_type t) { return (K->float_types & SD_TYPE_BIT(t)) != 0; }
 
-/* Rows [r0, r1) for n <= SD_SMALL_BATCH tokens (any n for a packed F32 matrix the path reads). */
+/* Rows [r0, r1) for n <= SD_SMALL_BATCH tokens of a matrix without a packed copy. */
 static void small_batch_rows(const sd_isa_kernels *K, const sd_tensor *W, const float *X, int n, float *Y, int64_t r0,
                              int64_t r1, float *rowbuf, const float *xb) {
     if (float_kernel(K, W->type)) K->rows(W, X, n, Y, r0, r1, xb);
@@ -156,8 +169,7 @@ static void small_batch_rows(const sd_isa_kernels *K, const sd_tensor *W, const 
  * broadcasts each activation to a vector), when it wants it and it fits; else NULL. Done once
  * per matmul, before its threads, instead of once per column, token and 8 rows in the kernel. */
 static const float *prepare_xb(const sd_isa_kernels *K, const sd_tensor *W, const float *X, int n, float *scratch) {
-    if (K->xb_floats && W->packed && W->type == SD_TYPE_F32 && n >= 2 && scratch &&
-        K->xb_floats(W->cols, n) <= sd_matmul_scratch_floats(W->cols)) {
+    if (K->xb_floats && n >= 2 && scratch && K->xb_floats(W->cols, n) <= sd_matmul_scratch_floats(W->cols)) {
         K->broadcast_x(X, n, W->cols, scratch);
         return scratch;
     }
@@ -173,6 +185,50 @@ static inline int packed_f32(const sd_isa_kernels *K, const sd_tensor *W) {
     return W->packed && W->type == SD_TYPE_F32 && K->f32_packed;
 }
 
+enum { MAXG = 4 }; /* matrices in one group (Q/K/V, gate/up) */
+
+/* Rows [*r0, *r1) of matrix i (rows rows) in panels [b0, b1) of a range whose matrix i holds
+ * panels [first[i], first[i+1]); 0 when none. */
+static inline int panel_rows(const int64_t *first, int i, int64_t b0, int64_t b1, int64_t rows, int64_t *r0,
+                             int64_t *r1) {
+    const int64_t lo = b0 > first[i] ? b0 : first[i], hi = b1 < first[i + 1] ? b1 : first[i + 1];
+    if (lo >= hi) return 0;
+    *r0 = (lo - first[i]) * SD_F32_PANEL;
+    *r1 = (hi - first[i]) * SD_F32_PANEL < rows ? (hi - first[i]) * SD_F32_PANEL : rows;
+    return 1;
+}
+
+/* Packed F32 matrices with the same columns, every n (decode, verify, prefill): their panels
+ * shared out by work stealing (kernels.h) across the matrices, each panel one thread's
+ * sequential stream; a panel is computed whole by whoever takes it, so the bits do not depend
+ * on the schedule. */
+static void f32_panels(const sd_isa_kernels *K, const sd_tensor *const *W, float *const *Y, int count, const float *X,
+                       int n, float *scratch) {
+    int64_t first[MAXG + 1];
+    double work = 0;
+    first[0] = 0;
+    for (int i = 0; i < count; i++) {
+        first[i + 1] = first[i] + (W[i]->rows + SD_F32_PANEL - 1) / SD_F32_PANEL;
+        work += (double)W[i]->rows * (double)W[i]->cols * n;
+    }
+    const float *xb = prepare_xb(K, W[0], X, n, scratch); /* one staging serves every matrix */
+    if (work < SD_PAR_MIN_WORK) {
+        /* Small work runs without entering OpenMP at all: even a team of one costs libgomp
+         * barrier futex calls, twice per matmul of a tiny model. */
+        for (int i = 0; i < count; i++) K->rows(W[i], X, n, Y[i], 0, W[i]->rows, xb);
+        return;
+    }
+    sd_steal steal;
+    sd_steal_init(&steal, first[count]);
+#pragma omp parallel
+    {
+        int64_t b0, b1, r0, r1;
+        while (sd_steal_next(&steal, &b0, &b1))
+            for (int i = 0; i < count; i++)
+                if (panel_rows(first, i, b0, b1, W[i]->rows, &r0, &r1)) K->rows(W[i], X, n, Y[i], r0, r1, xb);
+    }
+}
+
 int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratch) {
     if (!type_has_kernel(W->type) || n < 1) return -1;
     const sd_isa_kernels *K = sd_kernels();
@@ -182,19 +238,18 @@ int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratc
     if (sd_quant_has_dot(W->type))
         return sd_quant_matmul(W, X, n, Y, scratch,
                                scratch ? sd_matmul_scratch_floats(cols) * sizeof(float) : 0);
-    /* A packed F32 matrix (a small model) takes its kernel for every n: sgemm on a 48-column
-     * draft cost more in OpenBLAS's start-up than in arithmetic (a 128-token catch-up of the
-     * stories draft: ~250 us). */
-    if (n <= SD_SMALL_BATCH || packed_f32(K, W)) {
+    /* Packed F32 (every F32 matrix of a loaded model): the panel kernels for every n. */
+    if (packed_f32(K, W)) {
+        f32_panels(K, &W, &Y, 1, X, n, scratch);
+        return 0;
+    }
+    if (n <= SD_SMALL_BATCH) {
         const double work = (double)rows * (double)cols * n;
         /* Blocks of 16 rows keep each thread's output writes in separate cache lines. */
         const int64_t nblk = (rows + 15) / 16;
-        const float *xb = prepare_xb(K, W, X, n, scratch);
         const int fk = float_kernel(K, W->type);
-        if (work < SD_PAR_MIN_WORK && fk) {
-            /* Small work runs without entering OpenMP at all: even a team of one costs
-             * libgomp barrier futex calls, twice per matmul of a tiny model. */
-            K->rows(W, X, n, Y, 0, rows, xb);
+        if (work < SD_PAR_MIN_WORK && fk) { /* without OpenMP, as in f32_panels */
+            K->rows(W, X, n, Y, 0, rows, NULL);
             return 0;
         }
         int fail = 0;
@@ -211,11 +266,12 @@ int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratc
             int64_t b0, b1;
             sd_thread_blocks(nblk, &b0, &b1);
             int64_t r0 = b0 * 16, r1 = b1 * 16 < rows ? b1 * 16 : rows;
-            if (r0 < r1 && (fk || rowbuf)) small_batch_rows(K, W, X, n, Y, r0, r1, rowbuf, xb);
+            if (r0 < r1 && (fk || rowbuf)) small_batch_rows(K, W, X, n, Y, r0, r1, rowbuf, NULL);
             free(rowbuf);
         }
         return fail ? -1 : 0;
     }
+    /* Larger batches of row-major weights (F32 without a packed copy, F16, BF16): OpenBLAS. */
     if (W->type == SD_TYPE_F32) {
         sgemm_locked(n, (int)rows, (int)cols, X, (const float *)W->data, (int)(W->row_bytes / sizeof(float)), Y,
                      (int)rows);
@@ -235,7 +291,6 @@ int sd_matmul(const sd_tensor *W, const float *X, int n, float *Y, float *scratc
 
 int sd_matmul_group(const sd_tensor *const *W, float *const *Y, int count, const float *X, int n,
                     float *scratch) {
-    enum { MAXG = 4 };
     const sd_isa_kernels *K = sd_kernels();
     int same_quant = count <= MAXG && sd_quant_has_dot(W[0]->type);
     for (int i = 1; i < count && same_quant; i++)
@@ -243,9 +298,15 @@ int sd_matmul_group(const sd_tensor *const *W, float *const *Y, int count, const
     if (same_quant)
         return sd_quant_matmul_group(W, Y, count, X, n, scratch,
                                      scratch ? sd_matmul_scratch_floats(W[0]->cols) * sizeof(float) : 0);
+    int panels = count <= MAXG;
+    for (int i = 0; i < count && panels; i++) panels = packed_f32(K, W[i]) && W[i]->cols == W[0]->cols;
+    if (panels) {
+        f32_panels(K, W, Y, count, X, n, scratch);
+        return 0;
+    }
     int fused = count <= MAXG && n <= SD_SMALL_BATCH;
     for (int i = 0; i < count && fused; i++)
-        fused = float_kernel(K, W[i]->type) && W[i]->cols == W[0]->cols;
+        fused = float_kernel(K, W[i]->type) && !packed_f32(K, W[i]) && W[i]->cols == W[0]->cols;
     double work = 0;
     for (int i = 0; i < count; i++) work += (double)W[i]->rows * (double)W[i]->cols * n;
     if (!fused || work < SD_PAR_MIN_WORK) {
@@ -256,19 +317,12 @@ int sd_matmul_group(const sd_tensor *const *W, float *const *Y, int count, const
     int64_t first[MAXG + 1]; /* first 16-row block of each matrix in the combined range */
     first[0] = 0;
     for (int i = 0; i < count; i++) first[i + 1] = first[i] + (W[i]->rows + 15) / 16;
-    const float *xb[MAXG], *xb1 = NULL; /* one staging of X serves every packed matrix (same columns) */
-    for (int i = 0, done = 0; i < count; i++) {
-        xb[i] = NULL;
-        if (!packed_f32(K, W[i])) continue;
-        if (!done) xb1 = prepare_xb(K, W[i], X, n, scratch), done = 1;
-        xb[i] = xb1;
-    }
 #pragma omp parallel
     {
         int64_t b0, b1, r0, r1;
         sd_thread_blocks(first[count], &b0, &b1);
         for (int i = 0; i < count; i++) /* this thread's rows of each matrix */
-            if (sd_block_rows(first, i, b0, b1, W[i]->rows, &r0, &r1)) K->rows(W[i], X, n, Y[i], r0, r1, xb[i]);
+            if (sd_block_rows(first, i, b0, b1, W[i]->rows, &r0, &r1)) K->rows(W[i], X, n, Y[i], r0, r1, NULL);
     }
     return 0;
 }

@@ -105,26 +105,18 @@ static sd_status map_file(const char *path, void **map, size_t *len) {
     return st;
 }
 
-/* Regroups the matrices of types with a kernel layout (Q4_0, Q8_0, Q4_K, Q6_K, and F32 in small models) into one owned buffer and
- * points their sd_tensor.packed at it; data keeps the file's layout for dequantisation,
- * conversion and the references. For a model mapped from a file, the pages that only the
- * kernels read are released, so the resident size stays about one copy of the weights; a model
- * loaded from memory or quantised in memory (a --draft-type copy) keeps both copies (for a
- * 110M-shape Q4_0 draft, 62 MB more). A tied classifier is packed too; its file pages are
- * released like the others' and the embedding lookups fault back the few rows they read.
- * Failing to allocate only costs speed: the kernels then pack 16 rows at a time on the fly. */
-/* F32 models whose matrices total at most this many bytes get the 16-row kernel copy of
- * every F32 matrix (kernels.h, sd_f32_pack): their passes are compute work in the caches, where
- * the copy removes the horizontal sums. Minimum of 300-3000 passes at position 64, -t 1:
- * stories260K verify(5) 85 -> 53 us (decode 23.7 -> 22.5 us); the stories15M-shape twin draft
- * (25 MB) verify(5) 1.20-1.26 -> 0.98-1.01 ms, decode 0.58-0.62 -> 0.54 ms. Large models keep
- * one copy of their weights: their decode streams memory and sums are a small share. */
-#define SD_F32_PACK_MAX_BYTES ((size_t)64 << 20)
-
-/* Bytes of t's kernel copy, 0 when it gets none (f32_small: the model is under the limit above). */
-static size_t packed_bytes(const sd_tensor *t, int f32_small) {
+/* Regroups the matrices of types with a kernel layout (Q4_0, Q8_0, Q4_K, Q6_K: 16-row groups;
+ * F32: panels, kernels.h) into one owned buffer and points their sd_tensor.packed at it; data
+ * keeps the file's layout for dequantisation, conversion, embeddings and the references. For a
+ * model mapped from a file, the pages that only the kernels read are released, so the resident
+ * size stays about one copy of the weights; a model loaded from memory or quantised in memory
+ * (a --draft-type copy) keeps both copies (for a 110M-shape Q4_0 draft, 62 MB more). A tied
+ * classifier is packed too; its file pages are released like the others' and the embedding
+ * lookups fault back the few rows they read. Failing to allocate only costs speed: the kernels
+ * then read the file's rows (the quantised types pack 16 rows at a time on the fly). */
+static size_t packed_bytes(const sd_tensor *t) {
     if (sd_quant_can_pack(t->type)) return sd_quant_packed_bytes(t->type, t->rows, t->row_bytes);
-    if (f32_small && sd_f32_can_pack(t)) return sd_f32_packed_bytes(t->rows, t->cols);
+    if (sd_f32_can_pack(t)) return sd_f32_packed_bytes(t->rows, t->cols);
     return 0;
 }
 
@@ -138,13 +130,8 @@ static sd_status pack_weights(sd_model *m) {
             if (!sd_weight_is_vector((sd_weight)w) && m->layers[l].w[w - SD_W_LAYER0].data)
                 list[n++] = &m->layers[l].w[w - SD_W_LAYER0];
     list[n++] = &m->g[SD_W_OUTPUT];
-    size_t f32_bytes = 0;
-    for (int i = 0; i < n; i++)
-        if (list[i]->type == SD_TYPE_F32) f32_bytes += (size_t)list[i]->rows * list[i]->row_bytes;
-    const int f32_small = f32_bytes <= SD_F32_PACK_MAX_BYTES;
     size_t total = 0;
-    for (int i = 0; i < n; i++)
-        total += (packed_bytes(list[i], f32_small) + 63) & ~(size_t)63;
+    for (int i = 0; i < n; i++) total += (packed_bytes(list[i]) + 63) & ~(size_t)63;
     /* 2 MiB pages: a decode step streams every byte of the image, and in 4 KiB pages that is a
      * TLB miss per 4 KiB (15,000 per step for the 110M shape in Q4_K). Where transparent huge
      * pages are off, or only on for madvise'd memory, the advice is what asks for them. */
@@ -161,17 +148,14 @@ static sd_status pack_weights(sd_model *m) {
     const long page = sysconf(_SC_PAGESIZE);
     for (int i = 0; i < n && buf; i++) {
         sd_tensor *t = list[i];
-        const size_t kb = packed_bytes(t, f32_small);
+        const size_t kb = packed_bytes(t);
         if (!kb) continue;
         uint8_t *dst = buf;
         buf += (kb + 63) & ~(size_t)63;
         t->packed = dst;
-        if (t->type == SD_TYPE_F32) { /* the rows stay in use (sgemm, embeddings) */
-            sd_f32_pack((const float *)t->data, t->rows, t->cols, (float *)dst);
-            continue;
-        }
         const size_t bytes = (size_t)t->rows * t->row_bytes;
-        sd_quant_pack_rows(t->type, t->data, dst, t->rows, t->row_bytes, t->cols);
+        if (t->type == SD_TYPE_F32) sd_f32_pack((const float *)t->data, t->rows, t->cols, (float *)dst);
+        else sd_quant_pack_rows(t->type, t->data, dst, t->rows, t->row_bytes, t->cols);
         const uintptr_t b = (uintptr_t)t->data, e = b + bytes, mb = (uintptr_t)m->map;
         if (m->map && page > 0 && b >= mb && e <= mb + m->map_len) {
             const uintptr_t pb = (b + (uintptr_t)page - 1) & ~((uintptr_t)page - 1), pe = e & ~((uintptr_t)page - 1);
