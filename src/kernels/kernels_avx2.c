@@ -142,7 +142,9 @@ static const rows_fn k_rows[3][ROWS_MAX + 1] = {ROWS_TABLE(f32), ROWS_TABLE(f16)
  * prefill. A register block is VV vectors of 8 rows x NB tokens: decode takes the whole panel
  * (up to 8 chains), a batch half a panel (32 rows) and up to 3 tokens (12 chains), over blocks of
  * PANEL_CB columns (16 KiB of weights, read from memory once and then from L1 by the other
- * half and token chunks), the accumulators carried in Y between blocks. */
+ * half and token chunks), the accumulators carried in Y between blocks. The calls after a
+ * block's first prefetch shares of the next block, so that memory keeps streaming while they
+ * compute from L1. */
 #define PANEL_TB 3
 #define PANEL_CB 64
 
@@ -155,8 +157,9 @@ static inline __attribute__((always_inline)) __m256 panel_x(const float *X, int6
 
 /* Columns [c0, c1) of vectors [h0, h0 + VV) of panel P (w rows: a column is w floats) for NB
  * tokens into Y (the panel's first row of token 0), from zero (first) or from Y; `left` rows of
- * the matrix from the panel's first. pf: prefetch the whole column ahead (the first block that
- * reads it). */
+ * the matrix from the panel's first. pf: 1, prefetch the whole column SD_PANEL_PREFETCH_BYTES
+ * ahead (the first pass that reads it); 2 + (lo << 3 | hi), its lines [lo, hi) in the next
+ * block of PANEL_CB columns (panel_tokens' later calls); 0, none. */
 static inline __attribute__((always_inline)) void panel_block(const float *P, int w, int h0, const int VV, int64_t c0,
                                                               int64_t c1, const float *X, int64_t cols, const int NB,
                                                               float *Y, int64_t rows, int64_t left, int first, int pf,
@@ -170,8 +173,11 @@ static inline __attribute__((always_inline)) void panel_block(const float *P, in
         }
     for (int64_t c = c0; c < c1; c++) {
         const float *col = P + (size_t)c * w;
-        if (pf)
+        if (pf == 1)
             for (int k = 0; k < w; k += 16) _mm_prefetch((const char *)(col + k) + SD_PANEL_PREFETCH_BYTES, SD_PANEL_PREFETCH_HINT);
+        else if (pf > 1) /* lines [lo, hi) of this column in the next block: pf = 2 + (lo << 3 | hi) */
+            for (int i = (pf - 2) >> 3; i < ((pf - 2) & 7); i++)
+                _mm_prefetch((const char *)(col + (size_t)PANEL_CB * w + 16 * i), _MM_HINT_T1);
         for (int t = 0; t < NB; t++) {
             const __m256 x = panel_x(X, cols, c, t, XB, xn);
             for (int v = 0; v < VV; v++) acc[v][t] = _mm256_fmadd_ps(_mm256_load_ps(col + 8 * (h0 + v)), x, acc[v][t]);
@@ -224,13 +230,19 @@ static void panel_decode(const float *P, int w, const float *X, int64_t cols, fl
 static inline __attribute__((always_inline)) void panel_tokens(const float *P, int w, const float *X, int64_t cols,
                                                                int n, float *Y, int64_t rows, int64_t left, const int XB) {
     const int chunks = (n + PANEL_TB - 1) / PANEL_TB, per = (n + chunks - 1) / chunks;
+    const int L = w / 16, K = (w / 8 + 3) / 4 * chunks; /* lines a column, calls a block */
     for (int64_t c0 = 0; c0 < cols; c0 += PANEL_CB) {
         const int64_t c1 = cols - c0 < PANEL_CB ? cols : c0 + PANEL_CB;
+        const int more = c1 < cols && cols - c1 >= c1 - c0; /* a whole next block to prefetch */
+        int k = 0;
         for (int h0 = 0; h0 < w / 8; h0 += 4)
-            for (int t0 = 0; t0 < n; t0 += per)
+            for (int t0 = 0; t0 < n; t0 += per, k++) {
+                /* the first call streams the block; the others prefetch a share of the next */
+                const int lo = k ? (k - 1) * L / (K - 1) : 0, hi = k ? k * L / (K - 1) : 0;
+                const int pf = k == 0 ? 1 : more && hi > lo ? 2 + (lo << 3 | hi) : 0;
                 panel_batch(P, w, h0, w / 8 - h0 < 4 ? w / 8 - h0 : 4, c0, c1, XB ? X + (size_t)t0 * 8 : X + (size_t)t0 * cols,
-                            cols, n - t0 < per ? n - t0 : per, Y + (size_t)t0 * rows, rows, left, c0 == 0,
-                            h0 == 0 && t0 == 0, XB, n);
+                            cols, n - t0 < per ? n - t0 : per, Y + (size_t)t0 * rows, rows, left, c0 == 0, pf, XB, n);
+            }
     }
 }
 
