@@ -93,7 +93,9 @@ static const cli_opt k_opts[] = {
     {"--model-draft", "-md", OPT_STR, GEN_LIKE, "models", "PATH", 0, 0, 0, F(draft), NULL,
      "draft model; without it (and without --draft ngram), plain decoding", NULL},
     {"--tokenizer", "-z", OPT_STR, GEN_LIKE | CMD_BENCH_DECODE | CMD_BENCH_GRAMMAR | CMD_INFO | CMD_CONVERT | CMD_MKMODEL, "models", "PATH", 0, 0, 0,
-     F(tokenizer), NULL, "tokenizer of a llama2.c (tokenizer.bin) or HF (tokenizer.json) model", "beside it"},
+     F(tokenizer), NULL, "tokenizer of a llama2.c (tokenizer.bin) or HF (tokenizer.json) model (a GGUF with its own tokenizer refuses "
+     "it)",
+     "beside it"},
     {"--draft-tokenizer", "-zd", OPT_STR, GEN_LIKE, "models", "PATH", 0, 0, 0, F(draft_tokenizer), NULL,
      "tokenizer of a llama2.c draft", "beside it, else the target's"},
     {"--draft-type", NULL, OPT_FN, GEN_LIKE, "models", "T", 0, 0, 0, 0, fn_draft_type,
