@@ -309,7 +309,7 @@ static int js_container(jscan *j, char close) {
 static int js_value(jscan *j) {
     js_ws(j);
     if (j->p >= j->end) return js_fail(j, "a value");
-    if (j->depth >= 256) return js_fail(j, "at most 256 levels of nesting");
+    if (j->depth >= SD_JSON_MAX_DEPTH) return js_fail(j, "at most 256 levels of nesting");
     char c = *j->p;
     int rc;
     j->depth++;
@@ -398,72 +398,13 @@ size_t sd_json_skip_ws(const char *s, size_t n, size_t i) {
     return i;
 }
 
-static int raw_digit(char c) { return c >= '0' && c <= '9'; }
-
-static size_t raw_string_end(const char *s, size_t n, size_t i) {
-    for (i++; i < n; i++) {
-        const unsigned char c = (unsigned char)s[i];
-        if (c == '"') return i + 1;
-        if (c < 0x20) return SD_JSON_BAD;
-        if (c != '\\') continue;
-        if (++i >= n) return SD_JSON_BAD;
-        if (s[i] == 'u') {
-            if (i + 4 >= n || !is_hex(s[i + 1]) || !is_hex(s[i + 2]) || !is_hex(s[i + 3]) || !is_hex(s[i + 4]))
-                return SD_JSON_BAD;
-            i += 4;
-        } else if (!strchr("\"\\/bfnrt", s[i])) {
-            return SD_JSON_BAD;
-        }
-    }
-    return SD_JSON_BAD;
-}
-
-static size_t raw_number_end(const char *s, size_t n, size_t i) {
-    if (i < n && s[i] == '-') i++;
-    if (i >= n || !raw_digit(s[i])) return SD_JSON_BAD;
-    if (s[i] == '0') i++;
-    else
-        while (i < n && raw_digit(s[i])) i++;
-    if (i < n && s[i] == '.') {
-        if (++i >= n || !raw_digit(s[i])) return SD_JSON_BAD;
-        while (i < n && raw_digit(s[i])) i++;
-    }
-    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
-        if (++i < n && (s[i] == '+' || s[i] == '-')) i++;
-        if (i >= n || !raw_digit(s[i])) return SD_JSON_BAD;
-        while (i < n && raw_digit(s[i])) i++;
-    }
-    return i;
-}
-
+/* The value that starts at s[i] (no whitespace before it), by the syntax check's own scanner:
+ * one JSON grammar for both. The scanner counts levels from its start, so it begins one below
+ * depth: a value at level SD_JSON_MAX_DEPTH + 1 is refused. */
 static size_t raw_value_end(const char *s, size_t n, size_t i, int depth) {
-    if (i >= n || depth > SD_JSON_MAX_DEPTH) return SD_JSON_BAD;
-    const char c = s[i];
-    if (c == '"') return raw_string_end(s, n, i);
-    if (c == '-' || raw_digit(c)) return raw_number_end(s, n, i);
-    static const char *const lits[] = {"true", "false", "null"};
-    for (int k = 0; k < 3; k++) {
-        const size_t l = strlen(lits[k]);
-        if (n - i >= l && !memcmp(s + i, lits[k], l)) return i + l;
-    }
-    if (c != '{' && c != '[') return SD_JSON_BAD;
-    const char close = c == '{' ? '}' : ']';
-    i = sd_json_skip_ws(s, n, i + 1);
-    if (i < n && s[i] == close) return i + 1;
-    for (;;) {
-        if (c == '{') {
-            if (i >= n || s[i] != '"') return SD_JSON_BAD;
-            i = sd_json_skip_ws(s, n, raw_string_end(s, n, i));
-            if (i >= n || s[i] != ':') return SD_JSON_BAD;
-            i = sd_json_skip_ws(s, n, i + 1);
-        }
-        i = raw_value_end(s, n, i, depth + 1);
-        if (i == SD_JSON_BAD) return i;
-        i = sd_json_skip_ws(s, n, i);
-        if (i < n && s[i] == close) return i + 1;
-        if (i >= n || s[i] != ',') return SD_JSON_BAD;
-        i = sd_json_skip_ws(s, n, i + 1);
-    }
+    if (i >= n || sd_json_skip_ws(s, n, i) != i) return SD_JSON_BAD;
+    jscan j = {s + i, s + n, NULL, depth - 1};
+    return js_value(&j) ? SD_JSON_BAD : (size_t)(j.p - s);
 }
 
 size_t sd_json_value_end_depth(const char *s, size_t n, size_t i, int depth) { return raw_value_end(s, n, i, depth); }
