@@ -13,28 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/io.h"
 #include "specdec/chat.h"
 #include "specdec/context.h"
 #include "specdec/grammar.h"
 #include "specdec/model.h"
 #include "specdec/sample.h"
 #include "specdec/tokenizer.h"
-
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n] = 0, *len = (size_t)n;
-    return b;
-}
 
 static const char k_other[] = "{\"type\": \"object\", \"properties\": {\"q\": {\"type\": \"string\", \"maxLength\": 6}}, "
                               "\"required\": [\"q\"], \"additionalProperties\": false}";
@@ -56,7 +41,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     size_t len = 0;
-    char *text = read_all(argv[1], &len);
+    char *text = NULL;
+    if (sd_file_read(argv[1], 0, &text, &len) != SD_OK) text = NULL;
     cJSON *schemas = text ? cJSON_ParseWithLength(text, len) : NULL;
     FILE *out = fopen(argv[2], "w");
     const int budget = atoi(argv[3]);
