@@ -103,6 +103,7 @@ check "spec tiny self-draft"  0 "acceptance rate: +100.0%" -- "$BIN" generate -m
 check "draft kind bad"        2 "--draft must be ngram \(a draft model is given with -md\), got 'lookup'" -- "$BIN" generate -m x --draft lookup
 check "ngram sizes"           2 "--ngram-min 5 exceeds --ngram-max 4" -- "$BIN" generate -m x --draft ngram --ngram-min 5
 check "ngram alone"           0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/tiny.gguf" --draft ngram -n 12 --compare --ignore-eos --draft-fixed
+check "compare: pass cost"   0 "^target pass: +[0-9.]+ ms \([0-9.]+ tokens on average\) = [0-9.]+ plain decode steps of [0-9.]+ ms$" -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 12 --compare --ignore-eos --draft-fixed
 check "tree needs a model"    2 "--draft-tree needs a draft model" -- "$BIN" generate -m x --draft-tree 8
 check "tree too big"          2 "--draft-tree expects an integer in 1..32, got '40'" -- "$BIN" generate -m x -md x --draft-tree 40
 check "tree tiny self-draft"  0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" --draft-tree 8 -n 12 --compare --ignore-eos
