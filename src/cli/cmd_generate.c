@@ -183,14 +183,16 @@ int cmd_generate(int argc, char **argv) {
         sd_spec_free(w);
     }
     pr.tok = tok;
-    pr.stream = !o.no_stream;
+    /* --compare: the plain run prints nothing while it runs, so the speculative one may not either
+     * (a write per token is a decode step of a tiny model) */
+    pr.stream = !o.no_stream && !compare;
     pr.ids = print_ids;
     if (!print_ids && !po.chat) fwrite(prompt, 1, plen, stdout); /* echo the prompt, then the continuation */
     pr.prev = ids[n_ids - 1];
     fflush(stdout);
     sd_spec_stats stats;
     st = sd_spec_generate(spec, ids, n_ids, on_token, &pr, &stats);
-    if (o.no_stream && pr.text) fputs(pr.text, stdout);
+    if (!pr.stream && pr.text) fputs(pr.text, stdout);
     fputc('\n', stdout);
     fflush(stdout);
     if (st != SD_OK) { rc = cli_error_status(st); goto done; }

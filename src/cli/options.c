@@ -210,7 +210,7 @@ static const cli_opt k_opts[] = {
     {"--kv-type", NULL, OPT_FN, RUNTIME, "runtime", "T", 0, 0, 0, 0, fn_kv_type,
      "KV cache elements: f32, or f16 (half the cache memory and attention reads; needs head_dim >= 16)", "f32"},
     {"--compare", NULL, OPT_FLAG, CMD_GENERATE, "runtime", NULL, 0, 0, 0, F(compare), NULL,
-     "also run plain decoding of TARGET and print the speedup and the target pass's cost in plain decode steps", NULL},
+     "also run plain decoding of TARGET and print the speedup and the target pass's cost in plain decode steps (the text then comes at the end, so that both runs are timed alike)", NULL},
     {"--stats-json", NULL, OPT_STR, CMD_GENERATE, "runtime", "FILE", 0, 0, 0, F(stats_json), NULL,
      "write the run statistics as JSON", NULL},
     {"--no-stream", NULL, OPT_FLAG, CMD_GENERATE, "runtime", NULL, 0, 0, 0, F(no_stream), NULL,
