@@ -209,9 +209,20 @@ static void test_costs(void **state) {
     assert_true(fabs(sd_draft_costs_verify(&c, 3) - 2.5) < 1e-12);
     assert_true(fabs(sd_draft_costs_verify(&c, 9) - 5.5) < 1e-12);  /* slope 0.5 past 5 */
     assert_true(fabs(sd_draft_costs_verify(&c, 60) - 31.0) < 1e-12); /* past the table too */
-    /* a running mean: a new figure moves it by COST_EMA's share */
+    /* the plain mean of the first figures (an exponential mean from the first alone kept its
+     * noise), then a running mean over the last COST_WINDOW (20): a new figure moves it by 1/20 */
     sd_draft_costs_pass(&c, 5, 5.5);
-    assert_true(sd_draft_costs_verify(&c, 5) > 3.5 && sd_draft_costs_verify(&c, 5) < 4.0);
+    assert_true(fabs(sd_draft_costs_verify(&c, 5) - 4.5) < 1e-12);
+    sd_draft_costs_pass(&c, 5, 1.0);
+    assert_true(fabs(sd_draft_costs_verify(&c, 5) - 10.0 / 3) < 1e-12);
+    for (int i = 0; i < 1000; i++) sd_draft_costs_pass(&c, 5, 2.0);
+    assert_true(fabs(sd_draft_costs_verify(&c, 5) - 2.0) < 1e-6);
+    sd_draft_costs_pass(&c, 5, 22.0);
+    assert_true(fabs(sd_draft_costs_verify(&c, 5) - 3.0) < 1e-6);
+    /* the draft step alike, per step */
+    sd_draft_costs_draft(&c, 2, 1.0);
+    sd_draft_costs_draft(&c, 1, 1.5);
+    assert_true(fabs(c.t_draft - 1.0) < 1e-12);
     sd_draft_costs_pass(&c, 0, 1.0); /* ignored: out of range, not positive */
     sd_draft_costs_pass(&c, 7, -1.0);
     assert_true(c.t_pass[7] == 0.0);

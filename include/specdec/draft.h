@@ -43,6 +43,8 @@ struct sd_draft_policy {
 typedef struct {
     double t_pass[SD_DRAFT_COST_MAX_N + 1]; /* [n]: a pass of n tokens (0: not measured) */
     double t_draft;                         /* one draft step (0: not measured) */
+    int n_pass[SD_DRAFT_COST_MAX_N + 1];    /* measurements behind t_pass[n] (their plain mean at first) */
+    int n_draft;                            /* ... behind t_draft */
     int given; /* 1: set by the caller (reproducible runs, tests): never measured or updated */
 } sd_draft_costs;
 

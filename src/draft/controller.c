@@ -12,8 +12,11 @@
 /* Pseudo-counts of each confidence bin's prior (acceptance = the bin's centre): a few proposals
  * outweigh it, and a drafter whose confidence is calibrated starts near right. */
 #define PRIOR_N 2.0
-/* Weight of a new measurement in the running pass costs (noisy machines: ~20 samples). */
-#define COST_EMA 0.05
+/* The running costs follow the last COST_WINDOW measurements (noisy machines): each new one
+ * weighs 1/COST_WINDOW once that many are in, and before that they are the plain mean. An
+ * exponential mean started from the first figure kept its noise for a whole generation of a tiny
+ * model (stories260K's first measured passes ran 30% off). */
+#define COST_WINDOW 20
 /* A round that drafts after this many plain ones keeps the estimates alive where drafting
  * stopped paying (costs drift, a draft may improve with the text). Each probe that finds
  * drafting still unprofitable doubles the wait, up to EXPLORE_MAX: a probe costs the draft
@@ -25,16 +28,19 @@
 
 void sd_draft_costs_init(sd_draft_costs *c) { memset(c, 0, sizeof *c); }
 
+static void running_mean(double *mean, int *n, double x) {
+    if (*n < COST_WINDOW) (*n)++;
+    *mean += (x - *mean) / *n;
+}
+
 void sd_draft_costs_pass(sd_draft_costs *c, int n_tokens, double seconds) {
     if (c->given || n_tokens < 1 || n_tokens > SD_DRAFT_COST_MAX_N || !(seconds > 0)) return;
-    double *t = &c->t_pass[n_tokens];
-    *t = *t > 0 ? (1 - COST_EMA) * *t + COST_EMA * seconds : seconds;
+    running_mean(&c->t_pass[n_tokens], &c->n_pass[n_tokens], seconds);
 }
 
 void sd_draft_costs_draft(sd_draft_costs *c, int n_steps, double seconds) {
     if (c->given || n_steps < 1 || !(seconds >= 0)) return;
-    const double per = seconds / n_steps;
-    c->t_draft = c->t_draft > 0 ? (1 - COST_EMA) * c->t_draft + COST_EMA * per : per;
+    running_mean(&c->t_draft, &c->n_draft, seconds / n_steps);
 }
 
 double sd_draft_costs_verify(const sd_draft_costs *c, int n) {

@@ -63,7 +63,9 @@ sd_status sd_batch_measure(sd_spec_batch *b, sd_spec *s) {
     const int len = sd_context_seq_len(b->ctx, s->seq), n_max = s->p.draft_max + 1;
     if (len + n_max > s->n_ctx) return SD_OK; /* no room: the first rounds measure instead */
     for (int i = 0; i < n_max; i++) toks[i] = s->tokens[s->n_tokens - 1];
-    for (int n = 1; n <= n_max; n += n_max - 1) {
+    /* the full pass first: the single-token one, which every later judgement compares against,
+     * then runs warm, as decoding does */
+    for (int n = n_max; n >= 1; n = n > 1 ? 1 : 0) {
         int row;
         sd_verify_round_clear(b->round);
         sd_status st = sd_verify_round_add_chain(b->round, s->seq, toks, n, &row);
@@ -73,7 +75,6 @@ sd_status sd_batch_measure(sd_spec_batch *b, sd_spec *s) {
         sd_context_seq_truncate(b->ctx, s->seq, len);
         if (st != SD_OK) return st;
         sd_draft_costs_pass(&b->costs, n, t);
-        if (n_max == 1) break;
     }
     return SD_OK;
 }
