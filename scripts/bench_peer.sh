@@ -19,7 +19,7 @@
 #   --fixed "K..."        specdec's fixed draft lengths run beside the adaptive default (default: "1 2 3 4 6")
 #   --only decode|pair    run one part only
 # Rows: decode and pp512 prefill tokens/s (llama-bench -p 512 -n 128 -r 1 against specdec
-# bench-decode --prefill 512), specdec's verify(n)/decode for n = 2..9 (monotonic?) and decode's
+# bench-decode --prefill 512), specdec's verify(n)/decode for n = 2..9 (monotonic: a sign test) and decode's
 # fraction of the streaming limit (bench-decode's own probe, best of its rounds), and the pair:
 # llama-speculative-simple --spec-type draft-simple --spec-draft-n-max 4 and its llama-completion
 # plain run, specdec generate --compare (adaptive, and each fixed k) with its own plain run.
@@ -79,6 +79,11 @@ def med(xs, fmt="%.1f"):
     return (fmt + " [" + fmt + "-" + fmt + "]") % (statistics.median(xs), min(xs), max(xs))
 
 
+def sign_p(k, n):  # P(at least k of n fair coin flips): the one-sided sign test
+    from math import comb
+    return sum(comb(n, i) for i in range(k, n + 1)) / 2 ** n if n else 1.0
+
+
 def ratio(a, b, fmt="%.2f"):
     return med([y / x for x, y in zip(a, b) if x and y], fmt)
 
@@ -91,7 +96,7 @@ if opt["only"] == "pair": types = []
 if opt["only"] == "decode": pair = False
 
 lc = {t: {"tg": [], "pp": []} for t, _ in types}
-sd = {t: {"tg": [], "pp": [], "pct": [], "v": {n: [] for n in range(2, 10)}} for t, _ in types}
+sd = {t: {"tg": [], "pp": [], "pct": [], "v": {n: [] for n in range(2, 10)}, "cheaper": {}} for t, _ in types}
 lbuild = ""
 pr = {"lplain": [], "lspec": [], "lacc": [], "sd": {}, }
 for k in ["adaptive"] + fixed: pr["sd"][k] = {"spec": [], "plain": [], "acc": []}
@@ -116,6 +121,10 @@ def specdec_bench(t, f):
     s["pct"].append(num(r"^decode:.*= ([\d.]+)% of the bandwidth", out, "bandwidth fraction"))
     for n in range(2, 10):
         s["v"][n].append(num(r"^  k=%d: T_verify\(%d\) = [\d.]+ ms = ([\d.]+) x" % (n - 1, n), out, "verify(%d)" % n))
+    for n in range(2, 9):  # rounds in which a pass of n+1 tokens was cheaper than one of n
+        m = re.search(r" n=%d: (\d+)/(\d+)" % n, out)
+        if not m: sys.exit("error: bench_peer: no 'order' figure for n=%d in bench-decode's output" % n)
+        s["cheaper"][n] = [a + int(b) for a, b in zip(s["cheaper"].get(n, [0, 0]), m.groups())]
 
 
 def pair_llama():
@@ -180,15 +189,18 @@ if types:
         print("| prefill pp512 %s, t/s | %s | %s | %s |" % (name[t], med(lc[t]["pp"], "%.0f"), med(sd[t]["pp"], "%.0f"),
                                                            ratio(lc[t]["pp"], sd[t]["pp"])))
     print()
-    print("specdec alone (bench-decode; verify(n): a pass of n tokens in decode steps, paired within its rounds):")
+    print("specdec alone (bench-decode; verify(n): a pass of n tokens in decode steps, paired within its rounds;")
+    print("monotonic: no n for which a pass of n+1 tokens was cheaper than one of n in more of the paired rounds")
+    print("than chance gives, p < 0.05 by a sign test over all runs' rounds):")
     print()
     print("| weights | decode, %% of the streaming limit | %s | monotonic n=2..9 |" % " | ".join("verify(%d)" % n for n in range(2, 10)))
     print("|---|---|%s---|" % ("---|" * 8))
     for t, f in types:
         v = [statistics.median(sd[t]["v"][n]) for n in range(2, 10)]
-        mono = all(v[i] <= v[i + 1] for i in range(len(v) - 1))
+        # pooled over the runs' paired rounds: a larger pass cheaper more often than chance (p < 0.05)
+        dips = ["%d->%d (%d/%d)" % (n, n + 1, k, r) for n, (k, r) in sorted(sd[t]["cheaper"].items()) if sign_p(k, r) < 0.05]
         print("| %s | %s | %s | %s |" % (name[t], med(sd[t]["pct"]), " | ".join("%.2f" % x for x in v),
-                                        "yes" if mono else "no"))
+                                        "no: " + ", ".join(dips) if dips else "yes"))
     print()
 for t, f in skipped:
     print("skipped %s: no file %s" % (name[t], f))

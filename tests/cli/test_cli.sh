@@ -123,6 +123,7 @@ check "draft-type bad"        2 "--draft-type must be" -- "$BIN" generate -m x -
 check "mkmodel q4_0"          0 "wrote"              -- "$BIN" mkmodel "$TMP/q4.gguf" --dim 64 --layers 1 --heads 4 --hidden 96 --vocab 300 --ctx 32 --type q4_0
 check "info q4_0"             0 "q4_0"               -- "$BIN" info "$TMP/q4.gguf"
 check "bench-decode reads"    0 "^reads: .* MB of weights, .* MB of KV cache \(21 positions, f32\)$" -- "$BIN" bench-decode -m "$TMP/q4.gguf" --pos 20 --prefill 8 --reps 1 --bw-mib 64 --no-batch
+check "bench-decode order"    0 "^            (monotonic: no dip|not monotonic)$" -- "$BIN" bench-decode -m "$TMP/q4.gguf" --pos 20 --prefill 8 --reps 3 --bw-mib 64 --no-batch
 "$BIN" mkmodel "$TMP/odd.gguf" --dim 32 --layers 1 --heads 4 --kv-heads 2 --hidden 80 --vocab 300 --ctx 32 2>/dev/null
 check "convert to q8_0"       0 "blk.0.ffn_down.weight stays f16: its rows do not divide into q8_0 blocks of 32" -- "$BIN" convert "$TMP/odd.gguf" "$TMP/tiny-q8.gguf" --type q8_0
 check "converted generates"   0 "decode:"            -- "$BIN" generate -m "$TMP/tiny-q8.gguf" -n 8
