@@ -500,6 +500,61 @@ static void test_begin_reuses_prefix(void **state) {
     sd_model_free(m);
 }
 
+/* A model drafter feeds a new history only when it is asked to draft (a generation that never
+ * drafts never runs it), keeps the prefix it already holds, and says how many tokens it fed to
+ * catch up: the whole prompt at first, the last round's 1-2 tokens after a round that drafted. */
+static void test_drafter_lazy_sync(void **state) {
+    (void)state;
+    sd_model *m = model_of(0);
+    sd_context *dc = new_ctx(m, 64, 1);
+    sd_sampler_params sp = sd_sampler_default_params();
+    sd_drafter *d = NULL;
+    assert_int_equal(sd_drafter_model_create(dc, 0, 300, &sp, &d), SD_OK);
+    int32_t hist[32] = {1, 290, 291, 292, 5, 6}, out[4];
+    float conf[4];
+    assert_int_equal(d->vt->sync(d, hist, 6), SD_OK);
+    assert_int_equal(sd_context_seq_len(dc, 0), 0); /* nothing fed yet */
+    sd_draft_req r = {0};
+    r.hist = hist;
+    r.n_hist = r.n_prompt = 6;
+    r.k = 3;
+    r.out = out;
+    r.conf = conf;
+    assert_int_equal(d->vt->draft(d, &r), SD_OK);
+    assert_int_equal(r.n_out, 3);
+    assert_int_equal(r.n_synced, 6);
+    assert_int_equal(sd_context_seq_len(dc, 0), 6 + 2); /* the drafts but the last */
+    /* the first two drafts accepted, then the target's own token: 1 to feed */
+    hist[6] = out[0];
+    hist[7] = out[1];
+    hist[8] = 7;
+    r.n_hist = 9;
+    assert_int_equal(d->vt->draft(d, &r), SD_OK);
+    assert_int_equal(r.n_synced, 1);
+    /* every draft accepted (3 of them, the last never fed) and the target's token: 2 */
+    memcpy(hist + 9, out, 3 * sizeof *out);
+    hist[12] = 8;
+    r.n_hist = 13;
+    assert_int_equal(d->vt->draft(d, &r), SD_OK);
+    assert_int_equal(r.n_synced, 2);
+    /* a new prompt sharing the first 4 tokens: fed from there when next asked */
+    int32_t other[8] = {1, 290, 291, 292, 40, 41, 42, 43};
+    assert_int_equal(d->vt->sync(d, other, 8), SD_OK);
+    assert_int_equal(sd_context_seq_len(dc, 0), 13 + 2);
+    r.hist = other;
+    r.n_hist = 8;
+    r.k = 1;
+    assert_int_equal(d->vt->draft(d, &r), SD_OK);
+    assert_int_equal(r.n_synced, 4);
+    assert_int_equal(sd_context_seq_len(dc, 0), 8);
+    /* a history longer than the drafter's context is refused at sync, as it was when sync fed it */
+    int32_t big[70] = {0};
+    assert_int_equal(d->vt->sync(d, big, 70), SD_ERR_CONTEXT_FULL);
+    sd_drafter_free(d);
+    sd_context_free(dc);
+    sd_model_free(m);
+}
+
 /* A slot's engine serves one request after another (a server): sd_spec_set_params changes the
  * sampling (the drafter's with it), the budget and the draft length between generations, and
  * the next prompt still reuses the cache. The sampled output equals a fresh engine's with the
@@ -913,6 +968,7 @@ int main(void) {
         cmocka_unit_test(test_bad_batches),
         cmocka_unit_test(test_begin_reuses_prefix),
         cmocka_unit_test(test_step_many),
+        cmocka_unit_test(test_drafter_lazy_sync),
         cmocka_unit_test(test_set_params_between_requests),
         cmocka_unit_test(test_step_many_caps_the_pass),
         cmocka_unit_test(test_cancel),

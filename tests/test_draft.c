@@ -190,9 +190,25 @@ static void test_pmin_and_limits(void **state) {
     p.draft_mode = SD_DRAFT_ADAPTIVE;
     in = (sd_draft_round_in){1000, 1000, 1, 0, 0, 0};
     assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 6);
-    /* the pass is measured but not the draft step: one draft, a cheap probe */
+    /* the pass is measured but not the draft step: one draft, a cheap probe, proposed however
+     * unlikely (judged by a guessed cost of the 2-token pass, it would never be measured) */
     sd_draft_costs_pass(&cs, 1, 1.0);
     assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 1);
+    assert_int_equal(sd_draft_ctl_judge(&c.base, 0, 0, 0.01f), SD_DRAFT_LAST);
+    /* the draft step measured, a 2-token pass not yet: still such a probe */
+    sd_draft_costs_draft(&cs, 1, 0.1);
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 1);
+    assert_int_equal(sd_draft_ctl_judge(&c.base, 0, 0, 0.01f), SD_DRAFT_LAST);
+    /* both measured (a pass of 2 costing 3 steps): judged again, and so unlikely a draft stops */
+    sd_draft_costs_pass(&cs, 2, 3.0);
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 0);
+    /* 1.2 steps (about 1.25 once the 3.0 has faded): a draft accepted half the time pays, one
+     * accepted 5% of the time (the lowest bin's prior) does not, and is judged so */
+    for (int i = 0; i < 31; i++) sd_draft_costs_pass(&cs, 2, 1.2);
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 6);
+    assert_int_equal(sd_draft_ctl_judge(&c.base, 0, 0, 0.01f), SD_DRAFT_STOP);
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 6);
+    assert_int_equal(sd_draft_ctl_judge(&c.base, 0, 0, 0.99f), SD_DRAFT_MORE);
 }
 
 /* Measured pass costs: measured sizes as measured, interpolated between them, extrapolated past
@@ -342,7 +358,7 @@ static void test_ngram_matches_brute_force(void **state) {
             h[i] = (int32_t)(x % (uint64_t)vocab);
         }
         for (int n = 1; n <= 600; n += 1 + n / 50) {
-            sd_draft_req r = {h, n, n, 8, NULL, NULL, NULL, NULL, NULL, got, conf, 0, 0, 0};
+            sd_draft_req r = {h, n, n, 8, NULL, NULL, NULL, NULL, NULL, got, conf, 0, 0, 0, 0};
             assert_int_equal(d->vt->draft(d, &r), SD_OK);
             const int m = naive_ngram(h, n, 1, 4, 8, want);
             if (r.n_out != m || memcmp(got, want, (size_t)m * sizeof *got) != 0)
@@ -355,12 +371,12 @@ static void test_ngram_matches_brute_force(void **state) {
     printf("  %d histories checked against brute force (%d with a match)\n", checked, with_match);
     /* nothing to match: no proposal */
     const int32_t uniq[5] = {1, 2, 3, 4, 5};
-    sd_draft_req r = {uniq, 5, 5, 4, NULL, NULL, NULL, NULL, NULL, got, conf, 0, 0, 0};
+    sd_draft_req r = {uniq, 5, 5, 4, NULL, NULL, NULL, NULL, NULL, got, conf, 0, 0, 0, 0};
     assert_int_equal(d->vt->draft(d, &r), SD_OK);
     assert_int_equal(r.n_out, 0);
     /* the longest match wins and gives its confidence; a policy cuts the proposals */
     const int32_t rep[9] = {7, 8, 9, 10, 11, 12, 7, 8, 9};
-    sd_draft_req r2 = {rep, 9, 9, 8, NULL, NULL, NULL, NULL, NULL, got, conf, 0, 0, 0};
+    sd_draft_req r2 = {rep, 9, 9, 8, NULL, NULL, NULL, NULL, NULL, got, conf, 0, 0, 0, 0};
     assert_int_equal(d->vt->draft(d, &r2), SD_OK);
     assert_int_equal(r2.n_out, 6); /* 10 11 12 7 8 9: up to the history's end */
     assert_int_equal(got[0], 10);

@@ -1542,7 +1542,7 @@ static void test_deterministic_drafter_exact(void **state) {
         for (int t = 0; t < 3; t++) {
             assert_int_equal(sd_sample_probs(&e.sp, lg, EX_V, p, scratch), SD_OK);
             int32_t dft = 0;
-            sd_draft_req rq = {hist, 2 + t, 2, 1, &rng, NULL, NULL, NULL, NULL, &dft, NULL, 0, 0, 0};
+            sd_draft_req rq = {hist, 2 + t, 2, 1, &rng, NULL, NULL, NULL, NULL, &dft, NULL, 0, 0, 0, 0};
             assert_int_equal(fixed_draft(&d, &rq), SD_OK);
             hist[2 + t] = sd_rng_uniform(&rng) < p[dft] ? dft : sd_sample_draw(p, EX_V, &rng);
             if (t < 2) assert_int_equal(sd_context_forward(c, 0, &hist[2 + t], 1, lg, 0), SD_OK);

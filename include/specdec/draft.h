@@ -67,6 +67,8 @@ typedef struct {
     int n_out;           /* out: proposals made, 0..k */
     int q_filled;        /* out: 1 when q holds the distributions the proposals were drawn from */
     int source;          /* out: which of the drafter's sources proposed (sd_drafter.sources) */
+    int n_synced;        /* out: history tokens a model fed before its first proposal: 1-2 after a
+                            round that drafted, more after a new prompt or rounds without drafts */
 } sd_draft_req;
 
 /* A tree of proposals (see sd_verify_tree_*): node 0 is the root, the history's last token;
@@ -92,9 +94,10 @@ typedef struct {
 } sd_draft_tree_req;
 
 typedef struct {
-    /* Brings the drafter's state to hist[0..n_hist) (the prompt, at the start of a generation),
-     * reusing what it already holds. Optional (NULL): draft() syncs anyway. A history that
-     * does not extend the last one must come through sync first. */
+    /* Tells the drafter of a new history hist[0..n_hist) (the prompt, at the start of a
+     * generation): what it holds of it is reused, and a model feeds the rest when it next drafts,
+     * so that a generation that never drafts never runs it. Optional (NULL): draft() syncs
+     * anyway. A history that does not extend the last one must come through sync first. */
     sd_status (*sync)(sd_drafter *d, const int32_t *hist, int n_hist);
     sd_status (*draft)(sd_drafter *d, sd_draft_req *r);
     void (*destroy)(sd_drafter *d);

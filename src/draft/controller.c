@@ -90,10 +90,15 @@ static double round_rate(const sd_draft_ctl *c, double e, int d, int n) {
  * 1 instead, a probe). */
 static int adaptive_plan(sd_draft_ctl *c, int k_max) {
     if (!(c->costs->t_pass[1] > 0)) return k_max; /* nothing measured yet: a full round measures */
-    /* The draft step's cost is only known once the drafter has run: until then a single draft
-     * (a cheap probe) rather than k_max of them, since on a pair whose draft step costs as much as
-     * the target's a full first round costs several target steps. */
-    if (!(c->costs->t_draft > 0)) return k_max < 1 ? k_max : 1;
+    /* The draft step's cost is only known once the drafter has run, and a pass of two tokens once
+     * one has run: until then a single draft, proposed whatever the judgement (which would weigh it
+     * by guesses: a pass cost linear in its tokens keeps a memory-bound target from ever drafting),
+     * rather than k_max of them, since on a pair whose draft step costs as much as the target's a
+     * full first round costs several target steps. */
+    if (!(c->costs->t_draft > 0) || !(c->costs->t_pass[2] > 0)) {
+        c->measuring = 1;
+        return k_max < 1 ? k_max : 1;
+    }
     /* Does even one draft pay? Its acceptance before seeing it: the first position's record. */
     const double first = c->first_tried > 0 ? (c->first_acc + PRIOR_N * 0.5) / (c->first_tried + PRIOR_N) : 0.5;
     const int pays = round_rate(c, 1 + first, 1, 2) > round_rate(c, 1, 0, 1);
@@ -111,6 +116,7 @@ static int adaptive_plan(sd_draft_ctl *c, int k_max) {
     if (++c->plain_run >= c->explore_every) {
         c->plain_run = 0;
         c->probing = 1;
+        c->measuring = 1; /* a probe measures: proposed whatever its confidence */
         return 1;
     }
     return 0;
@@ -127,6 +133,7 @@ int sd_draft_ctl_plan(sd_draft_ctl *c, const sd_spec_params *p, const sd_draft_c
     c->cum = 1;
     c->e = 1;
     c->pass_base = 0;
+    c->measuring = 0;
     int k = p->draft_max;
     if (k > in->room) k = in->room;
     if (k > in->share) k = in->share;
@@ -142,6 +149,7 @@ sd_draft_verdict sd_draft_ctl_judge(sd_draft_policy *policy, int source, int i, 
     if (c->mode == SD_DRAFT_FIXED) return SD_DRAFT_MORE;
     if (c->mode == SD_DRAFT_PMIN) return conf < c->p_min ? SD_DRAFT_STOP : SD_DRAFT_MORE;
     if (source < 0 || source >= SD_DRAFT_MAX_SOURCES) source = 0;
+    if (c->measuring) return SD_DRAFT_LAST; /* the round's one proposal, there to be measured */
     /* adaptive: propose it unless verifying it lowers the round's expected rate (the draft step
      * that produced its distribution is spent either way) */
     const double acc = accept_est(c, source, conf);

@@ -57,30 +57,42 @@ static sd_status feed(model_drafter *md, const int32_t *tokens, int n) {
 /* Keeps the longest prefix of the cache that the history shares (fed[0..c) is known to be
  * shared; at most n_hist - 1 tokens are kept, so that the last history token is fed and gives
  * the logits to draft from), then feeds the rest of the history. */
-static sd_status sync_from(model_drafter *md, const int32_t *hist, int n_hist, int c) {
+static sd_status check_hist(const model_drafter *md, int n_hist) {
     if (n_hist < 1) return sd_fail(SD_ERR_INVALID_ARG, "drafter: empty history");
     if (n_hist > sd_context_n_ctx(md->ctx))
         return sd_fail(SD_ERR_CONTEXT_FULL, "drafter: a history of %d tokens exceeds its context of %d", n_hist,
                        sd_context_n_ctx(md->ctx));
+    return SD_OK;
+}
+
+/* ... and *n_fed_out: the tokens it fed. */
+static sd_status sync_from(model_drafter *md, const int32_t *hist, int n_hist, int c, int *n_fed_out) {
+    *n_fed_out = 0;
+    sd_status st = check_hist(md, n_hist);
+    if (st != SD_OK) return st;
     while (c < md->n_fed && c < n_hist && md->fed[c] == hist[c]) c++;
     if (c == n_hist && md->n_fed == n_hist && md->have_logits) {
         md->synced = c;
         return SD_OK; /* already there, logits in hand */
     }
     if (c > n_hist - 1) c = n_hist - 1;
-    sd_status st = sd_context_seq_truncate(md->ctx, md->seq, c);
-    if (st != SD_OK) return st;
+    if ((st = sd_context_seq_truncate(md->ctx, md->seq, c)) != SD_OK) return st;
     md->n_fed = c;
     md->have_logits = 0;
     md->synced = c;
     if ((st = feed(md, hist + c, n_hist - c)) != SD_OK) return st;
     md->synced = n_hist;
+    *n_fed_out = n_hist - c;
     return SD_OK;
 }
 
-/* A new history: compared from its start. */
+/* A new history: compared from its start when a draft is next asked for. */
 static sd_status md_sync(sd_drafter *d, const int32_t *hist, int n_hist) {
-    return sync_from(d->impl, hist, n_hist, 0);
+    model_drafter *md = d->impl;
+    (void)hist; /* fed when a draft is asked for (a generation that never drafts never runs the model) */
+    sd_status st = check_hist(md, n_hist);
+    if (st == SD_OK) md->synced = 0;
+    return st;
 }
 
 /* The logits in hand restricted/padded to the target's vocabulary into md->row, with the
@@ -157,7 +169,7 @@ static sd_status md_draft(sd_drafter *d, sd_draft_req *r) {
     r->q_filled = q != NULL;
     /* The history extends the last one: its first `synced` tokens are the cache's. */
     int c = md->synced < md->n_fed ? md->synced : md->n_fed;
-    sd_status st = sync_from(md, r->hist, r->n_hist, c < r->n_hist ? c : r->n_hist);
+    sd_status st = sync_from(md, r->hist, r->n_hist, c < r->n_hist ? c : r->n_hist, &r->n_synced);
     if (st != SD_OK) return st;
     /* Drafts go into the cache too (all but the last); the next sync keeps those accepted. */
     int k = r->k;
@@ -234,7 +246,9 @@ sd_status sd_drafter_model_draft_many(sd_drafter *const *ds, sd_draft_req *const
         int c = md->synced < md->n_fed ? md->synced : md->n_fed;
         if (c > r->n_hist) c = r->n_hist;
         while (c < md->n_fed && c < r->n_hist && md->fed[c] == r->hist[c]) c++;
+        r->n_synced = 0;
         if (c == r->n_hist && md->n_fed == r->n_hist && md->have_logits) continue; /* in step already */
+        r->n_synced = r->n_hist - (c > r->n_hist - 1 ? r->n_hist - 1 : c);
         if (c > r->n_hist - 1) c = r->n_hist - 1;
         sd_context_seq_truncate(md->ctx, md->seq, c);
         md->n_fed = c;
@@ -379,7 +393,8 @@ static sd_status md_draft_tree(sd_drafter *d, sd_draft_tree_req *r) {
     if (mode == TREE_IID && !r->q)
         return sd_fail(SD_ERR_INVALID_ARG, "drafter: a sampled tree needs room for its distributions (q)");
     int c0 = md->synced < md->n_fed ? md->synced : md->n_fed;
-    sd_status st = sync_from(md, r->hist, r->n_hist, c0 < r->n_hist ? c0 : r->n_hist);
+    int n_synced;
+    sd_status st = sync_from(md, r->hist, r->n_hist, c0 < r->n_hist ? c0 : r->n_hist, &n_synced);
     if (st != SD_OK) return st;
     const int base = md->n_fed; /* the history; tree rows go after it and are dropped */
     const int width = r->width < 1 ? 1 : r->width;

@@ -107,6 +107,7 @@ static sd_status ng_draft(sd_drafter *d, sd_draft_req *r) {
     r->n_out = 0;
     r->q_filled = 0;
     r->source = 0;
+    r->n_synced = 0;
     sd_status st = ng_sync(d, r->hist, r->n_hist);
     if (st != SD_OK) return st;
     const int last = g->n_tok - 1;

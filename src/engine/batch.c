@@ -55,27 +55,23 @@ int sd_spec_batch_switch_rates(const sd_spec_batch *b, int batch, double rate[2]
     return 1;
 }
 
-/* Each pass is time to first token: a warm-up pass of each size before the timed one cost 4
- * passes, on the twins 84-180 ms against 63-82 ms with 2 (decode speed within noise). The pass
- * sizes in between are interpolated until rounds measure them. */
+/* One pass of one token: the step every judgement compares against. It is time to first token,
+ * so the larger sizes are left to the rounds (the first ones draft a single token until a draft
+ * step is measured, then the sizes above the measured ones are extrapolated): a pass of k + 1
+ * tokens measured here as well cost the twins' first token 4-5 ms more, a decode step. */
 sd_status sd_batch_measure(sd_spec_batch *b, sd_spec *s) {
-    int32_t toks[SD_MAX_DRAFT + 1];
-    const int len = sd_context_seq_len(b->ctx, s->seq), n_max = s->p.draft_max + 1;
-    if (len + n_max > s->n_ctx) return SD_OK; /* no room: the first rounds measure instead */
-    for (int i = 0; i < n_max; i++) toks[i] = s->tokens[s->n_tokens - 1];
-    /* the full pass first: the single-token one, which every later judgement compares against,
-     * then runs warm, as decoding does */
-    for (int n = n_max; n >= 1; n = n > 1 ? 1 : 0) {
-        int row;
-        sd_verify_round_clear(b->round);
-        sd_status st = sd_verify_round_add_chain(b->round, s->seq, toks, n, &row);
-        const double t0 = sd_now();
-        if (st == SD_OK) st = sd_verify_round_run(b->round);
-        const double t = sd_now() - t0;
-        sd_context_seq_truncate(b->ctx, s->seq, len);
-        if (st != SD_OK) return st;
-        sd_draft_costs_pass(&b->costs, n, t);
-    }
+    const int len = sd_context_seq_len(b->ctx, s->seq);
+    if (len + 1 > s->n_ctx) return SD_OK; /* no room: the first rounds measure instead */
+    const int32_t tok = s->tokens[s->n_tokens - 1];
+    int row;
+    sd_verify_round_clear(b->round);
+    sd_status st = sd_verify_round_add_chain(b->round, s->seq, &tok, 1, &row);
+    const double t0 = sd_now();
+    if (st == SD_OK) st = sd_verify_round_run(b->round);
+    const double t = sd_now() - t0;
+    sd_context_seq_truncate(b->ctx, s->seq, len);
+    if (st != SD_OK) return st;
+    sd_draft_costs_pass(&b->costs, 1, t);
     return SD_OK;
 }
 
@@ -140,11 +136,14 @@ sd_status sd_batch_step_cb(sd_spec_batch *b, sd_spec *const *specs, int n, sd_sp
         double td = sd_now();
         rc = sd_drafter_model_draft_many(ds, rq, g);
         td = sd_now() - td;
+        int n_synced = 0; /* the group's time holds every drafter's catch-up */
+        for (int j = 0; j < g; j++)
+            if (rq[j]->n_synced > n_synced) n_synced = rq[j]->n_synced;
         for (int j = 0; j < g && rc == SD_OK; j++) {
             sd_spec *c = specs[in[idx[j]]];
             c->st.t_draft += td / g;
             batched[idx[j]] = 1;
-            rc = sd_seq_check_req(c, td / g);
+            rc = sd_seq_check_req(c, td / g, n_synced);
         }
     }
     for (int i = 0; i < n_in && rc == SD_OK; i++)

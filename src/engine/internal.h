@@ -76,8 +76,12 @@ struct sd_spec {
 int sd_seq_plan(sd_spec *s, int share, int allowed, int others_n, double others_e, double others_t, sd_status *rc);
 /* A chain round's request to the drafter (rnd.req). */
 void sd_seq_fill_req(sd_spec *s);
-/* The drafter's answer checked against its contract (and draft_min applied); td: seconds it took. */
-sd_status sd_seq_check_req(sd_spec *s, double td);
+/* The drafter's answer checked against its contract (and draft_min applied); td: seconds it took,
+ * n_synced: the most history tokens a model fed to catch up in that time. */
+sd_status sd_seq_check_req(sd_spec *s, double td, int n_synced);
+/* The most tokens a model drafter feeds to catch up after a round that drafted: the target's own
+ * token, and the last draft when every draft was accepted. */
+#define SYNC_ROUND 2
 /* The round's proposals from the drafter (a chain, or a tree), checked. */
 sd_status sd_seq_draft(sd_spec *s);
 /* The round's tokens into the verify round. */
@@ -88,8 +92,8 @@ sd_status sd_seq_finish(sd_spec *s, const sd_verify_round *vr, sd_token_cb cb, v
 /* batch.c: one round of n engines, with a token callback (only a batch of one passes one) */
 sd_status sd_batch_step_cb(sd_spec_batch *b, sd_spec *const *specs, int n, sd_spec_round *rounds, sd_token_cb cb,
                            void *user);
-/* The adaptive controller's start: a target pass of 1 and of k + 1 tokens after s's cached prompt,
- * once each (then rolled back), into the batch's costs. */
+/* The adaptive controller's start: a target pass of 1 token after s's cached prompt (then rolled
+ * back), into the batch's costs. */
 sd_status sd_batch_measure(sd_spec_batch *b, sd_spec *s);
 
 #endif

@@ -554,9 +554,10 @@ void sd_seq_fill_req(sd_spec *s) {
     req->mask = s->masks;
     req->out = s->rnd.chain + 1 + nf;
     req->conf = s->conf;
+    req->n_synced = 0;
 }
 
-sd_status sd_seq_check_req(sd_spec *s, double td) {
+sd_status sd_seq_check_req(sd_spec *s, double td, int n_synced) {
     sd_draft_req *req = &s->rnd.req;
     if (req->n_out < 0 || req->n_out > s->rnd.k)
         return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' proposed %d tokens; at most %d were asked for", s->drafter->name,
@@ -568,7 +569,10 @@ sd_status sd_seq_check_req(sd_spec *s, double td) {
         if (req->out[i] < 0 || req->out[i] >= s->n_vocab)
             return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' proposed id %d, outside the target's vocabulary of %d",
                            s->drafter->name, (int)req->out[i], s->n_vocab);
-    if (!s->p.costs.given) sd_draft_costs_draft(&s->batch->costs, req->n_out > 0 ? req->n_out : 1, td);
+    /* a draft step's cost from rounds whose model caught up only on the last round's tokens: a
+     * new prompt or a probe after plain rounds feeds many more, which is no step's price */
+    if (!s->p.costs.given && n_synced <= SYNC_ROUND)
+        sd_draft_costs_draft(&s->batch->costs, req->n_out > 0 ? req->n_out : 1, td);
     /* llama-server's n_min: too short a chain is not worth its pass (check_params refused the
      * combinations where dropping it by its length would bias the output) */
     if (req->n_out > 0 && req->n_out < s->p.draft_min) req->n_out = 0;
@@ -624,7 +628,7 @@ sd_status sd_seq_draft(sd_spec *s) {
     rc = s->drafter->vt->draft(s->drafter, &s->rnd.req);
     td = sd_now() - td;
     st->t_draft += td;
-    return rc == SD_OK ? sd_seq_check_req(s, td) : rc;
+    return rc == SD_OK ? sd_seq_check_req(s, td, s->rnd.req.n_synced) : rc;
 }
 
 sd_status sd_seq_add(sd_spec *s, sd_verify_round *vr) {
