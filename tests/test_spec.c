@@ -1782,6 +1782,19 @@ static void test_spec_create_args(void **state) {
     assert_int_equal(st.n_target_steps, 10);
     sd_spec_free(s);
     s = NULL;
+    /* A tree's shape is fixed before its nodes are drawn: p_min, which judges each draft of a
+     * chain, has no say in it, so asking for both is refused by name rather than half-honoured. */
+    p.draft_max = 4;
+    p.tree_budget = 8;
+    p.draft_mode = SD_DRAFT_PMIN;
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(sd_last_error(), "p_min"));
+    assert_null(s);
+    p.draft_mode = SD_DRAFT_FIXED;
+    assert_int_equal(sd_spec_create(m, m, &p, &s), SD_OK);
+    sd_spec_free(s);
+    s = NULL;
+    p.tree_budget = 0;
     p.draft_max = SD_MAX_DRAFT + 1;
     assert_int_equal(sd_spec_create(m, m, &p, &s), SD_ERR_INVALID_ARG);
     p.draft_max = 4;

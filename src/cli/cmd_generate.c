@@ -108,6 +108,8 @@ int cmd_generate(int argc, char **argv) {
     if (draft_type >= 0 && !draft) draft = model; /* --draft-type alone: self-speculation */
     if (compare && !draft && !ngram) return cli_usage_error("generate: --compare needs a drafter (-md or --draft ngram)");
     if (tree && !draft) return cli_usage_error("generate: --draft-tree needs a draft model (-md)");
+    if (tree && o.p_min_set)
+        return cli_usage_error("generate: --draft-p-min judges each draft of a chain; a --draft-tree is --draft-max deep");
     if (tree && ngram) return cli_usage_error("generate: --draft-tree and --draft ngram do not combine");
     if (o.ngram_min > o.ngram_max)
         return cli_usage_error("generate: --ngram-min %d exceeds --ngram-max %d", o.ngram_min, o.ngram_max);
@@ -196,7 +198,7 @@ int cmd_generate(int argc, char **argv) {
     fputc('\n', stdout);
     fflush(stdout);
     if (st != SD_OK) { rc = cli_error_status(st); goto done; }
-    const char *mode = sd_draft_mode_name(p.draft_mode);
+    const char *mode = tree ? "tree" : sd_draft_mode_name(p.draft_mode); /* a tree's depth is fixed */
     print_stats(&stats, dm != NULL || ngram, mode);
     if (stats.stop_reason == SD_STOP_CONTEXT)
         fprintf(stderr, "note: generation stopped because the context of %d tokens is full\n", ctx);

@@ -97,6 +97,11 @@ static sd_status check_params(const sd_spec_params *p, int with_draft, int has_m
                        p->tree_budget);
     if (p->top_logprobs < 0 || p->top_logprobs > SD_MAX_LOGPROBS)
         return sd_fail(SD_ERR_INVALID_ARG, "top_logprobs %d outside 0..%d", p->top_logprobs, SD_MAX_LOGPROBS);
+    /* A tree's shape (depth, branching) is fixed before any node is drawn; p_min judges each
+     * draft of a chain and would have no say in it: refused rather than ignored. */
+    if (p->draft_mode == SD_DRAFT_PMIN && p->tree_budget > 0)
+        return sd_fail(SD_ERR_UNSUPPORTED, "draft mode p_min judges each draft of a chain, not trees (tree budget %d): "
+                       "a tree's depth is draft_max", p->tree_budget);
     if (p->draft_min > 1 && p->tree_budget > 0)
         return sd_fail(SD_ERR_UNSUPPORTED, "draft_min %d applies to chains of drafts, not to trees (tree budget %d)",
                        p->draft_min, p->tree_budget);

@@ -107,6 +107,7 @@ check "compare: pass cost"   0 "^target pass: +[0-9.]+ ms \([0-9.]+ tokens on av
 check "tree needs a model"    2 "--draft-tree needs a draft model" -- "$BIN" generate -m x --draft-tree 8
 check "tree too big"          2 "--draft-tree expects an integer in 1..32, got '40'" -- "$BIN" generate -m x -md x --draft-tree 40
 check "tree tiny self-draft"  0 "greedy outputs identical: yes" -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" --draft-tree 8 -n 12 --compare --ignore-eos
+check "tree with p-min"       2 "--draft-p-min judges each draft of a chain; a --draft-tree" -- "$BIN" generate -m x -md x --draft-tree 8 --draft-p-min 0.5
 check "p-min out of range"    2 "--draft-p-min expects a number in \[0, 1\], got '1.5'" -- "$BIN" generate -m x --draft-p-min 1.5
 check "stats json"            0 ""                   -- "$BIN" generate -m "$TMP/tiny.gguf" -md "$TMP/tiny.gguf" -n 8 --draft-fixed --stats-json "$TMP/s.json"
 # the one serialiser's figures (stats.h): 8 tokens, stopped by length, every token from a pass
