@@ -163,6 +163,38 @@ wait "${pids[@]}"
 got8=$(sse_text "$TMP/seed8.txt")
 expect "coupled: beside 7 other requests alike" "Once upon a time$got8" "$plain"
 expect "the 7 others completed" "$(cat "$TMP"/other?.json | jq -r '.choices[0].finish_reason' | sort | uniq -c | tr -s ' ')" " 7 length"
+# the server's default mode (no spec_sampling field) is the same promise: streamed alone, and not
+# streamed beside 7 other requests
+DEFSEED='{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0.9, "top_p": 0.95, "seed": 123, "ignore_eos": true'
+curl -sN -m 60 "$U/v1/completions" -d "$DEFSEED, \"stream\": true}" >"$TMP/seedd_s.txt"
+expect "default mode: seeded stream equals plain generate" "Once upon a time$(sse_text "$TMP/seedd_s.txt")" "$plain"
+pids=()
+for i in 1 2 3 4 5 6 7; do
+  curl -sN -o "$TMP/otherd$i.txt" -m 120 "$U/v1/completions" -d "{\"prompt\": \"The cat $i\", \"max_tokens\": 40, \"temperature\": 1.0, \"seed\": $i, \"ignore_eos\": true, \"stream\": true}" &
+  pids+=($!)
+done
+post /v1/completions "$DEFSEED}" >"$TMP/seedd8.json"
+wait "${pids[@]}"
+expect "default mode: not streamed, beside 7 other requests alike" "Once upon a time$(jq -r '.choices[0].text' "$TMP/seedd8.json")" "$plain"
+expect "the 7 other streams ended" "$(grep -l '^data: \[DONE\]' "$TMP"/otherd?.txt | wc -l)" "7"
+
+# llama-server's draft fields act (server A drafts 4 per round, fixed): n_max caps each round,
+# p_min stops drafting (fewer drafts than without it), n_min drops chains shorter than it (every
+# verified round then holds at least n_min drafts); the text stays plain decoding's (coupled)
+DR='{"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0.9, "seed": 5, "ignore_eos": true'
+post /v1/completions "$DR}" >"$TMP/dr0.json"
+post /v1/completions "$DR, \"speculative.n_max\": 1}" >"$TMP/dr1.json"
+post /v1/completions "$DR, \"speculative.p_min\": 0.9}" >"$TMP/dr2.json"
+post /v1/completions "$DR, \"speculative.p_min\": 0.5}" >"$TMP/dr3.json"
+post /v1/completions "$DR, \"speculative.p_min\": 0.5, \"speculative.n_min\": 3}" >"$TMP/dr4.json"
+tim() { jq -c '[.timings.draft_max, .timings.draft_n, .timings.verify_n]' "$TMP/$1.json"; }
+if jq -e '.timings.draft_max == 1 and .timings.draft_n > 0 and .timings.draft_n <= .timings.verify_n' "$TMP/dr1.json" >/dev/null &&
+   [ "$(jq .timings.draft_n "$TMP/dr2.json")" -lt "$(jq .timings.draft_n "$TMP/dr0.json")" ] &&
+   jq -e '.timings.verify_n > 0 and .timings.draft_n >= 3 * .timings.verify_n' "$TMP/dr4.json" >/dev/null &&
+   jq -e '.timings.draft_n < 3 * .timings.verify_n' "$TMP/dr3.json" >/dev/null; then
+  ok "speculative.n_max, p_min, n_min act: [draft_max, draft_n, verify_n] $(tim dr0) $(tim dr1) $(tim dr2) $(tim dr3) $(tim dr4)"
+else bad "speculative.n_max, p_min, n_min" "$(tim dr0) $(tim dr1) $(tim dr2) $(tim dr3) $(tim dr4)"; fi
+expect "draft fields: the same text" "$(jq -c '.choices[0].text' "$TMP"/dr?.json | sort -u | wc -l)" "1"
 
 # penalties and min-p: a seeded coupled request gives generate's text with the same flags (which
 # differs from the text without them: they act)
