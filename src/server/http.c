@@ -221,7 +221,7 @@ static char *props_json(const srv *s) {
     cJSON *sp = cJSON_AddObjectToObject(o, "speculative");
     cJSON_AddStringToObject(sp, "draft", draft_kind(s));
     const sd_spec_params *p = &s->p.spec;
-    cJSON_AddStringToObject(sp, "draft_mode", p->draft_mode == SD_DRAFT_FIXED ? "fixed" : p->draft_mode == SD_DRAFT_PMIN ? "p_min" : "adaptive");
+    cJSON_AddStringToObject(sp, "draft_mode", sd_draft_mode_name(p->draft_mode));
     cJSON_AddNumberToObject(sp, "n_max", p->draft_max);
     if (p->draft_mode == SD_DRAFT_PMIN) cJSON_AddNumberToObject(sp, "p_min", p->p_min);
     if (p->ngram) {

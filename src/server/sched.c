@@ -595,7 +595,9 @@ sd_status srv_load(srv *s, const sd_model *tm, const sd_model *dm, sd_chat_forma
     }
     s->tm = tm;
     s->dm = dm;
-    s->auto_spec = N > 1 && (dm || s->p.spec.ngram) && s->p.spec.draft_mode == SD_DRAFT_ADAPTIVE;
+    double rates[2];
+    int rounds[2];
+    s->auto_spec = sd_spec_batch_switch_rates(sd_pair_batch(s->pair), N, rates, rounds); /* the pair decides */
     /* the index every request's grammar masks with, built once (a vocabulary's worth of pieces) */
     if ((st = sd_grammar_vocab_create(tt, &s->gvocab)) != SD_OK) goto fail;
     s->tok = tt;
