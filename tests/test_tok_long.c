@@ -8,9 +8,11 @@
 #include "sdtest.h"
 #include "sdtest_tok.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "specdec/gguf.h"
 #include "specdec/tokenizer.h"
@@ -501,6 +503,58 @@ static void test_text_per_token_bound(void **state) {
     sd_tokenizer_free(t);
 }
 
+/* ---- long runs of one class ------------------------------------------------------------------------ */
+
+static void run_too_slow(int sig) {
+    (void)sig;
+    static const char msg[] = "FAIL: pre-tokenizing 2 MB of digits did not end within 60 s: the split is not linear\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(1);
+}
+
+typedef struct {
+    size_t pieces, bytes, bad;
+    size_t most; /* digits a piece may hold */
+} piece_count;
+
+static void count_piece(const char *w, size_t n, void *u) {
+    piece_count *c = u;
+    (void)w;
+    c->pieces++;
+    c->bytes += n;
+    if (n == 0 || n > c->most) c->bad++;
+}
+
+/* A run of digits splits into pieces of at most 1 (qwen2) or 3 (llama3) digits; each piece is
+ * matched at the run's start, and the match must not rescan the rest of the run (it did: 4 MB of
+ * digits took Qwen's tokenizer over 11 minutes, a denial of service through any prompt). Not a
+ * timing goal: the alarm only turns a hang into a failure (linear: well under a second). */
+static void test_long_digit_runs(void **state) {
+    (void)state;
+    static const struct {
+        const char *rel;
+        int json;
+        size_t digits; /* per piece */
+    } vocabs[] = {{"models/arch-zoo/zoo-qwen2.gguf", 0, 1}, {"tokenizers/llama3/tokenizer.json", 1, 3}};
+    const size_t len = 2u << 20;
+    char *text = random_text(5, "0123456789", len);
+    signal(SIGALRM, run_too_slow);
+    for (size_t v = 0; v < sizeof vocabs / sizeof vocabs[0]; v++) {
+        sd_tokenizer *t = vocabs[v].json ? sdtest_load_hf_tokenizer(vocabs[v].rel, -1, -1) : sdtest_load_gguf_tokenizer(vocabs[v].rel);
+        piece_count c = {0, 0, 0, vocabs[v].digits};
+        alarm(60);
+        assert_int_equal(sd_bpe_pretokenize(t, text, len, count_piece, &c), SD_OK);
+        alarm(0);
+        printf("  %s: %zu digits in %zu pieces\n", vocabs[v].rel, len, c.pieces);
+        assert_int_equal(c.bytes, len);
+        assert_int_equal(c.pieces, (len + vocabs[v].digits - 1) / vocabs[v].digits);
+        assert_int_equal(c.bad, 0);
+        sd_tokenizer_free(t);
+    }
+    signal(SIGALRM, SIG_DFL);
+    free(text);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bpe_real_vocabs),
@@ -509,6 +563,7 @@ int main(void) {
         cmocka_unit_test(test_spm_synthetic),
         cmocka_unit_test(test_special_split),
         cmocka_unit_test(test_text_per_token_bound),
+        cmocka_unit_test(test_long_digit_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

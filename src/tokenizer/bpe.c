@@ -541,6 +541,14 @@ static size_t run(const span *x, size_t i, uint8_t mask) {
     return j - i;
 }
 
+/* run, stopping at most characters: a match of a few characters inside a long run must not scan
+ * the rest of it, which made a run of n digits cost n^2 / 2 steps */
+static size_t run_upto(const span *x, size_t i, uint8_t mask, size_t most) {
+    size_t j = i;
+    while (j < x->end && j - i < most && (x->fl[j] & mask)) j++;
+    return j - i;
+}
+
 static uint32_t ascii_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
 
 /* 's 't 're 've 'm 'll 'd, case-insensitively for llama3 (no code point outside ASCII
@@ -591,10 +599,7 @@ static size_t match_llama3(const span *x, size_t i, size_t max_digits) {
     uint8_t f = F(x, i);
     if (!(c == '\r' || c == '\n' || (f & F_N)) && ((f & F_L) || (F(x, i + 1) & F_L)))
         return 1 + run(x, i + 1, F_L); /* [^\r\n\p{L}\p{N}]?\p{L}+ */
-    if (f & F_N) {
-        size_t n = run(x, i, F_N);
-        return n < max_digits ? n : max_digits;
-    }
+    if (f & F_N) return run_upto(x, i, F_N, max_digits);
     size_t sp = c == ' ';
     uint8_t f2 = F(x, i + sp);
     if (!(f2 & (F_WS | F_L | F_N)) && (f & F_DEF)) { /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
