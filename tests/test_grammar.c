@@ -356,6 +356,9 @@ static void test_schema_refused(void **state) {
         {"{\"allOf\":[{\"type\":\"integer\"},{\"minimum\":1}]}", ".allOf", "allOf of more than one"},
         {"{\"$ref\":\"http://example.com/s.json\"}", ".$ref", "cannot resolve"},
         {"{\"$ref\":\"#/$defs/missing\"}", ".$ref", "cannot resolve"},
+        /* a schema reaching itself through $ref before reading any character: named, not an internal error */
+        {"{\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}}}", "$ref", "before any character"},
+        {"{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", "$ref", "before any character"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}", ".required[0]", "not in properties"},
         {"{\"type\":\"object\",\"properties\":{\"a\":false},\"required\":[\"a\"]}", ".properties.a", "false"},
         {"{\"type\":\"strin\"}", ".type", "expected null, boolean"},

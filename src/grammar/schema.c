@@ -1731,7 +1731,12 @@ sd_status sd_grammar_from_json_schema_ex(const char *buf, size_t len, const sd_j
     sd_status st = sd_json_schema_to_gbnf(buf, len, p, &text);
     if (st != SD_OK) return st;
     st = sd_grammar_from_gbnf(text, strlen(text), "root", out);
-    if (st != SD_OK) { /* a compiler bug: the generated text must always parse */
+    if (st != SD_OK && strstr(sd_last_error(), "grammar: left recursion")) {
+        /* only $ref makes a rule reach itself, and without reading a character only through $ref,
+         * anyOf, oneOf or allOf: a schema that refers to itself before any value starts */
+        st = sd_fail(SD_ERR_UNSUPPORTED, "schema: $ref: a schema that reaches itself through $ref before any character "
+                                         "of its value (through $ref, anyOf, oneOf or allOf alone) is not supported");
+    } else if (st != SD_OK) { /* a compiler bug: the generated text must always parse */
         char msg[512];
         snprintf(msg, sizeof msg, "%s", sd_last_error());
         st = sd_fail(st, "schema: internal error compiling the schema: %s", msg);
