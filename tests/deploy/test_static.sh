@@ -3,7 +3,8 @@
 # deploy/k8s/. The Dockerfile's build stage installs the same package list as scripts/setup.sh
 # (each one's own extraction of scripts/packages.txt, run and compared); its runtime stage's
 # packages (deploy/runtime-packages.sh) cover every library of this build's binary; its shape
-# (bookworm-slim stages, non-root user, port 8080, no download); the manifests (check_k8s.py); the
+# (bookworm-slim stages, non-root user, port 8080, no download); the manifests against the
+# Kubernetes API's types (check_k8s_schema.py, python3-kubernetes) and with each other (check_k8s.py); the
 # memory formula of deploy/k8s/resources.sh against an independent computation and against the
 # resident memory of a running server. A Dockerfile linter runs if one is installed (hadolint is not
 # packaged in Debian: then a note, not a failure).
@@ -19,6 +20,7 @@ skip_all() {
   echo "SKIP: $1"; exit 77
 }
 [ -x $PY ] && $PY -c 'import yaml' 2>/dev/null || skip_all "needs $PY with python3-yaml (scripts/setup.sh installs it)"
+$PY -c 'import kubernetes.client.models' 2>/dev/null || skip_all "needs python3-kubernetes, the API's types for the manifests' schema check (scripts/setup.sh installs it)"
 for f in models/stories260K/stories260K.bin models/stories260K/tok512.bin models/stories-draft/stories-draft.bin; do
   [ -f "$SHARED/$f" ] || skip_all "needs shared test data $SHARED/$f"
 done
@@ -73,6 +75,22 @@ printf '%s\n' "$pk" | grep -qx 'libopenblas0-\(openmp\|pthread\|serial\)' || mis
 [ "$rc" = 0 ] && [ -z "$missing" ] && ok "runtime-packages.sh on this build: $(printf '%s' "$pk" | tr '\n' ' ')" || bad "runtime-packages.sh (exit $rc; missing$missing)" "$pk"
 
 # ---- the manifests ---------------------------------------------------------------------------------
+# the schema: every field a field of its API type, of that type, the required ones present
+if out=$($PY "$SRC/tests/deploy/check_k8s_schema.py" "$SRC/deploy/k8s" 2>&1); then ok "deploy/k8s against the API's schema: $(printf '%s\n' "$out" | sed -n 's|^ok   .*: ||p' | paste -sd, | sed 's/,/, /g')"
+else bad "deploy/k8s against the API's schema" "$out"; fi
+# and the check refuses each kind of mistake in a copy of the Deployment, naming where it is
+mutant() { # NAME SED_EXPRESSION EXPECTED_MESSAGE
+  sed "$2" "$SRC/deploy/k8s/deployment.yaml" >"$TMP/mutant.yaml"
+  if cmp -s "$SRC/deploy/k8s/deployment.yaml" "$TMP/mutant.yaml"; then bad "schema mutant $1: the edit changed nothing"; return; fi
+  out=$($PY "$SRC/tests/deploy/check_k8s_schema.py" "$TMP/mutant.yaml" 2>&1)
+  if [ $? = 1 ] && printf '%s' "$out" | grep -qF "$3"; then ok "schema check refuses $1"
+  else bad "schema check on $1: want \"$3\"" "$out"; fi
+}
+mutant "a misspelt field" 's/readinessProbe:/readinesProbe:/' "containers[0]: unknown field 'readinesProbe' in V1Container"
+mutant "a field in the wrong place" 's/^  replicas: 3$/  replica: 3/' "Deployment.spec: unknown field 'replica'"
+mutant "a number given as a string" 's/terminationGracePeriodSeconds: 45/terminationGracePeriodSeconds: "45"/' "terminationGracePeriodSeconds: '45' is not an int"
+mutant "a list given as a map" 's/capabilities: {drop: \[ALL\]}/capabilities: {drop: ALL}/' "capabilities.drop: want a list of str"
+mutant "a required field left out" 's/^        - name: specdec$/        - stdin: false/' "Invalid value for \`name\`, must not be \`None\`"
 if out=$($PY "$SRC/tests/deploy/check_k8s.py" "$SRC" 2>&1); then ok "deploy/k8s ($(printf '%s\n' "$out" | grep -c '^ok') checks)"
 else bad "deploy/k8s" "$(printf '%s\n' "$out" | grep -A1 '^FAIL')"; fi
 if command -v kubectl >/dev/null; then
