@@ -26,8 +26,8 @@ def stall(port, n, size):
     time.sleep(600)
 
 
-def big(port, n, mib, seconds):
-    prompt = b"a" * int(mib * (1 << 20))
+def big(port, n, mib, seconds, unit=b"a"):
+    prompt = (unit * (int(mib * (1 << 20)) // len(unit) + 1))[:int(mib * (1 << 20))]
     body = b'{"prompt": "' + prompt + b'", "max_tokens": 8}'
     req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
            % len(body)) + body
@@ -60,4 +60,4 @@ if __name__ == "__main__":
     if cmd == "stall":
         stall(int(port), int(rest[0]), int(rest[1]))
     else:
-        big(int(port), int(rest[0]), float(rest[1]), float(rest[2]))
+        big(int(port), int(rest[0]), float(rest[1]), float(rest[2]), *(r.encode() for r in rest[3:4]))

@@ -6,7 +6,9 @@
 # under 200 MB of RSS, and finish the completion (median of 5) within 2x its unloaded median (the
 # larger of the medians before and after the load; the timing goals get one second try).
 # The attackers run at nice 19: they share this machine's CPUs with the server, which a remote
-# attacker's sockets do not. Loopback only; every loop is bounded. In a sanitizer build
+# attacker's sockets do not. Then the same 5 clients against Qwen2's tokenizer with a 32768-token
+# context, where their prompts (letters, digits, words) are tokenized before being refused for
+# the context, and /health under the same rule. Loopback only; every loop is bounded. In a sanitizer build
 # (SPECDEC_SANITIZED=1) the same load runs, for the sanitizers' sake, and the figures are reported
 # but not held to: ASan's quarantine alone holds 256 MB, and its checks change every time.
 # Usage: test_dos.sh SPECDEC_BINARY SOURCE_DIR      (exit 77: skipped)
@@ -101,4 +103,58 @@ else bad "a normal completion under load: median $loaded s against $base s unloa
 kill "$ST"; ST=
 kill -TERM "$SPID"; wait "$SPID"; rc=$?; SPID=
 [ "$rc" = 0 ] && ok "SIGTERM exits 0" || bad "exit $rc after SIGTERM: $(tail -n 5 "$TMP/log")"
+
+# Prompts that are tokenized: above, every 3.8 MiB prompt is refused by its byte length, which a
+# 512-token context allows. Qwen2's tokenizer (152k pieces) with a 32768-token context lets them
+# through to the tokenizer (off the HTTP thread), where digit runs were quadratic (11 minutes for
+# 4 MB): 5 clients send runs of letters, digits and words while /health is polled, under the same
+# 100 ms rule. (A sanitizer build has left above.)
+ZOO=${SPECDEC_SHARED:-$SRC/../shared}/models/arch-zoo/zoo-qwen2.gguf
+if [ ! -f "$ZOO" ]; then
+  if [ "${SPECDEC_REQUIRE_SHARED:-0}" = 1 ]; then bad "tokenized prompts: no $ZOO (SPECDEC_REQUIRE_SHARED=1)"
+  else echo "skip tokenized prompts: no $ZOO"; fi
+  exit $fail
+fi
+"$BIN" serve -m "$ZOO" -c 32768 -np 2 -t 1 --port 0 2>"$TMP/log2" &
+SPID=$!
+PORT=
+for _ in $(seq 600); do
+  PORT=$(sed -n 's|^serve: listening on http://[^ ]*:\([0-9][0-9]*\) .*|\1|p' "$TMP/log2" | head -n 1)
+  [ -n "$PORT" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && break
+  PORT=
+  kill -0 "$SPID" 2>/dev/null || break
+  sleep 0.05
+done
+[ -n "$PORT" ] || { echo "FAIL: the Qwen2 server did not start"; cat "$TMP/log2"; exit 1; }
+U=http://127.0.0.1:$PORT
+health_under() { # UNIT: /health 30 times under 5 clients sending 3.8 MiB of UNIT repeated, for 8 s
+  nice -n 19 "$PY" "$SRC/tests/server/dos_load.py" big "$PORT" 5 3.8 8 "$1" >"$TMP/big" & BG=$!
+  sleep 1
+  : >"$TMP/health"
+  for _ in $(seq 30); do
+    curl -s -m 5 -o /dev/null -w '%{time_total} %{http_code}\n' "$U/health" >>"$TMP/health"
+    sleep 0.1
+  done
+  wait "$BG"; BG=
+  n_ok=$(awk '$2 == 200 && $1 < 0.1' "$TMP/health" | wc -l)
+  slowest=$(sort -n "$TMP/health" | tail -n 1 | cut -d' ' -f1)
+  health_ok=0; [ "$n_ok" -ge 27 ] && awk -v s="$slowest" 'BEGIN {exit !(s < 0.5)}' && ! grep -qv ' 200$' "$TMP/health" && health_ok=1
+}
+for unit in a 1234567890 "hello world "; do
+  health_under "$unit"
+  [ "$health_ok" = 1 ] || health_under "$unit" # one second try, as above
+  got=$(cat "$TMP/big")
+  # tokenized: refused for the context (400 context_length_exceeded), never by the byte bound
+  case $got in
+    *400:*) ;;
+    *) bad "tokenized prompts of '$unit': answers $got" ;;
+  esac
+  "$PY" -c 'import json, sys; print(json.dumps({"prompt": sys.argv[1] * (600000 // len(sys.argv[1])), "max_tokens": 1}))' "$unit" >"$TMP/body"
+  grep -q '"code":"context_length_exceeded"' <(curl -s -m 60 "$U/v1/completions" --data-binary @"$TMP/body") ||
+    bad "a 600 KB prompt of '$unit' was not tokenized and refused for the context"
+  if [ "$health_ok" = 1 ]; then ok "/health while 5 clients' '$unit' prompts are tokenized ($got): $n_ok of 30 within 100 ms, the slowest $slowest s"
+  else bad "/health while '$unit' prompts are tokenized ($got): $n_ok of 30 within 100 ms, the slowest $slowest s"; fi
+done
+kill -TERM "$SPID"; wait "$SPID"; rc=$?; SPID=
+[ "$rc" = 0 ] && ok "SIGTERM exits 0 (Qwen2 server)" || bad "exit $rc after SIGTERM: $(tail -n 5 "$TMP/log2")"
 exit $fail
