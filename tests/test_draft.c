@@ -156,8 +156,41 @@ static void test_adaptive_in_a_batch(void **state) {
     assert_int_equal(beside4, 3);
     assert_int_equal(beside24, 0);
     /* the others' drafting time counts against the round too: beside 4 slots that spent 2 steps
-     * drafting, the same three drafts still pay (time spent either way) */
-    assert_true(round_with(&a, &cs, SD_DRAFT_ADAPTIVE, 8, sure, (others){4, 4, 2}) >= 3);
+     * drafting, the same three drafts still pay (time spent either way); a controller that was
+     * drafting, since after plain rounds drafting must pay 10% more to resume */
+    sd_draft_ctl b;
+    sd_draft_ctl_init(&b);
+    assert_int_equal(round_of(&b, &cs, 8, sure), 7);
+    assert_true(round_with(&b, &cs, SD_DRAFT_ADAPTIVE, 8, sure, (others){4, 4, 2}) >= 3);
+}
+
+/* Once drafting did not pay, it resumes only when a round with a draft is expected to run 10%
+ * faster than a plain one (near break-even the verdict would flip with every noisy figure); while
+ * drafting, any expected gain keeps it going. One draft accepted half the time (no record yet):
+ * 1.5 tokens in a pass of 2 against 1 in a step of 1. */
+static void test_resume_margin(void **state) {
+    (void)state;
+    sd_draft_ctl c;
+    sd_draft_ctl_init(&c);
+    sd_draft_costs cs;
+    sd_draft_costs_init(&cs);
+    cs.given = 1;
+    cs.t_pass[1] = 1.0;
+    cs.t_draft = 1e-9;
+    sd_spec_params p = sd_spec_default_params();
+    p.draft_max = 4;
+    p.draft_mode = SD_DRAFT_ADAPTIVE;
+    const sd_draft_round_in in = {1000, 1000, 1, 0, 0, 0};
+    cs.t_pass[2] = 1.4; /* 1.07x: pays, and drafting starts (nothing said it did not pay) */
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 4);
+    cs.t_pass[2] = 1.6; /* 0.94x: plain */
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 0);
+    cs.t_pass[2] = 1.4; /* 1.07x again: not enough to resume */
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 0);
+    cs.t_pass[2] = 1.3; /* 1.15x: resumes */
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 4);
+    cs.t_pass[2] = 1.45; /* 1.03x: drafting goes on */
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 4);
 }
 
 /* p_min judges the distribution a draft is about to be drawn from (its top probability), before
@@ -235,6 +268,19 @@ static void test_costs(void **state) {
     assert_true(fabs(sd_draft_costs_verify(&c, 5) - 2.0) < 1e-6);
     sd_draft_costs_pass(&c, 5, 22.0);
     assert_true(fabs(sd_draft_costs_verify(&c, 5) - 3.0) < 1e-6);
+    /* a larger pass at today's price of a step: its ratio to the step measured beside it */
+    sd_draft_costs s2;
+    sd_draft_costs_init(&s2);
+    sd_draft_costs_pass(&s2, 1, 1.0);
+    sd_draft_costs_pass(&s2, 2, 1.2);
+    sd_draft_costs_pass(&s2, 4, 2.0);
+    assert_true(fabs(sd_draft_costs_verify(&s2, 2) - 1.2) < 1e-12);
+    sd_draft_costs_pass(&s2, 1, 2.0); /* the step grew (a longer context): mean 1.5 */
+    assert_true(fabs(sd_draft_costs_verify(&s2, 2) - 1.8) < 1e-12);
+    assert_true(fabs(sd_draft_costs_verify(&s2, 3) - 2.4) < 1e-12); /* between 1.8 and 3.0 */
+    assert_true(fabs(sd_draft_costs_verify(&s2, 6) - 4.2) < 1e-12); /* slope 0.6 past 4 */
+    sd_draft_costs_pass(&s2, 2, 1.8);                                 /* measured again at 1.5 */
+    assert_true(fabs(sd_draft_costs_verify(&s2, 2) - 1.5) < 1e-12);   /* (1.2 + 1.8) / 2 */
     /* the draft step alike, per step */
     sd_draft_costs_draft(&c, 2, 1.0);
     sd_draft_costs_draft(&c, 1, 1.5);
@@ -450,6 +496,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adaptive_decisions),
         cmocka_unit_test(test_adaptive_in_a_batch),
+        cmocka_unit_test(test_resume_margin),
         cmocka_unit_test(test_pmin_and_limits),
         cmocka_unit_test(test_costs),
         cmocka_unit_test(test_batch_switch),

@@ -45,6 +45,8 @@ typedef struct {
     double t_draft;                         /* one draft step (0: not measured) */
     int n_pass[SD_DRAFT_COST_MAX_N + 1];    /* measurements behind t_pass[n] (their plain mean at first) */
     int n_draft;                            /* ... behind t_draft */
+    double ref1[SD_DRAFT_COST_MAX_N + 1];   /* t_pass[1] when t_pass[n] last moved (0: unknown then):
+                                               a larger pass is weighed by its ratio to one step */
     int given; /* 1: set by the caller (reproducible runs, tests): never measured or updated */
 } sd_draft_costs;
 

@@ -22,6 +22,10 @@
  * drafting still unprofitable doubles the wait, up to EXPLORE_MAX: a probe costs the draft
  * catching up on every token since the last one. */
 #define EXPLORE_EVERY 32
+/* How much faster a round with a draft must be expected to run than a plain one for drafting to
+ * resume after plain rounds: on stories260K + stories-draft, whose cost model sits near
+ * break-even, resuming at any expected gain ran one bench run in 15 at 0.83x plain. */
+#define RESUME_MARGIN 1.10
 #define EXPLORE_MAX 1024
 
 /* ---- costs -------------------------------------------------------------------------------- */
@@ -36,6 +40,17 @@ static void running_mean(double *mean, int *n, double x) {
 void sd_draft_costs_pass(sd_draft_costs *c, int n_tokens, double seconds) {
     if (c->given || n_tokens < 1 || n_tokens > SD_DRAFT_COST_MAX_N || !(seconds > 0)) return;
     running_mean(&c->t_pass[n_tokens], &c->n_pass[n_tokens], seconds);
+    if (n_tokens > 1) c->ref1[n_tokens] = c->t_pass[1];
+}
+
+/* A measured pass of n tokens at today's price of one step: the ratio to the single-token pass
+ * it was measured beside, times that pass now. A step's cost moves with the context (a small
+ * model's attention grows with it), and a 2-token pass measured at the start of a long generation
+ * then read as cheaper than one token at its end (stories260K: 18 us against 26 us). */
+static double pass_at(const sd_draft_costs *c, int n) {
+    const double t = c->t_pass[n];
+    if (n == 1 || !(t > 0) || !(c->ref1[n] > 0) || !(c->t_pass[1] > 0)) return t;
+    return t * c->t_pass[1] / c->ref1[n];
 }
 
 void sd_draft_costs_draft(sd_draft_costs *c, int n_steps, double seconds) {
@@ -46,18 +61,18 @@ void sd_draft_costs_draft(sd_draft_costs *c, int n_steps, double seconds) {
 double sd_draft_costs_verify(const sd_draft_costs *c, int n) {
     const int N = SD_DRAFT_COST_MAX_N;
     if (n < 1) n = 1;
-    if (n <= N && c->t_pass[n] > 0) return c->t_pass[n];
+    if (n <= N && c->t_pass[n] > 0) return pass_at(c, n);
     int lo = (n <= N ? n : N + 1) - 1, hi = n + 1; /* the nearest measured sizes below and above */
     while (lo >= 1 && !(c->t_pass[lo] > 0)) lo--;
     while (hi <= N && !(c->t_pass[hi] > 0)) hi++;
-    if (lo >= 1 && hi <= N) return c->t_pass[lo] + (c->t_pass[hi] - c->t_pass[lo]) * (n - lo) / (hi - lo);
+    if (lo >= 1 && hi <= N) return pass_at(c, lo) + (pass_at(c, hi) - pass_at(c, lo)) * (n - lo) / (hi - lo);
     if (lo >= 1) { /* past the largest: the slope of the two largest measured, else a step per token */
         int l2 = lo - 1;
         while (l2 >= 1 && !(c->t_pass[l2] > 0)) l2--;
-        const double slope = l2 >= 1 ? (c->t_pass[lo] - c->t_pass[l2]) / (lo - l2) : c->t_pass[lo] / lo;
-        return c->t_pass[lo] + slope * (n - lo);
+        const double slope = l2 >= 1 ? (pass_at(c, lo) - pass_at(c, l2)) / (lo - l2) : pass_at(c, lo) / lo;
+        return pass_at(c, lo) + slope * (n - lo);
     }
-    return hi <= N ? c->t_pass[hi] * n / hi : 0.0;
+    return hi <= N ? pass_at(c, hi) * n / hi : 0.0;
 }
 
 /* ---- the sequence's controller ---------------------------------------------------------------- */
@@ -101,8 +116,13 @@ static int adaptive_plan(sd_draft_ctl *c, int k_max) {
     }
     /* Does even one draft pay? Its acceptance before seeing it: the first position's record. */
     const double first = c->first_tried > 0 ? (c->first_acc + PRIOR_N * 0.5) / (c->first_tried + PRIOR_N) : 0.5;
-    const int pays = round_rate(c, 1 + first, 1, 2) > round_rate(c, 1, 0, 1);
+    /* From plain rounds, drafting must pay by a margin: near break-even, costs measured a round
+     * apart flip the verdict back and forth, and each switch back costs the draft its catch-up on
+     * the tokens it missed (no step's price, so not in t_draft). */
+    const double margin = c->plain_last ? RESUME_MARGIN : 1.0;
+    const int pays = round_rate(c, 1 + first, 1, 2) > margin * round_rate(c, 1, 0, 1);
     if (!c->explore_every) c->explore_every = EXPLORE_EVERY;
+    c->plain_last = !pays;
     if (pays) {
         c->plain_run = 0;
         c->explore_every = EXPLORE_EVERY;

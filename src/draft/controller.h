@@ -26,6 +26,7 @@ typedef struct {
     int plain_run;                 /* rounds without drafts in a row (adaptive) */
     int explore_every;             /* plain rounds between probes (doubles while they fail) */
     int probing;                   /* the last round was a probe */
+    int plain_last;                /* the last judgement found drafting not to pay (adaptive) */
     int measuring;                 /* this round's one proposal is made to measure costs, unjudged */
     /* the round in progress (sd_draft_ctl_plan sets them) */
     sd_draft_mode mode;
