@@ -191,6 +191,13 @@ static void test_resume_margin(void **state) {
     assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 4);
     cs.t_pass[2] = 1.45; /* 1.03x: drafting goes on */
     assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 4);
+    /* beside other sequences in the pass (the batch switch measures there), no margin */
+    const sd_draft_round_in shared = {1000, 1000, 1, 2, 2, 0}; /* 2 tokens of others, 2 emitted */
+    cs.t_pass[3] = 1.8;
+    cs.t_pass[4] = 2.4; /* 2 + 1.5 tokens in 2.4 against 2 + 1 in 1.8: 0.88x: plain */
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &shared), 0);
+    cs.t_pass[4] = 2.0; /* 1.05x: resumes, where alone it would not */
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &shared), 4);
 }
 
 /* p_min judges the distribution a draft is about to be drawn from (its top probability), before

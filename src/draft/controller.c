@@ -118,8 +118,10 @@ static int adaptive_plan(sd_draft_ctl *c, int k_max) {
     const double first = c->first_tried > 0 ? (c->first_acc + PRIOR_N * 0.5) / (c->first_tried + PRIOR_N) : 0.5;
     /* From plain rounds, drafting must pay by a margin: near break-even, costs measured a round
      * apart flip the verdict back and forth, and each switch back costs the draft its catch-up on
-     * the tokens it missed (no step's price, so not in t_draft). */
-    const double margin = c->plain_last ? RESUME_MARGIN : 1.0;
+     * the tokens it missed (no step's price, so not in t_draft). Alone only: in a shared pass one
+     * sequence's draft moves the round's rate by a few percent, and the batch switch measures
+     * which rounds run faster. */
+    const double margin = c->plain_last && c->others_n == 0 ? RESUME_MARGIN : 1.0;
     const int pays = round_rate(c, 1 + first, 1, 2) > margin * round_rate(c, 1, 0, 1);
     if (!c->explore_every) c->explore_every = EXPLORE_EVERY;
     c->plain_last = !pays;
