@@ -695,6 +695,8 @@ static void test_server_errors(void **state) {
          "messages: messages[0].tool_calls is not supported"},
         {"{\"messages\": [{\"role\": \"tool\", \"content\": \"r\", \"tool_call_id\": 5}]}", "messages",
          "messages: messages[0].tool_call_id must be a string, got a number"},
+        {"{\"messages\": [{\"role\": \"tool\", \"content\": \"r\"}]}", "messages",
+         "messages: messages[0].tool_call_id is required with role 'tool' (the id of the call it answers)"},
         {"{\"messages\": [{\"role\": \"tool\", \"content\": \"r\", \"name\": \"f\"}]}", "messages",
          "messages: messages[0].name is not supported"},
         {"{\"messages\": [{\"role\": \"function\", \"content\": \"r\"}]}", "messages",
@@ -721,7 +723,8 @@ static void test_server_errors(void **state) {
     assert_int_equal(srv_parse_gen(&c, 1, none, strlen(none), &g, &e), 0);
     assert_null(g.tools);
     srv_gen_free(&g);
-    static const char result[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"tool\", \"content\": \"r\"}]}";
+    static const char result[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"tool\", "
+                                 "\"tool_call_id\": \"call_1\", \"content\": \"r\"}]}";
     assert_int_equal(srv_parse_gen(&c, 1, result, strlen(result), &g, &e), -1);
     assert_string_equal(e.param, "messages");
     assert_non_null(strstr(e.msg, "chat template gemma has no tool calling: message 1 is a tool's result"));

@@ -276,6 +276,9 @@ const char *const *srv_tools_message_keys(const char *role) {
 int srv_tools_message(const cJSON *msg, int i, sd_chat_msg *m, srv_err *e) {
     const cJSON *id = get(msg, "tool_call_id"), *calls = get(msg, "tool_calls");
     if (id && !cJSON_IsString(id)) return bad(e, "messages", "messages[%d].tool_call_id must be a string, got %s", i, kind(id));
+    /* as OpenAI: a tool's result names the call it answers */
+    if (!id && m->role && !strcmp(m->role, "tool"))
+        return bad(e, "messages", "messages[%d].tool_call_id is required with role 'tool' (the id of the call it answers)", i);
     if (!calls) return 0;
     if (!cJSON_IsArray(calls) || !calls->child)
         return bad(e, "messages", "messages[%d].tool_calls must be an array of at least one call, got %s", i,
