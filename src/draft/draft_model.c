@@ -238,18 +238,14 @@ sd_status sd_drafter_model_draft_many(sd_drafter *const *ds, sd_draft_req *const
         r->n_out = 0;
         r->source = 0;
         r->q_filled = md_wants_q(md) && r->q != NULL;
-        if (r->n_hist < 1 || r->n_hist > sd_context_n_ctx(md->ctx)) {
-            st = sd_fail(SD_ERR_CONTEXT_FULL, "drafter: a history of %d tokens exceeds its context of %d", r->n_hist,
-                         sd_context_n_ctx(md->ctx));
-            break;
-        }
+        if ((st = check_hist(md, r->n_hist)) != SD_OK) break;
         int c = md->synced < md->n_fed ? md->synced : md->n_fed;
         if (c > r->n_hist) c = r->n_hist;
         while (c < md->n_fed && c < r->n_hist && md->fed[c] == r->hist[c]) c++;
         r->n_synced = 0;
         if (c == r->n_hist && md->n_fed == r->n_hist && md->have_logits) continue; /* in step already */
-        r->n_synced = r->n_hist - (c > r->n_hist - 1 ? r->n_hist - 1 : c);
         if (c > r->n_hist - 1) c = r->n_hist - 1;
+        r->n_synced = r->n_hist - c;
         sd_context_seq_truncate(md->ctx, md->seq, c);
         md->n_fed = c;
         md->have_logits = 0;
