@@ -33,17 +33,30 @@ bad() { echo "FAIL $1"; fail=1; }
 # a model that takes a visible time per token (77 MB of F32 weights), so that the completion's time
 # is the engine's and not the HTTP round trip's
 "$BIN" mkmodel "$TMP/m.gguf" --dim 512 --layers 6 --heads 8 --hidden 1536 --vocab 512 --ctx 4096 2>/dev/null
-"$BIN" serve -m "$TMP/m.gguf" -c 512 -np 2 -t 1 --port 0 2>"$TMP/log" &
-SPID=$!
-PORT=
-for _ in $(seq 1200); do
-  PORT=$(sed -n 's|^serve: listening on http://[^ ]*:\([0-9][0-9]*\) .*|\1|p' "$TMP/log" | head -1)
-  [ -n "$PORT" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && break
-  kill -0 "$SPID" 2>/dev/null || break
-  sleep 0.05
-done
-[ -n "$PORT" ] || { echo "FAIL: the server did not start"; cat "$TMP/log"; exit 1; }
-U=http://127.0.0.1:$PORT
+# LOG ARGS...: specdec serve started and healthy (SPID, PORT, U set), or the test stops
+serve() {
+  local log=$1; shift
+  "$BIN" serve "$@" --port 0 2>"$log" &
+  SPID=$!
+  PORT=
+  for _ in $(seq 1200); do
+    PORT=$(sed -n 's|^serve: listening on http://[^ ]*:\([0-9][0-9]*\) .*|\1|p' "$log" | head -1)
+    [ -n "$PORT" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && break
+    PORT=
+    kill -0 "$SPID" 2>/dev/null || break
+    sleep 0.05
+  done
+  [ -n "$PORT" ] || { echo "FAIL: the server did not start: $*"; cat "$log"; exit 1; }
+  U=http://127.0.0.1:$PORT
+}
+# The /health goal over $TMP/health ("seconds status" lines): n_ok, slowest and health_ok set
+health_verdict() {
+  n_ok=$(awk '$2 == 200 && $1 < 0.1' "$TMP/health" | wc -l)
+  slowest=$(sort -n "$TMP/health" | tail -n 1 | cut -d' ' -f1)
+  health_ok=0
+  [ "$n_ok" -ge 27 ] && awk -v s="$slowest" 'BEGIN {exit !(s < 0.5)}' && ! grep -qv ' 200$' "$TMP/health" && health_ok=1
+}
+serve "$TMP/log" -m "$TMP/m.gguf" -c 512 -np 2 -t 1
 cmpl() { curl -s -m 60 -o /dev/null -w '%{time_total}\n' "$U/v1/completions" -d '{"prompt": "a b c", "max_tokens": 64, "temperature": 0, "ignore_eos": true}'; }
 median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 rss() { awk '/^VmRSS/ {print int($2 / 1024)}' "/proc/$SPID/status"; }
@@ -80,9 +93,7 @@ measure() {
   echo "5 clients with 3.8 MiB prompts got: $(cat "$TMP/big") (400: refused by their length before tokenizing; 503: past the body budget)"
   echo "the server: $(curl -s "$U/metrics" | grep -E '^specdec:(connections|request_bytes_buffered) ' | tr '\n' ' ')"
   echo "completion: unloaded medians $b1 s before and $b2 s after, $loaded s under load ($(tr '\n' ' ' <"$TMP/cmpl"))"
-  n_ok=$(awk '$2 == 200 && $1 < 0.1' "$TMP/health" | wc -l)
-  slowest=$(sort -n "$TMP/health" | tail -n 1 | cut -d' ' -f1)
-  health_ok=0; [ "$n_ok" -ge 27 ] && awk -v s="$slowest" 'BEGIN {exit !(s < 0.5)}' && ! grep -qv ' 200$' "$TMP/health" && health_ok=1
+  health_verdict
   cmpl_ok=0; awk -v l="$loaded" -v b="$base" 'BEGIN {exit !(l <= 2 * b)}' && cmpl_ok=1
 }
 measure
@@ -115,18 +126,7 @@ if [ ! -f "$ZOO" ]; then
   else echo "skip tokenized prompts: no $ZOO"; fi
   exit $fail
 fi
-"$BIN" serve -m "$ZOO" -c 32768 -np 2 -t 1 --port 0 2>"$TMP/log2" &
-SPID=$!
-PORT=
-for _ in $(seq 600); do
-  PORT=$(sed -n 's|^serve: listening on http://[^ ]*:\([0-9][0-9]*\) .*|\1|p' "$TMP/log2" | head -n 1)
-  [ -n "$PORT" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && break
-  PORT=
-  kill -0 "$SPID" 2>/dev/null || break
-  sleep 0.05
-done
-[ -n "$PORT" ] || { echo "FAIL: the Qwen2 server did not start"; cat "$TMP/log2"; exit 1; }
-U=http://127.0.0.1:$PORT
+serve "$TMP/log2" -m "$ZOO" -c 32768 -np 2 -t 1
 health_under() { # UNIT: /health 30 times under 5 clients sending 3.8 MiB of UNIT repeated, for 8 s
   nice -n 19 "$PY" "$SRC/tests/server/dos_load.py" big "$PORT" 5 3.8 8 "$1" >"$TMP/big" & BG=$!
   sleep 1
@@ -136,9 +136,7 @@ health_under() { # UNIT: /health 30 times under 5 clients sending 3.8 MiB of UNI
     sleep 0.1
   done
   wait "$BG"; BG=
-  n_ok=$(awk '$2 == 200 && $1 < 0.1' "$TMP/health" | wc -l)
-  slowest=$(sort -n "$TMP/health" | tail -n 1 | cut -d' ' -f1)
-  health_ok=0; [ "$n_ok" -ge 27 ] && awk -v s="$slowest" 'BEGIN {exit !(s < 0.5)}' && ! grep -qv ' 200$' "$TMP/health" && health_ok=1
+  health_verdict
 }
 for unit in a 1234567890 "hello world "; do
   health_under "$unit"

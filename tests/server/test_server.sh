@@ -153,30 +153,30 @@ curl -sN -m 60 "$U/v1/completions" -d "$SEEDED, \"stream\": true}" >"$TMP/seed_s
 expect "coupled: streamed alike" "Once upon a time$(sse_text "$TMP/seed_s.txt")" "$plain"
 post /v1/completions "$SEEDED, \"speculative.n_max\": 0}" >"$TMP/seed0.json"
 expect "coupled: without drafting alike" "Once upon a time$(jq -r '.choices[0].text' "$TMP/seed0.json")" "$plain"
-pids=()
-for i in 1 2 3 4 5 6 7; do
-  curl -s -o "$TMP/other$i.json" -m 120 "$U/v1/completions" -d "{\"prompt\": \"The dog $i\", \"max_tokens\": 40, \"temperature\": 1.0, \"seed\": $i, \"ignore_eos\": true}" &
-  pids+=($!)
-done
+# 7 seeded requests in the background, their pids in $pids: OUT_PREFIX PROMPT_WORD STREAM(true|false)
+others7() {
+  pids=()
+  for i in 1 2 3 4 5 6 7; do
+    curl -sN -o "$TMP/$1$i.out" -m 120 "$U/v1/completions" -d "{\"prompt\": \"The $2 $i\", \"max_tokens\": 40, \"temperature\": 1.0, \"seed\": $i, \"ignore_eos\": true, \"stream\": $3}" &
+    pids+=($!)
+  done
+}
+others7 other dog false
 curl -sN -m 120 "$U/v1/completions" -d "$SEEDED, \"stream\": true}" >"$TMP/seed8.txt"
 wait "${pids[@]}"
 got8=$(sse_text "$TMP/seed8.txt")
 expect "coupled: beside 7 other requests alike" "Once upon a time$got8" "$plain"
-expect "the 7 others completed" "$(cat "$TMP"/other?.json | jq -r '.choices[0].finish_reason' | sort | uniq -c | tr -s ' ')" " 7 length"
+expect "the 7 others completed" "$(cat "$TMP"/other?.out | jq -r '.choices[0].finish_reason' | sort | uniq -c | tr -s ' ')" " 7 length"
 # the server's default mode (no spec_sampling field) is the same promise: streamed alone, and not
 # streamed beside 7 other requests
 DEFSEED='{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0.9, "top_p": 0.95, "seed": 123, "ignore_eos": true'
 curl -sN -m 60 "$U/v1/completions" -d "$DEFSEED, \"stream\": true}" >"$TMP/seedd_s.txt"
 expect "default mode: seeded stream equals plain generate" "Once upon a time$(sse_text "$TMP/seedd_s.txt")" "$plain"
-pids=()
-for i in 1 2 3 4 5 6 7; do
-  curl -sN -o "$TMP/otherd$i.txt" -m 120 "$U/v1/completions" -d "{\"prompt\": \"The cat $i\", \"max_tokens\": 40, \"temperature\": 1.0, \"seed\": $i, \"ignore_eos\": true, \"stream\": true}" &
-  pids+=($!)
-done
+others7 otherd cat true
 post /v1/completions "$DEFSEED}" >"$TMP/seedd8.json"
 wait "${pids[@]}"
 expect "default mode: not streamed, beside 7 other requests alike" "Once upon a time$(jq -r '.choices[0].text' "$TMP/seedd8.json")" "$plain"
-expect "the 7 other streams ended" "$(grep -l '^data: \[DONE\]' "$TMP"/otherd?.txt | wc -l)" "7"
+expect "the 7 other streams ended" "$(grep -l '^data: \[DONE\]' "$TMP"/otherd?.out | wc -l)" "7"
 
 # llama-server's draft fields act (server A drafts 4 per round, fixed): n_max caps each round,
 # p_min stops drafting (fewer drafts than without it), n_min drops chains shorter than it (every
