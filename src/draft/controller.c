@@ -22,11 +22,11 @@
  * drafting still unprofitable doubles the wait, up to EXPLORE_MAX: a probe costs the draft
  * catching up on every token since the last one. */
 #define EXPLORE_EVERY 32
+#define EXPLORE_MAX 1024
 /* How much faster a round with a draft must be expected to run than a plain one for drafting to
  * resume after plain rounds: on stories260K + stories-draft, whose cost model sits near
  * break-even, resuming at any expected gain ran one bench run in 15 at 0.83x plain. */
 #define RESUME_MARGIN 1.10
-#define EXPLORE_MAX 1024
 
 /* ---- costs -------------------------------------------------------------------------------- */
 

@@ -57,7 +57,7 @@ int sd_spec_batch_switch_rates(const sd_spec_batch *b, int batch, double rate[2]
 
 /* One pass of one token: the step every judgement compares against. It is time to first token,
  * so the larger sizes are left to the rounds (the first ones draft a single token until a draft
- * step is measured, then the sizes above the measured ones are extrapolated): a pass of k + 1
+ * step and a 2-token pass are measured, then the sizes above the measured ones are extrapolated): a pass of k + 1
  * tokens measured here as well cost the twins' first token 4-5 ms more, a decode step. */
 sd_status sd_batch_measure(sd_spec_batch *b, sd_spec *s) {
     const int len = sd_context_seq_len(b->ctx, s->seq);
