@@ -671,6 +671,166 @@ static void test_forced(void **state) {
     sd_tokenizer_free(t);
 }
 
+/* ---- lazy grammars ---- */
+
+/* The reference of a lazy grammar: where the trigger first appears in text (-1: nowhere yet), found
+ * by plain search, independent of the matcher's failure links. */
+static long trigger_at(const char *trig, sd_grammar_trigger_where where, const char *text, size_t len) {
+    const size_t tl = strlen(trig);
+    if (where == SD_GRAMMAR_TRIGGER_AT_START) {
+        size_t i = 0;
+        while (i < len && strchr(" \t\r\n", text[i])) i++;
+        return len - i >= tl && !memcmp(text + i, trig, tl) ? (long)i : -1;
+    }
+    for (size_t i = 0; i + tl <= len; i++)
+        if (!memcmp(text + i, trig, tl)) return (long)i;
+    return -1;
+}
+
+/* Whether the lazy grammar allows token id after hist: free text until the trigger, then the plain
+ * grammar (a copy that is not lazy) from the trigger's first byte. */
+static int lazy_allows(sd_grammar *plain, const char *trig, sd_grammar_trigger_where where, const sd_tokenizer *t,
+                       const sd_grammar_vocab *v, const char *hist, size_t hlen, int32_t id) {
+    const int eog = sd_tokenizer_is_eog(t, id);
+    size_t bl = 0;
+    const uint8_t *b = eog ? NULL : sd_grammar_vocab_bytes(v, id, &bl);
+    const long at = trigger_at(trig, where, hist, hlen);
+    if (at < 0 && (eog || !b)) return 1; /* free: control tokens and the end too */
+    char *all = malloc(hlen + bl + 1);
+    memcpy(all, hist, hlen);
+    if (bl) memcpy(all + hlen, b, bl);
+    const long at2 = trigger_at(trig, where, all, hlen + bl);
+    int ok = 1;
+    if (at2 >= 0) {
+        sd_grammar_matcher *r = NULL;
+        assert_int_equal(sd_grammar_matcher_create(plain, NULL, &r), SD_OK);
+        ok = (eog || b) && sd_grammar_matcher_accept_bytes(r, all + at2, hlen + bl - (size_t)at2) == SD_OK &&
+             (!eog || sd_grammar_matcher_can_end(r));
+        sd_grammar_matcher_free(r);
+    }
+    free(all);
+    return ok;
+}
+
+/* Random walks through a lazy grammar, half the picks among the tokens that hold a byte of the
+ * trigger (so that it appears): each step's mask and allows against lazy_allows for every token,
+ * refused tokens change nothing, and rollback (also back into the free text) equals replay. */
+static void lazy_walks(const char *gbnf_text, const char *trig, sd_grammar_trigger_where where, int walks, int steps) {
+    sd_tokenizer *t = make_tokenizer(k_pieces, N_PIECES);
+    sd_grammar_vocab *v = NULL;
+    assert_int_equal(sd_grammar_vocab_create(t, &v), SD_OK);
+    sd_grammar *g = gbnf(gbnf_text), *plain = gbnf(gbnf_text);
+    assert_int_equal(sd_grammar_set_trigger(g, trig, strlen(trig), where), SD_OK);
+    const int n = sd_grammar_vocab_n(v);
+    const size_t w = sd_grammar_mask_words(v);
+    uint64_t *mask = calloc(w, sizeof *mask), *m2 = calloc(w, sizeof *m2);
+    sd_rng rng;
+    sd_rng_seed(&rng, 11);
+    int triggered = 0, ended = 0;
+    for (int walk = 0; walk < walks; walk++) {
+        sd_grammar_matcher *m = NULL;
+        assert_int_equal(sd_grammar_matcher_create(g, v, &m), SD_OK);
+        char hist[4096];
+        size_t hlen = 0, hl[256] = {0};
+        int32_t toks[256];
+        int k = 0, done = 0;
+        for (; k < steps && k < 255 && !done; k++) {
+            assert_int_equal(sd_grammar_matcher_mask(m, mask), SD_OK);
+            int cnt = 0, near = 0;
+            for (int id = 0; id < n; id++) {
+                const int want = lazy_allows(plain, trig, where, t, v, hist, hlen, id);
+                if (bit(mask, id) != want) fail_msg("token %d: mask %d, reference %d after '%.*s'", id, bit(mask, id), want, (int)hlen, hist);
+                assert_int_equal(sd_grammar_matcher_allows(m, id), want);
+                size_t bl = 0;
+                const uint8_t *b = sd_grammar_vocab_bytes(v, id, &bl);
+                cnt += want;
+                near += want && b && memchr(b, trig[0], bl) != NULL;
+            }
+            if (!cnt) break;
+            for (int id = 0; id < n; id++)
+                if (!bit(mask, id)) { /* refused: nothing changes */
+                    assert_int_equal(sd_grammar_matcher_accept(m, id), SD_ERR_INVALID_ARG);
+                    assert_int_equal(sd_grammar_matcher_n_steps(m), k);
+                    break;
+                }
+            const int pick_near = near && sd_rng_next(&rng) % 2;
+            int pick = (int)(sd_rng_next(&rng) % (uint64_t)(pick_near ? near : cnt)), id = 0;
+            for (id = 0; id < n; id++) {
+                size_t bl = 0;
+                const uint8_t *b = sd_grammar_vocab_bytes(v, id, &bl);
+                if (bit(mask, id) && (!pick_near || (b && memchr(b, trig[0], bl))) && pick-- == 0) break;
+            }
+            assert_int_equal(sd_grammar_matcher_accept(m, id), SD_OK);
+            toks[k] = id;
+            size_t bl = 0;
+            const uint8_t *b = sd_grammar_vocab_bytes(v, id, &bl);
+            if (sd_tokenizer_is_eog(t, id)) done = 1;
+            else if (b) {
+                assert_true(hlen + bl < sizeof hist);
+                memcpy(hist + hlen, b, bl);
+                hlen += bl;
+            }
+            hl[k + 1] = hlen;
+            assert_int_equal(sd_grammar_matcher_n_steps(m), k + 1);
+            if (trigger_at(trig, where, hist, hlen) < 0) assert_int_equal(sd_grammar_matcher_is_done(m), done); /* free text ends only at the end */
+        }
+        triggered += trigger_at(trig, where, hist, hlen) >= 0;
+        ended += done;
+        for (int j = k; j >= 0; j -= 1 + (int)(sd_rng_next(&rng) % 3)) {
+            assert_int_equal(sd_grammar_matcher_rollback(m, j), SD_OK);
+            sd_grammar_matcher *r = NULL;
+            assert_int_equal(sd_grammar_matcher_create(g, v, &r), SD_OK);
+            for (int q = 0; q < j; q++) assert_int_equal(sd_grammar_matcher_accept(r, toks[q]), SD_OK);
+            assert_int_equal(sd_grammar_matcher_mask(m, mask), SD_OK);
+            assert_int_equal(sd_grammar_matcher_mask(r, m2), SD_OK);
+            assert_memory_equal(mask, m2, w * sizeof *mask);
+            assert_int_equal(sd_grammar_matcher_can_end(m), sd_grammar_matcher_can_end(r));
+            assert_int_equal(sd_grammar_matcher_n_steps(m), j);
+            const int is_end = j > 0 && sd_tokenizer_is_eog(t, toks[j - 1]);
+            for (int id = 0; id < n; id++)
+                assert_int_equal(bit(mask, id), !is_end && lazy_allows(plain, trig, where, t, v, hist, hl[j], id));
+            sd_grammar_matcher_free(r);
+        }
+        sd_grammar_matcher_free(m);
+    }
+    fprintf(stderr, "lazy '%s': %d of %d walks reached the trigger, %d ended\n", trig, triggered, walks, ended);
+    assert_true(triggered >= walks / 4); /* the walks did test the constrained part */
+    free(mask);
+    free(m2);
+    sd_grammar_free(g);
+    sd_grammar_free(plain);
+    sd_grammar_vocab_free(v);
+    sd_tokenizer_free(t);
+}
+
+static void test_lazy(void **state) {
+    (void)state;
+    /* a one-byte trigger anywhere (a '{' inside free text), one spanning tokens ("\"", "name", "\":" or
+     * "\"name\":" whole), one only at the start, as Llama 3.1's calls are, and one overlapping itself */
+    lazy_walks("root ::= \"{\" [a-c]{1,4} \"}\"", "{", SD_GRAMMAR_TRIGGER_ANYWHERE, 16, 30);
+    lazy_walks("root ::= \"\\\"name\\\":\" ( \"true\" | \"null\" | [0-9]{1,3} )", "\"name\":", SD_GRAMMAR_TRIGGER_ANYWHERE, 16,
+               30);
+    lazy_walks("root ::= \"{\" [ab]{1,3} \"}\"", "{", SD_GRAMMAR_TRIGGER_AT_START, 24, 12);
+    /* a trigger that overlaps itself: "aaab" holds "aab" from its second byte */
+    lazy_walks("root ::= \"aab\" [0-9]{1,2}", "aab", SD_GRAMMAR_TRIGGER_ANYWHERE, 24, 30);
+    /* the trigger is set once, before any matcher; a lazy grammar is unbounded */
+    sd_grammar *g = gbnf("root ::= \"{}\"");
+    uint64_t mb = 0;
+    assert_int_equal(sd_grammar_max_bytes(g, &mb), 1);
+    assert_int_equal(sd_grammar_set_trigger(g, "", 0, SD_GRAMMAR_TRIGGER_ANYWHERE), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_grammar_set_trigger(g, "{", 1, (sd_grammar_trigger_where)7), SD_ERR_INVALID_ARG);
+    assert_int_equal(sd_grammar_set_trigger(g, "{", 1, SD_GRAMMAR_TRIGGER_ANYWHERE), SD_OK);
+    assert_int_equal(sd_grammar_max_bytes(g, &mb), 0);
+    assert_int_equal(sd_grammar_set_trigger(g, "{", 1, SD_GRAMMAR_TRIGGER_ANYWHERE), SD_ERR_INVALID_ARG);
+    sd_grammar_free(g);
+    g = gbnf("root ::= \"{}\"");
+    sd_grammar_matcher *m = NULL;
+    assert_int_equal(sd_grammar_matcher_create(g, NULL, &m), SD_OK);
+    assert_int_equal(sd_grammar_set_trigger(g, "{", 1, SD_GRAMMAR_TRIGGER_ANYWHERE), SD_ERR_INVALID_ARG);
+    sd_grammar_matcher_free(m);
+    sd_grammar_free(g);
+}
+
 /* The vocabulary index of real tokenizers: every normal token's bytes are its decoded text, and a
  * JSON-object mask at the start holds exactly the tokens that are whitespace then '{' prefixes. */
 static void test_real_vocab(void **state) {
@@ -793,7 +953,7 @@ int main(void) {
         cmocka_unit_test(test_schema_instances),  cmocka_unit_test(test_schema_refused),
         cmocka_unit_test(test_schema_bounds),     cmocka_unit_test(test_matcher_masks),
         cmocka_unit_test(test_forced),            cmocka_unit_test(test_real_vocab),
-        cmocka_unit_test(test_gbnf_schemas),
+        cmocka_unit_test(test_gbnf_schemas),      cmocka_unit_test(test_lazy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -95,6 +95,22 @@ sd_status sd_grammar_json_object(const sd_json_schema_params *p, sd_grammar **ou
 
 void sd_grammar_free(sd_grammar *g); /* NULL is fine */
 
+/* Where a lazy grammar's trigger may stand. */
+typedef enum {
+    SD_GRAMMAR_TRIGGER_ANYWHERE = 0, /* anywhere in the text */
+    SD_GRAMMAR_TRIGGER_AT_START = 1, /* only after nothing but whitespace (space, tab, CR, LF) */
+} sd_grammar_trigger_where;
+
+/* Makes g lazy (tool_choice auto with strict tools): the text is free, exactly as without a grammar,
+ * until the trigger's bytes (len >= 1) first appear in it where `where` allows; the grammar then
+ * applies to the text from the trigger's first byte on, so g's sentences should begin with the
+ * trigger. Before that, every token is allowed (control tokens and end of generation too) except one
+ * that would complete the trigger with bytes the grammar refuses, so a text that starts the
+ * constrained part always continues it validly. A lazy grammar's language is unbounded
+ * (sd_grammar_max_bytes gives 0). Set it before the first matcher is created, at most once
+ * (else SD_ERR_INVALID_ARG). */
+sd_status sd_grammar_set_trigger(sd_grammar *g, const void *trigger, size_t len, sd_grammar_trigger_where where);
+
 /* 1 and *bytes = the longest sentence in bytes when the language is finite, else 0 (a repetition
  * without an upper bound, or recursion). A finite grammar ends within *bytes + 1 tokens. */
 int sd_grammar_max_bytes(const sd_grammar *g, uint64_t *bytes);

@@ -127,6 +127,15 @@ struct sd_grammar {
     uint32_t epoch;
     size_t cache_bytes;
     const sd_grammar_vocab *vocab;
+    int n_matchers; /* created so far: a trigger is set before the first */
+    /* lazy (sd_grammar_set_trigger): the trigger, its failure links (the longest proper prefix of
+     * trig[0..i] that is also its suffix) and, per trigger state 0..trig_len - 1, the cached mask of
+     * the tokens allowed while the text is free */
+    uint8_t *trig;
+    int trig_len;
+    sd_grammar_trigger_where trig_where;
+    int32_t *trig_fail;
+    uint64_t **free_mask;
     /* scratch */
     int32_t *work, *out;
     int cap_work, cap_out;

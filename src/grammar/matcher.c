@@ -45,6 +45,11 @@ struct sd_grammar_matcher {
     uint32_t *sepoch;
     int n_steps, cap_steps; /* entries 0..n_steps (entry 0: the start) */
     int32_t *dstk;          /* trie walk: the state per depth */
+    /* lazy grammars: while the text is free, steps 0..n_free with the trigger's state after each
+     * (tstate); from the step that completed the trigger on, `at` is the number of free steps before
+     * it, and the steps above are the grammar's own (at + n_steps in all). at < 0: still free. */
+    int32_t *tstate;
+    int n_free, cap_free, at;
 };
 
 /* ---- stack nodes ---- */
@@ -314,6 +319,10 @@ void sd_grammar_free(sd_grammar *g) {
     free(g->spool);
     free(g->work);
     free(g->out);
+    free(g->trig);
+    free(g->trig_fail);
+    for (int i = 0; g->free_mask && i < g->trig_len; i++) free(g->free_mask[i]);
+    free(g->free_mask);
     free(g);
 }
 
@@ -499,6 +508,7 @@ void sd_grammar_matcher_free(sd_grammar_matcher *m) {
     free(m->sid);
     free(m->sepoch);
     free(m->dstk);
+    free(m->tstate);
     free(m);
 }
 
@@ -570,6 +580,12 @@ sd_status sd_grammar_matcher_create(sd_grammar *g, const sd_grammar_vocab *v, sd
     m->g = g;
     m->v = v;
     m->n_steps = -1;
+    m->at = -1;
+    if (g->trig && !(m->tstate = malloc(64 * sizeof *m->tstate))) {
+        sd_grammar_matcher_free(m);
+        return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+    }
+    if (g->trig) m->tstate[0] = 0, m->cap_free = 64;
     if (v) {
         g->vocab = v;
         m->dstk = malloc(((size_t)v->max_depth + 2) * sizeof *m->dstk);
@@ -588,24 +604,12 @@ sd_status sd_grammar_matcher_create(sd_grammar *g, const sd_grammar_vocab *v, sd
         sd_grammar_matcher_free(m);
         return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
     }
+    g->n_matchers++;
     *out = m;
     return SD_OK;
 }
 
-int sd_grammar_matcher_n_steps(const sd_grammar_matcher *m) { return m ? m->n_steps : 0; }
-
-sd_status sd_grammar_matcher_rollback(sd_grammar_matcher *m, int n) {
-    if (!m || n < 0 || n > m->n_steps)
-        return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: cannot roll back to %d of %d steps", n, m ? m->n_steps : 0);
-    m->n_steps = n;
-    return SD_OK;
-}
-
-int sd_grammar_matcher_can_end(const sd_grammar_matcher *m) { return m && m->flags[m->n_steps] == 1; }
-
-int sd_grammar_matcher_is_done(const sd_grammar_matcher *m) {
-    return m && ((m->flags[m->n_steps] & 2) || (m->cnt[m->n_steps] == 0));
-}
+/* ---- lazy grammars: free text until the trigger ---- */
 
 /* Steps len bytes from state s: the final state, -1 when a byte is refused, -2 out of memory. */
 static int32_t walk_bytes(sd_grammar *g, int32_t s, const uint8_t *b, size_t len) {
@@ -613,8 +617,164 @@ static int32_t walk_bytes(sd_grammar *g, int32_t s, const uint8_t *b, size_t len
     return s;
 }
 
+
+enum { TS_NEVER = -1, TS_ENDED = -2 }; /* trigger states besides 0..trig_len - 1 (bytes matched) */
+
+sd_status sd_grammar_set_trigger(sd_grammar *g, const void *trigger, size_t len, sd_grammar_trigger_where where) {
+    if (!g || !trigger || len < 1 || len > 256 || (where != SD_GRAMMAR_TRIGGER_ANYWHERE && where != SD_GRAMMAR_TRIGGER_AT_START))
+        return sd_fail(SD_ERR_INVALID_ARG, "grammar: a trigger is 1 to 256 bytes, anywhere or at the start");
+    if (g->trig || g->n_matchers)
+        return sd_fail(SD_ERR_INVALID_ARG, "grammar: the trigger is set once, before the first matcher");
+    uint8_t *t = malloc(len);
+    int32_t *f = malloc(len * sizeof *f);
+    uint64_t **fm = calloc(len, sizeof *fm);
+    if (!t || !f || !fm) {
+        free(t), free(f), free(fm);
+        return sd_fail(SD_ERR_NOMEM, "grammar: out of memory");
+    }
+    memcpy(t, trigger, len);
+    f[0] = 0;
+    for (size_t i = 1, k = 0; i < len; i++) {
+        while (k > 0 && t[i] != t[k]) k = (size_t)f[k - 1];
+        if (t[i] == t[k]) k++;
+        f[i] = (int32_t)k;
+    }
+    g->trig = t;
+    g->trig_len = (int)len;
+    g->trig_where = where;
+    g->trig_fail = f;
+    g->free_mask = fm;
+    g->finite = 0; /* free text comes first */
+    return SD_OK;
+}
+
+/* The trigger's state after byte b from state s (trig_len: complete). */
+static int trig_step(const sd_grammar *g, int s, unsigned b) {
+    if (s < 0) return s;
+    if (g->trig_where == SD_GRAMMAR_TRIGGER_AT_START) {
+        if (b == g->trig[s]) return s + 1;
+        return s == 0 && (b == ' ' || b == '\t' || b == '\n' || b == '\r') ? 0 : TS_NEVER;
+    }
+    while (s > 0 && b != g->trig[s]) s = g->trig_fail[s - 1];
+    return b == g->trig[s] ? s + 1 : 0;
+}
+
+/* Steps b[0..len) from trigger state *s: the index just past the trigger when it completes in them,
+ * else 0 with *s the state after them. */
+static size_t trig_walk(const sd_grammar *g, int *s, const uint8_t *b, size_t len) {
+    int t = *s;
+    for (size_t i = 0; i < len && t >= 0; i++)
+        if ((t = trig_step(g, t, b[i])) == g->trig_len) return i + 1;
+    *s = t;
+    return 0;
+}
+
+/* The grammar's state after the trigger and then rest[0..n): -1 refused, -2 out of memory. */
+static int32_t after_trigger(sd_grammar *g, const uint8_t *rest, size_t n) {
+    int32_t s = start_state(g);
+    if (s >= 0) s = walk_bytes(g, s, g->trig, (size_t)g->trig_len);
+    return s >= 0 ? walk_bytes(g, s, rest, n) : s;
+}
+
+static int is_free(const sd_grammar_matcher *m) { return m->at < 0 && m->g->trig; }
+
+static int push_free(sd_grammar_matcher *m, int32_t ts) {
+    if (m->n_free + 1 >= m->cap_free) {
+        int32_t *q = realloc(m->tstate, (size_t)m->cap_free * 2 * sizeof *q);
+        if (!q) return -1;
+        m->tstate = q;
+        m->cap_free *= 2;
+    }
+    m->tstate[++m->n_free] = ts;
+    return 0;
+}
+
+/* One free step of len bytes (a token's or accept_bytes'): free text, or the trigger completing in
+ * them, the grammar then taking the rest. */
+static sd_status free_step(sd_grammar_matcher *m, const uint8_t *b, size_t len) {
+    int ts = m->tstate[m->n_free];
+    const size_t past = trig_walk(m->g, &ts, b, len);
+    if (!past) return push_free(m, ts) ? sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory") : SD_OK;
+    maybe_flush(m->g);
+    const int32_t s = after_trigger(m->g, b + past, len - past);
+    if (s == -2) return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+    if (s < 0) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: the grammar does not allow what follows its trigger here");
+    m->n_steps = 0;
+    if (push_step(m, s, 0)) return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+    m->at = m->n_free;
+    return SD_OK;
+}
+
+/* Whether a token is allowed while the text is free (ts: the trigger's state). */
+static int free_allows(sd_grammar_matcher *m, int ts, int32_t id) {
+    const sd_grammar_vocab *v = m->v;
+    if (ts == TS_ENDED) return 0;
+    const size_t len = v->is_eog[id] ? 0 : v->len[id];
+    const uint8_t *b = v->bytes + v->off[id];
+    const size_t past = trig_walk(m->g, &ts, b, len);
+    return !past || after_trigger(m->g, b + past, len - past) >= 0;
+}
+
+/* The free text's mask: every token but those completing the trigger into what the grammar refuses. */
+static sd_status free_mask(sd_grammar_matcher *m, uint64_t *mask) {
+    sd_grammar *g = m->g;
+    const sd_grammar_vocab *v = m->v;
+    const size_t words = sd_grammar_mask_words(v);
+    const int ts = m->tstate[m->n_free];
+    if (ts == TS_ENDED) return SD_OK; /* mask already cleared */
+    if (ts >= 0 && g->free_mask[ts]) {
+        memcpy(mask, g->free_mask[ts], words * sizeof *mask);
+        return SD_OK;
+    }
+    memset(mask, 0xFF, words * sizeof *mask);
+    if (v->n % 64) mask[words - 1] = (1ull << (v->n % 64)) - 1;
+    if (ts < 0) return SD_OK; /* the trigger can no longer appear */
+    maybe_flush(g);
+    for (int32_t id = 0; id < v->n; id++)
+        if (!free_allows(m, ts, id)) mask[id >> 6] &= ~(1ull << (id & 63));
+    if (g->oom) return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
+    uint64_t *c = malloc(words * sizeof *c);
+    if (c) g->free_mask[ts] = memcpy(c, mask, words * sizeof *c);
+    return SD_OK;
+}
+
+int sd_grammar_matcher_n_steps(const sd_grammar_matcher *m) {
+    if (!m) return 0;
+    return !m->g->trig ? m->n_steps : m->at < 0 ? m->n_free : m->at + m->n_steps;
+}
+
+sd_status sd_grammar_matcher_rollback(sd_grammar_matcher *m, int n) {
+    const int total = sd_grammar_matcher_n_steps(m);
+    if (!m || n < 0 || n > total)
+        return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: cannot roll back to %d of %d steps", n, total);
+    if (!m->g->trig) {
+        m->n_steps = n;
+    } else if (m->at >= 0 && n > m->at) {
+        m->n_steps = n - m->at;
+    } else { /* back into the free text: its states up to `at` were kept */
+        m->at = -1;
+        m->n_steps = 0;
+        m->n_free = n;
+    }
+    return SD_OK;
+}
+
+int sd_grammar_matcher_can_end(const sd_grammar_matcher *m) {
+    if (m && is_free(m)) return m->tstate[m->n_free] != TS_ENDED;
+    return m && m->flags[m->n_steps] == 1;
+}
+
+int sd_grammar_matcher_is_done(const sd_grammar_matcher *m) {
+    if (m && is_free(m)) return m->tstate[m->n_free] == TS_ENDED;
+    return m && ((m->flags[m->n_steps] & 2) || (m->cnt[m->n_steps] == 0));
+}
+
 sd_status sd_grammar_matcher_accept_bytes(sd_grammar_matcher *m, const void *bytes, size_t len) {
     if (!m || (!bytes && len)) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: bad arguments");
+    if (is_free(m)) {
+        if (m->tstate[m->n_free] == TS_ENDED) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: the generation has ended");
+        return free_step(m, bytes, len);
+    }
     maybe_flush(m->g);
     int32_t s = cur_state(m);
     if (s == -1) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: the generation has ended");
@@ -628,6 +788,13 @@ sd_status sd_grammar_matcher_accept(sd_grammar_matcher *m, int32_t id) {
     if (!m || !m->v) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: no vocabulary to accept tokens with");
     const sd_grammar_vocab *v = m->v;
     if (id < 0 || id >= v->n) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: token %d out of range", (int)id);
+    if (is_free(m)) {
+        const int ts = m->tstate[m->n_free];
+        if (ts == TS_ENDED) return sd_fail(SD_ERR_INVALID_ARG, "grammar matcher: token %d after the end of generation", (int)id);
+        if (v->is_eog[id] || !v->len[id]) /* free text: anything; control tokens print nothing */
+            return push_free(m, v->is_eog[id] ? TS_ENDED : ts) ? sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory") : SD_OK;
+        return free_step(m, v->bytes + v->off[id], v->len[id]);
+    }
     maybe_flush(m->g);
     int32_t s = cur_state(m);
     if (s == -2) return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
@@ -649,6 +816,7 @@ sd_status sd_grammar_matcher_accept(sd_grammar_matcher *m, int32_t id) {
 int sd_grammar_matcher_allows(sd_grammar_matcher *m, int32_t id) {
     if (!m || !m->v || id < 0 || id >= m->v->n) return 0;
     maybe_flush(m->g);
+    if (is_free(m)) return free_allows(m, m->tstate[m->n_free], id);
     int32_t s = cur_state(m);
     if (s < 0) return 0;
     if (m->v->is_eog[id]) return m->g->st[s].accept;
@@ -769,6 +937,7 @@ sd_status sd_grammar_matcher_mask(sd_grammar_matcher *m, uint64_t *mask) {
     sd_grammar *g = m->g;
     size_t words = sd_grammar_mask_words(m->v);
     memset(mask, 0, words * sizeof *mask);
+    if (is_free(m)) return free_mask(m, mask);
     maybe_flush(g);
     int32_t s = cur_state(m);
     if (s == -2) return sd_fail(SD_ERR_NOMEM, "grammar matcher: out of memory");
@@ -804,7 +973,7 @@ sd_status sd_grammar_matcher_mask(sd_grammar_matcher *m, uint64_t *mask) {
 }
 
 size_t sd_grammar_matcher_forced_bytes(sd_grammar_matcher *m, void *buf, size_t cap) {
-    if (!m) return 0;
+    if (!m || is_free(m)) return 0; /* free text forces nothing */
     sd_grammar *g = m->g;
     maybe_flush(g);
     int32_t s = cur_state(m);
@@ -832,7 +1001,7 @@ size_t sd_grammar_matcher_forced_bytes(sd_grammar_matcher *m, void *buf, size_t 
 }
 
 int32_t sd_grammar_matcher_forced_token(sd_grammar_matcher *m) {
-    if (!m || !m->v) return -1;
+    if (!m || !m->v || is_free(m)) return -1;
     size_t words = sd_grammar_mask_words(m->v);
     uint64_t *mask = malloc(words * sizeof *mask);
     if (!mask || sd_grammar_matcher_mask(m, mask) != SD_OK) {
