@@ -127,9 +127,18 @@ typedef struct {
     size_t parameters_len;
 } sd_chat_tool;
 
+enum {
+    SD_CHAT_TOOL_ANY = -1,        /* sd_chat_tool_grammar's only: a call of any tool */
+    SD_CHAT_TOOL_AFTER_TEXT = -2, /* text, or calls of any tool where one starts (tool_choice auto) */
+};
+
 /* The grammar of what a model of syntax s writes when it must call a tool: only >= 0 one call of
- * tools[only]; only -1 one call of any of them, or with parallel (HERMES) one or more, one per
- * line. Each call's arguments follow its tool's parameters schema, compiled as
+ * tools[only]; only SD_CHAT_TOOL_ANY one call of any of them, or with parallel (HERMES) one or more,
+ * one per line. SD_CHAT_TOOL_AFTER_TEXT: the same calls, but as a lazy grammar
+ * (sd_grammar_set_trigger) whose text is free until a call starts as the reader below sees one start
+ * (HERMES: "<tool_call>" anywhere; LLAMA3: "{" as the reply's first character), so that a reply
+ * may be text, and a call, once started, is well-formed. Each call's arguments follow its tool's
+ * parameters schema, compiled as
  * sd_grammar_from_json_schema_ex compiles it with p (NULL: bounded whitespace). Errors: a bad name
  * SD_ERR_INVALID_ARG; a schema's errors as the schema compiler gives them ("schema: .path: ..."),
  * with *bad (when not NULL) the tool's index, else -1. */

@@ -286,12 +286,15 @@ char *chat_pystring(const char *text, size_t n, size_t *out_len) {
 /* ---- the grammar of calls ------------------------------------------------------------------ */
 
 /* How a call is written, the same for the grammar and for reading: open NAME mid ARGUMENTS close,
- * calls separated by sep (NULL: one call only). */
+ * calls separated by sep (NULL: one call only); after text (tool_choice auto) a call starts where
+ * trigger appears, as `where` allows (the reader's P_TEXT and the lazy grammar's trigger). */
 static const struct {
-    const char *open, *mid, *close, *sep;
+    const char *open, *mid, *close, *sep, *trigger;
+    sd_grammar_trigger_where where;
 } k_call[] = {
-    [SD_CHAT_TOOLS_HERMES] = {"<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>", "\n"},
-    [SD_CHAT_TOOLS_LLAMA3] = {"{\"name\": \"", "\", \"parameters\": ", "}", NULL},
+    [SD_CHAT_TOOLS_HERMES] = {"<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>", "\n", "<tool_call>",
+                              SD_GRAMMAR_TRIGGER_ANYWHERE},
+    [SD_CHAT_TOOLS_LLAMA3] = {"{\"name\": \"", "\", \"parameters\": ", "}", NULL, "{", SD_GRAMMAR_TRIGGER_AT_START},
 };
 
 static int valid_name(const char *s) {
@@ -320,7 +323,9 @@ sd_status sd_chat_tool_grammar(sd_chat_tool_syntax s, const sd_chat_tool *tools,
     *out = NULL;
     if (s != SD_CHAT_TOOLS_HERMES && s != SD_CHAT_TOOLS_LLAMA3)
         return sd_fail(SD_ERR_UNSUPPORTED, "tools: the format has no tool calls");
-    if (n < 1 || !tools || only >= n || only < -1) return sd_fail(SD_ERR_INVALID_ARG, "tools: bad arguments");
+    if (n < 1 || !tools || only >= n || only < SD_CHAT_TOOL_AFTER_TEXT) return sd_fail(SD_ERR_INVALID_ARG, "tools: bad arguments");
+    const int after_text = only == SD_CHAT_TOOL_AFTER_TEXT;
+    if (after_text) only = SD_CHAT_TOOL_ANY;
     for (int i = 0; i < n; i++) {
         if (!valid_name(tools[i].name)) {
             if (bad) *bad = i;
@@ -367,6 +372,11 @@ sd_status sd_chat_tool_grammar(sd_chat_tool_syntax s, const sd_chat_tool *tools,
         int which = -1;
         st = sd_grammar_from_gbnf_schemas(g.p, g.n, "root", rules, m, p, &which, out);
         if (st != SD_OK && bad && which >= 0) *bad = index[which];
+        if (st == SD_OK && after_text &&
+            (st = sd_grammar_set_trigger(*out, k_call[s].trigger, strlen(k_call[s].trigger), k_call[s].where)) != SD_OK) {
+            sd_grammar_free(*out);
+            *out = NULL;
+        }
     }
     free(g.p);
     free(names);
@@ -722,10 +732,11 @@ static void run_auto(sd_chat_tool_parser *p, int final) {
             }
         }
     } else if (p->state == P_TEXT) {
-        static const char tag[] = "<tool_call>";
+        const char *const tag = k_call[p->syn].trigger;
+        const size_t tl = strlen(tag);
         size_t t = n;
-        for (size_t k = p->pos; k + sizeof tag - 1 <= n; k++)
-            if (!memcmp(s + k, tag, sizeof tag - 1)) {
+        for (size_t k = p->pos; k + tl <= n; k++)
+            if (!memcmp(s + k, tag, tl)) {
                 t = k;
                 break;
             }

@@ -1,9 +1,11 @@
 /* Test-only driver for the tool-call validity test: every object schema of a JSON file becomes the
  * parameters of a function "f<i>", offered beside a second function "other"; for each model, each
- * call syntax (Hermes <tool_call> blocks, Llama 3's bare JSON) and each forced tool_choice (required
- * with parallel calls and without, and f<i> named), outputs are generated under sd_chat_tool_grammar's grammar
- * with constrained plain sampling (forward, mask, sd_sample_probs, draw, accept) for two seeds and
- * temperatures, read back with the constrained call parser, and written one JSON line each:
+ * call syntax (Hermes <tool_call> blocks, Llama 3's bare JSON) and each tool_choice (required with
+ * parallel calls and without, f<i> named, and auto with strict functions: the lazy grammar, its free
+ * text begun with a fixed lead that starts a call, as a model that chose to call writes it), outputs
+ * are generated under sd_chat_tool_grammar's grammar with constrained plain sampling (forward, mask,
+ * sd_sample_probs, draw, accept) for two seeds and temperatures, read back with the call parser the
+ * server uses for that choice, and written one JSON line each:
  * {"schema": i, "model", "syntax", "mode", "seed", "temp", "finished", "tokens", "text", "calls":
  * [{"name", "arguments"}]}. A finished output that does not read back as calls alone fails the run
  * (exit 1); validate_tools.mjs reads the text again by itself and checks the arguments with ajv.
@@ -23,6 +25,9 @@
 
 static const char k_other[] = "{\"type\": \"object\", \"properties\": {\"q\": {\"type\": \"string\", \"maxLength\": 6}}, "
                               "\"required\": [\"q\"], \"additionalProperties\": false}";
+
+/* auto: the text a Hermes reply writes before its call */
+#define k_lead "Let me look."
 
 static const struct {
     uint64_t seed;
@@ -89,12 +94,15 @@ int main(int argc, char **argv) {
             const sd_chat_tool tools[2] = {{fname, stext, strlen(stext)}, {"other", k_other, sizeof k_other - 1}};
             const char *const names[2] = {fname, "other"};
             for (int syn = SD_CHAT_TOOLS_HERMES; syn <= SD_CHAT_TOOLS_LLAMA3; syn++) {
-                static const char *const modes[3] = {"required", "required-one", "named"};
-                for (int mode = 0; mode < 3; mode++) {
-                    const int named = mode == 2, single = mode > 0;
+                static const char *const modes[4] = {"required", "required-one", "named", "auto"};
+                for (int mode = 0; mode < 4; mode++) {
+                    const int named = mode == 2, single = mode == 1 || mode == 2, lazy = mode == 3;
+                    const int only = named ? 0 : lazy ? SD_CHAT_TOOL_AFTER_TEXT : SD_CHAT_TOOL_ANY;
+                    /* auto: text, then the call's start as the reader knows it */
+                    char lead[64] = "";
+                    if (lazy) snprintf(lead, sizeof lead, "%s", syn == SD_CHAT_TOOLS_HERMES ? k_lead " <tool_call>" : " {");
                     sd_grammar *g = NULL;
-                    if (sd_chat_tool_grammar((sd_chat_tool_syntax)syn, tools, 2, named ? 0 : -1, !single, NULL, NULL, &g) !=
-                        SD_OK) {
+                    if (sd_chat_tool_grammar((sd_chat_tool_syntax)syn, tools, 2, only, !single, NULL, NULL, &g) != SD_OK) {
                         fprintf(stderr, "FAIL: schema %d (%s): %s\n", si, cJSON_GetObjectItem(e, "name")->valuestring,
                                 sd_last_error());
                         failures++;
@@ -113,12 +121,14 @@ int main(int argc, char **argv) {
                             return 1;
                         }
                         size_t blen = 0;
-                        int finished = 0, n = 0;
+                        int finished = 0, n = 0, n_lead = 0;
+                        int32_t *lead_ids = NULL;
+                        sd_tokenizer_tokenize_alloc(tok, lead, strlen(lead), 0, 0, &lead_ids, &n_lead);
                         for (; n < budget; n++) {
                             sd_grammar_matcher_mask(m, mask);
                             sd_grammar_mask_logits(mask, logits, n_vocab, -1e30f);
                             if (sd_sample_probs(&sp, logits, n_vocab, probs, NULL) != SD_OK) return 1;
-                            const int32_t id = sd_sample_draw(probs, n_vocab, &rng);
+                            const int32_t id = n < n_lead ? lead_ids[n] : sd_sample_draw(probs, n_vocab, &rng);
                             if (id < 0 || !((mask[id >> 6] >> (id & 63)) & 1) || sd_grammar_matcher_accept(m, id) != SD_OK) {
                                 fprintf(stderr, "FAIL: schema %d: token %d outside the grammar\n", si, (int)id);
                                 failures++;
@@ -136,19 +146,20 @@ int main(int argc, char **argv) {
                             if (sd_context_forward(ctx, 0, &id, 1, logits, 0) != SD_OK) return 1;
                         }
                         buf[blen] = 0;
+                        free(lead_ids);
                         sd_grammar_matcher_free(m);
-                        /* read back: calls only, each whole */
+                        /* read back: calls only, each whole (auto: after the lead's text) */
                         sd_chat_tool_parser *p = NULL;
                         const sd_chat_tool_event *ev = NULL;
                         int n_ev = 0;
-                        if (sd_chat_tool_parser_create((sd_chat_tool_syntax)syn, 1, names, 2, &p) != SD_OK ||
+                        if (sd_chat_tool_parser_create((sd_chat_tool_syntax)syn, !lazy, names, 2, &p) != SD_OK ||
                             sd_chat_tool_parser_feed(p, buf, blen, 1, &ev, &n_ev) != SD_OK)
                             return 1;
                         cJSON *o = cJSON_CreateObject(), *calls = cJSON_CreateArray();
                         cJSON *cur = NULL;
                         char *args = calloc(blen + 1, 1);
                         size_t al = 0;
-                        int content = 0;
+                        size_t content = 0, lead_text = lazy && syn == SD_CHAT_TOOLS_HERMES ? sizeof k_lead - 1 : 0;
                         for (int k = 0; k <= n_ev; k++) {
                             if (cur && (k == n_ev || ev[k].kind == SD_CHAT_TOOL_CALL)) {
                                 args[al] = 0;
@@ -158,7 +169,7 @@ int main(int argc, char **argv) {
                             }
                             if (k == n_ev) break;
                             if (ev[k].kind == SD_CHAT_TOOL_CONTENT) {
-                                content = 1;
+                                content += ev[k].len;
                             } else if (ev[k].kind == SD_CHAT_TOOL_CALL) {
                                 cur = cJSON_CreateObject();
                                 char nm[80];
@@ -170,7 +181,7 @@ int main(int argc, char **argv) {
                                 al += ev[k].len;
                             }
                         }
-                        if (finished && (content || cJSON_GetArraySize(calls) < 1 || (single && cJSON_GetArraySize(calls) != 1) ||
+                        if (finished && (content != lead_text || cJSON_GetArraySize(calls) < 1 || (single && cJSON_GetArraySize(calls) != 1) ||
                                          (syn == SD_CHAT_TOOLS_LLAMA3 && cJSON_GetArraySize(calls) != 1))) {
                             fprintf(stderr, "FAIL: schema %d: a finished output does not read back as calls: %s\n", si, buf);
                             failures++;

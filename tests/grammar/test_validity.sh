@@ -3,7 +3,7 @@
 # random-weight zoo model and stories260K (several seeds and temperatures), then npm "ajv" (with
 # "ajv-formats" and "ajv-draft-04", installed by this script into .cache/npm-ajv, which git ignores) validates every
 # finished output. With "tools": sd_tool_gen generates tool calls under the grammar of a required or
-# named tool_choice, each object schema a function's parameters, and validate_tools.mjs reads the
+# named tool_choice, or auto with strict functions (the lazy grammar, after text), each object schema a function's parameters, and validate_tools.mjs reads the
 # calls out of the text by itself and validates their arguments. Skips (exit 77) with a reason when
 # node/npm, the packages or the models are missing; under SPECDEC_REQUIRE_SHARED=1 those fail instead.
 # Usage: test_validity.sh SD_GRAMMAR_GEN|SD_TOOL_GEN SOURCE_DIR [tools]   (SPECDEC_GRAMMAR_BUDGET: tokens per output, 320)

@@ -69,9 +69,11 @@ for (const line of fs.readFileSync(outputsPath, 'utf8').split('\n')) {
   checked++;
   let why = '';
   try {
-    const got = readCalls(o.syntax, o.text);
+    // auto: the calls follow the lead's text (Hermes) or whitespace (Llama 3), as the reader skips them
+    const from = o.mode !== 'auto' ? 0 : o.syntax === 'hermes' ? o.text.indexOf('<tool_call>') : o.text.search(/\S/);
+    const got = readCalls(o.syntax, o.text.slice(Math.max(from, 0)));
     if (JSON.stringify(got) !== JSON.stringify(o.calls)) why = `the C parser read ${JSON.stringify(o.calls)}`;
-    if (o.mode !== 'required' && got.length !== 1) why ||= `${got.length} calls where one is allowed`;
+    if (o.mode !== 'required' && o.mode !== 'auto' && got.length !== 1) why ||= `${got.length} calls where one is allowed`;
     for (const c of got) {
       const v = c.name === 'other' ? other : c.name === `f${o.schema}` ? (validators.get(o.schema) ??
         validators.set(o.schema, compile(schemas[o.schema].schema)).get(o.schema)) : null;
