@@ -1,5 +1,5 @@
 /* Tool calling on /v1/chat/completions: tools, tool_choice and parallel_tool_calls checked and turned
- * into the template's tools and, for a call that must be made, the grammar of the calls; the
+ * into the template's tools and, for a call that must be made or a strict function under auto, the grammar of the calls; the
  * messages' calls and tool results; the output read back as calls (message.tool_calls, or
  * delta.tool_calls in a stream, with finish_reason "tool_calls"). */
 #include <cjson/cJSON.h>
@@ -165,7 +165,7 @@ int srv_tools_parse(const srv_api_ctx *c, const cJSON *o, const char *body, size
     sd_chat_tool *ct = calloc((size_t)n, sizeof *ct);
     char **params = calloc((size_t)n, sizeof *params);
     int rc = ct && params ? 0 : bad(e, "tools", "out of memory");
-    int i = 0;
+    int i = 0, strict = 0; /* strict: some function asks for its arguments to follow its parameters */
     for (const cJSON *it = tools->child; it && !rc; it = it->next, i++) {
         static const char *const tk[] = {"type", "function", NULL}, *const fk[] = {"name", "description", "parameters", "strict", NULL};
         char where[48];
@@ -198,6 +198,7 @@ int srv_tools_parse(const srv_api_ctx *c, const cJSON *o, const char *body, size
                 rc = bad(e, "tools", "%s.name: '%s' is also the name of tools[%d]", where, nm->valuestring, k);
         if (!rc && d && !cJSON_IsString(d)) rc = bad(e, "tools", "%s.description must be a string, got %s", where, kind(d));
         if (!rc && st && !cJSON_IsBool(st)) rc = bad(e, "tools", "%s.strict must be a boolean, got %s", where, kind(st));
+        strict |= cJSON_IsTrue(st);
         if (!rc && p && !cJSON_IsObject(p))
             rc = bad(e, "tools", "%s.parameters must be a JSON Schema (an object), got %s", where, kind(p));
         if (rc) break;
@@ -210,14 +211,18 @@ int srv_tools_parse(const srv_api_ctx *c, const cJSON *o, const char *body, size
     }
     if (!rc && mode == CHOICE_NAMED && named < 0)
         rc = bad(e, "tool_choice", "names the function '%.64s', which is not one of the tools", named_name);
+    /* Where calls are constrained: a call required or named, and under auto with a strict function
+     * (OpenAI's strict is per function, but a grammar of calls holds them all: every call that is
+     * made then follows its parameters, the text before it stays free). */
+    const int constrain = mode == CHOICE_REQUIRED || mode == CHOICE_NAMED || (mode == CHOICE_AUTO && strict);
     /* a schema that is not one is refused; one the grammar cannot honour only where it must (the
-     * call required or named: its arguments are constrained), else the model only reads it */
+     * call constrained), else the model only reads it */
     for (int k = 0; k < n && !rc; k++) {
         if (!params[k]) continue;
         sd_grammar *gr = NULL;
         const sd_status st = sd_grammar_from_json_schema(params[k], strlen(params[k]), &gr);
         sd_grammar_free(gr);
-        const int used = mode == CHOICE_REQUIRED || (mode == CHOICE_NAMED && k == named);
+        const int used = constrain && (mode != CHOICE_NAMED || k == named);
         if (st != SD_OK && (st != SD_ERR_UNSUPPORTED || used)) rc = schema_error(e, k, sd_last_error());
     }
     if (!rc && mode >= 0) {
@@ -247,11 +252,11 @@ int srv_tools_parse(const srv_api_ctx *c, const cJSON *o, const char *body, size
         t->json = raw_member(body, len, "tools");
         if (!t->json && !(t->json = cJSON_PrintUnformatted(tools))) rc = bad(e, "tools", "out of memory");
     }
-    if (!rc && (mode == CHOICE_REQUIRED || mode == CHOICE_NAMED)) {
+    if (!rc && constrain) {
         int which = -1;
         const int parallel = !par || cJSON_IsTrue(par);
-        const sd_status st = sd_chat_tool_grammar(t->syntax, ct, n, mode == CHOICE_NAMED ? named : -1, parallel, NULL, &which,
-                                                  &g->grammar);
+        const int only = mode == CHOICE_NAMED ? named : mode == CHOICE_AUTO ? SD_CHAT_TOOL_AFTER_TEXT : SD_CHAT_TOOL_ANY;
+        const sd_status st = sd_chat_tool_grammar(t->syntax, ct, n, only, parallel, NULL, &which, &g->grammar);
         if (st != SD_OK) rc = which >= 0 ? schema_error(e, which, sd_last_error()) : bad(e, "tools", "%s", sd_last_error());
     }
     for (int k = 0; params && k < n; k++) free(params[k]);

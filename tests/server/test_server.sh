@@ -7,7 +7,7 @@
 # /tokenize, /detokenize, /props, CORS); deadlines, the connection cap and the body budget; a load
 # run of 200 requests from 16 clients with no failure; SIGTERM drains (8 streams finish) and exits 0
 # (under ASan: with no leak); tool calls (server T): a named or required tool_choice gives calls valid
-# against the schema, streamed alike as delta.tool_calls, drafting or not; auto, none, a tool's result.
+# against the schema, streamed alike as delta.tool_calls, drafting or not; auto (its text free, a strict function's calls constrained), none, a tool's result.
 # Usage: test_server.sh SPECDEC_BINARY SOURCE_DIR      (exit 77: skipped)
 set -u
 BIN=$1
@@ -542,6 +542,17 @@ post /v1/chat/completions "{$ASK, \"max_tokens\": 16, \"temperature\": 0}" >"$TM
 if jq -e '.choices[0] | (.message.content | type == "string" and length > 0) and (.message | has("tool_calls") | not) and .finish_reason == "length"' "$TMP/a.json" >/dev/null &&
    [ "$(jq .usage.prompt_tokens "$TMP/a.json")" -gt 500 ]; then ok "auto tool_choice: a text reply, $(jq .usage.prompt_tokens "$TMP/a.json") prompt tokens with the tools"
 else bad "auto tool_choice" "$(cat "$TMP/a.json")"; fi
+# auto with a strict function: the calls the model may start are constrained (a lazy grammar), its
+# text is not: stories260K still answers in text; so a strict function's schema must be one the
+# grammar honours (the same one not strict is only read by the model)
+STRICT=$(printf '%s' "$TOOLS" | jq -c '.[0].function.strict = true')
+post /v1/chat/completions "{$ASK, \"tools\": $STRICT, \"max_tokens\": 16, \"temperature\": 0}" >"$TMP/as.json"
+if jq -e '.choices[0] | (.message.content | type == "string" and length > 0) and (.message | has("tool_calls") | not) and .finish_reason == "length"' "$TMP/as.json" >/dev/null
+then ok "auto tool_choice, a strict function: still a text reply: $(jq -c .choices[0].message.content "$TMP/as.json")"
+else bad "auto tool_choice, a strict function" "$(cat "$TMP/as.json")"; fi
+ODD='[{"type": "function", "function": {"name": "count", "strict": STRICT, "parameters": {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}}}}]'
+check_err "auto, a strict function whose schema the grammar cannot honour" 400 "^tools: tools\[0\].function.parameters.properties.n.multipleOf: unsupported keyword" /v1/chat/completions "{$ASK, \"tools\": ${ODD/STRICT/true}, \"max_tokens\": 4}"
+expect "auto, the same function not strict: read by the model only" "$(status /v1/chat/completions "{$ASK, \"tools\": ${ODD/STRICT/false}, \"max_tokens\": 4}")" 200
 expect "none tool_choice: the prompt and reply without tools" "$(jq -c '[.usage.prompt_tokens, .choices[0].message.content]' "$TMP/n.json")" "$(jq -c '[.usage.prompt_tokens, .choices[0].message.content]' "$TMP/p.json")"
 # a tool's result given back, after the assistant's call
 RES="{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"call_1\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"call_1\", \"content\": \"22 C and sunny\"}], \"tools\": $TOOLS, \"max_tokens\": 8, \"temperature\": 0}"
