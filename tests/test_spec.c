@@ -474,6 +474,8 @@ typedef struct {
     sd_sampler_params sp;
     double *joint; /* [EX_CELLS] exact P(t1, t2, t3) */
     const int (*allowed)[EX_V]; /* NULL, or the tokens a grammar allows at t1, t2, t3 (by hand) */
+    int (*allowed_after)(const int32_t *hist, int n, int t); /* else NULL, or the same given the n tokens before */
+    int eog_ends; /* an end of generation (id 2) ends the text: the cells after it hold 2 (the grammar allows it) */
 } exact_setup;
 
 /* The penalties by their definition (sample.h), written out here as the reference: the history is
@@ -494,10 +496,16 @@ static void ref_penalize(const sd_sampler_params *sp, const int32_t *prompt, int
 
 /* The constrained distribution: p restricted to the allowed tokens (written out by hand for the
  * test's grammars), renormalised by the sampling that follows. */
-static void ref_mask(const exact_setup *e, int pos, float *logits) {
-    if (!e->allowed) return;
+static void ref_mask(const exact_setup *e, int pos, const int32_t *hist, float *logits) {
     for (int t = 0; t < EX_V; t++)
-        if (!e->allowed[pos][t]) logits[t] = -1e30f;
+        if ((e->allowed && !e->allowed[pos][t]) || (e->allowed_after && !e->allowed_after(hist, pos, t))) logits[t] = -1e30f;
+}
+
+/* The cell of a generation's first three tokens; those after an end of generation are 2. */
+static long cell_of(const int32_t *out, int n) {
+    int32_t t[3];
+    for (int i = 0; i < 3; i++) t[i] = i < n && (i == 0 || t[i - 1] != 2) ? out[i] : 2;
+    return ((long)t[0] * EX_V + t[1]) * EX_V + t[2];
 }
 
 static void exact_joint(exact_setup *e) {
@@ -508,19 +516,29 @@ static void exact_joint(exact_setup *e) {
     void *scratch = malloc(sd_sample_scratch_bytes(V));
     assert_int_equal(sd_context_forward(kv, 0, e->prompt, e->n_prompt, logits, 0), SD_OK);
     ref_penalize(&e->sp, e->prompt, e->n_prompt, NULL, 0, logits);
-    ref_mask(e, 0, logits);
+    ref_mask(e, 0, NULL, logits);
     assert_int_equal(sd_sample_probs(&e->sp, logits, V, p0, scratch), SD_OK);
     double total = 0;
     for (int32_t a = 0; a < V; a++) {
+        if (e->eog_ends && a == 2) { /* the text ends */
+            for (int c = 0; c < V * V; c++) e->joint[a * V * V + c] = c == 2 * V + 2 ? p0[a] : 0;
+            total += p0[a];
+            continue;
+        }
         assert_int_equal(sd_context_forward(kv, 0, &a, 1, logits, 0), SD_OK);
         ref_penalize(&e->sp, e->prompt, e->n_prompt, &a, 1, logits);
-        ref_mask(e, 1, logits);
+        ref_mask(e, 1, &a, logits);
         assert_int_equal(sd_sample_probs(&e->sp, logits, V, p1, scratch), SD_OK);
         for (int32_t b = 0; b < V; b++) {
+            if (e->eog_ends && b == 2) {
+                for (int c = 0; c < V; c++) e->joint[(a * V + b) * V + c] = c == 2 ? (double)p0[a] * p1[b] : 0;
+                total += (double)p0[a] * p1[b];
+                continue;
+            }
             assert_int_equal(sd_context_forward(kv, 0, &b, 1, logits, 0), SD_OK);
             const int32_t ab[2] = {a, b};
             ref_penalize(&e->sp, e->prompt, e->n_prompt, ab, 2, logits);
-            ref_mask(e, 2, logits);
+            ref_mask(e, 2, ab, logits);
             assert_int_equal(sd_sample_probs(&e->sp, logits, V, p2, scratch), SD_OK);
             for (int c = 0; c < V; c++) {
                 double pr = (double)p0[a] * p1[b] * p2[c];
@@ -791,8 +809,8 @@ static void counts_batched(const exact_setup *e, int model, const sd_spec_params
             }
         }
         for (int j = 0; j < 2; j++) {
-            assert_int_equal(n_got[j], n_out);
-            counts[(got[j][0] * EX_V + got[j][1]) * EX_V + got[j][2]]++;
+            if (n_out >= 0) assert_int_equal(n_got[j], n_out);
+            counts[cell_of(got[j], n_got[j])]++;
             sd_spec_stats st;
             sd_spec_get_stats(sp[j], &st);
             if (st.n_sources > 0 && !strcmp(st.sources[st.n_sources - 1], "grammar")) *by_grammar += st.drafted_by[st.n_sources - 1];
@@ -984,7 +1002,17 @@ static void test_sampling_exact_every_drafter(void **state) {
  * one alternating vowels and consonants (every position a choice), one forcing a 't' between
  * vowels (the forced byte proposed as a draft at no draft-model cost), with the masks of the exact
  * joint written out by hand; drafters whose proposals the grammar may refuse (prompt lookup) are
- * cut there. Both modes; the forced drafts on and off. */
+ * cut there. Both modes; the forced drafts on and off. And a lazy grammar (tool_choice auto with
+ * strict functions): free text, the end of generation included, until an 'h', then "h" [aeo] "t",
+ * the mask depending on the history. */
+static int lazy_h(const int32_t *hist, int n, int t) {
+    int i = 0;
+    while (i < n && hist[i] != 8) i++;
+    if (i == n) return 1;  /* free: anything ('h' starts what the grammar allows) */
+    const int after = n - 1 - i; /* tokens after the 'h' */
+    return after == 0 ? (t == 4 || t == 6 || t == 7) : after == 1 ? t == 5 : t == 2;
+}
+
 static void test_sampling_exact_grammar(void **state) {
     (void)state;
     sd_synth_params tp = sdtest_synth_shape(16, 1, 2, 1, 32, EX_V, 32, 61);
@@ -1010,31 +1038,40 @@ static void test_sampling_exact_grammar(void **state) {
         forced_t[0][t] = forced_t[2][t] = vowel;
         forced_t[1][t] = t == 5;
     }
-    static const char *const g_alt = "root ::= ([aeo] [th ]){4} \".\"\n", *g_forced = "root ::= ([aeo] \"t\" [aeo]){3} \".\"\n";
+    enum { G_ALT, G_FORCED, G_LAZY };
+    static const char *const gbnf_of[] = {[G_ALT] = "root ::= ([aeo] [th ]){4} \".\"\n",
+                                          [G_FORCED] = "root ::= ([aeo] \"t\" [aeo]){3} \".\"\n",
+                                          [G_LAZY] = "root ::= \"h\" [aeo] \"t\"\n"};
     static const struct {
-        const char *what, *gbnf;
-        int model, ngram, forced;
+        const char *what;
+        int grammar, model, ngram, forced;
         sd_draft_mode mode;
         sd_sampling_mode smode;
     } cfgs[] = {
-        {"plain, vowels and consonants", NULL, 0, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_COUPLED},
-        {"model, adaptive, vowels and consonants", NULL, 1, 0, 1, SD_DRAFT_ADAPTIVE, SD_SAMPLING_REJECTION},
-        {"ngram + model, vowels and consonants", NULL, 1, 1, 1, SD_DRAFT_FIXED, SD_SAMPLING_REJECTION},
-        {"model, fixed, forced 't'", NULL, 1, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_REJECTION},
-        {"model, fixed, forced 't'", NULL, 1, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_COUPLED},
-        {"plain, forced 't' as drafts", NULL, 0, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_REJECTION},
-        {"model, p_min, forced 't' off", NULL, 1, 0, 0, SD_DRAFT_PMIN, SD_SAMPLING_REJECTION},
-        {"two slots in one batch, forced 't'", NULL, 1, 0, 1, SD_DRAFT_ADAPTIVE, SD_SAMPLING_REJECTION},
-        {"two slots in one batch, forced 't'", NULL, 1, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_COUPLED},
+        {"plain, vowels and consonants", G_ALT, 0, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_COUPLED},
+        {"model, adaptive, vowels and consonants", G_ALT, 1, 0, 1, SD_DRAFT_ADAPTIVE, SD_SAMPLING_REJECTION},
+        {"ngram + model, vowels and consonants", G_ALT, 1, 1, 1, SD_DRAFT_FIXED, SD_SAMPLING_REJECTION},
+        {"model, fixed, forced 't'", G_FORCED, 1, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_REJECTION},
+        {"model, fixed, forced 't'", G_FORCED, 1, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_COUPLED},
+        {"plain, forced 't' as drafts", G_FORCED, 0, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_REJECTION},
+        {"model, p_min, forced 't' off", G_FORCED, 1, 0, 0, SD_DRAFT_PMIN, SD_SAMPLING_REJECTION},
+        {"two slots in one batch, forced 't'", G_FORCED, 1, 0, 1, SD_DRAFT_ADAPTIVE, SD_SAMPLING_REJECTION},
+        {"two slots in one batch, forced 't'", G_FORCED, 1, 0, 1, SD_DRAFT_FIXED, SD_SAMPLING_COUPLED},
+        {"model, adaptive, lazy after 'h'", G_LAZY, 1, 0, 1, SD_DRAFT_ADAPTIVE, SD_SAMPLING_REJECTION},
+        {"ngram + model, lazy after 'h'", G_LAZY, 1, 1, 1, SD_DRAFT_FIXED, SD_SAMPLING_COUPLED},
+        {"two slots in one batch, lazy after 'h'", G_LAZY, 1, 0, 1, SD_DRAFT_ADAPTIVE, SD_SAMPLING_COUPLED},
     };
     for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
-        const int forced = i >= 3;
+        const int forced = cfgs[i].grammar == G_FORCED, lazy = cfgs[i].grammar == G_LAZY;
         sd_grammar *g = NULL;
-        const char *text = forced ? g_forced : g_alt;
+        const char *text = gbnf_of[cfgs[i].grammar];
         assert_int_equal(sd_grammar_from_gbnf(text, strlen(text), NULL, &g), SD_OK);
+        if (lazy) assert_int_equal(sd_grammar_set_trigger(g, "h", 1, SD_GRAMMAR_TRIGGER_ANYWHERE), SD_OK);
         e.sp = sd_sampler_default_params();
         e.sp.temperature = 1.0f;
-        e.allowed = forced ? (const int(*)[EX_V])forced_t : (const int(*)[EX_V])vowels_then;
+        e.allowed = lazy ? NULL : forced ? (const int(*)[EX_V])forced_t : (const int(*)[EX_V])vowels_then;
+        e.allowed_after = lazy ? lazy_h : NULL;
+        e.eog_ends = lazy;
         exact_joint(&e);
         memset(counts, 0, EX_CELLS * sizeof(long));
         long drafted = 0, accepted = 0, by_grammar = 0;
@@ -1057,8 +1094,9 @@ static void test_sampling_exact_grammar(void **state) {
             collect out;
             sd_spec_stats st;
             generate(e.target, cfgs[i].model ? e.draft : NULL, &p, e.prompt, e.n_prompt, &out, &st);
-            assert_int_equal(out.n, 4);
-            counts[(out.out[0] * EX_V + out.out[1]) * EX_V + out.out[2]]++;
+            if (lazy) assert_true(out.n >= 1 && out.n <= 4); /* "hat", or an end, may come early */
+            else assert_int_equal(out.n, 4);
+            counts[cell_of(out.out, out.n)]++;
             drafted += st.n_drafted;
             accepted += st.n_accepted;
             if (st.n_sources > 0 && !strcmp(st.sources[st.n_sources - 1], "grammar")) by_grammar += st.drafted_by[st.n_sources - 1];
@@ -1075,7 +1113,7 @@ static void test_sampling_exact_grammar(void **state) {
             p.costs.given = 1;
             for (int k = 1; k <= SD_DRAFT_COST_MAX_N; k++) p.costs.t_pass[k] = 1 + 0.2 * (k - 1);
             p.costs.t_draft = 0.1;
-            counts_batched(&e, 1, &p, 4, 21000000 + 100000 * (uint64_t)i, EX_N, counts, &drafted, &accepted, &by_grammar);
+            counts_batched(&e, 1, &p, lazy ? -1 : 4, 21000000 + 100000 * (uint64_t)i, EX_N, counts, &drafted, &accepted, &by_grammar);
         }
         char what[120];
         snprintf(what, sizeof what, "%s, %s", cfgs[i].what, sd_sampling_mode_name(cfgs[i].smode));
@@ -1088,6 +1126,7 @@ static void test_sampling_exact_grammar(void **state) {
         for (int c = 0; c < EX_CELLS; c++) /* nothing the grammar refuses */
             if (e.joint[c] == 0) assert_int_equal(counts[c], 0);
         if (forced && cfgs[i].forced) assert_true(by_grammar > EX_N / 10); /* the forced 't' was drafted */
+        if (lazy && cfgs[i].forced) assert_true(by_grammar > 0);          /* the 't' after "h" [aeo] */
         if (!cfgs[i].forced) assert_int_equal(by_grammar, 0);
         sd_grammar_free(g);
     }
