@@ -501,10 +501,11 @@ static void ref_mask(const exact_setup *e, int pos, const int32_t *hist, float *
         if ((e->allowed && !e->allowed[pos][t]) || (e->allowed_after && !e->allowed_after(hist, pos, t))) logits[t] = -1e30f;
 }
 
-/* The cell of a generation's first three tokens; those after an end of generation are 2. */
-static long cell_of(const int32_t *out, int n) {
+/* The cell of a generation's first three tokens; under e->eog_ends those after an end of generation
+ * (or after the text stopped) are 2, otherwise 2 is a token like any other. */
+static long cell_of(const exact_setup *e, const int32_t *out, int n) {
     int32_t t[3];
-    for (int i = 0; i < 3; i++) t[i] = i < n && (i == 0 || t[i - 1] != 2) ? out[i] : 2;
+    for (int i = 0; i < 3; i++) t[i] = !e->eog_ends || (i < n && (i == 0 || t[i - 1] != 2)) ? out[i] : 2;
     return ((long)t[0] * EX_V + t[1]) * EX_V + t[2];
 }
 
@@ -810,7 +811,7 @@ static void counts_batched(const exact_setup *e, int model, const sd_spec_params
         }
         for (int j = 0; j < 2; j++) {
             if (n_out >= 0) assert_int_equal(n_got[j], n_out);
-            counts[cell_of(got[j], n_got[j])]++;
+            counts[cell_of(e, got[j], n_got[j])]++;
             sd_spec_stats st;
             sd_spec_get_stats(sp[j], &st);
             if (st.n_sources > 0 && !strcmp(st.sources[st.n_sources - 1], "grammar")) *by_grammar += st.drafted_by[st.n_sources - 1];
@@ -1096,7 +1097,7 @@ static void test_sampling_exact_grammar(void **state) {
             generate(e.target, cfgs[i].model ? e.draft : NULL, &p, e.prompt, e.n_prompt, &out, &st);
             if (lazy) assert_true(out.n >= 1 && out.n <= 4); /* "hat", or an end, may come early */
             else assert_int_equal(out.n, 4);
-            counts[cell_of(out.out, out.n)]++;
+            counts[cell_of(&e, out.out, out.n)]++;
             drafted += st.n_drafted;
             accepted += st.n_accepted;
             if (st.n_sources > 0 && !strcmp(st.sources[st.n_sources - 1], "grammar")) by_grammar += st.drafted_by[st.n_sources - 1];

@@ -176,8 +176,9 @@ static const srv_field k_fields[] = {
      "functions the model may call, written into the prompt as the chat template does (chatml, qwen2.5, qwen3, "
      "llama3.1, llama3.2)"},
     {"tool_choice", EP_CHAT, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
-     "\"auto\" (default; the output read as calls), \"none\" (tools not shown), \"required\" or a named function "
-     "(calls constrained to the functions' parameters schemas)"},
+     "\"auto\" (default; the output read as calls; with a `strict` function, a call once started is constrained, the "
+     "text before it free), \"none\" (tools not shown), \"required\" or a named function (calls constrained to the "
+     "functions' parameters schemas)"},
     {"parallel_tool_calls", EP_CHAT, SRV_FIELD_TAKEN, SRV_NEUTRAL_NONE,
      "with tool_choice required: false allows one call, true (default) several (chatml and qwen; llama3.x: one)"},
     {"functions", EP_CHAT, SRV_FIELD_REFUSED, SRV_NEUTRAL_EMPTY, "function calling is not supported"},
