@@ -1,8 +1,8 @@
 /* The server's sockets: the listening socket and the door in front of libmicrohttpd, and the
  * connections' deadlines. The door accepts, waits for a connection's first request head (peeked,
  * not read), and answers there what libmicrohttpd would answer in HTML of its own (a head too
- * large, a version other than HTTP/1.x, a Content-Length past 64 bits, a malformed request line)
- * or what the connection cap refuses, in OpenAI's error JSON; everything else is handed to
+ * large, a version other than HTTP/1.x, a Content-Length past 64 bits, a malformed request line),
+ * what it would take silently cut (a NUL byte in the head) or what the connection cap refuses, in OpenAI's error JSON; everything else is handed to
  * libmicrohttpd whole. The janitor cuts off connections past their deadline: a request must
  * arrive whole within --request-timeout of its first line, and an idle keep-alive connection may
  * wait --timeout for its next one (libmicrohttpd's timeout is idle time only, which a client
@@ -166,6 +166,23 @@ static size_t head_end(const char *b, size_t n) {
 /* Checks a complete head as libmicrohttpd would refuse it; 0 when it may go on, else the error. */
 static int check_head(const srv *s, const char *b, size_t n, srv_err *e) {
     const char *eol = memchr(b, '\n', n), *sp1 = memchr(b, ' ', n);
+    /* libmicrohttpd hands the target and the headers on as C strings, cut at a NUL: refused instead
+     * (RFC 9110 5.5), naming where it is */
+    const char *nul = memchr(b, '\0', n);
+    if (nul && nul < eol) {
+        srv_err_set(e, 400, "invalid_request_error", NULL, "bad_request", "the request line holds a NUL byte (at byte %zu, after '%.*s')",
+                    (size_t)(nul - b), (int)(nul - b < 60 ? nul - b : 60), b);
+        return -1;
+    }
+    if (nul) { /* a header: named, its value not echoed (it may be a key) */
+        const char *h = nul;
+        while (h > b && h[-1] != '\n') h--;
+        const char *colon = memchr(h, ':', (size_t)(nul - h));
+        const int nl = (int)((colon ? colon : nul) - h);
+        srv_err_set(e, 400, "invalid_request_error", NULL, "bad_request", "the request header '%.*s' holds a NUL byte (at byte %zu of the head)",
+                    nl < 60 ? nl : 60, h, (size_t)(nul - b));
+        return -1;
+    }
     const size_t line = (size_t)(eol - b) - (eol > b && eol[-1] == '\r');
     const char *sp2 = sp1 && sp1 < b + line ? memchr(sp1 + 1, ' ', (size_t)(b + line - sp1 - 1)) : NULL;
     if (!sp1 || sp1 == b || sp1 >= b + line || !sp2) {

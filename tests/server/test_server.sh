@@ -451,6 +451,9 @@ mhd_err() { # NAME STATUS HEX-REQUEST
 }
 mhd_err "HTTP/2.0"                  505 "$(printf 'GET /health HTTP/2.0\r\nHost: x\r\n\r\n' | xxd -p | tr -d '\n')"
 mhd_err "absurd Content-Length"     413 "$(printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n' | xxd -p | tr -d '\n')"
+# a NUL in the head would reach the routes cut (/health\0x as /health, a key cut short)
+mhd_err "NUL in the request line"   400 "$(printf 'GET /health\000x HTTP/1.1\r\nHost: x\r\n\r\n' | xxd -p | tr -d '\n')"
+mhd_err "NUL in a header"           400 "$(printf 'GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\000junk\r\n\r\n' | xxd -p | tr -d '\n')"
 mhd_err "headers too large"         431 "$(printf 'GET /health HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n' "$(head -c 20000 /dev/zero | tr '\0' 'a')" | xxd -p | tr -d '\n')"
 # keep-alive survives every answer, errors included, and pipelined requests are all answered
 expect "pipelined: 200 404 405 200, kept open" "$($PROBE pipeline "$PORT" | tr '\n' ' ')" "200 keep-alive 404 keep-alive 405 keep-alive 200 keep-alive open "
