@@ -3,10 +3,10 @@
 // is counted once (LangChain adds up every usage a stream carries); withStructuredOutput in its default
 // mode (response_format json_schema), jsonMode (json_object) and functionCalling (a named tool);
 // bindTools with tool_choice, invoked and streamed; a refused field raising.
-// Usage: node langchain_client.mjs BASE_URL API_KEY
+// Usage: node langchain_client.mjs BASE_URL API_KEY [EXPECTED] [ZOO_URL]   (ZOO_URL: a server of a random-weight Qwen2)
 import { ChatOpenAI } from '@langchain/openai';
 
-const [baseURL, apiKey] = process.argv.slice(2);
+const [baseURL, apiKey, , zooURL] = process.argv.slice(2);
 const llm = new ChatOpenAI({ model: 'stories260K', apiKey, configuration: { baseURL }, temperature: 0, maxTokens: 24,
                              maxRetries: 0, streamUsage: true });
 let failed = 0;
@@ -57,6 +57,24 @@ try {
         /^\s*\{\s*"/.test(r.raw.content) && r.raw.response_metadata.finish_reason === 'length', JSON.stringify(r.raw));
 } catch (e) {
   check('withStructuredOutput (jsonMode)', false, `${e.constructor.name} ${e.message}`);
+}
+// ... and on a model whose objects close (a random-weight Qwen2, the optional third URL), jsonMode
+// gives LangChain an object it parses (with a JSON Schema rather than zod it parses and does not
+// validate, so any object is what json_object promises); several seeds and temperatures
+if (zooURL) {
+  for (const [temperature, seed] of [[0, 1], [1, 2], [1.5, 3]]) {
+    try {
+      const r = await new ChatOpenAI({ model: 'zoo', apiKey, configuration: { baseURL: zooURL }, temperature, maxTokens: 200,
+                                       maxRetries: 0, modelKwargs: { seed } })
+        .withStructuredOutput(person, { method: 'jsonMode', includeRaw: true }).invoke('Who is she?');
+      const p = r.parsed;
+      check(`withStructuredOutput (jsonMode), a model that closes its object, T ${temperature}: parsed`,
+            p !== null && typeof p === 'object' && !Array.isArray(p) && r.raw.response_metadata.finish_reason === 'stop' &&
+            JSON.stringify(JSON.parse(r.raw.content)) === JSON.stringify(p), JSON.stringify(r));
+    } catch (e) {
+      check(`withStructuredOutput (jsonMode), T ${temperature}`, false, `${e.constructor.name} ${e.message}`);
+    }
+  }
 }
 
 // bindTools: tool_choice "required" and a function's name, invoked and streamed; the call's args valid

@@ -32,27 +32,44 @@ echo "node $(node --version); openai $(ver openai), ai $(ver ai), @ai-sdk/openai
 export SPECDEC_MODEL_PATH="$SHARED/models"
 TMP=$(mktemp -d)
 SPID=
-trap '[ -n "$SPID" ] && kill -9 $SPID 2>/dev/null; rm -rf "$TMP"' EXIT
+trap '[ -n "$SPID" ] && kill -9 $SPID 2>/dev/null; rm -rf "$TMP"' EXIT  # SPID: the servers' pids
 # the context: the tools' instructions take ~600 of stories260K's tokens
 GEN=(-m stories260K -md stories-draft -c 2048 -t 1)
 expected=$("$BIN" generate "${GEN[@]}" -p "Once upon a time" -n 32 --no-stream 2>/dev/null)
 expected=${expected#Once upon a time}
-"$BIN" serve "${GEN[@]}" --port 0 --api-key test-key 2>"$TMP/log" &
-SPID=$!
-PORT=
-for _ in $(seq 1200); do
-  PORT=$(sed -n 's|^serve: listening on http://[^ ]*:\([0-9][0-9]*\) .*|\1|p' "$TMP/log" | head -1)
-  [ -n "$PORT" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && break
-  kill -0 $SPID 2>/dev/null || break
-  sleep 0.05
-done
-[ -n "$PORT" ] || { echo "FAIL: the server did not start"; cat "$TMP/log"; exit 1; }
+# start NAME ARGS...: a server on a free port; sets PORT_NAME and PID_NAME
+start() {
+  local name=$1 port=; shift
+  "$BIN" serve "$@" --port 0 --api-key test-key 2>"$TMP/$name.log" &
+  local pid=$!
+  SPID="$SPID $pid"
+  for _ in $(seq 1200); do
+    port=$(sed -n 's|^serve: listening on http://[^ ]*:\([0-9][0-9]*\) .*|\1|p' "$TMP/$name.log" | head -1)
+    [ -n "$port" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")" = 200 ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.05
+  done
+  [ -n "$port" ] || { echo "FAIL: the server ($name) did not start"; cat "$TMP/$name.log"; exit 1; }
+  printf -v "PORT_$name" %s "$port"
+  printf -v "PID_$name" %s "$pid"
+}
+start main "${GEN[@]}"
+# a random-weight Qwen2 (its own chat template), whose JSON objects close: LangChain's jsonMode parses one
+ZOO="$SHARED/models/arch-zoo/zoo-qwen2.gguf"
+[ -f "$ZOO" ] || { [ "${SPECDEC_REQUIRE_SHARED:-0}" = 1 ] && { echo "FAIL: needs $ZOO"; exit 1; }; ZOO=; }
+[ -n "$ZOO" ] && start zoo -m "$ZOO" -md "$SHARED/models/arch-zoo/zoo-qwen2-draft.gguf" -c 1024 -t 1
+PORT=$PORT_main
 rc=0
 # the scripts are copied beside the packages so that node resolves them from there
 for c in openai aisdk langchain; do
   cp "$SRC/tests/server/${c}_client.mjs" "$DIR/"
-  node "$DIR/${c}_client.mjs" "http://127.0.0.1:$PORT/v1" test-key "$expected" || rc=1
+  node "$DIR/${c}_client.mjs" "http://127.0.0.1:$PORT/v1" test-key "$expected" ${ZOO:+"http://127.0.0.1:$PORT_zoo/v1"} || rc=1
 done
-kill -TERM $SPID; wait $SPID; src=$?; SPID=
-[ "$src" = 0 ] || { echo "FAIL: server exit $src after SIGTERM"; tail -n 20 "$TMP/log"; exit 1; }
+[ -n "$ZOO" ] || echo "SKIP: LangChain jsonMode on a model whose objects close: no $SHARED/models/arch-zoo/zoo-qwen2.gguf"
+for name in main ${ZOO:+zoo}; do
+  pid_var=PID_$name
+  kill -TERM "${!pid_var}"; wait "${!pid_var}"; src=$?
+  [ "$src" = 0 ] || { echo "FAIL: server ($name) exit $src after SIGTERM"; tail -n 20 "$TMP/$name.log"; exit 1; }
+done
+SPID=
 exit $rc
