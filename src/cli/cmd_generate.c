@@ -161,7 +161,6 @@ int cmd_generate(int argc, char **argv) {
         }
         p.grammar = grammar;
         p.grammar_vocab = gvocab;
-        p.grammar_drafts = !o.no_grammar_drafts;
     }
     if (n_ids >= ctx) {
         rc = cli_usage_error("prompt of %d tokens does not fit the context of %d tokens (use a shorter prompt or a larger -c)",

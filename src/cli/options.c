@@ -283,8 +283,10 @@ static const cli_opt k_opts[] = {
      "whitespace a JSON Schema allows between tokens: bounded (none, a space, or a line break and up to 20 "
      "spaces) or compact (none: property names and punctuation become forced, drafted for free)",
      "bounded"},
-    {"--no-grammar-drafts", NULL, OPT_FLAG, CMD_GENERATE, "grammar", NULL, 0, 0, 0, F(no_grammar_drafts), NULL,
-     "do not propose the bytes the grammar forces as drafts", NULL},
+    {"--no-grammar-drafts", NULL, OPT_FLAG, GEN_LIKE, "grammar", NULL, 0, 0, 0, F(no_grammar_drafts), NULL,
+     "do not propose the bytes a grammar forces (a schema's, a tool call's) as drafts ahead of the drafter's; "
+     "docs/benchmarks/2026-11-27-constrained.md measures when they pay",
+     NULL},
     /* bench */
     {"--quick", NULL, OPT_FLAG, CMD_BENCH, "options", NULL, 0, 0, 0, F(quick), NULL,
      "1 repetition, at most 2 prompts and 32 tokens: a smoke run", NULL},
@@ -508,6 +510,7 @@ void cli_spec_params(const cli_opts *o, sd_spec_params *p) {
     p->n_ctx = o->n_ctx;
     p->kv_type = o->kv_type;
     p->n_threads = o->threads;
+    p->grammar_drafts = !o->no_grammar_drafts;
 }
 
 /* The field an option sets. */

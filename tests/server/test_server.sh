@@ -305,6 +305,12 @@ for seed in 5 6; do
   if printf '%s' "$jtext" | valid_person && [ "$(jq -r '.choices[0].finish_reason' "$TMP/js.json")" = stop ]; then ok "json_schema, seed $seed: valid, finish_reason stop"
   else bad "json_schema, seed $seed: not valid" "$(cat "$TMP/js.json")"; fi
 done
+# the bytes the schema forces (property names, punctuation) are drafted ahead of the draft model's
+# (server D, --no-grammar-drafts, draft none: the same text)
+JSREQ="{\"prompt\": \"Once\", \"max_tokens\": 60, \"temperature\": 0, \"json_schema\": $SCHEMA}"
+post /v1/completions "$JSREQ" >"$TMP/jsg.json"
+gdrafts=$(jq '[.timings.sources[] | select(.name == "grammar") | .drafted] | add' "$TMP/jsg.json")
+if [ "${gdrafts:-0}" -gt 0 ] 2>/dev/null; then ok "json_schema: $gdrafts forced drafts"; else bad "json_schema: no forced drafts" "$(cat "$TMP/jsg.json")"; fi
 RF="{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"person\", \"strict\": true, \"schema\": $SCHEMA}}"
 CHATJ="{\"messages\": [{\"role\": \"user\", \"content\": \"Who is she?\"}], \"max_tokens\": 80, \"temperature\": 1, \"seed\": 9, \"spec_sampling\": \"coupled\", \"response_format\": $RF"
 post /v1/chat/completions "$CHATJ}" >"$TMP/rf.json"
@@ -679,7 +685,9 @@ else bad "metrics: no round_tokens_per_second" "$(curl -s -H 'Authorization: Bea
 stop_server C
 
 # ---- server D: the connection cap and the body budget -----------------------------------------
-start_server D -m stories260K -c 256 -np 1 --max-connections 20 --buffer-limit 1
+start_server D -m stories260K -c 256 -np 1 --max-connections 20 --buffer-limit 1 --draft-fixed --no-grammar-drafts
+post /v1/completions "$JSREQ" >"$TMP/jsd.json"
+expect "--no-grammar-drafts: no forced drafts, the same text" "$(jq -c '[.choices[0].text, ([.timings.sources[] | select(.name == "grammar") | .drafted] | add)]' "$TMP/jsd.json")" "$(jq -c '[.choices[0].text, 0]' "$TMP/jsg.json")"
 head -c 600000 /dev/zero | tr '\0' 'a' | sed 's/^/{"prompt": "/; s/$/"}/' >"$TMP/600k.json"
 $PROBE hold "$PORT" 900000 >"$TMP/hold.out" & hpid=$!
 for _ in $(seq 200); do grep -q held "$TMP/hold.out" && break; sleep 0.05; done
