@@ -9,6 +9,7 @@
 
 #include "specdec/sample.h"
 #include "kernels/kernels.h"
+#include "kernels/sampling.h" /* race_uniform, race_hash, RACE_SLACK: the pruning's bound */
 
 /* Upper 0.001 quantile of chi-square with df degrees of freedom, by the Wilson-Hilferty
  * approximation: (X/df)^(1/3) is close to normal with mean 1 - 2/(9df) and variance 2/(9df),
@@ -614,6 +615,40 @@ static void test_coupled_frequencies(void **state) {
     }
 }
 
+/* The race prunes: after its first block it scores only the tokens whose p / V (V the uniform
+ * the noise comes from, E = -ln(1 - V) >= V) can beat the best so far. The bound holds for the
+ * computed noise, tiny V included, and the winner equals the one found by scoring every token,
+ * on a flat row (every token nearly a candidate), a peaked one, a row with zeros, and Qwen's
+ * vocabulary size. */
+static void test_coupled_pruning(void **state) {
+    (void)state;
+    for (long i = 0; i < 4000000; i++) {
+        const uint64_t z = race_hash(sd_coupled_key(3, i / 4096), (int32_t)(i % 4096));
+        assert_true(race_noise(z) >= race_uniform(z) * RACE_SLACK);
+    }
+    /* the smallest uniforms, where E and V nearly meet */
+    for (uint32_t v = 1; v < 4096; v += 2) {
+        const uint64_t z = (uint64_t)v << 32;
+        assert_true(race_noise(z) >= race_uniform(z) * RACE_SLACK);
+    }
+    enum { N = 151936 };
+    float *p = malloc(N * sizeof *p);
+    for (int kind = 0; kind < 4; kind++) {
+        double sum = 0;
+        for (int i = 0; i < N; i++) {
+            const float x = kind == 0 ? 1.0f : kind == 1 ? (i == 777 ? 1e5f : 1.0f) : (float)((i * 7919) % 1013) / 60.0f;
+            p[i] = kind == 1 ? x : kind == 3 && i % 3 ? 0.0f : expf(kind == 0 ? 0.0f : x);
+            sum += p[i];
+        }
+        for (int i = 0; i < N; i++) p[i] = (float)(p[i] / sum);
+        for (int pos = 0; pos < 40; pos++) {
+            const uint64_t key = sd_coupled_key(11, pos);
+            assert_int_equal(sd_sample_coupled(p, N, key), race_by_hand(p, N, key));
+        }
+    }
+    free(p);
+}
+
 /* The race is a pure function of (seed, position, distribution): the same arguments give the same
  * token; different positions and seeds give independent races; the vector loop equals the
  * token-by-token one on a 32k row; the best-n list starts with the winner, is ordered, and holds
@@ -830,6 +865,7 @@ int main(void) {
         cmocka_unit_test(test_invalid_args),
         cmocka_unit_test(test_coupled_frequencies),
         cmocka_unit_test(test_coupled_properties),
+        cmocka_unit_test(test_coupled_pruning),
         cmocka_unit_test(test_sampling_mode_names),
         cmocka_unit_test(test_min_p_and_penalties),
         cmocka_unit_test(test_softmax_numerators),

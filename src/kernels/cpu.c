@@ -115,6 +115,7 @@ const sd_isa_kernels sd_kernels_portable = {
     .attention = sd_portable_attention,
     .softmax_numerators = sd_portable_softmax_numerators,
     .race_scores = sd_portable_race_scores,
+    .race_cands = sd_portable_race_cands,
     .act_token = sd_portable_act_token,
     .qrows = sd_portable_quant_rows,
 };

@@ -722,6 +722,7 @@ const sd_isa_kernels sd_kernels_avx2 = {
     .attention = avx2_attention,
     .softmax_numerators = sd_avx2_softmax_numerators,
     .race_scores = sd_avx2_race_scores,
+    .race_cands = sd_avx2_race_cands,
     .quant_packed = 1,
     .quant_init = NULL,
     .act_token = sd_avx2_act_token,

@@ -921,6 +921,7 @@ const sd_isa_kernels sd_kernels_avx512 = {
     .attention = avx512_attention,
     .softmax_numerators = sd_avx512_softmax_numerators,
     .race_scores = sd_avx512_race_scores,
+    .race_cands = sd_avx512_race_cands,
     .quant_packed = 1,
     .dequant = sd_avx512_dequant,
     .quant_init = sd_avx512_quant_init,

@@ -1,7 +1,7 @@
 /* The sampling pipeline's vector loops, written for the auto-vectoriser (only IEEE +, -, *, /
  * and integer operations, both arms of every select computed: the same bits vectorised or not,
- * at any width): the softmax numerators (sample.c) and the exponential race's noise and scores
- * (src/sample/race.c). Each kernel path compiles them for its instruction sets
+ * at any width): the softmax numerators (sample.c) and the exponential race's noise, scores and
+ * candidates (src/sample/race.c). Each kernel path compiles them for its instruction sets
  * (sampling_avx512.c, sampling_avx2.c, sampling.c; with -fno-trapping-math, which lets the
  * compiler evaluate both arms of the selects and changes no result, since nothing reads the
  * floating-point exception flags); race.c also uses the scalar noise for sd_coupled_noise. */
@@ -29,11 +29,15 @@ static inline uint64_t mix64(uint64_t z) {
  * The series to s^9 leaves a relative error below 2e-9, under float's rounding. Only IEEE +, -,
  * *, / and integer operations, both branches computed and one selected: the same bits whether
  * the compiler vectorises the loop or not, and no branch to stop it from doing so. */
-static inline float race_noise(uint64_t z) {
+static inline float race_uniform(uint64_t z) {
     const uint32_t v = (uint32_t)(z >> 32);
-    float V = (float)(v | 1u) * 0x1p-32f; /* | 1: never 0 (an odd v is as likely as any) */
+    const float V = (float)(v | 1u) * 0x1p-32f; /* | 1: never 0 (an odd v is as likely as any) */
     const float vmax = 0x1.fffffep-1f;
-    V = V > vmax ? vmax : V; /* rounding to 1 would make E infinite */
+    return V > vmax ? vmax : V; /* rounding to 1 would make E infinite */
+}
+
+static inline float race_noise(uint64_t z) {
+    const float V = race_uniform(z);
     const float w = 1.0f - V;
     uint32_t b;
     memcpy(&b, &w, sizeof b);
@@ -62,6 +66,17 @@ static inline void race_scores(const float *probs, uint64_t key, int32_t x0, int
         /* E > 0 always, so a token without mass scores 0 by the division itself */
         sc[i] = probs[x0 + i] / race_noise(race_hash(key, x0 + i));
     }
+}
+
+/* The tokens that may score above floor, cand[i] = 1 (else 0): E = -ln(1 - V) >= V, so p / E <=
+ * p / V, and a token with p <= floor V cannot beat floor. RACE_SLACK covers E's own rounding
+ * (relative error under 2e-7 where E and V nearly meet, V tiny), so no token that could win is
+ * left out; those it keeps are scored exactly as race_scores scores them. Its cost is the hash
+ * and a multiply: the noise's divisions and series only for the few kept. */
+#define RACE_SLACK 0.9999f
+static inline void race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand) {
+    const float f = floor * RACE_SLACK;
+    for (int i = 0; i < n; i++) cand[i] = probs[x0 + i] > f * race_uniform(race_hash(key, x0 + i));
 }
 
 /* exp(y) for y <= 0: y = n ln2 + r with |r| <= ln2 / 2, exp(r) by the polynomial of Cephes'

@@ -10,3 +10,7 @@ double sd_avx2_softmax_numerators(const float *x, int n, float mx, float t, floa
 void sd_avx2_race_scores(const float *probs, uint64_t key, int32_t x0, int n, float *sc) {
     race_scores(probs, key, x0, n, sc);
 }
+
+void sd_avx2_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand) {
+    race_cands(probs, key, x0, n, floor, cand);
+}

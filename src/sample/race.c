@@ -15,12 +15,25 @@ uint64_t sd_coupled_key(uint64_t seed, int64_t pos) {
 float sd_coupled_noise(uint64_t key, int32_t x) { return race_noise(race_hash(key, x)); }
 
 #define RACE_BLOCK 256 /* tokens scored per kernel call, into a stack buffer */
+/* Once a block has set the best score, later blocks score only the tokens sd_race_cands keeps (the
+ * others cannot beat it), with the same noise: the same winner, the noise's divisions and series
+ * spared for nearly every token of a large vocabulary. */
 int32_t sd_sample_coupled(const float *probs, int n, uint64_t key) {
     if (!probs || n <= 0) return -1;
     int32_t best = -1;
     float top = 0.0f, sc[RACE_BLOCK];
+    uint8_t cand[RACE_BLOCK];
     for (int32_t x0 = 0; x0 < n; x0 += RACE_BLOCK) {
         const int m = n - x0 < RACE_BLOCK ? n - x0 : RACE_BLOCK;
+        if (top > 0) {
+            sd_race_cands(probs, key, x0, m, top, cand);
+            for (int i = 0; i < m; i++) {
+                if (!cand[i]) continue;
+                const float s = probs[x0 + i] / sd_coupled_noise(key, x0 + i);
+                if (s > top) top = s, best = x0 + i;
+            }
+            continue;
+        }
         sd_race_scores(probs, key, x0, m, sc); /* the active kernel path's loop */
         for (int i = 0; i < m; i++)
             if (sc[i] > top) { /* strict: the lower id keeps a tie; a massless token scores 0 */
