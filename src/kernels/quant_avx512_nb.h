@@ -70,61 +70,77 @@ static inline __attribute__((always_inline)) void NBF(r16_step_q)(const uint8_t 
     }
 }
 
-/* Q4_K, 16 rows at once (layout: r_pack_group_k): per super-block, row and token
- * acc = fma(f, d * dx, acc) - g * (dmin * dx), with f = sum over sub-blocks j in order of
- * fma(float(int dot_j), sc_j, .) and g of fma(m_j, float(sum of the activations of j), .), the
- * dots from 8 dpbusd each (two chains of 4) on unsigned nibbles. Replaces a row-at-a-time
- * kernel with 16-bit products, per-row sums and scale permutes. */
+/* Q4_K, 16 rows at once (layout: r_pack_group_k), as the AVX2 path: per super-block, row and
+ * token an exact int32 sum over the sub-blocks of scale * dot and one of min * (sum of the
+ * sub-block's activations) (dpwssd of (min, min') pairs by the record's bs32 pairs), then
+ * acc = fma(float(sum), d * dx, acc) - float(msum) * (dmin * dx). Each 64-byte vector of a chunk
+ * is loaded once for both of its sub-blocks (low nibbles: 2c, high: 2c + 1). Per token a
+ * sub-block's dot is one chain of 8 dpbusd (two chains of 4 for NB <= 2, where one per
+ * sub-block would leave too few in flight). From 7 tokens the tokens go in two tiles, each
+ * unpacking the chunk again from L1: one tile's chains beside every token's sums spilled. */
 static inline __attribute__((always_inline)) void NBF(r16_step_q4_k)(const uint8_t *const *G, const int S,
                                                                      int64_t nblk, const uint8_t *act, size_t xs,
                                                                      __m512 acc[][NB]) {
-    const __m512i lo = _mm512_set1_epi64(GF_LO), hi = _mm512_set1_epi64(GF_HI);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), hi = _mm512_set1_epi64(GF_HI);
     const int64_t nsb = nblk / 8;
-    const int visit = r16_visit(NB);
+    enum { SPLIT = NB <= 2, TILE = NB <= 6 ? NB : (NB + 1) / 2 };
     NBF(zero_acc)(acc, S);
     for (int64_t sb = 0; sb < nsb; sb++) {
-        __m512 f[QS_STREAMS][NB];
-        NBF(zero_acc)(f, S);
-        for (int v0 = 0; v0 < 8; v0 += visit) /* sub-blocks of each stream in turn */
+        __m512i f[QS_STREAMS][NB];
+        for (int s = 0; s < S; s++)
+            for (int j = 0; j < NB; j++) f[s][j] = _mm512_setzero_si512();
+        for (int c = 0; c < 4; c++) /* chunk c: sub-blocks 2c, 2c + 1 */
             for (int s = 0; s < S; s++) {
                 const uint8_t *B = G[s] + (size_t)sb * R16K_SB;
-                prefetch_ahead(B + (R16K_SB / 8) * v0, (R16K_SB / 8) * visit);
-                for (int q8 = v0; q8 < v0 + visit; q8++) {
-                    const int c = q8 / 2, h = q8 % 2; /* sub-block 2c + h: low / high nibbles */
-                    __m512i w[8];
-                    for (int k = 0; k < 8; k++)
-                        w[k] = _mm512_gf2p8affine_epi64_epi8(_mm512_loadu_si512(B + 320 + 512 * c + 64 * k),
-                                                             h ? hi : lo, 0);
-                    const __m512 sc = _mm512_cvtepi32_ps(
-                        _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(B + 64 + 16 * (2 * c + h)))));
-                    __m512i t[NB], u[NB];
-                    for (int j = 0; j < NB; j++) t[j] = u[j] = _mm512_setzero_si512();
-                    for (int k = 0; k < 4; k++)
-                        for (int j = 0; j < NB; j++) {
-                            const int8_t *aq = act_k_at(act, xs, j, sb)->q + 64 * c + 32 * h + 4 * k;
-                            t[j] = _mm512_dpbusd_epi32(t[j], w[k], _mm512_set1_epi32(ld32(aq)));
-                            u[j] = _mm512_dpbusd_epi32(u[j], w[k + 4], _mm512_set1_epi32(ld32(aq + 16)));
+                prefetch_ahead(B + (R16K_SB / 4) * c, R16K_SB / 4);
+                const __m512i sa = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(B + 64 + 16 * (2 * c))));
+                const __m512i sh = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(B + 64 + 16 * (2 * c + 1))));
+#pragma GCC unroll 2
+                for (int j0 = 0; j0 < NB; j0 += TILE) { /* the tokens in tiles, each unpacking the weights */
+                    const int j1 = j0 + TILE < NB ? j0 + TILE : NB;
+                    __m512i a[TILE], b[TILE], a2[TILE], b2[TILE];
+                    for (int j = 0; j < j1 - j0; j++) a[j] = b[j] = a2[j] = b2[j] = _mm512_setzero_si512();
+                    for (int k = 0; k < 8; k++) {
+                        const __m512i v = _mm512_loadu_si512(B + 320 + 512 * c + 64 * k);
+                        const __m512i wl = _mm512_and_si512(v, m4), wh = _mm512_gf2p8affine_epi64_epi8(v, hi, 0);
+                        for (int j = 0; j < j1 - j0; j++) {
+                            const int8_t *aq = act_k_at(act, xs, j0 + j, sb)->q + 64 * c + 4 * k;
+                            if (SPLIT && k >= 4) {
+                                a2[j] = _mm512_dpbusd_epi32(a2[j], wl, _mm512_set1_epi32(ld32(aq)));
+                                b2[j] = _mm512_dpbusd_epi32(b2[j], wh, _mm512_set1_epi32(ld32(aq + 32)));
+                            } else {
+                                a[j] = _mm512_dpbusd_epi32(a[j], wl, _mm512_set1_epi32(ld32(aq)));
+                                b[j] = _mm512_dpbusd_epi32(b[j], wh, _mm512_set1_epi32(ld32(aq + 32)));
+                            }
                         }
-                    for (int j = 0; j < NB; j++)
-                        f[s][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(t[j], u[j])), sc, f[s][j]);
+                    }
+                    for (int j = 0; j < j1 - j0; j++) {
+                        if (SPLIT) {
+                            a[j] = _mm512_add_epi32(a[j], a2[j]);
+                            b[j] = _mm512_add_epi32(b[j], b2[j]);
+                        }
+                        f[s][j0 + j] = _mm512_add_epi32(
+                            f[s][j0 + j], _mm512_add_epi32(_mm512_mullo_epi32(a[j], sa), _mm512_mullo_epi32(b[j], sh)));
+                    }
                 }
             }
         for (int s = 0; s < S; s++) {
             const uint8_t *B = G[s] + (size_t)sb * R16K_SB;
-            __m512 g[NB];
-            for (int j = 0; j < NB; j++) g[j] = _mm512_setzero_ps();
-            for (int q = 0; q < 8; q++) {
-                const __m512 m =
-                    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(B + 192 + 16 * q))));
-                for (int j = 0; j < NB; j++)
-                    g[j] = _mm512_fmadd_ps(m, _mm512_set1_ps(act_k_at(act, xs, j, sb)->bsf[q]), g[j]);
+            __m512i mp[4];
+            for (int p = 0; p < 4; p++) {
+                const __m512i m0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(B + 192 + 32 * p)));
+                const __m512i m1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(B + 208 + 32 * p)));
+                mp[p] = _mm512_or_si512(m0, _mm512_slli_epi32(m1, 16));
             }
             const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)B));
             const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(B + 32)));
             for (int j = 0; j < NB; j++) {
-                const __m512 ad = _mm512_set1_ps(act_k_at(act, xs, j, sb)->d);
-                acc[s][j] = _mm512_fmadd_ps(f[s][j], _mm512_mul_ps(dd, ad), acc[s][j]);
-                acc[s][j] = _mm512_fnmadd_ps(g[j], _mm512_mul_ps(dm, ad), acc[s][j]);
+                const act_k *A = act_k_at(act, xs, j, sb);
+                __m512i gi = _mm512_setzero_si512();
+                for (int p = 0; p < 4; p++) gi = _mm512_dpwssd_epi32(gi, mp[p], _mm512_set1_epi32(ld32(A->bs32 + 2 * p)));
+                const __m512 ad = _mm512_set1_ps(A->d);
+                acc[s][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(f[s][j]), _mm512_mul_ps(dd, ad), acc[s][j]);
+                acc[s][j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(gi), _mm512_mul_ps(dm, ad), acc[s][j]);
             }
         }
     }
