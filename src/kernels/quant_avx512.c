@@ -182,7 +182,7 @@ static void act_k_block_fast(const float *x, act_k *a) {
         a->nbs[g] = (int16_t)-s16[g];
         a->bs32[g / 2] = (int16_t)(a->bs32[g / 2] + s16[g]);
     }
-    for (int g = 0; g < 8; g++) a->bsf[g] = (float)a->bs32[g];
+    for (int g = 0; g < 16; g++) a->nbs32[g] = 32 * a->nbs[g];
     a->d = 1.0f / iscale;
 }
 
@@ -360,12 +360,6 @@ static inline void r_weights_q8_0(const uint8_t *p, __m512i w[8]) {
 }
 
 /* ------------------------------------------------------------------ Q4_K / Q6_K: 16 rows at once */
-
-/* 32-element sub-blocks (Q4_K) or units (Q6_K) read from one stream before the next: one for
- * decode, whose memory streams want the finest interleave (Q4_K step 0.94-0.96 of two per
- * turn), two for batches, whose per-stream partial sums then move less (verify(5) 1.03-1.04
- * of one per turn). Results do not depend on it. */
-static inline __attribute__((always_inline)) int r16_visit(const int nb) { return nb == 1 ? 1 : 2; }
 
 /* Token j's Q8_K record of super-block sb. */
 static inline __attribute__((always_inline)) const act_k *act_k_at(const uint8_t *act, size_t xs, int j, int64_t sb) {

@@ -77,16 +77,17 @@ typedef struct {
 } act_quad;
 
 /* One 256-element super-block: q, nbs[0..15] = -(sum of each 16) (lanes 16..31 zero),
- * bs32 = sum of each 32 (bsf: the same as floats, for the 16-row Q4_K kernel), d the float
- * scale. 384 bytes keeps every record 64-aligned. */
+ * bs32 = sum of each 32, d the float scale, nbs32 = 32 * nbs as int32 (the AVX-512 Q6_K
+ * kernel's chain starts, one broadcast load each). 448 bytes keeps every record 64-aligned. */
 typedef struct {
     int8_t q[256];
     int16_t nbs[32];
     int16_t bs32[8];
     float d;
-    float bsf[8];
-    uint8_t pad[12];
+    int32_t nbs32[16];
+    uint8_t pad[44];
 } act_k;
+_Static_assert(sizeof(act_k) % 64 == 0, "act_k records stay 64-byte aligned");
 
 typedef enum { FAM_NONE, FAM_A, FAM_R, FAM_K } family;
 

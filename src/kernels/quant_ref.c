@@ -56,7 +56,7 @@ void sd_quant_act_k_ref(const float *x, act_k *a) {
         a->nbs[g] = (int16_t)-s;
         a->bs32[g / 2] = (int16_t)(a->bs32[g / 2] + s);
     }
-    for (int g = 0; g < 8; g++) a->bsf[g] = (float)a->bs32[g];
+    for (int g = 0; g < 16; g++) a->nbs32[g] = 32 * a->nbs[g];
     a->d = 1.0f / iscale;
 }
 
