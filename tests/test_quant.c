@@ -565,10 +565,10 @@ static float r16_emulate(sd_type t, const uint8_t *row, const float *x, int64_t 
     return acc;
 }
 
-/* The documented sequence of the Q4_K kernel, in scalar code: per super-block the activations
+/* The documented sequence of the Q4_K kernels, in scalar code: per super-block the activations
  * as llama.cpp's Q8_K (scale from the first element of largest magnitude, q = round-to-even(x *
- * -127 / mx)), then f = fma over sub-blocks j of (float(int dot_j), sc_j), g = fma of (m_j, sum
- * of q in j), acc = fma(f, d * dx, acc), acc = fma(-g, dmin * dx, acc). */
+ * -127 / mx)), then exact integer sums over sub-blocks j of sc_j * (int dot_j) and of m_j * (sum
+ * of q in j), acc = fma(float(sum), d * dx, acc), acc = fma(-float(msum), dmin * dx, acc). */
 /* llama.cpp's Q8_K quantisation of 256 activations: q and the scale dx; 0 for all-zero input. */
 static float q8k_emulate(const float *xs, long q[256]) {
     float amax = 0, mx = 0;
@@ -598,7 +598,7 @@ static float r16k_emulate(const uint8_t *row, const float *x, int64_t cols) {
         const float d = sd_fp16_to_fp32(h);
         memcpy(&h, b + 2, 2);
         const float dmin = sd_fp16_to_fp32(h);
-        float f = 0, g = 0;
+        long f = 0, g = 0;
         for (int j = 0; j < 8; j++) {
             const int sc = j < 4 ? sm[j] & 63 : (sm[j + 4] & 15) | ((sm[j - 4] >> 6) << 4);
             const int m = j < 4 ? sm[j + 4] & 63 : (sm[j + 4] >> 4) | ((sm[j] >> 6) << 4);
@@ -608,17 +608,17 @@ static float r16k_emulate(const uint8_t *row, const float *x, int64_t cols) {
                 dot += (long)(j % 2 ? byte >> 4 : byte & 15) * q[32 * j + i];
                 sum += q[32 * j + i];
             }
-            f = fmaf((float)dot, (float)sc, f);
-            g = fmaf((float)m, (float)sum, g);
+            f += dot * sc;
+            g += m * sum;
         }
-        acc = fmaf(f, d * dx, acc);
-        acc = fmaf(-g, dmin * dx, acc);
+        acc = fmaf((float)f, d * dx, acc);
+        acc = fmaf(-(float)g, dmin * dx, acc);
     }
     return acc;
 }
 
-/* The Q6_K kernel's sequence: per super-block, for each 16-element sub-block j in order
- * f = fma(float(int dot of (v - 32) and q), sc_j, f), then acc = fma(f, d * dx, acc). */
+/* The Q6_K kernels' sequence: per super-block an exact integer sum over 16-element sub-blocks j
+ * of sc_j * (int dot of (v - 32) and q), then acc = fma(float(sum), d * dx, acc). */
 static float r16q6_emulate(const uint8_t *row, const float *x, int64_t cols) {
     float acc = 0.0f;
     for (int64_t sb = 0; sb < cols / 256; sb++) {
@@ -626,7 +626,7 @@ static float r16q6_emulate(const uint8_t *row, const float *x, int64_t cols) {
         const float dx = q8k_emulate(x + 256 * sb, q);
         if (dx == 0) continue;
         const uint8_t *b = row + (size_t)sb * 210;
-        float f = 0;
+        long f = 0;
         for (int j = 0; j < 16; j++) {
             long dot = 0;
             for (int e = 16 * j; e < 16 * j + 16; e++) {
@@ -635,11 +635,11 @@ static float r16q6_emulate(const uint8_t *row, const float *x, int64_t cols) {
                 const int v = (qt < 2 ? lq & 15 : lq >> 4) | ((hq >> (2 * qt)) & 3) << 4;
                 dot += (long)(v - 32) * q[e];
             }
-            f = fmaf((float)dot, (float)(int8_t)b[192 + j], f);
+            f += dot * (int8_t)b[192 + j];
         }
         uint16_t h;
         memcpy(&h, b + 208, 2);
-        acc = fmaf(f, sd_fp16_to_fp32(h) * dx, acc);
+        acc = fmaf((float)f, sd_fp16_to_fp32(h) * dx, acc);
     }
     return acc;
 }
@@ -661,11 +661,15 @@ static void test_qmatmul_r16_exact(void **state) {
             uint8_t *w = malloc(rb * (size_t)rows), *p = malloc(sd_quant_packed_bytes(T, rows, rb));
             float *row = malloc((size_t)cols * sizeof(float)), *x = malloc((size_t)n * cols * sizeof(float));
             float *y = malloc((size_t)n * rows * sizeof(float));
+            for (int i = 0; i < n * cols; i++) x[i] = frand() * (i % 64 < 32 ? 1.0f : 30.0f);
+            for (int i = 0; i < cols; i++) x[i] = 0.5f + 0.5f * fabsf(frand()); /* token 0: all positive */
             for (int r = 0; r < rows; r++) {
-                for (int c = 0; c < cols; c++) row[c] = frand() * (r % 3 == 0 ? 1e-3f : 1.0f);
+                /* every fourth row a token's own activations: dots of one sign, whose sums pass
+                 * 2^24 (token 0's), where a float sequence would round and an int32 one does not */
+                for (int c = 0; c < cols; c++)
+                    row[c] = r % 4 == 1 ? x[(size_t)(r / 4 % n) * cols + c] : frand() * (r % 3 == 0 ? 1e-3f : 1.0f);
                 assert_int_equal(sd_quantize_row(T, row, w + rb * (size_t)r, cols), SD_OK);
             }
-            for (int i = 0; i < n * cols; i++) x[i] = frand() * (i % 64 < 32 ? 1.0f : 30.0f);
             sd_quant_pack_rows(T, w, p, rows, rb, cols);
             for (int packed = 0; packed < 2; packed++)
                 for (int nn = 1; nn <= n; nn += 4) {

@@ -54,8 +54,9 @@ static float dot_a(const uint8_t *row, int64_t nblk, const act_quad *X) {
     return acc;
 }
 
-/* Q4_K: per super-block f = fma over sub-blocks j of (float(int dot_j), sc_j), g = fma of (m_j,
- * sum of q in j), then acc = fma(f, d * dx, acc), acc = fma(-g, dmin * dx, acc). */
+/* Q4_K: per super-block exact integer sums over sub-blocks j of sc_j * (int dot_j) and of m_j *
+ * (sum of q in j), then acc = fma(float(sum), d * dx, acc), acc = fma(-float(msum), dmin * dx,
+ * acc) (|sum| < 2^31: 8 x 63 x 32 x 15 x 127). */
 static float dot_q4_k(const uint8_t *row, int64_t nsb, const act_k *A) {
     float acc = 0.0f;
     for (int64_t s = 0; s < nsb; s++) {
@@ -63,28 +64,28 @@ static float dot_q4_k(const uint8_t *row, int64_t nsb, const act_k *A) {
         const act_k *a = A + s;
         uint8_t sm[16];
         q4_k_scales(b + 4, sm);
-        float f = 0, g = 0;
+        int32_t f = 0, g = 0;
         for (int j = 0; j < 8; j++) {
             const uint8_t *q = b + 16 + 32 * (j / 2);
             int32_t dot = 0;
             for (int i = 0; i < 32; i++) dot += (j & 1 ? q[i] >> 4 : q[i] & 15) * a->q[32 * j + i];
-            f = fmaf((float)dot, (float)sm[j], f);
-            g = fmaf((float)sm[8 + j], (float)a->bs32[j], g);
+            f += dot * sm[j];
+            g += sm[8 + j] * a->bs32[j];
         }
-        acc = fmaf(f, h2f(b) * a->d, acc);
-        acc = fmaf(-g, h2f(b + 2) * a->d, acc);
+        acc = fmaf((float)f, h2f(b) * a->d, acc);
+        acc = fmaf(-(float)g, h2f(b + 2) * a->d, acc);
     }
     return acc;
 }
 
-/* Q6_K: per super-block f = fma over 16-element sub-blocks j of (float(int dot of (v - 32) and
- * q), sc_j), then acc = fma(f, d * dx, acc). */
+/* Q6_K: per super-block an exact integer sum over 16-element sub-blocks j of sc_j * (int dot of
+ * (v - 32) and q), then acc = fma(float(sum), d * dx, acc) (|sum| < 2^31: 16 x 128 x 16 x 32 x 127). */
 static float dot_q6_k(const uint8_t *row, int64_t nsb, const act_k *A) {
     float acc = 0.0f;
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *b = row + (size_t)s * SD_Q6_K_BYTES;
         const act_k *a = A + s;
-        float f = 0;
+        int32_t f = 0;
         for (int j = 0; j < 16; j++) {
             int32_t dot = 0;
             for (int e = 16 * j; e < 16 * j + 16; e++) {
@@ -93,9 +94,9 @@ static float dot_q6_k(const uint8_t *row, int64_t nsb, const act_k *A) {
                 const int v = ((qt < 2 ? lq & 15 : lq >> 4) | ((hq >> (2 * qt)) & 3) << 4) - 32;
                 dot += v * a->q[e];
             }
-            f = fmaf((float)dot, (float)(int8_t)b[192 + j], f);
+            f += dot * (int8_t)b[192 + j];
         }
-        acc = fmaf(f, h2f(b + 208) * a->d, acc);
+        acc = fmaf((float)f, h2f(b + 208) * a->d, acc);
     }
     return acc;
 }
