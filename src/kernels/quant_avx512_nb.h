@@ -149,23 +149,24 @@ static inline __attribute__((always_inline)) void NBF(r16_step_q4_k)(const uint8
 
 /* Q6_K, 16 rows at once (layout: r_pack_group_q6), as the AVX2 path: per super-block and token
  * an exact int32 sum over the 16 sub-blocks of scale * dot, then acc = fma(float(sum), d * dx,
- * acc). A 6-bit value is its low nibble (AND or a GF(2) affine map) OR'd with its 2-bit field
- * moved to bits 4-5 (another map); per token a sub-block's dot is a chain of 4 dpbusd started at
+ * acc). A 6-bit value is its nibble OR'd with its 2-bit field moved to bits 4-5 (shifts and
+ * masks: q6_field in quant_avx512.c); per token a sub-block's dot is a chain of 4 dpbusd started at
  * the record's nbs32 = -32 * (sum of its activations) for the offset (the weights are read as
  * unsigned). Batches take units in pairs (2p, 2p + 1), whose low nibbles share the vectors V(p)
- * and high bits H(p / 2), loaded once for both. Decode takes one unit at a time, loading them
- * for each: with half the loads and vector work it read memory slower (decode 0.97x). */
+ * and high bits H(p / 2), loaded once for both. Decode takes one unit at a time, loading the
+ * shared vectors again for each: there the paired order, with half the loads and vector work,
+ * read memory slower (decode 0.97x). */
 static inline __attribute__((always_inline)) void NBF(r16_q6_k_unit)(const uint8_t *B, int u, const act_k *a,
                                                                      __m512i *is) {
-    const __m512i nib = _mm512_set1_epi64(u % 2 ? GF_HI : GF_LO), gh = _mm512_set1_epi64(k_gf_q6_hi[u % 4]);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     __m512i t[2];
     for (int h = 0; h < 2; h++) t[h] = _mm512_set1_epi32(a->nbs32[2 * u + h]);
     for (int k = 0; k < 4; k++)
         for (int h = 0; h < 2; h++) { /* elements 16h + 4k .. 16h + 4k + 3 */
             const __m512i v = _mm512_loadu_si512(B + R16Q6_V(u / 2) + 64 * (k + 4 * h));
             const __m512i x = _mm512_loadu_si512(B + R16Q6_H(u / 4) + 64 * (k + 4 * h));
-            const __m512i w =
-                _mm512_or_si512(_mm512_gf2p8affine_epi64_epi8(v, nib, 0), _mm512_gf2p8affine_epi64_epi8(x, gh, 0));
+            const __m512i w = _mm512_ternarylogic_epi32(u % 2 ? _mm512_srli_epi16(v, 4) : v,
+                                                        _mm512_and_si512(q6_field(x, u % 4), m30), m4, 0xEC);
             t[h] = _mm512_dpbusd_epi32(t[h], w, _mm512_set1_epi32(ld32(a->q + 32 * u + 16 * h + 4 * k)));
         }
     for (int h = 0; h < 2; h++) {
@@ -177,7 +178,7 @@ static inline __attribute__((always_inline)) void NBF(r16_q6_k_unit)(const uint8
 static inline __attribute__((always_inline)) void NBF(r16_step_q6_k)(const uint8_t *const *G, const int S,
                                                                      int64_t nblk, const uint8_t *act, size_t xs,
                                                                      __m512 acc[][NB]) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), hi = _mm512_set1_epi64(GF_HI);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const int64_t nsb = nblk / 8;
     enum { TILE = NB <= 6 ? NB : (NB + 1) / 2 };
     NBF(zero_acc)(acc, S);
@@ -195,8 +196,6 @@ static inline __attribute__((always_inline)) void NBF(r16_step_q6_k)(const uint8
 #pragma GCC unroll 1
                 for (int p = 0; p < 4; p++) {
                     prefetch_ahead(B + (R16Q6_SB / 4) * p, R16Q6_SB / 4);
-                    const __m512i ga = _mm512_set1_epi64(k_gf_q6_hi[(2 * p) % 4]);
-                    const __m512i gb = _mm512_set1_epi64(k_gf_q6_hi[(2 * p + 1) % 4]);
 #pragma GCC unroll 2
                     for (int j0 = 0; j0 < NB; j0 += TILE) { /* the tokens in tiles, each unpacking the weights */
                         const int j1 = j0 + TILE < NB ? j0 + TILE : NB;
@@ -212,10 +211,10 @@ static inline __attribute__((always_inline)) void NBF(r16_step_q6_k)(const uint8
                             for (int k = 4 * h; k < 4 * h + 4; k++) {
                                 const __m512i v = _mm512_loadu_si512(B + R16Q6_V(p) + 64 * k);
                                 const __m512i x = _mm512_loadu_si512(B + R16Q6_H(p / 2) + 64 * k);
-                                const __m512i wa =
-                                    _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_gf2p8affine_epi64_epi8(x, ga, 0));
-                                const __m512i wb = _mm512_or_si512(_mm512_gf2p8affine_epi64_epi8(v, hi, 0),
-                                                                   _mm512_gf2p8affine_epi64_epi8(x, gb, 0));
+                                const __m512i xa = _mm512_and_si512(q6_field(x, (2 * p) % 4), m30);
+                                const __m512i xb = _mm512_and_si512(q6_field(x, (2 * p + 1) % 4), m30);
+                                const __m512i wa = _mm512_ternarylogic_epi32(v, xa, m4, 0xEC);
+                                const __m512i wb = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), xb, m4, 0xEC);
                                 for (int j = 0; j < j1 - j0; j++) {
                                     const int8_t *aq = act_k_at(act, xs, j0 + j, sb)->q + 64 * p + 4 * k;
                                     ta[j] = _mm512_dpbusd_epi32(ta[j], wa, _mm512_set1_epi32(ld32(aq)));
