@@ -1,5 +1,5 @@
-/* Fuzz bodies for the grammar module: GBNF text, and JSON Schema text through the compiler. A
- * grammar that is accepted is exercised: its bound, forced bytes, the input's own bytes fed one
+/* Fuzz bodies for the grammar module: GBNF text (as it is, and made lazy), and JSON Schema text
+ * through the compiler. A grammar that is accepted is exercised: its bound, forced bytes, the input's own bytes fed one
  * at a time with rollback checked against the step count, and a token mask over a small
  * vocabulary checked token by token. The schema compiler must never emit GBNF it cannot parse. */
 #include <stdio.h>
@@ -104,6 +104,17 @@ int sd_fuzz_gbnf(const uint8_t *data, size_t size) {
     SD_FUZZ_CHECK(g != NULL);
     exercise(g, data, size);
     sd_grammar_free(g);
+    /* the same grammar made lazy, its trigger the input's first bytes (so that feeding the input
+     * fires it at once, anywhere, or at the start for odd sizes) */
+    if (size) {
+        g = NULL;
+        SD_FUZZ_CHECK(sd_grammar_from_gbnf((const char *)data, size, NULL, &g) == SD_OK);
+        const size_t tl = size < 2 ? size : 2;
+        SD_FUZZ_CHECK(sd_grammar_set_trigger(g, data, tl, size & 1 ? SD_GRAMMAR_TRIGGER_AT_START : SD_GRAMMAR_TRIGGER_ANYWHERE) ==
+                      SD_OK);
+        exercise(g, data, size);
+        sd_grammar_free(g);
+    }
     return 0;
 }
 
