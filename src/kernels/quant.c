@@ -79,8 +79,6 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
         if (!tmp) return -1;
         act = tmp;
     }
-    /* Each token is quantised alone, identically whatever n is, once for all matrices. */
-    for (int j = 0; j < n; j++) K->act_token(type, X + (size_t)j * cols, cols, (uint8_t *)act + tok * (size_t)j);
     const size_t xs = fam == FAM_R ? tok : tok / (fam == FAM_A ? sizeof(act_quad) : sizeof(act_k));
     const r_layout L = r_layout_of(cols);
     int64_t first[MAXG + 1]; /* first 16-row block of each matrix in the combined range */
@@ -90,11 +88,25 @@ int sd_quant_matmul_group(const sd_tensor *const *W, float *const *Y, int count,
         first[i + 1] = first[i] + (W[i]->rows + 15) / 16; /* 16-row blocks: own output lines */
         work += (double)W[i]->rows * (double)cols * n;
     }
+    /* Each token is quantised alone, identically whatever n is and whichever thread does it,
+     * once for all matrices. A prefill's tokens are shared out inside the parallel region (on
+     * one thread before it, the others waited); up to a verify pass's SD_R16_MAX_TOKENS the
+     * barrier this needs cost more than it saved, so those stay on the calling thread. */
+    const int par = work >= SD_QPAR_MIN_WORK;
+    const int split = par && n > SD_R16_MAX_TOKENS && omp_get_max_threads() > 1;
+    if (!split)
+        for (int j = 0; j < n; j++) K->act_token(type, X + (size_t)j * cols, cols, (uint8_t *)act + tok * (size_t)j);
     int failed = 0;
     sd_steal steal;
     sd_steal_init(&steal, first[count]);
-#pragma omp parallel if (work >= SD_QPAR_MIN_WORK)
+#pragma omp parallel if (par)
     {
+        if (split) { /* every thread of the team takes this branch, so all meet at the barrier */
+            const int id = omp_get_thread_num(), nt = omp_get_num_threads(); /* contiguous: no shared lines */
+            for (int j = n * id / nt; j < n * (id + 1) / nt; j++)
+                K->act_token(type, X + (size_t)j * cols, cols, (uint8_t *)act + tok * (size_t)j);
+#pragma omp barrier
+        }
         /* Blocks by work stealing (kernels.h): mostly one contiguous range per thread, across
          * the matrices, so that each thread's weights stream sequentially. */
         int64_t b0, b1, r0, r1;
