@@ -73,33 +73,53 @@ static void test_adaptive_decisions(void **state) {
     costs(&cs, 1, 1.0);
     assert_int_equal(round_of(&a, &cs, 8, sure), 0);
 
-    /* a cache-resident target (a pass of n tokens costs n steps): never, but for one probing
-     * draft after 32 plain rounds, then after 64, 128, ... while the probes keep failing */
+    /* a cache-resident target (a pass of n tokens costs n steps): never, not even a probe: with
+     * every draft accepted a round would not pay either, so there is nothing to learn */
     sd_draft_ctl_init(&a);
     sd_draft_costs_init(&cs);
     costs(&cs, 0, 0.3);
     int rounds_with = 0, at[8];
+    for (int r = 0; r < 320; r++) rounds_with += round_of(&a, &cs, 4, sure) > 0;
+    assert_int_equal(rounds_with, 0);
+
+    /* a memory-bound target and a drafter whose drafts are rejected: no drafts, but for one probing
+     * draft after 32 plain rounds, then after 64, 128, ... while the probes keep failing */
+    const float one_sure[1] = {0.95f};
+    sd_draft_ctl_init(&a);
+    sd_draft_costs_init(&cs);
+    costs(&cs, 1, 0.05);
+    for (int r = 0; r < 50; r++) sd_draft_ctl_record(&a, 0, one_sure, 1, 0);
     for (int r = 0; r < 320; r++) {
         const int d = round_of(&a, &cs, 4, sure);
         if (d > 0 && rounds_with < 8) at[rounds_with] = r;
         rounds_with += d > 0;
         assert_true(d <= 1);
     }
-    printf("  cache-resident target: %d of 320 rounds draft (one draft each, at rounds %d, %d, %d)\n", rounds_with,
-           at[0], at[1], at[2]);
+    printf("  rejected drafts: %d of 320 rounds draft (one draft each, at rounds %d, %d, %d)\n", rounds_with, at[0],
+           at[1], at[2]);
     assert_int_equal(rounds_with, 3);
     assert_int_equal(at[0], 31);
     assert_int_equal(at[1], 95);
     assert_int_equal(at[2], 223);
-    /* when drafting pays again (costs drift: the running averages follow), the wait starts over
-     * from 32 */
-    for (int i = 0; i < 200; i++) costs(&cs, 1, 0.05);
+    /* when drafting pays again (the drafts are accepted again), the wait starts over from 32 */
+    for (int r = 0; r < 200; r++) sd_draft_ctl_record(&a, 0, one_sure, 1, 1);
     assert_true(round_of(&a, &cs, 4, sure) > 0);
-    for (int i = 0; i < 200; i++) costs(&cs, 0, 0.3);
+    for (int r = 0; r < 2000; r++) sd_draft_ctl_record(&a, 0, one_sure, 1, 0);
     int first = -1;
     for (int r = 0; r < 64 && first < 0; r++)
         if (round_of(&a, &cs, 4, sure) > 0) first = r;
     assert_int_equal(first, 31);
+    /* a probe costs the draft's catch-up on the tokens since the last drafting round: where a
+     * token's catch-up costs more than 5% of a target step, none is made */
+    sd_draft_costs_catchup(&cs, 40, 1, 40 * 0.2);
+    rounds_with = 0;
+    for (int r = 0; r < 320; r++) rounds_with += round_of(&a, &cs, 4, sure) > 0;
+    assert_int_equal(rounds_with, 0);
+    sd_draft_costs_init(&cs);
+    costs(&cs, 1, 0.05);
+    sd_draft_costs_catchup(&cs, 40, 1, 40 * 0.04);
+    for (int r = 0; r < 320; r++) rounds_with += round_of(&a, &cs, 4, sure) > 0;
+    assert_true(rounds_with > 0);
 
     /* learning: a drafter whose 0.95-confident drafts are always rejected stops being trusted */
     sd_draft_ctl_init(&a);
@@ -116,6 +136,28 @@ static void test_adaptive_decisions(void **state) {
     printf("  0.35-confident drafts, always accepted: %d drafts before learning, %d after\n", before, after);
     assert_true(after > before);
     assert_int_equal(after, 8);
+
+    /* a lookup's proposals (a source that runs no draft step) cost only their share of the pass:
+     * beside a draft step as costly as the target's, a model's do not pay, a lookup's do */
+    sd_draft_ctl_init(&a);
+    sd_draft_costs_init(&cs);
+    costs(&cs, 1, 1.0);
+    assert_int_equal(round_of(&a, &cs, 8, sure), 0);
+    a.stepping = 0;
+    assert_int_equal(round_of(&a, &cs, 8, sure), 8);
+
+    /* one more draft step is worth what the proposal after one of this confidence is accepted at,
+     * learned: unsure proposals (0.15) accepted 3 times in 10, the sure ones after them always */
+    const float unsure_first[8] = {0.15f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f};
+    sd_draft_ctl_init(&a);
+    sd_draft_costs_init(&cs);
+    costs(&cs, 1, 0.15);
+    const int unlearned = round_of(&a, &cs, 4, unsure_first);
+    for (int r = 0; r < 100; r++) sd_draft_ctl_record(&a, 0, unsure_first, 4, r % 10 < 3 ? 4 : 0);
+    const int learned = round_of(&a, &cs, 4, unsure_first);
+    printf("  an unsure first proposal, sure ones after it: %d drafts before learning, %d after\n", unlearned, learned);
+    assert_int_equal(unlearned, 1);
+    assert_int_equal(learned, 4);
 
     /* given costs are never updated by measurements */
     sd_draft_costs_init(&cs);
@@ -288,10 +330,41 @@ static void test_costs(void **state) {
     assert_true(fabs(sd_draft_costs_verify(&s2, 6) - 4.2) < 1e-12); /* slope 0.6 past 4 */
     sd_draft_costs_pass(&s2, 2, 1.8);                                 /* measured again at 1.5 */
     assert_true(fabs(sd_draft_costs_verify(&s2, 2) - 1.5) < 1e-12);   /* (1.2 + 1.8) / 2 */
-    /* the draft step alike, per step */
-    sd_draft_costs_draft(&c, 2, 1.0);
-    sd_draft_costs_draft(&c, 1, 1.5);
-    assert_true(fabs(c.t_draft - 1.0) < 1e-12);
+    /* the draft step: rounds of 1 step at 1.0 s and of 4 at 1.6 s: the first step costs 1.0, each
+     * one after it 0.2 (a draft model read cold after the target's pass, then from the caches) */
+    sd_draft_costs d;
+    sd_draft_costs_init(&d);
+    for (int i = 0; i < 10; i++) {
+        sd_draft_costs_draft(&d, 1, 1.0);
+        sd_draft_costs_draft(&d, 4, 1.6);
+    }
+    printf("  draft rounds of 1 step at 1.0, of 4 at 1.6: first step %.3f, each more %.3f\n", d.t_draft_first, d.t_draft);
+    assert_true(fabs(d.t_draft_first - 1.0) < 1e-9);
+    assert_true(fabs(d.t_draft - 0.2) < 1e-9);
+    /* rounds that all take 4 steps (fixed k) say nothing of the split: the mean per step for both */
+    sd_draft_costs_init(&d);
+    for (int i = 0; i < 30; i++) sd_draft_costs_draft(&d, 4, 2.0);
+    assert_true(fabs(d.t_draft - 0.5) < 1e-12 && fabs(d.t_draft_first - 0.5) < 1e-12);
+    /* nor does a line on which more steps cost less (noise): the mean per step */
+    sd_draft_costs_init(&d);
+    sd_draft_costs_draft(&d, 2, 1.0);
+    sd_draft_costs_draft(&d, 1, 1.5);
+    assert_true(fabs(d.t_draft - 2.5 / 3) < 1e-12 && fabs(d.t_draft_first - 2.5 / 3) < 1e-12);
+    /* measured pass costs that fall with more tokens are noise: the fit never decreases, pooling
+     * the violators by their measurements (here one each: 2, 3 and 4 at their mean) */
+    sd_draft_costs m;
+    sd_draft_costs_init(&m);
+    const double meas[6] = {0, 1.0, 1.5, 1.1, 1.2, 1.4};
+    for (int n = 1; n <= 5; n++) sd_draft_costs_pass(&m, n, meas[n]);
+    for (int n = 1; n < 12; n++) assert_true(sd_draft_costs_verify(&m, n + 1) >= sd_draft_costs_verify(&m, n));
+    assert_true(fabs(sd_draft_costs_verify(&m, 1) - 1.0) < 1e-12);
+    assert_true(fabs(sd_draft_costs_verify(&m, 3) - 3.8 / 3) < 1e-12);
+    assert_true(fabs(sd_draft_costs_verify(&m, 5) - 1.4) < 1e-12);
+    /* 3 now holds four measurements: 2 and 3 pool to 1.18, below 4's 1.2, which stands alone */
+    for (int i = 0; i < 3; i++) sd_draft_costs_pass(&m, 3, 1.1);
+    assert_true(fabs(sd_draft_costs_verify(&m, 2) - (1.5 + 4 * 1.1) / 5) < 1e-12);
+    assert_true(fabs(sd_draft_costs_verify(&m, 3) - (1.5 + 4 * 1.1) / 5) < 1e-12);
+    assert_true(fabs(sd_draft_costs_verify(&m, 4) - 1.2) < 1e-12);
     sd_draft_costs_pass(&c, 0, 1.0); /* ignored: out of range, not positive */
     sd_draft_costs_pass(&c, 7, -1.0);
     assert_true(c.t_pass[7] == 0.0);
@@ -411,7 +484,7 @@ static void test_ngram_matches_brute_force(void **state) {
             h[i] = (int32_t)(x % (uint64_t)vocab);
         }
         for (int n = 1; n <= 600; n += 1 + n / 50) {
-            sd_draft_req r = {h, n, n, 8, NULL, NULL, NULL, NULL, NULL, got, conf, 0, 0, 0, 0};
+            sd_draft_req r = {h, n, n, 8, NULL, NULL, NULL, NULL, NULL, got, conf, 0, 0, 0, 0, 0};
             assert_int_equal(d->vt->draft(d, &r), SD_OK);
             const int m = naive_ngram(h, n, 1, 4, 8, want);
             if (r.n_out != m || memcmp(got, want, (size_t)m * sizeof *got) != 0)
@@ -424,12 +497,12 @@ static void test_ngram_matches_brute_force(void **state) {
     printf("  %d histories checked against brute force (%d with a match)\n", checked, with_match);
     /* nothing to match: no proposal */
     const int32_t uniq[5] = {1, 2, 3, 4, 5};
-    sd_draft_req r = {uniq, 5, 5, 4, NULL, NULL, NULL, NULL, NULL, got, conf, 0, 0, 0, 0};
+    sd_draft_req r = {uniq, 5, 5, 4, NULL, NULL, NULL, NULL, NULL, got, conf, 0, 0, 0, 0, 0};
     assert_int_equal(d->vt->draft(d, &r), SD_OK);
     assert_int_equal(r.n_out, 0);
     /* the longest match wins and gives its confidence; a policy cuts the proposals */
     const int32_t rep[9] = {7, 8, 9, 10, 11, 12, 7, 8, 9};
-    sd_draft_req r2 = {rep, 9, 9, 8, NULL, NULL, NULL, NULL, NULL, got, conf, 0, 0, 0, 0};
+    sd_draft_req r2 = {rep, 9, 9, 8, NULL, NULL, NULL, NULL, NULL, got, conf, 0, 0, 0, 0, 0};
     assert_int_equal(d->vt->draft(d, &r2), SD_OK);
     assert_int_equal(r2.n_out, 6); /* 10 11 12 7 8 9: up to the history's end */
     assert_int_equal(got[0], 10);

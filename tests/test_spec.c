@@ -868,7 +868,7 @@ static void counts_drop(const exact_setup *e, int broken, uint64_t base, int n, 
     sd_spec_batch *b = NULL;
     assert_int_equal(sd_spec_batch_create(tc, NULL, &b), SD_OK);
     drop_drafter f = {dc, e->sp, 0.3f, broken};
-    sd_drafter d = {&k_drop_vtbl, &f, "drop", {"model"}, 1, EX_V, INT32_MAX};
+    sd_drafter d = {&k_drop_vtbl, &f, "drop", {"model"}, 1, EX_V, INT32_MAX, 1u};
     for (int i = 0; i < n; i++) {
         sd_spec_params p = greedy_params(4, 2);
         p.sampling = e->sp;
@@ -1553,7 +1553,7 @@ static void test_deterministic_drafter_exact(void **state) {
     sd_spec_batch *batch = NULL;
     assert_int_equal(sd_spec_batch_create(c, NULL, &batch), SD_OK);
     fixed_drafter f = {0, 0, dc};
-    sd_drafter d = {&k_fixed_vtbl, &f, "fixed", {"greedy target"}, 1, EX_V, INT32_MAX};
+    sd_drafter d = {&k_fixed_vtbl, &f, "fixed", {"greedy target"}, 1, EX_V, INT32_MAX, 1u};
     long drafted = 0, accepted = 0;
     float p[EX_V];
     void *scratch = malloc(sd_sample_scratch_bytes(EX_V));
@@ -1582,7 +1582,7 @@ static void test_deterministic_drafter_exact(void **state) {
         for (int t = 0; t < 3; t++) {
             assert_int_equal(sd_sample_probs(&e.sp, lg, EX_V, p, scratch), SD_OK);
             int32_t dft = 0;
-            sd_draft_req rq = {hist, 2 + t, 2, 1, &rng, NULL, NULL, NULL, NULL, &dft, NULL, 0, 0, 0, 0};
+            sd_draft_req rq = {hist, 2 + t, 2, 1, &rng, NULL, NULL, NULL, NULL, &dft, NULL, 0, 0, 0, 0, 0};
             assert_int_equal(fixed_draft(&d, &rq), SD_OK);
             hist[2 + t] = sd_rng_uniform(&rng) < p[dft] ? dft : sd_sample_draw(p, EX_V, &rng);
             if (t < 2) assert_int_equal(sd_context_forward(c, 0, &hist[2 + t], 1, lg, 0), SD_OK);

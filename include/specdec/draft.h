@@ -42,9 +42,17 @@ struct sd_draft_policy {
 #define SD_DRAFT_COST_MAX_N (SD_MAX_DRAFT + 1) /* pass sizes tracked (larger: extrapolated) */
 typedef struct {
     double t_pass[SD_DRAFT_COST_MAX_N + 1]; /* [n]: a pass of n tokens (0: not measured) */
-    double t_draft;                         /* one draft step (0: not measured) */
+    double t_draft;                         /* one more draft step in a round (0: not measured) */
+    double t_draft_first;                   /* a round's first (0: as t_draft): the catch-up's pass,
+                                               which, right after the target's pass, reads a draft
+                                               model that fits the caches cold */
     int n_pass[SD_DRAFT_COST_MAX_N + 1];    /* measurements behind t_pass[n] (their plain mean at first) */
-    int n_draft;                            /* ... behind t_draft */
+    int n_draft;                            /* rounds behind t_draft */
+    double draft_mom[4];                    /* their running means of steps, seconds, steps^2 and
+                                               steps x seconds: the line the two prices come from */
+    double t_catchup;                       /* a history token the draft model catches up on after
+                                               rounds without drafts (0: not measured) */
+    int n_catchup;                          /* ... the catch-ups behind it */
     double ref1[SD_DRAFT_COST_MAX_N + 1];   /* t_pass[1] when t_pass[n] last moved (0: unknown then):
                                                a larger pass is weighed by its ratio to one step */
     int given; /* 1: set by the caller (reproducible runs, tests): never measured or updated */
@@ -71,6 +79,10 @@ typedef struct {
     int source;          /* out: which of the drafter's sources proposed (sd_drafter.sources) */
     int n_synced;        /* out: history tokens a model fed before its first proposal: 1-2 after a
                             round that drafted, more after a new prompt or rounds without drafts */
+    int n_steps;         /* out: the model's forward passes this round (the catch-up on the history
+                            among them; 0: a lookup): what the round's drafting time bought. A
+                            round the policy ended before a proposal ran one pass more than it
+                            proposed, so its time per proposal is not a step's price */
 } sd_draft_req;
 
 /* A tree of proposals (see sd_verify_tree_*): node 0 is the root, the history's last token;
@@ -121,6 +133,8 @@ struct sd_drafter {
     int n_sources;
     int n_vocab;       /* ids it may propose: [0, n_vocab) */
     int capacity;      /* most history + drafts its state holds (INT32_MAX: unbounded) */
+    unsigned stepping; /* bit s: each proposal of source s costs a draft step (a model's forward
+                          pass); clear: a lookup, next to free. The controller prices drafts by it */
 };
 
 /* The model drafter: a draft model decoding one token at a time in sequence seq of ctx

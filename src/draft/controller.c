@@ -27,6 +27,11 @@
  * resume after plain rounds: on stories260K + stories-draft, whose cost model sits near
  * break-even, resuming at any expected gain ran one bench run in 15 at 0.83x plain. */
 #define RESUME_MARGIN 1.10
+/* A probe makes the draft model catch up on every token since the last round that drafted, which
+ * costs a share of the plain steps taken meanwhile however long the wait: a probe is made only
+ * where that share is at most this. stories260K + stories-draft: a token's catch-up costs a third
+ * of a target step (76 tokens, 0.42 ms of a 2.5 ms generation); the cost twins: a few percent. */
+#define PROBE_MAX_SHARE 0.05
 
 /* ---- costs -------------------------------------------------------------------------------- */
 
@@ -53,26 +58,80 @@ static double pass_at(const sd_draft_costs *c, int n) {
     return t * c->t_pass[1] / c->ref1[n];
 }
 
+/* A round's drafting time against its steps, a + b x steps, fitted over the recent rounds: b is
+ * what one more step costs, a + b the first. On the cost twins' draft (24 MB, inside this Zen 5's
+ * L3) the first step after the target's 343 MB pass costs about twice the next ones, and one price
+ * per step (the mean) made adaptive rounds stop where fixed k = 4 gained. Where the rounds' steps
+ * hardly vary (fixed k) or the line is implausible, both are the mean per step. */
 void sd_draft_costs_draft(sd_draft_costs *c, int n_steps, double seconds) {
     if (c->given || n_steps < 1 || !(seconds >= 0)) return;
-    running_mean(&c->t_draft, &c->n_draft, seconds / n_steps);
+    if (c->n_draft < COST_WINDOW) c->n_draft++;
+    const double x[4] = {n_steps, seconds, (double)n_steps * n_steps, n_steps * seconds};
+    double *m = c->draft_mom;
+    for (int i = 0; i < 4; i++) m[i] += (x[i] - m[i]) / c->n_draft;
+    const double per = m[1] / m[0], var = m[2] - m[0] * m[0];
+    const double b = var > 0.1 ? (m[3] - m[0] * m[1]) / var : per, a = m[1] - b * m[0];
+    const int line = b > 0 && b <= per && a >= 0;
+    c->t_draft = line ? b : per;
+    c->t_draft_first = line ? a + b : per;
+}
+
+/* The measured sizes' costs made non-decreasing in the pass's tokens (pool-adjacent-violators,
+ * weighted by how many measurements each holds): a pass of more tokens reads the same weights and
+ * does more, so a larger one measured cheaper is noise, and on a noisy host (the cost twins, Zen 5)
+ * one slow 2-token pass beside fast 3- to 5-token ones priced every round's first draft at 2-4x
+ * its cost. fit[n] is 0 where n is not measured. */
+static void fitted(const sd_draft_costs *c, double fit[SD_DRAFT_COST_MAX_N + 1]) {
+    double v[SD_DRAFT_COST_MAX_N + 1], w[SD_DRAFT_COST_MAX_N + 1];
+    int len[SD_DRAFT_COST_MAX_N + 1], nb = 0;
+    for (int n = 1; n <= SD_DRAFT_COST_MAX_N; n++) {
+        fit[n] = 0;
+        if (!(c->t_pass[n] > 0)) continue;
+        v[nb] = pass_at(c, n);
+        w[nb] = c->n_pass[n] > 0 ? c->n_pass[n] : 1;
+        len[nb++] = 1;
+        while (nb >= 2 && v[nb - 2] > v[nb - 1]) { /* pool the violating pair of blocks */
+            const double ww = w[nb - 2] + w[nb - 1];
+            v[nb - 2] = (v[nb - 2] * w[nb - 2] + v[nb - 1] * w[nb - 1]) / ww;
+            w[nb - 2] = ww;
+            len[nb - 2] += len[nb - 1];
+            nb--;
+        }
+    }
+    /* each block's value to its measured sizes, in order */
+    for (int n = 1, b = 0, used = 0; n <= SD_DRAFT_COST_MAX_N && b < nb; n++) {
+        if (!(c->t_pass[n] > 0)) continue;
+        fit[n] = v[b];
+        if (++used == len[b]) {
+            b++;
+            used = 0;
+        }
+    }
+}
+
+void sd_draft_costs_catchup(sd_draft_costs *c, int n_tokens, int n_steps, double seconds) {
+    if (c->given || n_tokens < 1 || n_steps < 1 || !(seconds >= 0)) return;
+    double t = seconds - (n_steps - 1) * c->t_draft; /* the steps after it at their price */
+    running_mean(&c->t_catchup, &c->n_catchup, (t > 0 ? t : 0) / n_tokens);
 }
 
 double sd_draft_costs_verify(const sd_draft_costs *c, int n) {
     const int N = SD_DRAFT_COST_MAX_N;
+    double f[SD_DRAFT_COST_MAX_N + 1];
+    fitted(c, f);
     if (n < 1) n = 1;
-    if (n <= N && c->t_pass[n] > 0) return pass_at(c, n);
+    if (n <= N && f[n] > 0) return f[n];
     int lo = (n <= N ? n : N + 1) - 1, hi = n + 1; /* the nearest measured sizes below and above */
-    while (lo >= 1 && !(c->t_pass[lo] > 0)) lo--;
-    while (hi <= N && !(c->t_pass[hi] > 0)) hi++;
-    if (lo >= 1 && hi <= N) return pass_at(c, lo) + (pass_at(c, hi) - pass_at(c, lo)) * (n - lo) / (hi - lo);
+    while (lo >= 1 && !(f[lo] > 0)) lo--;
+    while (hi <= N && !(f[hi] > 0)) hi++;
+    if (lo >= 1 && hi <= N) return f[lo] + (f[hi] - f[lo]) * (n - lo) / (hi - lo);
     if (lo >= 1) { /* past the largest: the slope of the two largest measured, else a step per token */
         int l2 = lo - 1;
-        while (l2 >= 1 && !(c->t_pass[l2] > 0)) l2--;
-        const double slope = l2 >= 1 ? (pass_at(c, lo) - pass_at(c, l2)) / (lo - l2) : pass_at(c, lo) / lo;
-        return pass_at(c, lo) + slope * (n - lo);
+        while (l2 >= 1 && !(f[l2] > 0)) l2--;
+        const double slope = l2 >= 1 ? (f[lo] - f[l2]) / (lo - l2) : f[lo] / lo;
+        return f[lo] + slope * (n - lo);
     }
-    return hi <= N ? pass_at(c, hi) * n / hi : 0.0;
+    return hi <= N ? f[hi] * n / hi : 0.0;
 }
 
 /* ---- the sequence's controller ---------------------------------------------------------------- */
@@ -80,6 +139,7 @@ double sd_draft_costs_verify(const sd_draft_costs *c, int n) {
 void sd_draft_ctl_init(sd_draft_ctl *c) {
     memset(c, 0, sizeof *c);
     c->base.judge = sd_draft_ctl_judge;
+    c->stepping = ~0u;
 }
 
 static int conf_bin(float conf) {
@@ -95,9 +155,13 @@ static double accept_est(const sd_draft_ctl *c, int source, float conf) {
 
 /* Expected tokens per second of the whole round when this sequence emits e tokens (expected)
  * after d draft steps and puts n tokens into the pass, beside the other sequences' share. */
+static double draft_time(const sd_draft_costs *k, int d) {
+    return d < 1 ? 0 : (k->t_draft_first > 0 ? k->t_draft_first : k->t_draft) + (d - 1) * k->t_draft;
+}
+
 static double round_rate(const sd_draft_ctl *c, double e, int d, int n) {
     const double t =
-        c->others_t + d * c->costs->t_draft + sd_draft_costs_verify(c->costs, c->others_n + c->pass_base + n);
+        c->others_t + draft_time(c->costs, d) + sd_draft_costs_verify(c->costs, c->others_n + c->pass_base + n);
     return t > 0 ? (c->others_e + e) / t : 0.0;
 }
 
@@ -110,7 +174,8 @@ static int adaptive_plan(sd_draft_ctl *c, int k_max) {
      * by guesses: a pass cost linear in its tokens keeps a memory-bound target from ever drafting),
      * rather than k_max of them, since on a pair whose draft step costs as much as the target's a
      * full first round costs several target steps. */
-    if (!(c->costs->t_draft > 0) || !(c->costs->t_pass[2] > 0)) {
+    const int steps = c->stepping != 0; /* the first proposal's draft steps (a lookup: none) */
+    if ((steps && !(c->costs->t_draft > 0)) || !(c->costs->t_pass[2] > 0)) {
         c->measuring = 1;
         return k_max < 1 ? k_max : 1;
     }
@@ -122,7 +187,7 @@ static int adaptive_plan(sd_draft_ctl *c, int k_max) {
      * sequence's draft moves the round's rate by a few percent, and the batch switch measures
      * which rounds run faster. */
     const double margin = c->plain_last && c->others_n == 0 ? RESUME_MARGIN : 1.0;
-    const int pays = round_rate(c, 1 + first, 1, 2) > margin * round_rate(c, 1, 0, 1);
+    const int pays = round_rate(c, 1 + first, steps, 2) > margin * round_rate(c, 1, 0, 1);
     if (!c->explore_every) c->explore_every = EXPLORE_EVERY;
     c->plain_last = !pays;
     if (pays) {
@@ -135,6 +200,11 @@ static int adaptive_plan(sd_draft_ctl *c, int k_max) {
         c->probing = 0;
         if (c->explore_every < EXPLORE_MAX) c->explore_every *= 2;
     }
+    /* A probe learns how often drafts are accepted, at the price of the draft's catch-up (above).
+     * Where not even a full round of drafts, every one accepted, would pay (a target whose pass
+     * costs a step per token), there is nothing to learn. */
+    if (!(round_rate(c, 1 + k_max, steps ? k_max : 0, k_max + 1) > margin * round_rate(c, 1, 0, 1))) return 0;
+    if (steps && c->costs->t_catchup > PROBE_MAX_SHARE * c->costs->t_pass[1]) return 0;
     if (++c->plain_run >= c->explore_every) {
         c->plain_run = 0;
         c->probing = 1;
@@ -176,14 +246,26 @@ sd_draft_verdict sd_draft_ctl_judge(sd_draft_policy *policy, int source, int i, 
      * that produced its distribution is spent either way) */
     const double acc = accept_est(c, source, conf);
     const double cum = c->cum * acc, e_with = c->e + cum;
-    const double r_keep = round_rate(c, e_with, i + 1, i + 2);
-    const double r_stop = round_rate(c, c->e, i + 1, i + 1);
+    const int d = (c->stepping >> source & 1u) ? i + 1 : 0; /* draft steps spent so far */
+    const double r_keep = round_rate(c, e_with, d, i + 2);
+    const double r_stop = round_rate(c, c->e, d, i + 1);
     if (r_keep < r_stop) return SD_DRAFT_STOP;
     c->cum = cum;
     c->e = e_with;
-    /* one more after it, expected to be accepted as often as this one (confidence runs in
-     * streaks): is its draft step worth taking? */
-    const double r_next = round_rate(c, e_with + cum * acc, i + 2, i + 3);
+    /* one more after it: is its draft step worth taking? Its acceptance before its distribution
+     * is seen: how often a proposal following one of this confidence was accepted, learned, with
+     * the rate after any proposal as its prior. A prior of this proposal's own acceptance (as if
+     * confidence ran in streaks) ended every round at its first unsure proposal, and so never
+     * learned that on the cost twins two in three after it were accepted. */
+    const int b = conf_bin(conf);
+    double all_acc = 0, all_tried = 0;
+    for (int j = 0; j < SD_CTL_BINS; j++) {
+        all_acc += c->next_acc[source][j];
+        all_tried += c->next_tried[source][j];
+    }
+    const double pooled = (all_acc + PRIOR_N * acc) / (all_tried + PRIOR_N);
+    const double next = (c->next_acc[source][b] + PRIOR_N * pooled) / (c->next_tried[source][b] + PRIOR_N);
+    const double r_next = round_rate(c, e_with + cum * next, d ? d + 1 : 0, i + 3);
     return r_next > r_keep ? SD_DRAFT_MORE : SD_DRAFT_LAST;
 }
 
@@ -214,6 +296,11 @@ void sd_draft_ctl_record(sd_draft_ctl *c, int source, const float *conf, int n_d
         const int b = conf_bin(conf[i]);
         c->tried[source][b] += 1;
         if (i < n_accepted) c->acc[source][b] += 1;
+        if (i > 0) {
+            const int pb = conf_bin(conf[i - 1]);
+            c->next_tried[source][pb] += 1;
+            if (i < n_accepted) c->next_acc[source][pb] += 1;
+        }
     }
     if (n_drafted > 0 && source != SD_CTL_SOURCE_GRAMMAR) { /* a drafter's first proposal of a round */
         c->first_tried += 1;

@@ -22,12 +22,18 @@ typedef struct {
     sd_draft_policy base; /* judge: sd_draft_ctl_judge */
     /* acceptance of a tried proposal by source and by pre-draw confidence bin */
     double acc[SD_DRAFT_MAX_SOURCES][SD_CTL_BINS], tried[SD_DRAFT_MAX_SOURCES][SD_CTL_BINS];
+    /* acceptance of the proposal that follows one of a given confidence bin (tried: both it and
+     * every earlier one reached), whatever its own confidence: what one more draft step is worth
+     * before its distribution is seen */
+    double next_acc[SD_DRAFT_MAX_SOURCES][SD_CTL_BINS], next_tried[SD_DRAFT_MAX_SOURCES][SD_CTL_BINS];
     double first_acc, first_tried; /* the first proposal of a round, whatever its confidence */
     int plain_run;                 /* rounds without drafts in a row (adaptive) */
     int explore_every;             /* plain rounds between probes (doubles while they fail) */
     int probing;                   /* the last round was a probe */
     int plain_last;                /* the last judgement found drafting not to pay (adaptive) */
     int measuring;                 /* this round's one proposal is made to measure costs, unjudged */
+    unsigned stepping;             /* bit s: source s's proposals each cost a draft step (the
+                                      drafter's sd_drafter.stepping; init: every source) */
     /* the round in progress (sd_draft_ctl_plan sets them) */
     sd_draft_mode mode;
     float p_min;
@@ -77,8 +83,11 @@ void sd_draft_ctl_record(sd_draft_ctl *c, int source, const float *conf, int n_d
 void sd_draft_costs_init(sd_draft_costs *c);
 /* A target pass of n tokens took `seconds` (a running mean; ignored when c->given). */
 void sd_draft_costs_pass(sd_draft_costs *c, int n_tokens, double seconds);
-/* n draft steps took `seconds` (ignored when c->given). */
+/* A round's n draft steps took `seconds` (ignored when c->given). */
 void sd_draft_costs_draft(sd_draft_costs *c, int n_steps, double seconds);
+/* A round whose model first caught up on n_tokens of history (more than the last round's), then
+ * ran n_steps passes in all (the catch-up's among them), took `seconds` (ignored when c->given). */
+void sd_draft_costs_catchup(sd_draft_costs *c, int n_tokens, int n_steps, double seconds);
 /* Seconds of a pass of n tokens: measured, else interpolated between the nearest measured sizes
  * (extrapolated past the largest); 0 when nothing is measured. */
 double sd_draft_costs_verify(const sd_draft_costs *c, int n);

@@ -169,8 +169,10 @@ static sd_status md_draft(sd_drafter *d, sd_draft_req *r) {
     r->q_filled = q != NULL;
     /* The history extends the last one: its first `synced` tokens are the cache's. */
     int c = md->synced < md->n_fed ? md->synced : md->n_fed;
+    r->n_steps = 0;
     sd_status st = sync_from(md, r->hist, r->n_hist, c < r->n_hist ? c : r->n_hist, &r->n_synced);
     if (st != SD_OK) return st;
+    r->n_steps = r->n_synced > 0;
     /* Drafts go into the cache too (all but the last); the next sync keeps those accepted. */
     int k = r->k;
     const int room = sd_context_n_ctx(md->ctx) - md->n_fed;
@@ -193,6 +195,7 @@ static sd_status md_draft(sd_drafter *d, sd_draft_req *r) {
         r->n_out = i + 1;
         if (v == SD_DRAFT_LAST || i + 1 == k) break; /* the last draft is fed only if it is accepted */
         if ((st = feed(md, &r->out[i], 1)) != SD_OK) return st;
+        r->n_steps++;
     }
     return SD_OK;
 }
@@ -236,6 +239,7 @@ sd_status sd_drafter_model_draft_many(sd_drafter *const *ds, sd_draft_req *const
         model_drafter *md = ds[i]->impl;
         sd_draft_req *r = reqs[i];
         r->n_out = 0;
+        r->n_steps = 0;
         r->source = 0;
         r->q_filled = md_wants_q(md) && r->q != NULL;
         if ((st = check_hist(md, r->n_hist)) != SD_OK) break;
@@ -246,6 +250,7 @@ sd_status sd_drafter_model_draft_many(sd_drafter *const *ds, sd_draft_req *const
         if (c == r->n_hist && md->n_fed == r->n_hist && md->have_logits) continue; /* in step already */
         if (c > r->n_hist - 1) c = r->n_hist - 1;
         r->n_synced = r->n_hist - c;
+        r->n_steps = 1;
         sd_context_seq_truncate(md->ctx, md->seq, c);
         md->n_fed = c;
         md->have_logits = 0;
@@ -289,6 +294,7 @@ sd_status sd_drafter_model_draft_many(sd_drafter *const *ds, sd_draft_req *const
             r->n_out = step + 1;
             if (v == SD_DRAFT_LAST || step + 1 == k[i]) continue; /* the last draft is fed only if accepted */
             live[i] = 1;
+            r->n_steps++;
             sd_batch_add(&b, r->out[step], md->n_fed, md->seq, 1);
             md->fed[md->n_fed++] = r->out[step];
             who[n_who++] = md;
@@ -509,6 +515,7 @@ sd_status sd_drafter_model_create(sd_context *ctx, int seq, int n_vocab, const s
     d->n_sources = 1;
     d->n_vocab = n_vocab;
     d->capacity = sd_context_n_ctx(ctx);
+    d->stepping = 1u;
     md->ctx = ctx;
     md->seq = seq;
     md->sp = *sp;

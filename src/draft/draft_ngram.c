@@ -108,6 +108,7 @@ static sd_status ng_draft(sd_drafter *d, sd_draft_req *r) {
     r->q_filled = 0;
     r->source = 0;
     r->n_synced = 0;
+    r->n_steps = 0;
     sd_status st = ng_sync(d, r->hist, r->n_hist);
     if (st != SD_OK) return st;
     const int last = g->n_tok - 1;
@@ -228,6 +229,7 @@ sd_status sd_drafter_combo_create(sd_drafter *ngram, sd_drafter *model, sd_draft
     d->n_sources = 2;
     d->n_vocab = ngram->n_vocab < model->n_vocab ? ngram->n_vocab : model->n_vocab;
     d->capacity = model->capacity;
+    d->stepping = model->stepping << 1; /* source 1: the model */
     *out = d;
     return SD_OK;
 }

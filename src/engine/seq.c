@@ -174,6 +174,7 @@ sd_status sd_spec_create_with(sd_spec_batch *batch, int seq, sd_drafter *drafter
     if (drafter && drafter->capacity < s->n_ctx) s->n_ctx = drafter->capacity;
     s->tok = sd_model_tokenizer(tm);
     sd_draft_ctl_init(&s->ctl);
+    s->ctl.stepping = drafter ? drafter->stepping : 0;
     const int k = s->p.draft_max > s->p.tree_budget ? s->p.draft_max : s->p.tree_budget; /* rows of p and q */
     const size_t V = (size_t)n_vocab;
     s->k_alloc = k;
@@ -575,9 +576,14 @@ sd_status sd_seq_check_req(sd_spec *s, double td, int n_synced) {
             return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' proposed id %d, outside the target's vocabulary of %d",
                            s->drafter->name, (int)req->out[i], s->n_vocab);
     /* a draft step's cost from rounds whose model caught up only on the last round's tokens: a
-     * new prompt or a probe after plain rounds feeds many more, which is no step's price */
-    if (!s->p.costs.given && n_synced <= SYNC_ROUND)
-        sd_draft_costs_draft(&s->batch->costs, req->n_out > 0 ? req->n_out : 1, td);
+     * new prompt or a probe after plain rounds feeds many more, which is no step's price. Per
+     * forward pass run, not per proposal: a round the controller ended before a proposal ran one
+     * pass more than it proposed, and counting it per proposal priced short rounds' steps up to
+     * 1.5x, which made the next rounds shorter still. A lookup (no pass) prices nothing. */
+    if (!s->p.costs.given && n_synced <= SYNC_ROUND && req->n_steps > 0)
+        sd_draft_costs_draft(&s->batch->costs, req->n_steps, td);
+    else if (!s->p.costs.given && req->n_steps > 0) /* what a probe after plain rounds will cost */
+        sd_draft_costs_catchup(&s->batch->costs, n_synced, req->n_steps, td);
     /* llama-server's n_min: too short a chain is not worth its pass (check_params refused the
      * combinations where dropping it by its length would bias the output) */
     if (req->n_out > 0 && req->n_out < s->p.draft_min) req->n_out = 0;
