@@ -394,6 +394,12 @@ enum { R16_Q4_0, R16_Q8_0, R16_Q4_K, R16_Q6_K, R16_TYPES }; /* the 16-row kernel
  * The steps keep S as a parameter (a constant once inlined) to try other counts. */
 
 #define ROWS_MAX_NB 8 /* Q5_0 kernels: 1..8 tokens; the 16-row ones: 1..SD_R16_MAX_TOKENS */
+/* Q6_K passes of up to this many tokens take one unit at a time (r16_q6_k_unit), larger ones the
+ * units in pairs. Pairs for 2 tokens made a 2-token pass cost more than a 3-token one (verify
+ * 1.03-1.14 against 0.98-1.11 decode steps, 6 alternating rounds, Zen 5); one unit at a time gave
+ * 0.96-1.05. From 3 tokens up the pairs were as fast or faster (5 rounds: units at 3 and 4 tokens
+ * mixed, from 5 tokens 1.1-1.5x slower: their accumulators spill). */
+#define Q6_UNIT_NB 2
 #define NB_CAT_(name, nb) name##_##nb
 #define NB_CAT(name, nb) NB_CAT_(name, nb)
 #define NBF(name) NB_CAT(name, NB)

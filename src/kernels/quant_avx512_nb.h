@@ -152,10 +152,10 @@ static inline __attribute__((always_inline)) void NBF(r16_step_q4_k)(const uint8
  * acc). A 6-bit value is its nibble OR'd with its 2-bit field moved to bits 4-5 (shifts and
  * masks: q6_field in quant_avx512.c); per token a sub-block's dot is a chain of 4 dpbusd started at
  * the record's nbs32 = -32 * (sum of its activations) for the offset (the weights are read as
- * unsigned). Batches take units in pairs (2p, 2p + 1), whose low nibbles share the vectors V(p)
- * and high bits H(p / 2), loaded once for both. Decode takes one unit at a time, loading the
- * shared vectors again for each: there the paired order, with half the loads and vector work,
- * read memory slower (decode 0.97x). */
+ * unsigned). Larger batches take units in pairs (2p, 2p + 1), whose low nibbles share the vectors
+ * V(p) and high bits H(p / 2), loaded once for both. Decode and passes of up to Q6_UNIT_NB tokens
+ * take one unit at a time, loading the shared vectors again for each: there the paired order,
+ * with half the loads and vector work, read memory slower (decode 0.97x; quant_avx512.c). */
 static inline __attribute__((always_inline)) void NBF(r16_q6_k_unit)(const uint8_t *B, int u, const act_k *a,
                                                                      __m512i *is) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
@@ -175,6 +175,29 @@ static inline __attribute__((always_inline)) void NBF(r16_q6_k_unit)(const uint8
     }
 }
 
+/* The same unit for the first NT (<= NB) tokens, each unpacked weight vector taken by all of them. */
+static inline __attribute__((always_inline)) void NBF(r16_q6_k_unit_nt)(const uint8_t *B, int u, const uint8_t *act,
+                                                                        size_t xs, int64_t sb, __m512i *is, const int NT) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    __m512i t[NB][2];
+    for (int j = 0; j < NT; j++)
+        for (int h = 0; h < 2; h++) t[j][h] = _mm512_set1_epi32(act_k_at(act, xs, j, sb)->nbs32[2 * u + h]);
+    for (int k = 0; k < 4; k++)
+        for (int h = 0; h < 2; h++) {
+            const __m512i v = _mm512_loadu_si512(B + R16Q6_V(u / 2) + 64 * (k + 4 * h));
+            const __m512i x = _mm512_loadu_si512(B + R16Q6_H(u / 4) + 64 * (k + 4 * h));
+            const __m512i w = _mm512_ternarylogic_epi32(u % 2 ? _mm512_srli_epi16(v, 4) : v,
+                                                        _mm512_and_si512(q6_field(x, u % 4), m30), m4, 0xEC);
+            for (int j = 0; j < NT; j++)
+                t[j][h] = _mm512_dpbusd_epi32(t[j][h], w,
+                                              _mm512_set1_epi32(ld32(act_k_at(act, xs, j, sb)->q + 32 * u + 16 * h + 4 * k)));
+        }
+    for (int h = 0; h < 2; h++) {
+        const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(B + 32 + 16 * (2 * u + h))));
+        for (int j = 0; j < NT; j++) is[j] = _mm512_add_epi32(is[j], _mm512_mullo_epi32(t[j][h], sc));
+    }
+}
+
 static inline __attribute__((always_inline)) void NBF(r16_step_q6_k)(const uint8_t *const *G, const int S,
                                                                      int64_t nblk, const uint8_t *act, size_t xs,
                                                                      __m512 acc[][NB]) {
@@ -191,6 +214,11 @@ static inline __attribute__((always_inline)) void NBF(r16_step_q6_k)(const uint8
                 for (int u = 0; u < 8; u++) {
                     prefetch_ahead(B + (R16Q6_SB / 8) * u, R16Q6_SB / 8);
                     NBF(r16_q6_k_unit)(B, u, act_k_at(act, xs, 0, sb), is);
+                }
+            else if (NB <= Q6_UNIT_NB)
+                for (int u = 0; u < 8; u++) {
+                    prefetch_ahead(B + (R16Q6_SB / 8) * u, R16Q6_SB / 8);
+                    NBF(r16_q6_k_unit_nt)(B, u, act, xs, sb, is, NB);
                 }
             else
 #pragma GCC unroll 1
