@@ -268,10 +268,12 @@ static void test_pmin_and_limits(void **state) {
     assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 0);
     in = (sd_draft_round_in){0, 1000, 1, 0, 0, 0};
     assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 0);
-    /* nothing measured: the adaptive round drafts its full k (and so measures) */
+    /* nothing measured: a plain step, which measures the 1-token pass (a round of full k would
+     * never measure it, and each start's extra pass to measure it cost a step before the first
+     * token) */
     p.draft_mode = SD_DRAFT_ADAPTIVE;
     in = (sd_draft_round_in){1000, 1000, 1, 0, 0, 0};
-    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 6);
+    assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 0);
     /* the pass is measured but not the draft step: one draft, a cheap probe, proposed however
      * unlikely (judged by a guessed cost of the 2-token pass, it would never be measured) */
     sd_draft_costs_pass(&cs, 1, 1.0);
@@ -449,6 +451,50 @@ static void test_policies_lossless(void **state) {
     sd_model_free(t);
 }
 
+/* The adaptive start, with nothing measured: a sequence alone decodes its first round plainly
+ * (that pass is the 1-token price every judgement compares against; no extra pass before the
+ * first token), then one measuring draft; a round two sequences share measures the 1-token pass
+ * first, alone, and so drafts from its first round (a shared plain round would never measure it,
+ * and the pair would never draft). */
+static void test_adaptive_start(void **state) {
+    (void)state;
+    sd_model *t = sdtest_shared_model("models/stories260K/stories260K.bin", "models/stories260K/tok512.bin");
+    const int32_t prompt[5] = {1, 403, 407, 261, 378};
+    sd_spec_params p = sd_spec_default_params();
+    p.n_predict = 16;
+    p.stop_at_eos = 0;
+    p.draft_max = 4;
+    p.draft_mode = SD_DRAFT_ADAPTIVE;
+    sd_pair *pr = NULL;
+    assert_int_equal(sd_pair_create(t, t, &p, 2, &pr), SD_OK);
+    sd_spec *a = sd_pair_spec(pr, 0), *b = sd_pair_spec(pr, 1);
+    sd_spec_round rd[2];
+    /* alone */
+    assert_int_equal(sd_spec_begin(a, prompt, 5), SD_OK);
+    assert_int_equal(sd_spec_step(a, NULL, NULL, &rd[0]), SD_OK);
+    assert_int_equal(rd[0].n_drafted, 0);
+    assert_int_equal(rd[0].n_tokens, 1);
+    assert_int_equal(sd_spec_batch_pass_tokens(sd_pair_batch(pr)), 1);
+    assert_int_equal(sd_spec_step(a, NULL, NULL, &rd[0]), SD_OK);
+    assert_int_equal(rd[0].n_drafted, 1); /* the draft step and a 2-token pass, measured */
+    sd_spec_cancel(a);
+    sd_pair_free(pr);
+    /* shared, in a new pair (nothing measured) */
+    assert_int_equal(sd_pair_create(t, t, &p, 2, &pr), SD_OK);
+    a = sd_pair_spec(pr, 0);
+    b = sd_pair_spec(pr, 1);
+    assert_int_equal(sd_spec_begin(a, prompt, 5), SD_OK);
+    assert_int_equal(sd_spec_begin(b, prompt, 5), SD_OK);
+    sd_spec *both[2] = {a, b};
+    assert_int_equal(sd_spec_batch_step(sd_pair_batch(pr), both, 2, rd), SD_OK);
+    printf("  first round alone: plain; shared by two: %d + %d drafts in a pass of %d\n", rd[0].n_drafted,
+           rd[1].n_drafted, sd_spec_batch_pass_tokens(sd_pair_batch(pr)));
+    assert_int_equal(rd[0].n_drafted, 1);
+    assert_int_equal(rd[1].n_drafted, 1);
+    sd_pair_free(pr);
+    sd_model_free(t);
+}
+
 /* ---- the n-gram drafter ---------------------------------------------------------------------- */
 
 /* Brute force: the continuation of the most recent earlier match of the longest n-gram. */
@@ -581,6 +627,7 @@ int main(void) {
         cmocka_unit_test(test_costs),
         cmocka_unit_test(test_batch_switch),
         cmocka_unit_test(test_policies_lossless),
+        cmocka_unit_test(test_adaptive_start),
         cmocka_unit_test(test_ngram_matches_brute_force),
         cmocka_unit_test(test_ngram_engine),
     };

@@ -168,7 +168,9 @@ static double round_rate(const sd_draft_ctl *c, double e, int d, int n) {
 /* The adaptive round's start: k_max, 0 when not even one draft is expected to pay (now and then
  * 1 instead, a probe). */
 static int adaptive_plan(sd_draft_ctl *c, int k_max) {
-    if (!(c->costs->t_pass[1] > 0)) return k_max; /* nothing measured yet: a full round measures */
+    /* nothing measured yet: a plain step, which measures the 1-token pass everything is weighed
+     * against (a round shared by several sequences has it measured first: batch.c) */
+    if (!(c->costs->t_pass[1] > 0)) return 0;
     /* The draft step's cost is only known once the drafter has run, and a pass of two tokens once
      * one has run: until then a single draft, proposed whatever the judgement (which would weigh it
      * by guesses: a pass cost linear in its tokens keeps a memory-bound target from ever drafting),

@@ -55,10 +55,10 @@ int sd_spec_batch_switch_rates(const sd_spec_batch *b, int batch, double rate[2]
     return 1;
 }
 
-/* One pass of one token: the step every judgement compares against. It is time to first token,
- * so the larger sizes are left to the rounds (the first ones draft a single token until a draft
- * step and a 2-token pass are measured, then the sizes above the measured ones are extrapolated): a pass of k + 1
- * tokens measured here as well cost the twins' first token 4-5 ms more, a decode step. */
+/* One pass of one token, thrown away: the step every judgement compares against, for a round
+ * that several sequences share before it is known (a shared pass holds more than one token). A
+ * sequence alone needs none: its first round is a plain step, which measures it (the controller);
+ * this pass, made at every start, had cost each generation a decode step before its first token. */
 sd_status sd_batch_measure(sd_spec_batch *b, sd_spec *s) {
     const int len = sd_context_seq_len(b->ctx, s->seq);
     if (len + 1 > s->n_ctx) return SD_OK; /* no room: the first rounds measure instead */
@@ -106,6 +106,10 @@ sd_status sd_batch_step_cb(sd_spec_batch *b, sd_spec *const *specs, int n, sd_sp
             sum_e += specs[i]->last_e;
             sum_t += specs[i]->last_td;
         }
+    for (int i = 0; n_live > 1 && !(b->costs.t_pass[1] > 0) && i < n && rc == SD_OK; i++)
+        if (specs[i]->active && specs[i]->drafter && specs[i]->p.draft_mode == SD_DRAFT_ADAPTIVE &&
+            !specs[i]->p.costs.given)
+            rc = sd_batch_measure(b, specs[i]); /* a sequence without room measures nothing: the next */
     const int share = n_live > 0 && n_live <= SD_MAX_DRAFT + 1 ? (SD_MAX_DRAFT + 1) / n_live - 1 : 0;
     const int allowed = b->p.draft_switch ? sd_draft_switch_allow(&b->sw, n_live) : 1;
     int n_in = 0;

@@ -271,9 +271,6 @@ static sd_status begin(sd_spec *s, const int32_t *prompt, int n_prompt, int src_
         return rc;
     if (s->drafter && s->drafter->vt->sync && (rc = s->drafter->vt->sync(s->drafter, prompt, n_prompt)) != SD_OK)
         return rc;
-    if (s->drafter && s->p.draft_mode == SD_DRAFT_ADAPTIVE && !s->p.costs.given && !(s->batch->costs.t_pass[1] > 0) &&
-        (rc = sd_batch_measure(s->batch, s)) != SD_OK)
-        return rc;
     sd_grammar_matcher_free(s->gm); /* the last generation's */
     s->gm = NULL;
     if (s->p.grammar) {
