@@ -617,9 +617,10 @@ static void test_coupled_frequencies(void **state) {
 
 /* The race prunes: after its first block it scores only the tokens whose p / V (V the uniform
  * the noise comes from, E = -ln(1 - V) >= V) can beat the best so far. The bound holds for the
- * computed noise, tiny V included, and the winner equals the one found by scoring every token,
- * on a flat row (every token nearly a candidate), a peaked one, a row with zeros, and Qwen's
- * vocabulary size. */
+ * computed noise, tiny V included; the winner equals the one found by scoring every token on a
+ * flat row (every token nearly a candidate), a peaked one, a row with zeros, and Qwen's
+ * vocabulary size; and the candidate kernel's count, by which the race skips whole blocks, is
+ * the number of tokens it keeps. */
 static void test_coupled_pruning(void **state) {
     (void)state;
     for (long i = 0; i < 4000000; i++) {
@@ -644,6 +645,12 @@ static void test_coupled_pruning(void **state) {
         for (int pos = 0; pos < 40; pos++) {
             const uint64_t key = sd_coupled_key(11, pos);
             assert_int_equal(sd_sample_coupled(p, N, key), race_by_hand(p, N, key));
+            /* the race skips a block whose kept count is 0: the count is the flags' sum */
+            uint8_t cand[300];
+            const int kept = sd_race_cands(p, key, 1000 * pos, 300, 2.0f / N, cand);
+            int flags = 0;
+            for (int i = 0; i < 300; i++) flags += cand[i];
+            assert_int_equal(kept, flags);
         }
     }
     free(p);

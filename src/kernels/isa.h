@@ -82,7 +82,7 @@ typedef struct {
     /* ---- the sampling pipeline's loops (sampling.h: sd_softmax_numerators, sd_race_scores) */
     double (*softmax_numerators)(const float *x, int n, float mx, float t, float *out);
     void (*race_scores)(const float *probs, uint64_t key, int32_t x0, int n, float *sc);
-    void (*race_cands)(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand);
+    int (*race_cands)(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand);
     /* ---- quantised weights (quant.c) */
     int quant_packed; /* r16 reads the 16-row layout (sd_quant_pack_rows) */
     int (*dequant)(sd_type t, const uint8_t *src, float *dst, int64_t nb); /* NULL: the reference */
@@ -107,10 +107,10 @@ extern const sd_isa_kernels sd_kernels_avx512;
 /* sampling_avx512.c, sampling_avx2.c: the sampling loops of those paths. */
 double sd_avx512_softmax_numerators(const float *x, int n, float mx, float t, float *out);
 void sd_avx512_race_scores(const float *probs, uint64_t key, int32_t x0, int n, float *sc);
-void sd_avx512_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand);
+int sd_avx512_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand);
 double sd_avx2_softmax_numerators(const float *x, int n, float mx, float t, float *out);
 void sd_avx2_race_scores(const float *probs, uint64_t key, int32_t x0, int n, float *sc);
-void sd_avx2_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand);
+int sd_avx2_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand);
 
 /* The active path's table (chosen once: cpu.c). */
 const sd_isa_kernels *sd_kernels(void);

@@ -12,8 +12,8 @@ void sd_portable_race_scores(const float *probs, uint64_t key, int32_t x0, int n
     race_scores(probs, key, x0, n, sc);
 }
 
-void sd_portable_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand) {
-    race_cands(probs, key, x0, n, floor, cand);
+int sd_portable_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand) {
+    return race_cands(probs, key, x0, n, floor, cand);
 }
 
 double sd_softmax_numerators(const float *x, int n, float mx, float t, float *out) {
@@ -24,6 +24,6 @@ void sd_race_scores(const float *probs, uint64_t key, int32_t x0, int n, float *
     sd_kernels()->race_scores(probs, key, x0, n, sc);
 }
 
-void sd_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand) {
-    sd_kernels()->race_cands(probs, key, x0, n, floor, cand);
+int sd_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand) {
+    return sd_kernels()->race_cands(probs, key, x0, n, floor, cand);
 }

@@ -72,11 +72,16 @@ static inline void race_scores(const float *probs, uint64_t key, int32_t x0, int
  * p / V, and a token with p <= floor V cannot beat floor. RACE_SLACK covers E's own rounding
  * (relative error under 2e-7 where E and V nearly meet, V tiny), so no token that could win is
  * left out; those it keeps are scored exactly as race_scores scores them. Its cost is the hash
- * and a multiply: the noise's divisions and series only for the few kept. */
+ * and a multiply: the noise's divisions and series only for the few kept. Returns how many. */
 #define RACE_SLACK 0.9999f
-static inline void race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand) {
+static inline int race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand) {
     const float f = floor * RACE_SLACK;
-    for (int i = 0; i < n; i++) cand[i] = probs[x0 + i] > f * race_uniform(race_hash(key, x0 + i));
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        cand[i] = probs[x0 + i] > f * race_uniform(race_hash(key, x0 + i));
+        kept += cand[i];
+    }
+    return kept;
 }
 
 /* exp(y) for y <= 0: y = n ln2 + r with |r| <= ln2 / 2, exp(r) by the polynomial of Cephes'

@@ -11,6 +11,6 @@ void sd_avx512_race_scores(const float *probs, uint64_t key, int32_t x0, int n, 
     race_scores(probs, key, x0, n, sc);
 }
 
-void sd_avx512_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand) {
-    race_cands(probs, key, x0, n, floor, cand);
+int sd_avx512_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand) {
+    return race_cands(probs, key, x0, n, floor, cand);
 }
