@@ -101,7 +101,8 @@ static inline __attribute__((always_inline)) void NBF(r16_step_q4_k)(const uint8
                     __m512i a[TILE], b[TILE], a2[TILE], b2[TILE];
                     for (int j = 0; j < j1 - j0; j++) a[j] = b[j] = a2[j] = b2[j] = _mm512_setzero_si512();
                     for (int k = 0; k < 8; k++) {
-                        const __m512i v = _mm512_loadu_si512(B + 320 + 512 * c + 64 * k);
+                        __m512i v = _mm512_loadu_si512(B + 320 + 512 * c + 64 * k);
+                        __asm__("" : "+v"(v)); /* one load: GCC read v again as the AND's operand */
                         const __m512i wl = _mm512_and_si512(v, m4), wh = _mm512_gf2p8affine_epi64_epi8(v, hi, 0);
                         for (int j = 0; j < j1 - j0; j++) {
                             const int8_t *aq = act_k_at(act, xs, j0 + j, sb)->q + 64 * c + 4 * k;
