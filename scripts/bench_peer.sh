@@ -231,6 +231,10 @@ if pair:
         s = statistics.median([b / p for p, b in zip(a["plain"], a["spec"])])
         print()
         print("adaptive x plain %.2f against the best fixed k (k=%d) x plain %.2f: %.3f of it" % (s, best[0], best[1], s / best[1]))
+        # the same comparison without the plain runs' own noise: the runs' t/s, paired in each round
+        kt = max(fixed, key=lambda k: statistics.median(pr["sd"][k]["spec"]))
+        print("adaptive t/s against the fastest fixed k's (k=%d) in the same round: %s" % (
+            kt, ratio(pr["sd"][kt]["spec"], a["spec"])))
 elif opt["only"] != "decode":
     print("skipped the pair: no file %s or %s" % (opt["target"], opt["draft"]))
 PY
