@@ -476,6 +476,55 @@ static void test_draw_edges(void **state) {
     assert_int_equal(sd_sample_draw(one_hot, 0, &r), -1);
 }
 
+/* Rows longer than the blocks the draw skips whole: every draw equals the token-by-token inverse
+ * CDF of the same uniform (a flat row, a peaked one with zero-mass runs, mass only in the tail
+ * after the last whole block), and a row whose mass falls short of 1 with all of it in the first
+ * block still gives its overflow to the last token with mass, inside a skipped block. */
+static int32_t draw_by_hand(const float *p, int n, double u) {
+    double cdf = 0;
+    int32_t last = -1;
+    for (int i = 0; i < n; i++)
+        if (p[i] > 0) {
+            cdf += p[i];
+            last = i;
+            if (u < cdf) return i;
+        }
+    return last;
+}
+
+static void test_draw_blocks(void **state) {
+    (void)state;
+    enum { N = 1000 };
+    float *p = malloc(N * sizeof *p);
+    for (int kind = 0; kind < 3; kind++) {
+        double sum = 0;
+        for (int i = 0; i < N; i++) {
+            p[i] = kind == 0 ? 1.0f : kind == 1 ? (i % 97 < 40 ? 0.0f : expf((float)((i * 7919) % 1013) / 100.0f))
+                                                 : (i >= 960 ? 1.0f + (float)(i % 7) : 0.0f);
+            sum += p[i];
+        }
+        for (int i = 0; i < N; i++) p[i] = (float)(p[i] / sum);
+        sd_rng a, b;
+        sd_rng_seed(&a, 17 + (uint64_t)kind);
+        sd_rng_seed(&b, 17 + (uint64_t)kind);
+        for (int d = 0; d < 20000; d++) {
+            const int32_t t = sd_sample_draw(p, N, &a);
+            assert_int_equal(t, draw_by_hand(p, N, sd_rng_uniform(&b)));
+        }
+    }
+    for (int i = 0; i < N; i++) p[i] = i < 30 && i % 3 == 0 ? 0.05f : 0.0f; /* mass 0.5, tokens 0..27 */
+    sd_rng r;
+    sd_rng_seed(&r, 5);
+    long over = 0;
+    for (int d = 0; d < 4000; d++) {
+        const int32_t t = sd_sample_draw(p, N, &r);
+        assert_true(t >= 0 && t < 30 && t % 3 == 0);
+        over += t == 27;
+    }
+    assert_true(over > 2000); /* u >= 0.45 (0.55 of the draws) lands on the last token with mass */
+    free(p);
+}
+
 /* The full plain-sampling path (process + draw) against its own processed distribution. */
 static void test_sample_pipeline_frequencies(void **state) {
     (void)state;
@@ -866,6 +915,7 @@ int main(void) {
         cmocka_unit_test(test_probs_sum_to_one),
         cmocka_unit_test(test_draw_frequencies),
         cmocka_unit_test(test_draw_edges),
+        cmocka_unit_test(test_draw_blocks),
         cmocka_unit_test(test_sample_pipeline_frequencies),
         cmocka_unit_test(test_params_check),
         cmocka_unit_test(test_nonfinite_logits),
