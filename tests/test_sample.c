@@ -159,6 +159,48 @@ static void test_argmax_ties(void **state) {
     assert_int_equal(sd_argmax(y, 3), 1);
 }
 
+/* The vector argmax against the scan it replaces (strict '>' from x[0]), on rows across its
+ * blocks: random values with planted ties, both zeros as the max, infinities, NaNs anywhere
+ * (never the answer) and at x[0] (kept, as the scan keeps it); sd_row_nonfinite beside it. */
+static int32_t argmax_by_scan(const float *x, int n) {
+    int32_t best = 0;
+    float mx = x[0];
+    for (int i = 1; i < n; i++)
+        if (x[i] > mx) {
+            mx = x[i];
+            best = i;
+        }
+    return best;
+}
+
+static void test_argmax_rows(void **state) {
+    (void)state;
+    enum { N = 700 };
+    float x[N];
+    sd_rng r;
+    sd_rng_seed(&r, 99);
+    for (int trial = 0; trial < 3000; trial++) {
+        const int n = 1 + (int)(sd_rng_uniform(&r) * N);
+        const int kind = trial % 6;
+        for (int i = 0; i < n; i++) {
+            const double u = sd_rng_uniform(&r);
+            x[i] = kind == 0 ? (float)(u * 20 - 10) : kind == 1 ? (float)(int)(u * 5) - 4.0f /* ties, max 0 */
+                   : kind == 2 ? (u < 0.5 ? -0.0f : -(float)u) : (float)(u * 8 - 4);
+        }
+        if (kind == 2 && trial % 12 == 2) x[n / 2] = 0.0f; /* +0 beside -0s */
+        if (kind == 3) x[(int)(sd_rng_uniform(&r) * n)] = INFINITY;
+        if (kind == 4) {
+            x[(int)(sd_rng_uniform(&r) * n)] = NAN;
+            x[(int)(sd_rng_uniform(&r) * n)] = -INFINITY;
+        }
+        if (kind == 5 && trial % 4 == 1) x[0] = NAN;
+        assert_int_equal(sd_argmax(x, n), argmax_by_scan(x, n));
+        int bad = 0;
+        for (int i = 0; i < n; i++) bad |= !isfinite(x[i]);
+        assert_int_equal(sd_row_nonfinite(x, n), bad);
+    }
+}
+
 static void test_greedy_one_hot(void **state) {
     (void)state;
     const float logits[] = {0.5f, 2.0f, -1.0f, 2.0f, 1.9f};
@@ -905,6 +947,7 @@ int main(void) {
         cmocka_unit_test(test_rng_reproducible),
         cmocka_unit_test(test_uniform_moments),
         cmocka_unit_test(test_argmax_ties),
+        cmocka_unit_test(test_argmax_rows),
         cmocka_unit_test(test_greedy_one_hot),
         cmocka_unit_test(test_temperature_one_is_softmax),
         cmocka_unit_test(test_temperature_limits),

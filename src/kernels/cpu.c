@@ -116,6 +116,8 @@ const sd_isa_kernels sd_kernels_portable = {
     .softmax_numerators = sd_portable_softmax_numerators,
     .race_scores = sd_portable_race_scores,
     .race_cands = sd_portable_race_cands,
+    .row_argmax = sd_portable_row_argmax,
+    .row_nonfinite = sd_portable_row_nonfinite,
     .act_token = sd_portable_act_token,
     .qrows = sd_portable_quant_rows,
 };

@@ -83,6 +83,8 @@ typedef struct {
     double (*softmax_numerators)(const float *x, int n, float mx, float t, float *out);
     void (*race_scores)(const float *probs, uint64_t key, int32_t x0, int n, float *sc);
     int (*race_cands)(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand);
+    int32_t (*row_argmax)(const float *x, int n);
+    int (*row_nonfinite)(const float *x, int n);
     /* ---- quantised weights (quant.c) */
     int quant_packed; /* r16 reads the 16-row layout (sd_quant_pack_rows) */
     int (*dequant)(sd_type t, const uint8_t *src, float *dst, int64_t nb); /* NULL: the reference */
@@ -108,9 +110,13 @@ extern const sd_isa_kernels sd_kernels_avx512;
 double sd_avx512_softmax_numerators(const float *x, int n, float mx, float t, float *out);
 void sd_avx512_race_scores(const float *probs, uint64_t key, int32_t x0, int n, float *sc);
 int sd_avx512_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand);
+int32_t sd_avx512_row_argmax(const float *x, int n);
+int sd_avx512_row_nonfinite(const float *x, int n);
 double sd_avx2_softmax_numerators(const float *x, int n, float mx, float t, float *out);
 void sd_avx2_race_scores(const float *probs, uint64_t key, int32_t x0, int n, float *sc);
 int sd_avx2_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand);
+int32_t sd_avx2_row_argmax(const float *x, int n);
+int sd_avx2_row_nonfinite(const float *x, int n);
 
 /* The active path's table (chosen once: cpu.c). */
 const sd_isa_kernels *sd_kernels(void);

@@ -23,6 +23,8 @@ float sd_portable_stream(const float *buf, size_t per);
 double sd_portable_softmax_numerators(const float *x, int n, float mx, float t, float *out);
 void sd_portable_race_scores(const float *probs, uint64_t key, int32_t x0, int n, float *sc);
 int sd_portable_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand);
+int32_t sd_portable_row_argmax(const float *x, int n);
+int sd_portable_row_nonfinite(const float *x, int n);
 
 /* attention.c: every (token, head) on its own, chains, trees and F16 caches. */
 void sd_portable_attention(const sd_att_call *c);

@@ -16,6 +16,10 @@ int sd_portable_race_cands(const float *probs, uint64_t key, int32_t x0, int n, 
     return race_cands(probs, key, x0, n, floor, cand);
 }
 
+int32_t sd_portable_row_argmax(const float *x, int n) { return row_argmax(x, n); }
+
+int sd_portable_row_nonfinite(const float *x, int n) { return row_nonfinite(x, n); }
+
 double sd_softmax_numerators(const float *x, int n, float mx, float t, float *out) {
     return sd_kernels()->softmax_numerators(x, n, mx, t, out);
 }
@@ -27,3 +31,7 @@ void sd_race_scores(const float *probs, uint64_t key, int32_t x0, int n, float *
 int sd_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand) {
     return sd_kernels()->race_cands(probs, key, x0, n, floor, cand);
 }
+
+int32_t sd_row_argmax(const float *x, int n) { return sd_kernels()->row_argmax(x, n); }
+
+int sd_row_nonfinite(const float *x, int n) { return sd_kernels()->row_nonfinite(x, n); }

@@ -107,6 +107,60 @@ static inline float exp_neg(float y) {
     return y < -87.3f ? 0.0f : v;
 }
 
+/* A float's bits as an int32 ordered as the floats are (-0 just below +0), so that the max of a
+ * row is an integer max, which the vectoriser takes (a float max is not reassociable for it);
+ * NaN maps to INT32_MIN, below every number. */
+static inline int32_t order_key(float x) {
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    const uint32_t k = b ^ ((uint32_t)((int32_t)b >> 31) & 0x7fffffffu);
+    const uint32_t nan = 0u - (uint32_t)((b & 0x7fffffffu) > 0x7f800000u); /* all ones for NaN: masks, */
+    return (int32_t)((k & ~nan) | (0x80000000u & nan)); /* not a select, which GCC made a branch */
+}
+
+/* Values compared per block by first_equal before its token-by-token scan. */
+#define ROW_BLOCK 64
+
+/* The first i with x[i] == v (IEEE: -0 == +0), found block by block. */
+static inline int32_t first_equal(const float *x, int n, float v) {
+    int i = 0;
+    for (; i + ROW_BLOCK <= n; i += ROW_BLOCK) {
+        int hit = 0;
+        for (int j = 0; j < ROW_BLOCK; j++) hit |= x[i + j] == v;
+        if (hit) break;
+    }
+    for (; i < n; i++)
+        if (x[i] == v) return i;
+    return -1;
+}
+
+/* What a scan with a strict '>' from x[0] returns: the lowest index of the row's largest value,
+ * NaN never winning (it compares above nothing), except that a NaN x[0] keeps index 0 (nothing
+ * compares above it either). The max as an integer max of order keys, then its first index. */
+static inline int32_t row_argmax(const float *x, int n) {
+    if (x[0] != x[0]) return 0;
+    int32_t m = INT32_MIN;
+    for (int i = 0; i < n; i++) {
+        const int32_t k = order_key(x[i]);
+        m = k > m ? k : m;
+    }
+    const uint32_t b = m < 0 ? (uint32_t)m ^ 0x7fffffffu : (uint32_t)m; /* order_key undone */
+    float v;
+    memcpy(&v, &b, sizeof v);
+    return first_equal(x, n, v);
+}
+
+/* 1 when the row holds an infinity or a NaN (exponent bits all set). */
+static inline int row_nonfinite(const float *x, int n) {
+    uint32_t bad = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &x[i], sizeof b);
+        bad |= (b & 0x7f800000u) == 0x7f800000u;
+    }
+    return bad != 0;
+}
+
 static inline double numerators(const float *x, int n, float mx, float t, float *out) {
     for (int i = 0; i < n; i++) out[i] = exp_neg((x[i] - mx) / t);
     /* the sum in eight double lanes (a fixed order, so the same bits every run), then the tail */

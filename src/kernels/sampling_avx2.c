@@ -14,3 +14,7 @@ void sd_avx2_race_scores(const float *probs, uint64_t key, int32_t x0, int n, fl
 int sd_avx2_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand) {
     return race_cands(probs, key, x0, n, floor, cand);
 }
+
+int32_t sd_avx2_row_argmax(const float *x, int n) { return row_argmax(x, n); }
+
+int sd_avx2_row_nonfinite(const float *x, int n) { return row_nonfinite(x, n); }
