@@ -313,6 +313,15 @@ def summarise(a, recs, refs, wall):
         lat = [1000 * (r["t_end"] - r["t_start"]) for r in whole if r["url"] == u]
         if lat:
             s[f"latency_ms_url{u}"] = {"median": round(statistics.median(lat), 3), "p99": round(pct(lat, 99), 3), "n": len(lat)}
+    if len(a.url) == 2:
+        # requests 2j and 2j + 1 carry the same prompt to the two URLs one after the other: the
+        # first's latency minus the second's, pair by pair (a difference of the two p99s can
+        # come out negative, since each tail has its own noise)
+        by_i = {r["i"]: r for r in whole}
+        d = [1000 * ((by_i[j]["t_end"] - by_i[j]["t_start"]) - (by_i[j + 1]["t_end"] - by_i[j + 1]["t_start"]))
+             for j in range(0, len(recs), 2) if j in by_i and j + 1 in by_i]
+        if d:
+            s["latency_ms_added"] = {"median": round(statistics.median(d), 3), "p99": round(pct(d, 99), 3), "n": len(d)}
     return s
 
 
