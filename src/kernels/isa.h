@@ -79,7 +79,7 @@ typedef struct {
     float (*stream)(const float *buf, size_t per);
     /* ---- attention */
     void (*attention)(const sd_att_call *c);
-    /* ---- the sampling pipeline's loops (sampling.h: sd_softmax_numerators, sd_race_scores) */
+    /* ---- the sampling pipeline's loops (sampling.h: the softmax, the race, argmax, the non-finite scan) */
     double (*softmax_numerators)(const float *x, int n, float mx, float t, float *out);
     void (*race_scores)(const float *probs, uint64_t key, int32_t x0, int n, float *sc);
     int (*race_cands)(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand);

@@ -1,10 +1,11 @@
 /* The sampling pipeline's vector loops, written for the auto-vectoriser (only IEEE +, -, *, /
  * and integer operations, both arms of every select computed: the same bits vectorised or not,
- * at any width): the softmax numerators (sample.c) and the exponential race's noise, scores and
- * candidates (src/sample/race.c). Each kernel path compiles them for its instruction sets
- * (sampling_avx512.c, sampling_avx2.c, sampling.c; with -fno-trapping-math, which lets the
- * compiler evaluate both arms of the selects and changes no result, since nothing reads the
- * floating-point exception flags); race.c also uses the scalar noise for sd_coupled_noise. */
+ * at any width): the softmax numerators, a row's argmax and its non-finite scan (sample.c) and
+ * the exponential race's noise, scores and candidates (src/sample/race.c). Each kernel path
+ * compiles them for its instruction sets (sampling_avx512.c, sampling_avx2.c, sampling.c; with
+ * -fno-trapping-math, which lets the compiler evaluate both arms of the selects and changes no
+ * result, since nothing reads the floating-point exception flags); race.c also uses the scalar
+ * noise for sd_coupled_noise. */
 #ifndef SD_KERNELS_SAMPLING_H
 #define SD_KERNELS_SAMPLING_H
 
@@ -162,7 +163,12 @@ static inline int row_nonfinite(const float *x, int n) {
 }
 
 static inline double numerators(const float *x, int n, float mx, float t, float *out) {
-    for (int i = 0; i < n; i++) out[i] = exp_neg((x[i] - mx) / t);
+    /* at t = 1 (the default temperature) without the division, the loop's dearest operation:
+     * x / 1 is x exactly, so the same bits */
+    if (t == 1.0f)
+        for (int i = 0; i < n; i++) out[i] = exp_neg(x[i] - mx);
+    else
+        for (int i = 0; i < n; i++) out[i] = exp_neg((x[i] - mx) / t);
     /* the sum in eight double lanes (a fixed order, so the same bits every run), then the tail */
     double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0}, total = 0;
     int i = 0;

@@ -385,7 +385,7 @@ int32_t sd_sample_draw(const float *probs, int n, sd_rng *r) {
     /* Accumulating in double keeps the CDF of a 152k-token row accurate to ~1e-16, far below
      * the 2^-24 resolution of u. Blocks the draw cannot land in are summed as independent
      * partial sums and skipped: one dependent add per token walked half of a flat 152k-token
-     * row in ~70 us. Their order changes the CDF only by that rounding. Within a block, the
+     * row in ~47 us. Their order changes the CDF only by that rounding. Within a block, the
      * walk is token by token. Zero-mass tokens are skipped outright, so neither u landing
      * exactly on a CDF step nor the rounding fall-back can ever return one. */
     double cdf = 0;
