@@ -171,6 +171,47 @@ static void test_residual_contents(void **state) {
     assert_true(memcmp(res, p, sizeof p) == 0);
 }
 
+/* Rows longer than the residual's partial sums (and a length they do not divide): residual is
+ * max(0, p - q) normalised, exactly 0 wherever p <= q, within float rounding of the double
+ * reference elsewhere; the one-hot residual is p without the draft, normalised. */
+static void test_residual_long_rows(void **state) {
+    (void)state;
+    enum { N = 1003 };
+    float p[N], q[N], res[N];
+    sd_rng r;
+    sd_rng_seed(&r, 11);
+    for (int n = 1000; n <= N; n += 3) {
+        double sp = 0, sq = 0;
+        for (int i = 0; i < n; i++) {
+            p[i] = (float)sd_rng_uniform(&r) * (i % 5 == 0 ? 0.0f : 1.0f);
+            q[i] = (float)sd_rng_uniform(&r);
+            sp += p[i];
+            sq += q[i];
+        }
+        for (int i = 0; i < n; i++) {
+            p[i] = (float)(p[i] / sp);
+            q[i] = (float)(q[i] / sq);
+        }
+        double mass = 0;
+        for (int i = 0; i < n; i++) mass += p[i] > q[i] ? (double)(p[i] - q[i]) : 0.0;
+        const int32_t t = sd_sample_residual(p, q, n, &r, res);
+        assert_true(t >= 0 && t < n && p[t] > q[t]);
+        double sum = 0;
+        for (int i = 0; i < n; i++) {
+            if (!(p[i] > q[i])) assert_true(res[i] == 0.0f);
+            else assert_true(fabs(res[i] - (p[i] - q[i]) / mass) <= 1e-6 * res[i]);
+            sum += res[i];
+        }
+        assert_true(fabs(sum - 1) < 1e-5);
+        const int32_t d = 7;
+        const int32_t u = sd_sample_residual_onehot(p, d, n, &r, res);
+        assert_true(u >= 0 && u < n && u != d && p[u] > 0);
+        const double rest = sp > 0 ? 1.0 - p[d] : 0;
+        for (int i = 0; i < n; i++)
+            assert_true(i == d ? res[i] == 0.0f : fabs(res[i] - p[i] / rest) <= 1e-5 * p[i] / rest);
+    }
+}
+
 /* ---- Empirical, one position ----------------------------------------------------------- */
 
 /* p_0 has a token q never proposes (3) and q proposes a token p forbids (7). Row 1 is the
@@ -500,6 +541,7 @@ int main(void) {
         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_output_distribution_is_p),
         cmocka_unit_test(test_residual_contents),
+        cmocka_unit_test(test_residual_long_rows),
         cmocka_unit_test(test_empirical_k1_matches_p),
         cmocka_unit_test(test_empirical_k1_acceptance_rate),
         cmocka_unit_test(test_empirical_negative_controls),
