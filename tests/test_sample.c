@@ -201,6 +201,24 @@ static void test_argmax_rows(void **state) {
     }
 }
 
+/* sd_exp_sum against exp in double, on rows shorter than, equal to and across its blocks of 1024. */
+static void test_exp_sum(void **state) {
+    (void)state;
+    static float x[3000];
+    sd_rng r;
+    sd_rng_seed(&r, 4);
+    const int lens[] = {1, 7, 1024, 1025, 3000};
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+        const int n = lens[li];
+        for (int i = 0; i < n; i++) x[i] = (float)(sd_rng_uniform(&r) * 30 - 20);
+        const float mx = x[sd_argmax(x, n)];
+        double want = 0;
+        for (int i = 0; i < n; i++) want += exp((double)x[i] - mx);
+        const double got = sd_exp_sum(x, n, mx);
+        if (fabs(got - want) > 1e-6 * want) fail_msg("n %d: %.12g, exp in double %.12g", n, got, want);
+    }
+}
+
 static void test_greedy_one_hot(void **state) {
     (void)state;
     const float logits[] = {0.5f, 2.0f, -1.0f, 2.0f, 1.9f};
@@ -948,6 +966,7 @@ int main(void) {
         cmocka_unit_test(test_uniform_moments),
         cmocka_unit_test(test_argmax_ties),
         cmocka_unit_test(test_argmax_rows),
+        cmocka_unit_test(test_exp_sum),
         cmocka_unit_test(test_greedy_one_hot),
         cmocka_unit_test(test_temperature_one_is_softmax),
         cmocka_unit_test(test_temperature_limits),

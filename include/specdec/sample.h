@@ -68,6 +68,10 @@ sd_status sd_sampler_params_check(const sd_sampler_params *p);
 /* Index of the largest value; ties go to the lowest index. -1 when n <= 0. */
 int32_t sd_argmax(const float *x, int n);
 
+/* The sum of exp(x[i] - mx) over n values <= mx (finite), by the softmax's kernel: each term
+ * within 2 ulp of float's exp, summed in double. The normaliser of a log-softmax. */
+double sd_exp_sum(const float *x, int n, float mx);
+
 /* Processed distribution of logits (after sd_penalize, when there are penalties): greedy ->
  * one-hot at argmax; else softmax(logits/T) restricted to top-k, then top-p, then min-p (ties
  * broken by lower index), renormalised.

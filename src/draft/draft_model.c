@@ -1,7 +1,6 @@
 /* The model drafter: a small model decoding k tokens one at a time in its own KV cache sequence,
  * recording the processed distribution each draft was drawn from. It remembers the tokens its
  * cache holds, so it syncs itself to any history by keeping the common prefix. */
-#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,20 +129,14 @@ static sd_status md_dist(model_drafter *md, sd_draft_req *r, float *dst, int wan
     *conf = 1.0f;
     *dist = NULL;
     if (md->sp.temperature == 0 && !dst) {
-        if (want_conf) { /* the top-1 probability: exp(0) over the sum of exp(x - max) */
-            const float mx = md->row[sd_argmax(md->row, nv)];
-            double sum = 0;
-            for (int i = 0; i < nv; i++) sum += exp((double)(md->row[i] - mx));
-            *conf = (float)(1.0 / sum);
-        }
+        if (want_conf) /* the top-1 probability: exp(0) over the sum of exp(x - max) */
+            *conf = (float)(1.0 / sd_exp_sum(md->row, nv, md->row[sd_argmax(md->row, nv)]));
         return SD_OK;
     }
     float *probs = dst ? dst : md->probs;
     sd_status st = sd_sample_probs(&md->sp, md->row, nv, probs, md->scratch);
     if (st != SD_OK) return st;
-    float top = 0;
-    for (int i = 0; i < nv; i++) top = probs[i] > top ? probs[i] : top;
-    *conf = top;
+    *conf = probs[sd_argmax(probs, nv)];
     *dist = probs;
     return SD_OK;
 }

@@ -104,6 +104,16 @@ int32_t sd_argmax(const float *x, int n) {
     return sd_row_argmax(x, n);
 }
 
+double sd_exp_sum(const float *x, int n, float mx) {
+    /* a block at a time through the stack: libm's exp in double took 540 us over 152k logits */
+    enum { EXP_BLOCK = 1024 };
+    float buf[EXP_BLOCK];
+    double sum = 0;
+    for (int i0 = 0; x && i0 < n; i0 += EXP_BLOCK)
+        sum += sd_softmax_numerators(x + i0, n - i0 < EXP_BLOCK ? n - i0 : EXP_BLOCK, mx, 1.0f, buf);
+    return sum;
+}
+
 /* ---- Candidate selection --------------------------------------------------------------- */
 
 /* Candidates live in two parallel arrays (probability, token id) so partitioning streams
@@ -421,14 +431,7 @@ sd_status sd_logprobs(const float *logits, int n, int32_t tok, int n_top, sd_tok
             if (!isfinite(logits[i]))
                 return sd_fail(SD_ERR_NUMERIC, "logits[%d] is %s", i, isnan(logits[i]) ? "NaN" : "Inf");
     const float mx = logits[sd_argmax(logits, n)];
-    /* the sum of exp(x - mx) by the softmax's kernel (within 2 ulp a term, summed in double),
-     * a block at a time through the stack: libm's exp in double took 540 us over 152k logits */
-    enum { LSE_BLOCK = 1024 };
-    float buf[LSE_BLOCK];
-    double sum = 0;
-    for (int i0 = 0; i0 < n; i0 += LSE_BLOCK)
-        sum += sd_softmax_numerators(logits + i0, n - i0 < LSE_BLOCK ? n - i0 : LSE_BLOCK, mx, 1.0f, buf);
-    const double lse = mx + log(sum);
+    const double lse = mx + log(sd_exp_sum(logits, n, mx));
     out->logprob = (float)(logits[tok] - lse);
     /* the n_top largest by insertion (n_top is at most 20), a block of 64 skipped whole once the
      * list is full and nothing in it beats the list's last */
