@@ -56,9 +56,11 @@ int sd_spec_batch_switch_rates(const sd_spec_batch *b, int batch, double rate[2]
 }
 
 /* One pass of one token, thrown away: the step every judgement compares against, for a round
- * that several sequences share before it is known (a shared pass holds more than one token). A
- * sequence alone needs none: its first round is a plain step, which measures it (the controller);
- * this pass, made at every start, had cost each generation a decode step before its first token. */
+ * that several sequences share before it is known (a shared pass holds more than one token; the
+ * loop below runs one per sequence until it is known, the first being the warm-up that
+ * sd_draft_costs_pass does not count). A sequence alone needs none: its first rounds are plain
+ * steps, which measure it (the controller); this pass, made at every start, had cost each
+ * generation a decode step before its first token. */
 sd_status sd_batch_measure(sd_spec_batch *b, sd_spec *s) {
     const int len = sd_context_seq_len(b->ctx, s->seq);
     if (len + 1 > s->n_ctx) return SD_OK; /* no room: the first rounds measure instead */
