@@ -68,6 +68,10 @@ sd_status sd_sampler_params_check(const sd_sampler_params *p);
 /* Index of the largest value; ties go to the lowest index. -1 when n <= 0. */
 int32_t sd_argmax(const float *x, int n);
 
+/* The sum of x[0..n) in double, in eight lanes and then the tail: the order the softmax's kernel
+ * sums in (the same bits every run), without one chain of dependent adds. */
+double sd_row_sum(const float *x, int n);
+
 /* The sum of exp(x[i] - mx) over n values <= mx (finite), by the softmax's kernel: each term
  * within 2 ulp of float's exp, summed in double. The normaliser of a log-softmax. */
 double sd_exp_sum(const float *x, int n, float mx);

@@ -3,6 +3,7 @@
 #include "specdec/sample.h"
 
 #include "kernels/kernels.h"
+#include "kernels/sampling.h" /* lane_sum */
 
 #include <math.h>
 #include <string.h>
@@ -103,6 +104,8 @@ int32_t sd_argmax(const float *x, int n) {
      * vector max and a blockwise search; the scan itself took 94 us over 152k logits */
     return sd_row_argmax(x, n);
 }
+
+double sd_row_sum(const float *x, int n) { return x && n > 0 ? lane_sum(x, n) : 0.0; }
 
 double sd_exp_sum(const float *x, int n, float mx) {
     /* a block at a time through the stack: libm's exp in double took 540 us over 152k logits */
@@ -276,17 +279,22 @@ size_t sd_sample_scratch_bytes(int n) {
     return n > 0 ? (size_t)n * (sizeof(float) + sizeof(int32_t)) : 0;
 }
 
+/* SD_ERR_NUMERIC naming the first infinity or NaN of a logit row, found by the vector scan first. */
+static sd_status logits_finite(const float *logits, int n) {
+    if (sd_row_nonfinite(logits, n))
+        for (int i = 0; i < n; i++)
+            if (!isfinite(logits[i]))
+                return sd_fail(SD_ERR_NUMERIC, "logits[%d] is %s", i, isnan(logits[i]) ? "NaN" : "Inf");
+    return SD_OK;
+}
+
 sd_status sd_sample_probs(const sd_sampler_params *p, const float *logits, int n, float *probs,
                           void *scratch) {
     if (!p || !logits || !probs || n <= 0)
         return sd_fail(SD_ERR_INVALID_ARG, "sd_sample_probs: NULL argument or n = %d", n);
     sd_status st = sd_sampler_params_check(p);
-    if (st != SD_OK) return st;
+    if (st != SD_OK || (st = logits_finite(logits, n)) != SD_OK) return st;
 
-    if (sd_row_nonfinite(logits, n))
-        for (int i = 0; i < n; i++)
-            if (!isfinite(logits[i]))
-                return sd_fail(SD_ERR_NUMERIC, "logits[%d] is %s", i, isnan(logits[i]) ? "NaN" : "Inf");
     const int32_t best = sd_argmax(logits, n);
     const float mx = logits[best];
 
@@ -426,10 +434,8 @@ int32_t sd_sample_draw(const float *probs, int n, sd_rng *r) {
 sd_status sd_logprobs(const float *logits, int n, int32_t tok, int n_top, sd_token_logprobs *out) {
     if (!logits || n <= 0 || tok < 0 || tok >= n || n_top < 0 || n_top > SD_MAX_LOGPROBS || !out)
         return sd_fail(SD_ERR_INVALID_ARG, "logprobs: token %d of %d, %d alternatives", (int)tok, n, n_top);
-    if (sd_row_nonfinite(logits, n))
-        for (int i = 0; i < n; i++)
-            if (!isfinite(logits[i]))
-                return sd_fail(SD_ERR_NUMERIC, "logits[%d] is %s", i, isnan(logits[i]) ? "NaN" : "Inf");
+    const sd_status st = logits_finite(logits, n);
+    if (st != SD_OK) return st;
     const float mx = logits[sd_argmax(logits, n)];
     const double lse = mx + log(sd_exp_sum(logits, n, mx));
     out->logprob = (float)(logits[tok] - lse);

@@ -5,25 +5,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "specdec/sample.h"
+
 int sd_verify_greedy(const int32_t *draft, int k, const int32_t *target_argmax, int32_t *next) {
     int m = 0;
     while (m < k && draft[m] == target_argmax[m]) m++;
     *next = target_argmax[m];
     return m;
-}
-
-/* Partial sums of a row's masses, in a fixed order (the same bits every run): one running sum
- * is a chain of dependent adds, 4 cycles a token. */
-#define MASS_LANES 8
-
-static double mass_of(const float *x, int n) {
-    double lane[MASS_LANES] = {0}, mass = 0;
-    int i = 0;
-    for (; i + MASS_LANES <= n; i += MASS_LANES)
-        for (int j = 0; j < MASS_LANES; j++) lane[j] += x[i + j];
-    for (int j = 0; j < MASS_LANES; j++) mass += lane[j];
-    for (; i < n; i++) mass += x[i];
-    return mass;
 }
 
 int32_t sd_sample_residual(const float *p, const float *q, int n, sd_rng *rng, float *residual) {
@@ -36,7 +24,7 @@ int32_t sd_sample_residual(const float *p, const float *q, int n, sd_rng *rng, f
         b &= 0u - (uint32_t)(d > 0);
         memcpy(&residual[i], &b, sizeof b);
     }
-    const double mass = mass_of(residual, n);
+    const double mass = sd_row_sum(residual, n);
     /* No residual mass means p <= q everywhere, so p == q (both sum to 1) and rejection had
      * probability zero; p is then the distribution the output must follow. Copying it keeps
      * the contract that residual holds what was drawn from. */
@@ -53,7 +41,7 @@ int32_t sd_sample_residual_onehot(const float *p, int32_t d, int n, sd_rng *rng,
     /* max(0, p - onehot(d)) is p with d removed: every other token keeps its mass. */
     memcpy(residual, p, (size_t)n * sizeof *residual);
     if (d >= 0 && d < n) residual[d] = 0.0f;
-    const double mass = mass_of(residual, n);
+    const double mass = sd_row_sum(residual, n);
     if (!(mass > 0)) { /* p is one-hot at d: rejection had probability zero */
         memcpy(residual, p, (size_t)n * sizeof *residual);
         return sd_sample_draw(residual, n, rng);
