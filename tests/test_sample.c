@@ -684,6 +684,33 @@ static int32_t race_by_hand(const float *p, int n, uint64_t key) {
     return best;
 }
 
+/* The race's best 8 by hand: 8 passes over every token, each taking the best (score, then
+ * lower id) after the previous pick, with the library's float score p / E; the list must be
+ * sd_sample_coupled_top's, which prunes once its list is full. */
+static void top_by_hand_equal(const float *p, int n, uint64_t key) {
+    int32_t got[8], want[8];
+    const int m = sd_sample_coupled_top(p, n, key, 8, got);
+    int w = 0;
+    float prev_sc = INFINITY;
+    int32_t prev_x = -1;
+    for (; w < 8; w++) {
+        int32_t best = -1;
+        float top = 0;
+        for (int32_t x = 0; x < n; x++) {
+            if (!(p[x] > 0)) continue;
+            const float sc = p[x] / sd_coupled_noise(key, x);
+            const int after_prev = sc < prev_sc || (sc == prev_sc && x > prev_x);
+            if (after_prev && sc > top) top = sc, best = x;
+        }
+        if (best < 0) break;
+        want[w] = best;
+        prev_sc = top;
+        prev_x = best;
+    }
+    assert_int_equal(m, w);
+    for (int i = 0; i < m; i++) assert_int_equal(got[i], want[i]);
+}
+
 /* The race is an exact draw: over many positions its winners follow p (temperature 1, and with
  * top-k/top-p zeros, which never win), and a wrong race (Gumbel noise added to p instead of
  * log p) is rejected by the same statistic. */
@@ -724,22 +751,28 @@ static void test_coupled_frequencies(void **state) {
     }
 }
 
-/* The race prunes: after its first block it scores only the tokens whose p / V (V the uniform
- * the noise comes from, E = -ln(1 - V) >= V) can beat the best so far. The bound holds for the
- * computed noise, tiny V included; the winner equals the one found by scoring every token on a
- * flat row (every token nearly a candidate), a peaked one, a row with zeros, and Qwen's
- * vocabulary size; and the candidate kernel's count, by which the race skips whole blocks, is
- * the number of tokens it keeps. */
+/* The race prunes: once its list is full it scores only the tokens whose p / V (V bounded below
+ * from the hash's rounds, E = -ln(1 - V) >= V) can beat the list's last. The bound holds for the
+ * computed noise, tiny and huge V included; the winner and the best-8 list equal the ones found
+ * by scoring every token on a flat row (every token nearly a candidate), a peaked one, a row with
+ * zeros, and Qwen's vocabulary size; and the candidate kernel's count, by which the race skips
+ * whole blocks, is the number of tokens it keeps. */
+static int race_bound_holds(uint64_t rounds) {
+    return race_noise(rounds ^ (rounds >> 31)) >= (float)race_vhalf(rounds) * 0x1p-31f * RACE_SLACK;
+}
 static void test_coupled_pruning(void **state) {
     (void)state;
     for (long i = 0; i < 4000000; i++) {
-        const uint64_t z = race_hash(sd_coupled_key(3, i / 4096), (int32_t)(i % 4096));
-        assert_true(race_noise(z) >= race_uniform(z) * RACE_SLACK);
+        const uint64_t key = sd_coupled_key(3, i / 4096), in = key + (uint64_t)(i % 4096) * GOLDEN64;
+        assert_true(mix64(in) == race_hash(key, (int32_t)(i % 4096))); /* the kernels' stepped input */
+        assert_true(race_bound_holds(mix64_rounds(in)));
     }
-    /* the smallest uniforms, where E and V nearly meet */
-    for (uint32_t v = 1; v < 4096; v += 2) {
-        const uint64_t z = (uint64_t)v << 32;
-        assert_true(race_noise(z) >= race_uniform(z) * RACE_SLACK);
+    /* the smallest uniforms, where E and V nearly meet, and the largest, where V is clamped; the
+     * bit mix64's last shift may flip both ways */
+    for (uint64_t v = 0; v < 4096; v++) {
+        assert_true(race_bound_holds(v << 32));
+        assert_true(race_bound_holds((v << 32) | (1ull << 63)));
+        assert_true(race_bound_holds(~(v << 32)));
     }
     enum { N = 151936 };
     float *p = malloc(N * sizeof *p);
@@ -754,6 +787,7 @@ static void test_coupled_pruning(void **state) {
         for (int pos = 0; pos < 40; pos++) {
             const uint64_t key = sd_coupled_key(11, pos);
             assert_int_equal(sd_sample_coupled(p, N, key), race_by_hand(p, N, key));
+            if (pos < 8) top_by_hand_equal(p, N, key);
             /* the race skips a block whose kept count is 0: the count is the flags' sum */
             uint8_t cand[300];
             const int kept = sd_race_cands(p, key, 1000 * pos, 300, 2.0f / N, cand);

@@ -15,9 +15,12 @@
 
 /* SplitMix64's finaliser: a bijection of 64 bits whose every output bit depends on every input
  * bit; fed a counter it passes BigCrush, which is what a counter-based generator needs. */
-static inline uint64_t mix64(uint64_t z) {
+static inline uint64_t mix64_rounds(uint64_t z) { /* its two multiplying rounds */
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+}
+static inline uint64_t mix64(uint64_t z) {
+    z = mix64_rounds(z);
     return z ^ (z >> 31);
 }
 
@@ -63,24 +66,36 @@ static inline uint64_t race_hash(uint64_t key, int32_t x) { return mix64(key + (
 /* Scores p / E of tokens x0..x0+n into sc (0 for a token without mass), block by block so that
  * the loop is one straight vector loop. */
 static inline void race_scores(const float *probs, uint64_t key, int32_t x0, int n, float *sc) {
+    uint64_t h = key + (uint64_t)(uint32_t)x0 * GOLDEN64; /* race_hash's input, stepped: no multiply */
     for (int i = 0; i < n; i++) {
         /* E > 0 always, so a token without mass scores 0 by the division itself */
-        sc[i] = probs[x0 + i] / race_noise(race_hash(key, x0 + i));
+        sc[i] = probs[x0 + i] / race_noise(mix64(h));
+        h += GOLDEN64;
     }
 }
 
+/* A lower bound of race_uniform's V from the hash before mix64's last shift (which can flip only
+ * the lowest of the 32 bits V is made of): their top 31 bits, a signed integer (a conversion
+ * AVX2 has, unlike the unsigned one), times 2^-31 <= V, since V's bits are v | 1 and its clamp
+ * only takes V's rounding to 1 back by 2^-24. */
+static inline int32_t race_vhalf(uint64_t rounds) { return (int32_t)(rounds >> 33); }
+
 /* The tokens that may score above floor, cand[i] = 1 (else 0): E = -ln(1 - V) >= V, so p / E <=
- * p / V, and a token with p <= floor V cannot beat floor. RACE_SLACK covers E's own rounding
- * (relative error under 2e-7 where E and V nearly meet, V tiny), so no token that could win is
- * left out; those it keeps are scored exactly as race_scores scores them. Its cost is the hash
- * and a multiply: the noise's divisions and series only for the few kept. Returns how many. */
+ * p / V, and a token with p <= floor V cannot beat floor; V is bounded below by race_vhalf 2^-31
+ * (the 2^-31 folded into the floor). RACE_SLACK covers the roundings of the conversion, the
+ * products and E itself (relative error under 2e-7 where E and V nearly meet, V tiny), so no
+ * token that could win is left out; those it keeps are scored exactly as race_scores scores
+ * them. Its cost is the hash's two multiplies and a float one: the noise's divisions and series
+ * only for the few kept. Returns how many. */
 #define RACE_SLACK 0.9999f
 static inline int race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand) {
-    const float f = floor * RACE_SLACK;
+    const float f = floor * RACE_SLACK * 0x1p-31f;
     int kept = 0;
+    uint64_t h = key + (uint64_t)(uint32_t)x0 * GOLDEN64;
     for (int i = 0; i < n; i++) {
-        cand[i] = probs[x0 + i] > f * race_uniform(race_hash(key, x0 + i));
+        cand[i] = probs[x0 + i] > f * (float)race_vhalf(mix64_rounds(h));
         kept += cand[i];
+        h += GOLDEN64;
     }
     return kept;
 }
