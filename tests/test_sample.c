@@ -755,8 +755,9 @@ static void test_coupled_frequencies(void **state) {
  * from the hash's rounds, E = -ln(1 - V) >= V) can beat the list's last. The bound holds for the
  * computed noise, tiny and huge V included; the winner and the best-8 list equal the ones found
  * by scoring every token on a flat row (every token nearly a candidate), a peaked one, a row with
- * zeros, and Qwen's vocabulary size; and the candidate kernel's count, by which the race skips
- * whole blocks, is the number of tokens it keeps. */
+ * zeros, and Qwen's vocabulary size, on one thread and split across teams of 2 and 3; and the
+ * candidate kernel's count, by which the race skips whole blocks, is the number of tokens it
+ * keeps. */
 static int race_bound_holds(uint64_t rounds) {
     return race_noise(rounds ^ (rounds >> 31)) >= (float)race_vhalf(rounds) * 0x1p-31f * RACE_SLACK;
 }
@@ -775,6 +776,7 @@ static void test_coupled_pruning(void **state) {
         assert_true(race_bound_holds(~(v << 32)));
     }
     enum { N = 151936 };
+    const int team = sd_kernels_team(0); /* restored at the end */
     float *p = malloc(N * sizeof *p);
     for (int kind = 0; kind < 4; kind++) {
         double sum = 0;
@@ -787,7 +789,10 @@ static void test_coupled_pruning(void **state) {
         for (int pos = 0; pos < 40; pos++) {
             const uint64_t key = sd_coupled_key(11, pos);
             assert_int_equal(sd_sample_coupled(p, N, key), race_by_hand(p, N, key));
-            if (pos < 8) top_by_hand_equal(p, N, key);
+            if (pos < 8) { /* one thread and teams of 2 and 3: the row's split keeps the list */
+                sd_kernels_enter(1 + pos % 3);
+                top_by_hand_equal(p, N, key);
+            }
             /* the race skips a block whose kept count is 0: the count is the flags' sum */
             uint8_t cand[300];
             const int kept = sd_race_cands(p, key, 1000 * pos, 300, 2.0f / N, cand);
@@ -796,6 +801,7 @@ static void test_coupled_pruning(void **state) {
             assert_int_equal(kept, flags);
         }
     }
+    sd_kernels_enter(team);
     free(p);
 }
 

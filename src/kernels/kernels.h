@@ -184,12 +184,18 @@ void sd_attention_ref(const float *q, const float *K, const float *V, float *out
  * scores (src/sample/race.c: E is sd_coupled_noise; a token without mass scores 0).
  * sd_race_cands: cand[i] = 0 only for tokens whose score cannot exceed floor (by E >= V, the
  * uniform it comes from), without computing E: the race's pruning; returns how many it kept.
+ * sd_race_top: the race's best count (1..SD_RACE_MAX_TOP) tokens with mass over probs[0..n),
+ * n >= 1, best first (ties to the lower id) into out; returns how many. It scores only the
+ * tokens sd_race_cands keeps once its list is full, and splits a large row across the calling
+ * thread's team: the same list whatever the split.
  * sd_row_argmax: the lowest index of the largest of x[0..n), n >= 1, exactly as a scan with a
  * strict '>' from x[0] (NaN never wins, except a NaN x[0], kept); src/sample's sd_argmax.
  * sd_row_nonfinite: 1 when x[0..n) holds an infinity or a NaN. */
 double sd_softmax_numerators(const float *x, int n, float mx, float t, float *out);
 void sd_race_scores(const float *probs, uint64_t key, int32_t x0, int n, float *sc);
 int sd_race_cands(const float *probs, uint64_t key, int32_t x0, int n, float floor, uint8_t *cand);
+#define SD_RACE_MAX_TOP 64
+int sd_race_top(const float *probs, int n, uint64_t key, int count, int32_t *out);
 int32_t sd_row_argmax(const float *x, int n);
 int sd_row_nonfinite(const float *x, int n);
 
