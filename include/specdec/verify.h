@@ -24,6 +24,14 @@ int sd_verify_greedy(const int32_t *draft, int k, const int32_t *target_argmax, 
 int sd_verify_stochastic(const float *p, const float *q, const int32_t *draft, int k, int n,
                          sd_rng *rng, float *residual, int32_t *next);
 
+/* One draft of sd_verify_stochastic, at row i: pi, and qi (NULL: a deterministic draft, q one-hot
+ * at d). Returns 1 when d is accepted; 0 when it is rejected, with *next drawn from the residual
+ * (into residual). The same RNG use as the loop, so a caller may compute the target's rows one
+ * at a time and stop at the first rejection (the later rows are never read); after k accepted
+ * drafts *next is sd_sample_draw(p_k). */
+int sd_verify_stochastic_step(const float *pi, const float *qi, int32_t d, int n, sd_rng *rng, float *residual,
+                              int32_t *next);
+
 /* Draws from normalize(max(0, p - q)) (written to residual). When the residual has no mass
  * (p == q up to rounding) draws from p itself, which is then the correct distribution. */
 int32_t sd_sample_residual(const float *p, const float *q, int n, sd_rng *rng, float *residual);

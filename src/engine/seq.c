@@ -667,7 +667,8 @@ sd_status sd_seq_add(sd_spec *s, sd_verify_round *vr) {
 }
 
 /* The target's token at every row of the round (greedy or coupled): row i scores history
- * position n_hist + depth(i), where a chain's depth(i) is i. */
+ * position n_hist + depth(i), where a chain's depth(i) is i. A chain stops at its first row
+ * whose token is not the draft: sd_verify_greedy reads no row after it. */
 static sd_status picks(sd_spec *s, const sd_verify_round *vr, int n) {
     const size_t V = (size_t)s->n_vocab;
     const int pen = sd_sampler_has_penalties(&s->p.sampling) || s->gm;
@@ -677,19 +678,36 @@ static sd_status picks(sd_spec *s, const sd_verify_round *vr, int n) {
         sd_status rc =
             target_pick(s, sd_verify_round_logits(vr, s->rnd.row0 + i), pos, i, s->p_rows + (size_t)i * V, &s->picks[i]);
         if (rc != SD_OK) return rc;
+        if (!s->rnd.tree && i < n - 1 && s->picks[i] != s->rnd.chain[1 + i]) break;
     }
     return SD_OK;
 }
 
-/* The target's processed distribution at every row (rejection sampling). */
-static sd_status rows_probs(sd_spec *s, const sd_verify_round *vr, int n) {
-    const size_t V = (size_t)s->n_vocab;
+/* The target's processed distribution at row i (rejection sampling). */
+static sd_status row_probs(sd_spec *s, const sd_verify_round *vr, int i) {
     const int pen = sd_sampler_has_penalties(&s->p.sampling) || s->gm;
-    for (int i = 0; i < n; i++) {
-        const float *raw = sd_verify_round_logits(vr, s->rnd.row0 + i);
-        const float *row = pen ? target_row(s, raw, (int64_t)s->n_tokens + with_path(s, i), i) : raw;
-        sd_status rc = sd_sample_probs(&s->p.sampling, row, s->n_vocab, s->p_rows + (size_t)i * V, s->scratch);
+    const float *raw = sd_verify_round_logits(vr, s->rnd.row0 + i);
+    const float *row = pen ? target_row(s, raw, (int64_t)s->n_tokens + with_path(s, i), i) : raw;
+    return sd_sample_probs(&s->p.sampling, row, s->n_vocab, s->p_rows + (size_t)i * (size_t)s->n_vocab, s->scratch);
+}
+
+/* Rejection sampling along a chain of nd drafts, row by row: the rows after the first rejection
+ * are never computed. Sets *m (accepted) and *next. */
+static sd_status chain_stochastic(sd_spec *s, const sd_verify_round *vr, int nd, const float *q, int *m,
+                                  int32_t *next) {
+    const size_t V = (size_t)s->n_vocab;
+    for (int i = 0; i <= nd; i++) {
+        sd_status rc = row_probs(s, vr, i);
         if (rc != SD_OK) return rc;
+        const float *pi = s->p_rows + (size_t)i * V;
+        if (i == nd) {
+            *m = nd;
+            *next = sd_sample_draw(pi, s->n_vocab, &s->rng);
+        } else if (!sd_verify_stochastic_step(pi, q ? q + (size_t)i * V : NULL, s->rnd.chain[1 + i], s->n_vocab, &s->rng,
+                                              s->residual, next)) {
+            *m = i;
+            break;
+        }
     }
     return SD_OK;
 }
@@ -709,7 +727,7 @@ sd_status sd_seq_finish(sd_spec *s, const sd_verify_round *vr, sd_token_cb cb, v
             rc = picks(s, vr, n);
             if (rc == SD_OK) m = sd_verify_tree_greedy(s->tree_tok, s->tree_par, n, s->picks, s->path, &next);
         } else {
-            rc = rows_probs(s, vr, n);
+            for (int i = 0; i < n && rc == SD_OK; i++) rc = row_probs(s, vr, i);
             if (rc == SD_OK)
                 m = sd_verify_tree_stochastic(s->tree_tok, s->tree_par, n, s->p_rows, s->q_rows, s->n_vocab, &s->rng,
                                               s->residual, s->path, &next);
@@ -727,9 +745,7 @@ sd_status sd_seq_finish(sd_spec *s, const sd_verify_round *vr, sd_token_cb cb, v
             if (rc == SD_OK) m = sd_verify_greedy(s->rnd.chain + 1, nd, s->picks, &next);
         } else {
             const float *q = s->rnd.req.q_filled ? s->q_rows : NULL; /* none: deterministic drafts, q one-hot */
-            rc = rows_probs(s, vr, nd + 1);
-            if (rc == SD_OK)
-                m = sd_verify_stochastic(s->p_rows, q, s->rnd.chain + 1, nd, s->n_vocab, &s->rng, s->residual, &next);
+            rc = chain_stochastic(s, vr, nd, q, &m, &next);
         }
         /* the controller learns from the forced drafts, and from its drafter's, tried once the forced
          * ones were accepted */

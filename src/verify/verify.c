@@ -53,34 +53,33 @@ int32_t sd_sample_residual_onehot(const float *p, int32_t d, int n, sd_rng *rng,
 
 /* One uniform is consumed per examined draft and one for *next, so a run's RNG use depends
  * only on where the first rejection happens. */
+int sd_verify_stochastic_step(const float *pi, const float *qi, int32_t d, int n, sd_rng *rng, float *residual,
+                              int32_t *next) {
+    /* An out-of-range id is a caller bug; treating it as a token the target gives no mass
+     * rejects it without reading out of bounds. */
+    const float pd = (d >= 0 && d < n) ? pi[d] : 0.0f;
+    if (!qi) { /* a deterministic draft: q is one-hot at d, so accept with probability p(d) */
+        if (sd_rng_uniform(rng) < pd) return 1;
+        *next = sd_sample_residual_onehot(pi, d, n, rng, residual);
+        return 0;
+    }
+    const float qd = (d >= 0 && d < n) ? qi[d] : 0.0f;
+    const double r = sd_rng_uniform(rng);
+    /* r < p/q written as r*q < p: no division, and q(d) == 0 needs no special case. Such a
+     * draft cannot come from sampling q (zero-mass tokens are never drawn), so any rule keeps
+     * the output exact; this one is the limit p/q -> inf: accept iff p(d) > 0, so a token the
+     * target forbids is never emitted. r < 1 makes p(d) >= q(d) always accept. */
+    if (r * qd < pd) return 1;
+    *next = sd_sample_residual(pi, qi, n, rng, residual);
+    return 0;
+}
+
 int sd_verify_stochastic(const float *p, const float *q, const int32_t *draft, int k, int n,
                          sd_rng *rng, float *residual, int32_t *next) {
-    for (int i = 0; i < k; i++) {
-        const float *pi = p + (size_t)i * (size_t)n;
-        const int32_t d = draft[i];
-        if (!q) { /* a deterministic draft: q is one-hot at d, so accept with probability p(d) */
-            const float pd = (d >= 0 && d < n) ? pi[d] : 0.0f;
-            if (!(sd_rng_uniform(rng) < pd)) {
-                *next = sd_sample_residual_onehot(pi, d, n, rng, residual);
-                return i;
-            }
-            continue;
-        }
-        const float *qi = q + (size_t)i * (size_t)n;
-        /* An out-of-range id is a caller bug; treating it as a token the target gives no mass
-         * rejects it without reading out of bounds. */
-        const float pd = (d >= 0 && d < n) ? pi[d] : 0.0f;
-        const float qd = (d >= 0 && d < n) ? qi[d] : 0.0f;
-        const double r = sd_rng_uniform(rng);
-        /* r < p/q written as r*q < p: no division, and q(d) == 0 needs no special case. Such a
-         * draft cannot come from sampling q (zero-mass tokens are never drawn), so any rule
-         * keeps the output exact; this one is the limit p/q -> inf: accept iff p(d) > 0, so a
-         * token the target forbids is never emitted. r < 1 makes p(d) >= q(d) always accept. */
-        if (!(r * qd < pd)) {
-            *next = sd_sample_residual(pi, qi, n, rng, residual);
+    for (int i = 0; i < k; i++)
+        if (!sd_verify_stochastic_step(p + (size_t)i * (size_t)n, q ? q + (size_t)i * (size_t)n : NULL, draft[i], n, rng,
+                                       residual, next))
             return i;
-        }
-    }
     *next = sd_sample_draw(p + (size_t)k * (size_t)n, n, rng);
     return k;
 }
