@@ -183,7 +183,8 @@ void sd_attention_ref(const float *q, const float *K, const float *V, float *out
  * sd_race_scores: sc[i] = probs[x0 + i] / E(key, x0 + i) for i < n, the exponential race's
  * scores (src/sample/race.c: E is sd_coupled_noise; a token without mass scores 0).
  * sd_race_cands: cand[i] = 0 only for tokens whose score cannot exceed floor (by E >= V, the
- * uniform it comes from), without computing E: the race's pruning; returns how many it kept.
+ * uniform it comes from, bounded below from the hash's first rounds), without computing E: the
+ * race's pruning; returns how many it kept.
  * sd_race_top: the race's best count (1..SD_RACE_MAX_TOP) tokens with mass over probs[0..n),
  * n >= 1, best first (ties to the lower id) into out; returns how many. It scores only the
  * tokens sd_race_cands keeps once its list is full, and splits a large row across the calling
