@@ -219,7 +219,7 @@ if pair:
     best = None
     for k in ["adaptive"] + fixed:
         d = pr["sd"][k]
-        label = "specdec adaptive (default, k<=4)" if k == "adaptive" else "specdec fixed k=%d" % k
+        label = "specdec adaptive (the default)" if k == "adaptive" else "specdec fixed k=%d" % k
         if k == "adaptive": print("| specdec plain | %s | | | |" % med(d["plain"]))
         print("| %s | %s | %s | %s | %s |" % (label, med(d["spec"]), ratio(d["plain"], d["spec"]), med(d["acc"]),
                                               ratio(pr["lspec"], d["spec"])))

@@ -8,12 +8,13 @@
 #
 # Usage: scripts/bench_serve.sh [--pair twins|self-q8_0] [-n TOKENS] [--reps R] [-k K] [-t THREADS]
 #                               [--draft-fixed] [--out FILE]
+#   -k K       the speculative server's --draft-max (default: the server's own default)
 #   twins      stories260K's cost twin at the stories110M shape (343 MB F32, memory-bound) drafted by
 #              stories-draft's twin at the stories15M shape (the demo's pair; default)
 #   self-q8_0  the same target drafting with its own Q8_0 copy (--draft-type q8_0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pair=twins n=128 reps=3 k=4 threads=$(nproc) out= fixed=()
+pair=twins n=128 reps=3 k= threads=$(nproc) out= fixed=()
 while [ $# -gt 0 ]; do
   case $1 in
     --pair) pair=$2; shift 2 ;;
@@ -61,7 +62,8 @@ start() { # NAME ARGS...: the server's URL into $URL
   URL="http://127.0.0.1:$port"
 }
 start plain "${common[@]}"; PLAIN=$URL
-start spec "${common[@]}" "${spec_args[@]}" -k "$k" ${fixed[@]+"${fixed[@]}"}; SPEC=$URL
+kopt=(); [ -z "$k" ] || kopt=(-k "$k")
+start spec "${common[@]}" "${spec_args[@]}" ${kopt[@]+"${kopt[@]}"} ${fixed[@]+"${fixed[@]}"}; SPEC=$URL
 
 prompts=("Once upon a time, there was a little girl named Lily." "Tom and his dog went to the park to play."
          "One day, a big bird flew over the tall tree." "Sue had a red ball that she loved very much."
@@ -122,7 +124,7 @@ done
 report() {
   echo "## specdec serve: aggregate generated tokens/s"
   echo
-  echo "Command: \`scripts/bench_serve.sh --pair $pair -n $n --reps $reps -k $k -t $threads ${fixed[*]:-}\`; target \`$(basename "$target")\`;"
+  echo "Command: \`scripts/bench_serve.sh --pair $pair -n $n --reps $reps ${kopt[*]:-} -t $threads ${fixed[*]:-}\`; target \`$(basename "$target")\`;"
   echo "drafter: ${spec_args[*]##*/}; 8 requests x $n tokens, greedy; both servers --parallel 8 -c 512. Medians over $reps rounds [min-max]."
   echo "ratio columns are medians of the per-round ratios (runs paired within a round)."
   echo

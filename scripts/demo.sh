@@ -47,4 +47,4 @@ fi
 echo "cost twins: stories260K and stories-draft (1 MB and 0.3 MB, trained) rebuilt at the stories110M and" \
      "stories15M shapes (343 MB and 25 MB): the same predictions at the decode cost of the large models" \
      "(specdec mkmodel --twin; scripts/demo.sh --tiny runs the tiny pair itself)" >&2
-exec build/specdec generate -m "$target" -md "$draft" -n 200 -k 4 --compare ${args[@]+"${args[@]}"}
+exec build/specdec generate -m "$target" -md "$draft" -n 200 --compare ${args[@]+"${args[@]}"}

@@ -190,8 +190,8 @@ static void test_parse_errors(void **state) {
         {0, "{\"prompt\": \"a\", \"spec_sampling\": \"gumbel\"}", "spec_sampling",
          "spec_sampling: must be \"coupled\" or \"rejection\", got 'gumbel'"},
         {0, "{\"prompt\": \"a\", \"spec_sampling\": 1}", "spec_sampling", "spec_sampling: must be a string, got a number"},
-        {0, "{\"prompt\": \"a\", \"speculative.n_max\": 5}", "speculative.n_max",
-         "speculative.n_max: 5 exceeds this server's draft length of 4 (its --draft-max)"},
+        {0, "{\"prompt\": \"a\", \"speculative.n_max\": 7}", "speculative.n_max",
+         "speculative.n_max: 7 exceeds this server's draft length of 6 (its --draft-max)"},
         {0, "{\"prompt\": \"a\", \"speculative.n_max\": -1}", "speculative.n_max",
          "speculative.n_max: must be an integer in 0..32, got -1"},
         {0, "{\"prompt\": \"a\", \"speculative.n_min\": 1.5}", "speculative.n_min",
@@ -756,7 +756,7 @@ static void test_parse_spec_fields(void **state) {
     const char *b2 = "{\"prompt\": \"a\", \"temperature\": 0.5}";
     assert_int_equal(srv_parse_gen(&c, 0, b2, strlen(b2), &g, &e), 0);
     assert_int_equal(g.sampling.mode, k_server_spec.sampling.mode);
-    assert_int_equal(g.spec.draft_max, 4);
+    assert_int_equal(g.spec.draft_max, k_server_spec.draft_max);
     assert_int_equal(g.spec.draft_mode, SD_DRAFT_ADAPTIVE);
     srv_gen_free(&g);
     /* n_max 0: this request decodes plainly; n_min 3 with coupled sampling is exact */
