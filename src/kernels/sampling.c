@@ -87,25 +87,23 @@ static int race_range(const float *probs, int32_t x_begin, int32_t x_end, uint64
 }
 
 int sd_race_top(const float *probs, int n, uint64_t key, int count, int32_t *out) {
+    float best[SD_RACE_MAX_TOP];
+    if (n < RACE_PAR_MIN || omp_get_max_threads() < 2 || omp_in_parallel())
+        return race_range(probs, 0, n, key, count, best, out);
     float top[RACE_MAX_THREADS][SD_RACE_MAX_TOP];
     int32_t ids[RACE_MAX_THREADS][SD_RACE_MAX_TOP];
-    int got[RACE_MAX_THREADS] = {0}, nt = 1;
-    if (n >= RACE_PAR_MIN && omp_get_max_threads() > 1 && !omp_in_parallel()) {
-        nt = omp_get_max_threads() < RACE_MAX_THREADS ? omp_get_max_threads() : RACE_MAX_THREADS;
-        const int nblk = (n + RACE_BLOCK - 1) / RACE_BLOCK;
+    int got[RACE_MAX_THREADS] = {0};
+    const int nt = omp_get_max_threads() < RACE_MAX_THREADS ? omp_get_max_threads() : RACE_MAX_THREADS;
+    const int nblk = (n + RACE_BLOCK - 1) / RACE_BLOCK;
 #pragma omp parallel num_threads(nt)
-        {
-            /* contiguous ranges of whole blocks, in id order by thread number */
-            const int id = omp_get_thread_num(), tn = omp_get_num_threads();
-            const int32_t b = (int32_t)((int64_t)nblk * id / tn * RACE_BLOCK),
-                          e = (int32_t)((int64_t)nblk * (id + 1) / tn * RACE_BLOCK);
-            got[id] = race_range(probs, b, e < n ? e : n, key, count, top[id], ids[id]);
-        }
-    } else {
-        got[0] = race_range(probs, 0, n, key, count, top[0], ids[0]);
+    {
+        /* contiguous ranges of whole blocks, in id order by thread number */
+        const int id = omp_get_thread_num(), tn = omp_get_num_threads();
+        const int32_t b = (int32_t)((int64_t)nblk * id / tn * RACE_BLOCK),
+                      e = (int32_t)((int64_t)nblk * (id + 1) / tn * RACE_BLOCK);
+        got[id] = race_range(probs, b, e < n ? e : n, key, count, top[id], ids[id]);
     }
     /* merged in thread (so id) order: a tie keeps the lower id, as in one pass */
-    float best[SD_RACE_MAX_TOP];
     int m = 0;
     for (int t = 0; t < nt; t++)
         for (int i = 0; i < got[t]; i++) m = race_insert(best, out, m, count, top[t][i], ids[t][i]);
