@@ -5,7 +5,6 @@
 #define SD_SERVER_INTERNAL_H
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdint.h>
 
 #include "server/server.h"
@@ -236,7 +235,6 @@ typedef struct srv_choice {
 typedef struct {
     int id;
     sd_spec *spec;              /* the pair's engine of sequence id */
-    volatile sig_atomic_t stop; /* polled by the engine between tokens */
     srv_req *req;               /* mu; NULL: free */
     int choice;                 /* which of req's */
     unsigned long last_used;

@@ -267,13 +267,11 @@ static int start(srv *s, srv_req *r, srv_err *e) {
     for (int i = 0; i < r->g.n && st == SD_OK; i++) {
         srv_slot *sl = &s->slots[r->ch[i].slot];
         sd_spec_cancel(sl->spec); /* a generation a stop string or a departed client left running */
-        sl->stop = 0;
         sd_spec_params p = r->g.spec; /* the server's, with the request's draft settings */
         p.n_predict = r->g.max_tokens;
         p.sampling = r->g.sampling;
         p.sampling.seed += (uint64_t)i;
         p.stop_at_eos = !r->g.ignore_eos;
-        p.stop_flag = &sl->stop;
         p.grammar = r->g.grammar; /* the request's, freed with it: the slots' generations end first */
         p.grammar_vocab = r->g.grammar ? s->gvocab : NULL;
         p.logprobs = r->g.logprobs;
@@ -418,7 +416,7 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->stopping && s->n_busy == 0 && !s->q_head) pthread_cond_wait(&s->cv, &s->mu);
-        if (s->stopping) { /* queued requests end now; running ones at this round */
+        if (s->stopping) { /* queued requests end now; running ones are cancelled (take_tokens ends them) */
             srv_err down;
             shutdown_error(&down);
             while (s->q_head) {
@@ -430,7 +428,7 @@ static void *engine_main(void *arg) {
             s->q_tail = NULL;
             if (s->n_busy == 0) break;
             for (int i = 0; i < N; i++)
-                if (s->slots[i].req) s->slots[i].stop = 1;
+                if (s->slots[i].req) sd_spec_cancel(s->slots[i].spec);
         }
         drop_departed(s);
         /* the queue's head takes as many slots as it has choices, once they are free (in order:
@@ -452,11 +450,11 @@ static void *engine_main(void *arg) {
             r->slots_held = r->g.n; /* the queue's reference, held by the slots now */
             fresh[n_fresh++] = r;
         }
-        /* clients that left stop their sequences at this round */
+        /* clients that left: their sequences are cancelled (take_tokens ends the request) */
         for (int i = 0; i < N; i++) {
             srv_req *r = s->slots[i].req;
             if (r && !r->cancelled && r->conn && srv_http_client_gone(r)) r->cancelled = 1;
-            if (r && r->cancelled) s->slots[i].stop = 1;
+            if (r && r->cancelled) sd_spec_cancel(s->slots[i].spec);
         }
         pthread_mutex_unlock(&s->mu);
 
