@@ -64,7 +64,7 @@ typedef struct {
     double mean_accepted;     /* 1 + accepted / verify passes (vLLM's mean acceptance length) */
     double expected_tokens;   /* E(alpha, k) */
     double accept_at[SD_MAX_DRAFT]; /* acceptance rate at draft position i (k entries) */
-    double ttft_plain_s, ttft_spec_s; /* medians */
+    double ttft_plain_s, ttft_spec_s; /* medians of the time to the first token (stats.h's ttft) */
     double tps_plain, tps_spec;       /* medians of decode tokens/s */
     double speedup;           /* median over runs of spec tokens/s / the paired plain run's */
     /* fixed k only (NAN for the others, whose draft length varies per pass): */

@@ -408,7 +408,7 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
 
         struct {
             long drafted_at[SD_MAX_DRAFT], accepted_at[SD_MAX_DRAFT];
-            long drafted, accepted, generated, passes, verify_passes;
+            sd_spec_stats sum; /* the runs' counts, for the figure functions of spec.h (one definition each) */
             int nr;
         } acc[2];
         memset(acc, 0, sizeof acc);
@@ -468,8 +468,8 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
                     double tp = sd_spec_decode_tps(&ps), ts = sd_spec_decode_tps(&ss);
                     v_tps_p[at] = tp;
                     v_tps_s[at] = ts;
-                    v_ttft_p[at] = ps.t_prefill;
-                    v_ttft_s[at] = ss.t_prefill;
+                    v_ttft_p[at] = ps.t_first; /* stats.h's ttft: from the start to the first token */
+                    v_ttft_s[at] = ss.t_first;
                     v_speed[at] = ratio(ts, tp);
                     v_draft[at] = ratio(ss.t_draft, ss.t_total);
                     v_verify[at] = ratio(ss.t_verify, ss.t_total);
@@ -478,11 +478,11 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
                         acc[m].drafted_at[i] += ss.drafted_at[i];
                         acc[m].accepted_at[i] += ss.accepted_at[i];
                     }
-                    acc[m].drafted += ss.n_drafted;
-                    acc[m].accepted += ss.n_accepted;
-                    acc[m].generated += ss.n_generated;
-                    acc[m].passes += ss.n_verify + ss.n_target_steps;
-                    acc[m].verify_passes += ss.n_verify;
+                    acc[m].sum.n_drafted += ss.n_drafted;
+                    acc[m].sum.n_accepted += ss.n_accepted;
+                    acc[m].sum.n_generated += ss.n_generated;
+                    acc[m].sum.n_verify += ss.n_verify;
+                    acc[m].sum.n_target_steps += ss.n_target_steps;
                     kr->kv_bytes_target = (double)ss.kv_bytes_target;
                     kr->kv_bytes_draft = (double)ss.kv_bytes_draft;
                 }
@@ -493,10 +493,10 @@ sd_status sd_bench_run(const sd_bench_run_params *p, sd_bench_report *r) {
             const int nr = acc[m].nr;
             double *vt = v_tps_p + (size_t)m * n_runs, *vs = v_tps_s + (size_t)m * n_runs;
             kr->runs = nr;
-            kr->acceptance = acc[m].drafted ? (double)acc[m].accepted / (double)acc[m].drafted : 0.0;
+            kr->acceptance = sd_spec_acceptance(&acc[m].sum);
             kr->alpha = sd_bench_alpha(acc[m].drafted_at, acc[m].accepted_at, k);
-            kr->tokens_per_pass = acc[m].passes ? (double)acc[m].generated / (double)acc[m].passes : 0.0; /* as sd_spec_tokens_per_pass */
-            kr->mean_accepted = acc[m].verify_passes ? 1.0 + (double)acc[m].accepted / (double)acc[m].verify_passes : 0.0;
+            kr->tokens_per_pass = sd_spec_tokens_per_pass(&acc[m].sum);
+            kr->mean_accepted = sd_spec_mean_accepted(&acc[m].sum);
             kr->expected_tokens = sd_bench_expected_tokens(kr->alpha, k);
             for (int i = 0; i < k; i++)
                 kr->accept_at[i] = acc[m].drafted_at[i] ? (double)acc[m].accepted_at[i] / (double)acc[m].drafted_at[i] : 0.0;
