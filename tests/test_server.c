@@ -283,9 +283,9 @@ static void test_parse_errors(void **state) {
          "speculative: llama-server's keys are flat: speculative.n_max, speculative.n_min, speculative.p_min"},
         /* anything else is refused as OpenAI refuses it; a message's or a part's keys too */
         {0, "{\"prompt\": \"a\", \"frobnicate\": [1]}", "frobnicate",
-         "frobnicate: not a field of completion requests (the fields this server takes, refuses and ignores are listed in its README)"},
+         "frobnicate: not a field of completion requests (the fields this server takes, refuses and ignores are listed in its docs/serve.md)"},
         {0, "{\"prompt\": \"a\", \"tools\": []}", "tools",
-         "tools: not a field of completion requests (the fields this server takes, refuses and ignores are listed in its README)"},
+         "tools: not a field of completion requests (the fields this server takes, refuses and ignores are listed in its docs/serve.md)"},
         {1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"name\": \"bob\"}]}", "messages",
          "messages: messages[0].name is not supported"},
         {1, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\", \"x\": 1}]}]}", "messages",
@@ -771,15 +771,15 @@ static void test_parse_spec_fields(void **state) {
     sd_tokenizer_free(t);
 }
 
-/* The README's table of request fields is srv_fields, row for row: a field added, refused or
- * taken in the code and not in the README (or the other way) fails here. SD_PRINT_FIELDS=1
- * prints the rows instead (scripts/readme_fields.sh puts them into the README). */
-static void test_readme_fields(void **state) {
+/* docs/serve.md's table of request fields is srv_fields, row for row: a field added, refused or
+ * taken in the code and not on that page (or the other way) fails here. SD_PRINT_FIELDS=1
+ * prints the rows instead (scripts/serve_fields.sh puts them into the page). */
+static void test_fields_doc(void **state) {
     (void)state;
     size_t len = 0;
-    char *readme = sdtest_read_file(sdtest_source_path("README.md"), &len);
-    assert_non_null(readme);
-    char *a = strstr(readme, "<!-- fields:"), *z = a ? strstr(a, "<!-- end of fields -->") : NULL;
+    char *doc = sdtest_read_file(sdtest_source_path("docs/serve.md"), &len);
+    assert_non_null(doc);
+    char *a = strstr(doc, "<!-- fields:"), *z = a ? strstr(a, "<!-- end of fields -->") : NULL;
     assert_non_null(a);
     assert_non_null(z);
     *z = 0;
@@ -793,12 +793,12 @@ static void test_readme_fields(void **state) {
         snprintf(row, sizeof row, "| `%s` | %s | %s%s: %s |\n", f[i].name, ep[f[i].endpoints],
                  f[i].kind == SRV_FIELD_TAKEN ? "taken" : f[i].kind == SRV_FIELD_REFUSED ? "refused" : "ignored on purpose",
                  f[i].kind == SRV_FIELD_REFUSED ? unless[f[i].neutral] : "", f[i].note);
-        if (getenv("SD_PRINT_FIELDS")) fputs(row, stdout); /* the rows as the README should hold them */
-        else if (!strstr(a, row)) fail_msg("README.md's table of fields lacks the row\n  %s", row);
+        if (getenv("SD_PRINT_FIELDS")) fputs(row, stdout); /* the rows as the page should hold them */
+        else if (!strstr(a, row)) fail_msg("docs/serve.md's table of fields lacks the row\n  %s", row);
     }
     for (const char *p = a; (p = strstr(p, "\n| `")) != NULL; p++) rows++;
-    if (!getenv("SD_PRINT_FIELDS") && rows != n) fail_msg("README.md's table of fields has %d rows, srv_fields %d", rows, n);
-    free(readme);
+    if (!getenv("SD_PRINT_FIELDS") && rows != n) fail_msg("docs/serve.md's table of fields has %d rows, srv_fields %d", rows, n);
+    free(doc);
 }
 
 int main(void) {
@@ -808,7 +808,7 @@ int main(void) {
         cmocka_unit_test(test_parse_spec_fields), cmocka_unit_test(test_parse_values),
         cmocka_unit_test(test_responses),    cmocka_unit_test(test_chat_content_is_text),
         cmocka_unit_test(test_ids),          cmocka_unit_test(test_refused_by_bytes),
-        cmocka_unit_test(test_tokenize_endpoints), cmocka_unit_test(test_readme_fields),
+        cmocka_unit_test(test_tokenize_endpoints), cmocka_unit_test(test_fields_doc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

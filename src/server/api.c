@@ -245,7 +245,7 @@ static int check_fields(const cJSON *o, int chat, srv_err *e) {
         if (k == n || !(k_fields[k].endpoints & ep)) {
             srv_err_set(e, 400, "invalid_request_error", v->string, "unknown_parameter",
                         "%.60s: not a field of %s requests (the fields this server takes, refuses and ignores are listed in "
-                        "its README)",
+                        "its docs/serve.md)",
                         v->string, chat ? "chat completion" : "completion");
             return -1;
         }
