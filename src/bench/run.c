@@ -97,11 +97,11 @@ static sd_status default_gen(sd_spec *s, const int32_t *prompt, int n_prompt, sd
     return sd_spec_generate(s, prompt, n_prompt, cb, user, stats);
 }
 
-/* The cost model's inputs, measured in interleaved rounds (a target decode step, a draft
- * decode step, then a target verify pass of k+1 tokens for each k) so that machine drift
- * hits them alike: the ratios are medians of per-round ratios (timed one after another, two
- * separate medians of the same model differed by 29% on this machine). Rounds fill about
- * budget seconds per figure. t_verify[i] is reported as verify_ratio x t_target. */
+/* The cost model's inputs, measured in interleaved rounds (a target decode step, a draft decode
+ * step, then a target verify pass of k+1 tokens for each k) so that machine drift hits them
+ * alike: the ratios are medians of per-round ratios (timed one after another, two separate
+ * medians of the same model differed widely on this machine; measured: commit 3679e2b). Rounds
+ * fill about budget seconds per figure. t_verify[i] is reported as verify_ratio x t_target. */
 static sd_status time_costs(sd_context *ct, sd_context *cd, int pos, const int *ks,
                             int nk, double budget, volatile sig_atomic_t *stop, double *t_target, double *t_draft,
                             double *draft_ratio, double *t_verify, double *verify_ratio) {

@@ -101,8 +101,9 @@ int cmd_bench_decode(int argc, char **argv) {
         rc = cli_error_status(st);
         goto out_free;
     }
-    /* The limit is the best probe of the run: on a shared host one probe read 21-68 GB/s within an
-     * hour, and a decode step paired with a slow probe came out at 195% of "the limit". */
+    /* The limit is the best probe of the run: on a shared host the probe's bandwidth moved
+     * severalfold within an hour, and a decode step paired with a slow probe came out far above
+     * "the limit" (measured: commit b9ce848). */
     const double probe_bytes = (double)((size_t)bw_mib << 20);
     double best = 0;
     for (int r = 0; r < reps; r++) {

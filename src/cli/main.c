@@ -132,14 +132,14 @@ int cli_load_pair(const cli_opts *o, sd_model **tm, sd_model **dm) {
     return rc;
 }
 
-/* libgomp's default wait spins up to 300000 times before sleeping. When two such programs
- * share the two cores (two specdec processes, or specdec beside another OpenMP program), each
- * spins for a thread the other has descheduled, and every parallel region waits a time slice:
- * Q4_0 110M decode at 2 threads fell from ~200 to 2 tokens/s. Spinning 1000 times keeps the
- * quiet-machine speed (the same figures within noise; passive waiting halved it) and kept 113
- * tokens/s beside a spinning neighbour (147 beside a plain CPU hog, where the default gave
- * 141). libgomp reads the setting when it loads, before main, so it is set here and the
- * process re-executes itself once; a user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept. */
+/* libgomp's default wait spins up to 300000 times before sleeping. When two such programs share
+ * the two cores (two specdec processes, or specdec beside another OpenMP program), each spins
+ * for a thread the other has descheduled, and every parallel region waits a time slice: a
+ * decode at 2 threads all but stopped. Spinning 1000 times keeps the quiet-machine speed
+ * (passive waiting lost much of it), keeps decode going beside a spinning neighbour, and is no
+ * slower than the default beside a plain CPU hog (measured: commit 6ed66f3). libgomp reads the
+ * setting when it loads, before main, so it is set here and the process re-executes itself
+ * once; a user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept. */
 static void omp_wait_policy(char **argv) {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv("SPECDEC_OMP_SET")) return;
     setenv("GOMP_SPINCOUNT", "1000", 0);

@@ -360,9 +360,9 @@ static sd_status syntax_check(const char *text, size_t len, const char *file) {
 sd_status sd_json_parse(const char *text, size_t len, const char *file, cJSON **out) {
     *out = NULL;
     /* Files people write (configs) are checked first. A large file (a 9 MB tokenizer.json,
-     * machine-written) goes to cJSON directly, which costs a third less, and the scan runs only
-     * to locate an error; what cJSON accepts beyond RFC 8259 there (a leading '+' or '0') is
-     * harmless in such files. */
+     * machine-written) goes to cJSON directly, which costs less (measured: commit 4d14d5b), and
+     * the scan runs only to locate an error; what cJSON accepts beyond RFC 8259 there (a
+     * leading '+' or '0') is harmless in such files. */
     if (len <= ((size_t)1 << 20)) {
         sd_status st = syntax_check(text, len, file);
         if (st != SD_OK) return st;

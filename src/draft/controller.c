@@ -15,7 +15,7 @@
 /* The running costs follow the last COST_WINDOW measurements (noisy machines): each new one
  * weighs 1/COST_WINDOW once that many are in, and before that they are the plain mean. An
  * exponential mean started from the first figure kept its noise for a whole generation of a tiny
- * model (stories260K's first measured passes ran 30% off). */
+ * model (stories260K's first measured passes ran far off; measured: commit 2a313ec). */
 #define COST_WINDOW 20
 /* A round that drafts after this many plain ones keeps the estimates alive where drafting
  * stopped paying (costs drift, a draft may improve with the text). Each probe that finds
@@ -25,12 +25,13 @@
 #define EXPLORE_MAX 1024
 /* How much faster a round with a draft must be expected to run than a plain one for drafting to
  * resume after plain rounds: on stories260K + stories-draft, whose cost model sits near
- * break-even, resuming at any expected gain ran one bench run in 15 at 0.83x plain. */
+ * break-even, resuming at any expected gain left some bench runs slower than plain decoding
+ * (measured: commit 63014ba). */
 #define RESUME_MARGIN 1.10
 /* A probe makes the draft model catch up on every token since the last round that drafted, which
  * costs a share of the plain steps taken meanwhile however long the wait: a probe is made only
- * where that share is at most this. stories260K + stories-draft: a token's catch-up costs a third
- * of a target step (76 tokens, 0.42 ms of a 2.5 ms generation); the cost twins: a few percent. */
+ * where that share is at most this. On stories260K + stories-draft a token's catch-up costs a
+ * large share of a target step, on the cost twins a small one (measured: commit c712845). */
 #define PROBE_MAX_SHARE 0.05
 
 /* ---- costs -------------------------------------------------------------------------------- */
@@ -43,12 +44,13 @@ static void running_mean(double *mean, int *n, double x) {
 }
 
 /* The first 1-token pass is not counted: the first passes after a prefill run cold (the random
- * Qwen2 zoo model drafting for itself: 0.31 ms against 0.12 for one token, 0.40-0.46 against 0.19
- * for two, easing over a few passes), and counted, it priced every plain step for the rest of a
- * generation that kept drafting (no plain round measures it again): drafting at 0.6-0.8x plain
- * speed looked like a gain. A larger pass measured cold errs the safe way (drafting looks dearer
- * than it is, and every drafting round measures it again), so its first one counts: skipping it
- * too cost the cost twins' 60-token generations another round without drafts. */
+ * Qwen2 zoo model drafting for itself: its first passes of one and two tokens took far longer
+ * than warm ones, easing over a few passes), and counted, it priced every plain step for the rest
+ * of a generation that kept drafting (no plain round measures it again): drafting slower than
+ * plain decoding looked like a gain (measured: commit aae2168). A larger pass measured cold errs
+ * the safe way (drafting looks dearer than it is, and every drafting round measures it again), so
+ * its first one counts: skipping it too cost the cost twins' 60-token generations another round
+ * without drafts. */
 void sd_draft_costs_pass(sd_draft_costs *c, int n_tokens, double seconds) {
     if (c->given || n_tokens < 1 || n_tokens > SD_DRAFT_COST_MAX_N || !(seconds > 0)) return;
     if (n_tokens == 1 && !c->warm) {
@@ -62,7 +64,7 @@ void sd_draft_costs_pass(sd_draft_costs *c, int n_tokens, double seconds) {
 /* A measured pass of n tokens at today's price of one step: the ratio to the single-token pass
  * it was measured beside, times that pass now. A step's cost moves with the context (a small
  * model's attention grows with it), and a 2-token pass measured at the start of a long generation
- * then read as cheaper than one token at its end (stories260K: 18 us against 26 us). */
+ * then read as cheaper than one token at its end (stories260K; measured: commit 63014ba). */
 static double pass_at(const sd_draft_costs *c, int n) {
     const double t = c->t_pass[n];
     if (n == 1 || !(t > 0) || !(c->ref1[n] > 0) || !(c->t_pass[1] > 0)) return t;
@@ -71,9 +73,10 @@ static double pass_at(const sd_draft_costs *c, int n) {
 
 /* A round's drafting time against its steps, a + b x steps, fitted over the recent rounds: b is
  * what one more step costs, a + b the first. On the cost twins' draft (24 MB, inside this Zen 5's
- * L3) the first step after the target's 343 MB pass costs about twice the next ones, and one price
- * per step (the mean) made adaptive rounds stop where fixed k = 4 gained. Where the rounds' steps
- * hardly vary (fixed k) or the line is implausible, both are the mean per step. */
+ * L3) the first step after the target's 343 MB pass costs well more than the next ones (measured:
+ * commit c712845), and one price per step (the mean) made adaptive rounds stop where fixed k = 4
+ * gained. Where the rounds' steps hardly vary (fixed k) or the line is implausible, both are the
+ * mean per step. */
 void sd_draft_costs_draft(sd_draft_costs *c, int n_steps, double seconds) {
     if (c->given || n_steps < 1 || !(seconds >= 0)) return;
     if (c->n_draft < COST_WINDOW) c->n_draft++;
@@ -90,8 +93,8 @@ void sd_draft_costs_draft(sd_draft_costs *c, int n_steps, double seconds) {
 /* The measured sizes' costs made non-decreasing in the pass's tokens (pool-adjacent-violators,
  * weighted by how many measurements each holds): a pass of more tokens reads the same weights and
  * does more, so a larger one measured cheaper is noise, and on a noisy host (the cost twins, Zen 5)
- * one slow 2-token pass beside fast 3- to 5-token ones priced every round's first draft at 2-4x
- * its cost. fit[n] is 0 where n is not measured. */
+ * one slow 2-token pass beside fast 3- to 5-token ones priced every round's first draft at several
+ * times its cost (measured: commit c712845). fit[n] is 0 where n is not measured. */
 static void fitted(const sd_draft_costs *c, double fit[SD_DRAFT_COST_MAX_N + 1]) {
     double v[SD_DRAFT_COST_MAX_N + 1], w[SD_DRAFT_COST_MAX_N + 1];
     int len[SD_DRAFT_COST_MAX_N + 1], nb = 0;
@@ -323,12 +326,13 @@ void sd_draft_ctl_record(sd_draft_ctl *c, int source, const float *conf, int n_d
 
 /* ---- the batch switch ---------------------------------------------------------------------- */
 
-/* Rounds of each mode measured before comparing, how often the other one is tried at first and
- * at most, and how many recent rounds the rates follow (a running mean up to that many, then
+/* Rounds of each mode measured before comparing, how often the other one is tried at first and at
+ * most, and how many recent rounds the rates follow (a running mean up to that many, then
  * exponential). A try of the losing mode costs: at 8 busy slots on the cost twins, a drafting
- * round took about 5 plain rounds' time for 1.7 tokens a slot, and trying it every 16 rounds
- * kept speculative serving at 0.93x of plain. So each try that does not change which mode is best
- * doubles the wait before the next, as the adaptive probes do. */
+ * round took several plain rounds' time for fewer tokens a slot than those rounds made, and trying
+ * it every 16 rounds kept speculative serving slower than plain (measured: commit 5bd206f). So
+ * each try that does not change which mode is best doubles the wait before the next, as the
+ * adaptive probes do. */
 #define SWITCH_MIN 8
 #define SWITCH_EXPLORE 16
 #define SWITCH_EXPLORE_MAX 512

@@ -42,10 +42,10 @@ sd_spec_params sd_spec_default_params(void) {
     memset(&p, 0, sizeof p);
     p.n_predict = 128;
     /* The adaptive length's cap (and the fixed length): capped at 4, the controller could not
-     * reach the long drafts a high-acceptance pair pays for; at 6, paired runs on Zen 5 (24-32
-     * pairs each): the cost twins 1.020-1.022x, the twin drafting with its own Q8_0 copy 1.028x,
-     * with its Q4_0 copy 1.010x, the tiny stories pair unchanged. Beyond 6 nothing more was
-     * measured, and a fixed length of 6 gives up 4% to 4 on the twins. */
+     * reach the long drafts a high-acceptance pair pays for; at 6, paired runs on Zen 5 made the
+     * cost twins and the twin drafting with its own Q8_0 or Q4_0 copy faster and left the tiny
+     * stories pair unchanged (measured: commit 1a02e71). Beyond 6 nothing more was measured, and a
+     * fixed length of 6 gives up a little to 4 on the twins. */
     p.draft_max = 6;
     p.draft_mode = SD_DRAFT_ADAPTIVE;
     p.p_min = 0.75f;
@@ -577,11 +577,12 @@ sd_status sd_seq_check_req(sd_spec *s, double td, int n_synced) {
         if (req->out[i] < 0 || req->out[i] >= s->n_vocab)
             return sd_fail(SD_ERR_INVALID_ARG, "drafter '%s' proposed id %d, outside the target's vocabulary of %d",
                            s->drafter->name, (int)req->out[i], s->n_vocab);
-    /* a draft step's cost from rounds whose model caught up only on the last round's tokens: a
-     * new prompt or a probe after plain rounds feeds many more, which is no step's price. Per
-     * forward pass run, not per proposal: a round the controller ended before a proposal ran one
-     * pass more than it proposed, and counting it per proposal priced short rounds' steps up to
-     * 1.5x, which made the next rounds shorter still. A lookup (no pass) prices nothing. */
+    /* a draft step's cost from rounds whose model caught up only on the last round's tokens: a new
+     * prompt or a probe after plain rounds feeds many more, which is no step's price. Per forward
+     * pass run, not per proposal: a round the controller ended before a proposal ran one pass more
+     * than it proposed, and counting it per proposal priced short rounds' steps too high
+     * (measured: commit c712845), which made the next rounds shorter still. A lookup (no pass)
+     * prices nothing. */
     if (!s->p.costs.given && n_synced <= SYNC_ROUND && req->n_steps > 0)
         sd_draft_costs_draft(&s->batch->costs, req->n_steps, td);
     else if (!s->p.costs.given && req->n_steps > 0) /* what a probe after plain rounds will cost */

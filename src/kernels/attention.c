@@ -10,10 +10,11 @@
 #include "kernels/isa.h"
 #include "kernels/portable.h"
 
-/* Attention is small next to the matrices, but run serially it left the other thread idle for
- * ~10% of a quantised 110M-shape decode. A chain splits when the model's own q_dim x q_dim
- * products already run parallel (the team is awake, forking costs ~1 us) and there are at least
- * ~5 us of work; tiny draft models stay serial. */
+/* Attention is small next to the matrices, but run serially it left the other thread idle for a
+ * noticeable share of a quantised 110M-shape decode (measured: commit ead8448). A chain splits
+ * when the model's own q_dim x q_dim products already run parallel (the team is awake, so forking
+ * is cheap) and there is enough work to repay the fork (SD_ATT_PAR_MIN_WORK); tiny draft models
+ * stay serial. */
 static int warm(int n_heads, int head_dim, int n) {
     const double q_dim = (double)n_heads * head_dim;
     return q_dim * q_dim * n >= SD_PAR_MIN_WORK;

@@ -8,10 +8,11 @@
 #include "kernels/isa.h"
 #include "kernels/portable.h"
 
-/* Elementwise work (norms, RoPE, SwiGLU) splits across the threads from this many elements:
- * a prefill's rows (512 x 768 per norm), never a decode or verify pass's few, where the fork
- * would cost more than the ~0.1-0.4 ns per element it shares out. Run serially, they were
- * 13-19 ms of a 500-575 ms F32 pp512 pass on the 110M shape, the other thread waiting. */
+/* Elementwise work (norms, RoPE, SwiGLU) splits across the threads from this many elements: a
+ * prefill's rows (512 x 768 per norm), never a decode or verify pass's few, where the fork
+ * would cost more than the little work per element it shares out. Run serially, they were a
+ * visible share of an F32 512-token prefill on the 110M shape, the other thread waiting
+ * (measured: commit b51cc31; docs/benchmarks/2026-11-26-zen4-kernels.md). */
 #define SD_EW_PAR_MIN_ELEMS (1 << 16)
 
 /* ---------------------------------------------------------------- the active path's */

@@ -39,17 +39,19 @@ size_t sd_matmul_scratch_floats(int64_t cols);
  * contiguous range per thread (long ranges keep each weight stream sequential; 16-row blocks
  * keep the threads' output writes in separate cache lines). The float kernels split it this
  * way: they cut a thread's range into 2-8 far-apart streams, which the short chunks of work
- * stealing broke up (F32, 4 sequences x 5 tokens: 3.0 -> 3.7 decode steps). */
+ * stealing broke up, making F32 batches slower (measured: commit 9b4faa3;
+ * docs/benchmarks/2026-11-26-zen4-kernels.md). */
 void sd_thread_blocks(int64_t nblk, int64_t *b0, int64_t *b1);
 
-/* The integer kernels share out their 16-row groups by work stealing. Each thread starts on
- * its contiguous 1/nt of the blocks and claims it from the front in shrinking chunks (a
- * quarter of what is left), so its weights stream sequentially; a thread whose range is empty
- * takes the back half of the fullest other range and carries on with it as its own. With a
- * static split, one thread on the shared 2-vCPU guests ran 8-25% of a quantised matmul's time
- * longer than the other (a vCPU slowed by its host, a late start). Every block is still
- * computed whole by one thread with the same code, so results do not depend on who took it.
- * Slots sit in their own cache lines; threads beyond SD_STEAL_MAX_THREADS only steal. */
+/* The integer kernels share out their 16-row groups by work stealing. Each thread starts on its
+ * contiguous 1/nt of the blocks and claims it from the front in shrinking chunks (a quarter of
+ * what is left), so its weights stream sequentially; a thread whose range is empty takes the
+ * back half of the fullest other range and carries on with it as its own. With a static split,
+ * one thread on the shared 2-vCPU guests ran well past the other in a quantised matmul (a vCPU
+ * slowed by its host, a late start; measured: commit 9b4faa3,
+ * docs/benchmarks/2026-11-26-zen4-kernels.md). Every block is still computed whole by one
+ * thread with the same code, so results do not depend on who took it. Slots sit in their own
+ * cache lines; threads beyond SD_STEAL_MAX_THREADS only steal. */
 #define SD_STEAL_MAX_THREADS 32
 typedef struct {
     _Alignas(64) _Atomic uint64_t range; /* lo in the low 32 bits, hi in the high */

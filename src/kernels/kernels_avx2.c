@@ -248,8 +248,8 @@ static inline __attribute__((always_inline)) void panel_tokens(const float *P, i
 
 /* Rows [r0, r1) (r0 a multiple of SD_F32_PANEL) of a packed F32 matrix for n tokens. A batch
  * reads its activations from xb when given: a broadcast per column, token and 8 rows (the FMA
- * cannot take one from memory on AVX2) was over a third of the kernel's instructions
- * (stories260K, one thread, a 5-token pass: 708k -> 420k instructions, callgrind). */
+ * cannot take one from memory on AVX2) was a large share of the kernel's instructions
+ * (stories260K, callgrind; measured: commit 55dd82e). */
 static void panel_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1, const float *xb) {
     const int64_t cols = W->cols, rows = W->rows;
     for (int64_t r = r0; r < r1; r += SD_F32_PANEL) {
@@ -351,8 +351,8 @@ static void avx2_softmax(float *x, int n) {
     mxs = vm > mxs ? vm : mxs;
     const __m256 mx = _mm256_set1_ps(mxs);
     __m256 vsum = _mm256_setzero_ps();
-    /* full vectors unmasked, the tail masked (the same values: masking per vector cost ~30% of
-     * the instructions of an attention row of 65) */
+    /* full vectors unmasked, the tail masked (the same values: masking every vector added many
+     * instructions to a short attention row; measured: commit f16ded9) */
     for (i = 0; i + 8 <= n; i += 8) {
         const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), mx));
         _mm256_storeu_ps(x + i, e);
@@ -429,11 +429,9 @@ static float avx2_stream(const float *buf, size_t per) {
  * Heads over 16 dimensions sum their values block by block of 16 positions, every (token, head)
  * of a block in turn with its accumulators kept in out (the same operations in the same order):
  * a block's rows are read for all of them, where a pass over all positions per (token, head)
- * walked rows kv_dim apart once per head and token. Q4_K 110M shape at 600 positions, against
- * that pass (bench-decode, alternating rounds, medians of the paired ratios): F32 cache decode
- * 1.09x, verify(5) time 0.73x (4 rounds); F16 cache 1.08x, 0.91x (6 rounds). Prefetching the
- * next block's rows into L2 as well (the AVX-512 kernels do) changed neither (0.99x, 6 rounds)
- * and was not kept. */
+ * walked rows kv_dim apart once per head and token. At long contexts, decode and verify(5) were
+ * faster this way with an F32 and with an F16 cache. Prefetching the next block's rows into L2
+ * as well (the AVX-512 kernels do) changed neither and was not kept (measured: commit 02aeaa9). */
 
 typedef struct {
     const float *q;

@@ -35,23 +35,22 @@ static inline __m512 maskload_bf16(const void *p, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
 
-/* The line SD_WEIGHT_PREFETCH_BYTES past p, into L2: one per stream and 64-byte step. 110M
- * shape, F32, 2 threads, paired runs alternating with the kernels without it (median of the
- * per-pair ratios of mean step times, AMD EPYC guest): decode (matvec) 0.948 [0.884-0.973],
- * faster in 15 of 16 pairs; verify(5) (multi) 0.755 [0.702-0.842], 12 of 12; verify(9) 27-28
- * -> 19-20 ms; verify(2) unchanged. The hardware prefetchers alone fell behind once the
- * kernels did more than one FMA per weight vector. */
+/* The line SD_WEIGHT_PREFETCH_BYTES past p, into L2: one per stream and 64-byte step. Against the
+ * kernels without it, decode (matvec) and the verify passes of 5 and 9 tokens (multi) were
+ * faster, verify(2) unchanged (measured: commit 9919e50;
+ * docs/benchmarks/f32-prefetch-ab-2026-11-23.md). The hardware prefetchers alone fell behind once
+ * the kernels did more than one FMA per weight vector. */
 static inline void weight_prefetch(const uint8_t *p) {
     _mm_prefetch((const char *)p + SD_WEIGHT_PREFETCH_BYTES, SD_WEIGHT_PREFETCH_HINT);
 }
 
-/* One decode step. The thread's rows [r0, r1) are cut into MV_STREAMS equal sub-ranges and
- * row j of every sub-range is computed together, so each of the 8 weight streams runs
- * sequentially through contiguous rows: the access pattern of the bandwidth probe, which the
- * hardware prefetchers keep far ahead. Four adjacent rows at a time (the previous kernel)
- * restarted every stream after one row and drew about 75% of the probe's bandwidth.
- * Each row keeps its own accumulator in column order, so results do not depend on how the
- * rows are grouped (batched == stepwise, bit for bit). */
+/* One decode step. The thread's rows [r0, r1) are cut into MV_STREAMS equal sub-ranges and row
+ * j of every sub-range is computed together, so each of the 8 weight streams runs sequentially
+ * through contiguous rows: the access pattern of the bandwidth probe, which the hardware
+ * prefetchers keep far ahead. Four adjacent rows at a time (the previous kernel) restarted
+ * every stream after one row and drew well short of the probe's bandwidth (measured: commit
+ * caaa6ba). Each row keeps its own accumulator in column order, so results do not depend on how
+ * the rows are grouped (batched == stepwise, bit for bit). */
 #define MV_STREAMS 8
 #define DEFINE_MATVEC(SUF, ESZ, LOAD, MLOAD)                                                   \
     static void matvec_##SUF(const sd_tensor *W, const float *x, float *y, int64_t r0,        \
@@ -348,8 +347,9 @@ static inline __mmask16 tail_mask(int left) {
 
 static void avx512_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int half_style) {
     /* The reference's multiplies and subtractions per element, 16 lanes at a time: the same
-     * bits (x - y*s is computed as x + y*(-s), which IEEE makes equal). The scalar loop cost
-     * ~0.3 us per head set, q and k of every token of every layer, on one thread. */
+     * bits (x - y*s is computed as x + y*(-s), which IEEE makes equal). The scalar loop was
+     * a cost per head set, q and k of every token of every layer, on one thread (measured:
+     * commit c0c0e42). */
     const int half = rope_dim / 2;
     if (half_style) {
         for (int h = 0; h < n_heads; h++) {
@@ -410,7 +410,8 @@ static void avx512_softmax(float *x, int n) {
 
 static long avx512_first_nonfinite(const float *x, size_t n) {
     size_t i = 0;
-    /* 16 at a time (the scalar loop was ~10 us over a 32000-entry logit row per step) */
+    /* 16 at a time (the scalar loop was a cost per step over every entry of a logit row;
+     * measured: commit 288b021) */
     for (; i + 16 <= n; i += 16) {
         const __mmask16 bad = _mm512_fpclass_ps_mask(_mm512_loadu_ps(x + i), 0x99); /* NaN, +-inf */
         if (bad) return (long)(i + (size_t)__builtin_ctz(bad));
@@ -421,7 +422,8 @@ static long avx512_first_nonfinite(const float *x, size_t n) {
 
 /* SwiGLU on [i0, i1): each element on its own, so any split gives the same bits. */
 static void avx512_swiglu(float *a, const float *b, int64_t i0, int64_t i1) {
-    /* The vectorised exp of softmax: scalar expf here was ~3% of a quantised decode step. */
+    /* The vectorised exp of softmax: scalar expf here was a measurable share of a quantised
+     * decode step (measured: commit 99febcd). */
     const __m512 one = _mm512_set1_ps(1.0f);
     for (int64_t i = i0; i < i1; i += 16) {
         const __mmask16 m = tail_mask((int)(i1 - i < 16 ? i1 - i : 16));
@@ -445,9 +447,8 @@ static void avx512_f32_to_f16(const float *x, uint16_t *y, size_t n) {
 /* Prefetch of the n floats at p: the same slice of the next block of 16 positions, one line at
  * a time as the current block is read (key and value slices of a head are kv_dim apart, a
  * stride the hardware prefetchers do not follow; a burst of a whole block at once stalled),
- * into L2 (T1). Q4_K 110M shape, 2 threads, paired runs against T0 (median ratio of mean step
- * times, AMD EPYC guest): decode at position 600 0.825 [0.799-0.895], 10 of 10 faster; at 2000
- * 0.798; verify(5) at 600 0.790. */
+ * into L2 (T1): against T0, decode and verify(5) over long contexts were faster (measured:
+ * commit 6e60049). */
 #define ATT_PF_MIN_CTX 128
 
 static inline void prefetch_next(const float *p, int n) {
@@ -455,8 +456,8 @@ static inline void prefetch_next(const float *p, int n) {
 }
 
 /* Rows of the block after the one at t0 to prefetch (0..16): only for contexts of at least
- * ATT_PF_MIN_CTX positions. Against prefetching at every length (T1, Q4_K decode): at 64
- * positions 1.052 (slower), at 120 0.973, at 160 0.954. */
+ * ATT_PF_MIN_CTX positions. Prefetching at every length (T1, Q4_K decode) made short contexts
+ * slower and gained from about this length up (measured: commit 6e60049). */
 static inline int att_prefetch_rows(int n_ctx, int t0) {
     const int next = n_ctx < ATT_PF_MIN_CTX ? 0 : n_ctx - t0 - 16;
     return next < 0 ? 0 : next > 16 ? 16 : next;
@@ -584,9 +585,8 @@ static inline const float *att_block(const void *C, int f16, int kv_dim, int n_c
                                      float *conv) {
     if (!f16) return (const float *)C + (size_t)t0 * kv_dim;
     /* The next block's halves, as prefetch_next does for an F32 cache (which the F16 path
-     * lacked). Q4_K 110M shape, --kv-type f16, paired runs without/with (median ratio of mean
-     * step times): decode at 160 positions 0.801, at 600 0.679 (6.06 -> 3.92 ms), at 2000 0.749;
-     * verify(5) at 600 0.827; faster in 25 of 26 pairs. */
+     * lacked): with it, decode and verify(5) over an F16 cache were faster at every context
+     * length tried (measured: commit 0e3962d; docs/benchmarks/2026-11-26-zen4-kernels.md). */
     const int next = att_prefetch_rows(n_ctx, t0);
     const uint16_t *nb = (const uint16_t *)C + (size_t)(t0 + 16) * kv_dim + c0;
     for (int r = 0; r < next; r++)

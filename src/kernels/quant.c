@@ -29,10 +29,9 @@ static size_t act_bytes(sd_type t, int64_t cols) {
 size_t sd_quant_scratch_bytes(sd_type t, int64_t cols, int n) { return act_bytes(t, cols) * (size_t)n; }
 
 /* Tokens in the next pass over the weights for `left` tokens: up to 9 in one pass (a k = 8
- * verify), else ceil(left / 8) passes of near-equal size. Measured against passes of 8 and
- * the rest (110M shape, Q8_0 / Q4_0, step time ratio): 9 tokens 0.89 / 0.94, 10: 0.995 /
- * 0.97, 11: 0.98 / 0.96, 12: 1.00 / 0.98; kernels for 10-12 tokens in one pass spilled and
- * were slower from 12 (1.17 / 1.21). */
+ * verify), else ceil(left / 8) passes of near-equal size: against passes of 8 and the rest, a
+ * 9-token pass was faster and near-equal passes for 10-12 tokens as fast or faster; kernels for
+ * 10-12 tokens in one pass spilled and were slower from 12 (measured: commit d5e8e44). */
 static inline int r16_chunk(int left) {
     if (left <= SD_R16_MAX_TOKENS) return left;
     const int passes = (left + 7) / 8;

@@ -140,10 +140,10 @@ static inline float act_block(const float *x, int8_t q[32], int *sum) {
 
 #include "kernels/quant_act.h" /* weight_offset and the act_quad / r_layout writers, over act_block */
 
-/* sd_quant_act_k_ref with 16 lanes at a time, the same values: the scalar version was ~7% of a Q4_K
- * decode step, run on one thread while the other waited. The scale comes from the first
- * element of largest magnitude, as in the scalar loop; q = round-to-even(x * -127/mx) clamped
- * to +-127 (cvtps_epi32 rounds to even, like nearest_int). */
+/* sd_quant_act_k_ref with 16 lanes at a time, the same values: the scalar version was a noticeable
+ * share of a Q4_K decode step, run on one thread while the other waited (measured: commit
+ * d0351c0). The scale comes from the first element of largest magnitude, as in the scalar loop;
+ * q = round-to-even(x * -127/mx) clamped to +-127 (cvtps_epi32 rounds to even, like nearest_int). */
 static void act_k_block_fast(const float *x, act_k *a) {
     __m512 v[16];
     __m512 amax = _mm512_setzero_ps();
@@ -274,18 +274,14 @@ static inline __m512 step_a(__m512 acc, __m512i wlo, __m512i whi, __m512 dw, con
 }
 
 /* The software prefetch of the weights (SD_WEIGHT_PREFETCH_BYTES ahead, into the cache level
- * SD_WEIGHT_PREFETCH_HINT names; isa.h). The hardware prefetchers alone left a Q4_0 decode at ~70% of the
- * streaming-read bandwidth (the kernel spends longer per byte than a float read); prefetching
- * 4 KiB ahead into L1 brought it to ~90% on an Intel Xeon guest. On this AMD EPYC (Zen 4)
- * guest, prefetching into L2 instead (T1), twice as far, made decode and most verify passes
- * faster (probably because L1 prefetches hold the L1 miss buffers that the kernel's own loads
- * need; the Intel guest was not measured again). bench-decode, 110M
- * shape, 2 threads, 3 rounds alternating with the previous binary (T0, 4 KiB), decode as % of
- * the bandwidth limit and T_verify(5) / T_decode, old -> new:
- *   Q8_0 50-70% -> 64-82%, verify 1.36-1.40 -> 1.06-1.14
- *   Q4_0 58-76% -> 74-89%, verify 1.30-1.55 -> 1.27-1.70
- *   Q4_K 65-74% -> 81-82%, verify 1.20-1.69 -> 1.33-1.43
- *   Q6_K 62-69% -> 77-80%, verify 1.34-1.50 -> 1.24-1.49 */
+ * SD_WEIGHT_PREFETCH_HINT names; isa.h). The hardware prefetchers alone left a Q4_0 decode well
+ * short of the streaming-read bandwidth (the kernel spends longer per byte than a float read);
+ * prefetching 4 KiB ahead into L1 brought it close on an Intel Xeon guest (measured: commit
+ * cd5111a). On this AMD EPYC (Zen 4) guest, prefetching into L2 instead (T1), twice as far, made
+ * decode and most verify passes faster (probably because L1 prefetches hold the L1 miss buffers
+ * that the kernel's own loads need; the Intel guest was not measured again). Measured: commit
+ * c43caeb, docs/benchmarks/prefetch-ab-2026-11-23.md (bench-decode, alternating with the
+ * previous binary: T0, 4 KiB). */
 
 /* Prefetches the `bytes` (a constant once inlined) following p + SD_WEIGHT_PREFETCH_BYTES. */
 static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *p, const int bytes) {
@@ -294,10 +290,10 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *
 }
 
 /* Weight streams per thread of the Q5_0 row kernel: a thread's rows are visited as QS_STREAMS
- * interleaved sub-ranges so that several sequential weight streams are in flight (see matvec
- * in kernels_avx512.c). Measured on an Intel Xeon guest (110M shape, 2 threads, median ms per decode
- * step): Q8_0 7.52 -> 6.66, Q6_K 6.38 -> 5.78 with 4 streams, 8 no better. The 16-row kernels
- * were measured again on this AMD EPYC guest and take one stream ("Groups in flight" below). */
+ * interleaved sub-ranges so that several sequential weight streams are in flight (see matvec in
+ * kernels_avx512.c). On an Intel Xeon guest 4 streams made decode faster and 8 were no better
+ * (measured: commit 7736ae2). The 16-row kernels were measured again on this AMD EPYC guest and
+ * take one stream ("Groups in flight" below). */
 #define QS_STREAMS 4
 
 /* Row i (0 <= i < r1 - r0) of [r0, r1) in visiting order: QS_STREAMS sub-ranges of `per`
@@ -369,8 +365,8 @@ static inline __attribute__((always_inline)) const act_k *act_k_at(const uint8_t
 /* A Q6_K high-bits vector x with the 2-bit field f (a constant once inlined; bits 2f, 2f + 1 of
  * each byte) at bits 4-5, before the mask 0x30. Zen 5 runs the GF(2) affine maps on the two pipes
  * that also run dpbusd and vpmulld; with shifts and masks instead (other pipes), the batch
- * kernel's three maps per weight vector pair went, and a verify(5) pass took 9.1 ns instead of
- * 10.6 per 16 rows x 32 weights (one thread, in L2). */
+ * kernel's three maps per weight vector pair went, and a verify(5) pass got faster (measured:
+ * commit 5ec092e). */
 static inline __attribute__((always_inline)) __m512i q6_field(__m512i x, const int f) {
     return f == 0 ? _mm512_slli_epi16(x, 4) : f == 1 ? _mm512_slli_epi16(x, 2) : f == 2 ? x : _mm512_srli_epi16(x, 2);
 }
@@ -385,20 +381,15 @@ enum { R16_Q4_0, R16_Q8_0, R16_Q4_K, R16_Q6_K, R16_TYPES }; /* the 16-row kernel
 /* Groups in flight per step and thread (r16_run): one. Four (one from each quarter of the thread's
  * groups, as the row kernels interleave their streams) spilled the K-quants' partial sums (f
  * beside acc, S x NB vectors each), and on this AMD EPYC (Zen 4) guest one sequential stream
- * per thread also read faster. Minimum of 60-80 passes at position 64, 110M shape, 2 threads,
- * alternating runs, 4 groups -> 1 (ms):
- *   Q4_K (76 MB) decode 2.40-3.05 -> 2.03-2.30, verify(5) 3.60-4.85 -> 2.66-3.24
- *   Q6_K         decode 3.43-3.70 -> 3.29-3.51, verify(5) 5.28-5.38 -> 3.90-3.98
- *   Q4_0         decode 2.19-2.24 -> 1.94-2.00, verify(5) 3.11-3.16 -> 2.50-2.57 (2 groups: 2.05-2.14, 2.90-2.92)
- *   Q8_0         decode 3.99-4.13 -> 3.94-4.06, verify(5) 5.30-5.46 -> 5.09-5.25
+ * per thread also read faster: against four, one group made decode and verify(5) faster for
+ * Q4_K, Q6_K and Q4_0 (two groups fell between) and Q8_0 no slower (measured: commit b68d5db).
  * The steps keep S as a parameter (a constant once inlined) to try other counts. */
 
 #define ROWS_MAX_NB 8 /* Q5_0 kernels: 1..8 tokens; the 16-row ones: 1..SD_R16_MAX_TOKENS */
 /* Q6_K passes of up to this many tokens take one unit at a time (r16_q6_k_unit), larger ones the
- * units in pairs. Pairs for 2 tokens made a 2-token pass cost more than a 3-token one (verify
- * 1.03-1.14 against 0.98-1.11 decode steps, 6 alternating rounds, Zen 5); one unit at a time gave
- * 0.96-1.05. From 3 tokens up the pairs were as fast or faster (5 rounds: units at 3 and 4 tokens
- * mixed, from 5 tokens 1.1-1.5x slower: their accumulators spill). */
+ * units in pairs. Pairs for 2 tokens made a 2-token pass cost more than a 3-token one; one unit at
+ * a time did not. From 3 tokens up the pairs were as fast or faster (units: mixed at 3 and 4
+ * tokens, slower from 5: their accumulators spill). Measured: commit 76de4d4. */
 #define Q6_UNIT_NB 2
 #define NB_CAT_(name, nb) name##_##nb
 #define NB_CAT(name, nb) NB_CAT_(name, nb)
@@ -440,7 +431,8 @@ void sd_avx512_r16(sd_type t, int nb, const sd_r16_job *j) {
 /* One group of the 16-row layout (quant_pack.c's scalar packing, the same bytes) for Q4_0 and
  * Q8_0: quant vector k is one masked gather of dword k of the 16 rows' blocks (missing rows read
  * as 0). The kernels pack on the fly when a matrix has no packed copy, and the scalar loop made
- * that 5x slower than a packed matrix. Q4_K and Q6_K take the scalar packing. */
+ * that much slower than a packed matrix (measured: commit 0375bc7). Q4_K and Q6_K take the scalar
+ * packing. */
 void sd_avx512_pack_group(sd_type t, const uint8_t *src, size_t row_bytes, int nrows, int64_t nblk, uint8_t *dst) {
     if (t != SD_TYPE_Q4_0 && t != SD_TYPE_Q8_0) {
         sd_quant_pack_group_scalar(t, src, row_bytes, nrows, nblk, dst);

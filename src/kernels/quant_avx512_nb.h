@@ -35,11 +35,10 @@ static inline __attribute__((always_inline)) void NBF(zero_acc)(__m512 acc[][NB]
 
 /* The Q4_0 (QB = 256 quant bytes per block) or Q8_0 (QB = 512) kernel's step: the blocks of S
  * groups (S a constant once inlined, so the accumulators can stay in registers), one block of
- * each in turn (a group read whole before the next, one stream per thread, measured 20%
- * slower; two or four blocks per turn 1-10% slower, 6 or 8 streams no better). Per block and
- * token the 8 dpbusd run as two chains of 4 (elements 0..15 and 16..31), interleaved across the
- * tokens: a single chain of 8 left the n = 5 kernel latency-bound (25.3 -> 22.1 ns per 512
- * Q4_0 weights, one thread, in L1). */
+ * each in turn (a group read whole before the next, one stream per thread, measured slower; so
+ * were two or four blocks per turn, and 6 or 8 streams were no better). Per block and token the
+ * 8 dpbusd run as two chains of 4 (elements 0..15 and 16..31), interleaved across the tokens: a
+ * single chain of 8 left the n = 5 kernel latency-bound (measured: commit 05f691d). */
 static inline __attribute__((always_inline)) void NBF(r16_step_q)(const uint8_t *const *G, const int S, int64_t nblk,
                                                                   const uint8_t *act, size_t xs, r_layout L,
                                                                   __m512 acc[][NB], const int QB) {
@@ -156,7 +155,8 @@ static inline __attribute__((always_inline)) void NBF(r16_step_q4_k)(const uint8
  * unsigned). Larger batches take units in pairs (2p, 2p + 1), whose low nibbles share the vectors
  * V(p) and high bits H(p / 2), loaded once for both. Decode and passes of up to Q6_UNIT_NB tokens
  * take one unit at a time, loading the shared vectors again for each: there the paired order,
- * with half the loads and vector work, read memory slower (decode 0.97x; quant_avx512.c). */
+ * with half the loads and vector work, read memory slower in decode (measured: commit 49c43a0;
+ * Q6_UNIT_NB in quant_avx512.c). */
 static inline __attribute__((always_inline)) void NBF(r16_q6_k_unit)(const uint8_t *B, int u, const act_k *a,
                                                                      __m512i *is) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
@@ -178,7 +178,7 @@ static inline __attribute__((always_inline)) void NBF(r16_q6_k_unit)(const uint8
 
 /* The same unit for the first NT (<= NB) tokens, each unpacked weight vector taken by all of them.
  * Decode keeps the single-token unit above: run through this one (NT = 1, the record found per
- * token inside), decode was slower in 8 of 8 alternating rounds (0.951x, Q6_K 110M, Zen 5). */
+ * token inside), decode was slower in every alternating round (measured: commit 7b7ddf3). */
 static inline __attribute__((always_inline)) void NBF(r16_q6_k_unit_nt)(const uint8_t *B, int u, const uint8_t *act,
                                                                         size_t xs, int64_t sb, __m512i *is, const int NT) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);

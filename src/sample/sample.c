@@ -101,14 +101,16 @@ sd_status sd_sampler_params_check(const sd_sampler_params *p) {
 int32_t sd_argmax(const float *x, int n) {
     if (!x || n <= 0) return -1;
     /* the active kernel path's loop: a scan with a strict '>' (the lowest index on ties), as a
-     * vector max and a blockwise search; the scan itself took 94 us over 152k logits */
+     * vector max and a blockwise search; a scalar scan was slow over a 152k-token row (measured:
+     * commit 9fc1b55) */
     return sd_row_argmax(x, n);
 }
 
 double sd_row_sum(const float *x, int n) { return x && n > 0 ? lane_sum(x, n) : 0.0; }
 
 double sd_exp_sum(const float *x, int n, float mx) {
-    /* a block at a time through the stack: libm's exp in double took 540 us over 152k logits */
+    /* a block at a time through the stack: libm's exp in double was far slower over a 152k-token
+     * row (measured: commit d5026a9) */
     enum { EXP_BLOCK = 1024 };
     float buf[EXP_BLOCK];
     double sum = 0;
@@ -402,10 +404,11 @@ int32_t sd_sample_draw(const float *probs, int n, sd_rng *r) {
     const double u = sd_rng_uniform(r);
     /* Accumulating in double keeps the CDF of a 152k-token row accurate to ~1e-16, far below
      * the 2^-24 resolution of u. Blocks the draw cannot land in are summed as independent
-     * partial sums and skipped: one dependent add per token walked half of a flat 152k-token
-     * row in ~47 us. Their order changes the CDF only by that rounding. Within a block, the
-     * walk is token by token. Zero-mass tokens are skipped outright, so neither u landing
-     * exactly on a CDF step nor the rounding fall-back can ever return one. */
+     * partial sums and skipped: one dependent add per token was slow over half of a flat
+     * 152k-token row (measured: commit e0aeeb2). Their order changes the CDF only by that
+     * rounding. Within a block, the walk is token by token. Zero-mass tokens are skipped
+     * outright, so neither u landing exactly on a CDF step nor the rounding fall-back can ever
+     * return one. */
     double cdf = 0;
     int i = 0;
     for (; i + DRAW_BLOCK <= n; i += DRAW_BLOCK) {

@@ -15,7 +15,7 @@ int sd_verify_greedy(const int32_t *draft, int k, const int32_t *target_argmax, 
 }
 
 /* out = max(0, p - q), out may be p itself. By masking the bits: the compiler made '?:' a
- * branch, mispredicted on every other token of a 152k-token row (745 us a residual). */
+ * branch, mispredicted on every other token of a 152k-token row (measured: commit cb0d1ba). */
 static void positive_part(const float *p, const float *q, int n, float *out) {
     for (int i = 0; i < n; i++) {
         const float d = p[i] - q[i];
