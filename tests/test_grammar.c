@@ -946,6 +946,53 @@ static void test_gbnf_schemas(void **state) {
     assert_non_null(strstr(sd_last_error(), "third"));
 }
 
+/* The shortest completion: the text it closes is accepted and complete, none is found within one
+ * byte fewer, and the matcher does not move. */
+static void check_completion(sd_grammar *g, const char *prefix, long want_len, const char *want) {
+    sd_grammar_matcher *m = NULL;
+    assert_int_equal(sd_grammar_matcher_create(g, NULL, &m), SD_OK);
+    assert_int_equal(sd_grammar_matcher_accept_bytes(m, prefix, strlen(prefix)), SD_OK);
+    const int steps = sd_grammar_matcher_n_steps(m);
+    char buf[256];
+    const long n = sd_grammar_matcher_completion(m, buf, sizeof buf);
+    if (n != want_len) fail_msg("completion of %s: %ld bytes, expected %ld", prefix, n, want_len);
+    assert_int_equal(sd_grammar_matcher_n_steps(m), steps);
+    if (want) assert_memory_equal(buf, want, (size_t)n);
+    if (n > 0) {
+        assert_int_equal(sd_grammar_matcher_completion(m, buf, (size_t)n - 1), -1); /* not within cap */
+        assert_int_equal(sd_grammar_matcher_completion(m, buf, (size_t)n), n);
+        assert_int_equal(sd_grammar_matcher_accept_bytes(m, buf, (size_t)n), SD_OK);
+    }
+    if (n >= 0) assert_true(sd_grammar_matcher_can_end(m));
+    sd_grammar_matcher_free(m);
+}
+
+static void test_completion(void **state) {
+    (void)state;
+    sd_grammar *g = schema("{\"type\": \"string\", \"pattern\": \"ab+c\"}"); /* unanchored: \"...ab+c...\" */
+    check_completion(g, "", 5, "\"abc\"");
+    check_completion(g, "\"xyz", 4, "abc\"");
+    check_completion(g, "\"xab", 2, "c\"");
+    check_completion(g, "\"abbc", 1, "\"");
+    check_completion(g, "\"abbc\"", 0, NULL);
+    sd_grammar_free(g);
+    g = schema("{\"type\": \"object\", \"properties\": {\"id\": {\"type\": \"integer\"}}, \"required\": [\"id\"]}");
+    check_completion(g, "{", 7, NULL); /* "id":0} (quotes and the value, no spaces) */
+    check_completion(g, "{\"id\": 12", 1, "}");
+    sd_grammar_free(g);
+    g = gbnf("root ::= \"a\"+ \"b\" | \"cd\"");
+    check_completion(g, "", 2, "ab"); /* "ab" before "cd": byte order among the shortest */
+    check_completion(g, "aaa", 1, "b");
+    sd_grammar_matcher *m = NULL;
+    assert_int_equal(sd_grammar_matcher_create(g, NULL, &m), SD_OK);
+    char buf[4];
+    assert_int_equal(sd_grammar_matcher_completion(m, buf, 1), -1); /* needs 2 */
+    assert_int_equal(sd_grammar_matcher_completion(m, NULL, 8), 2);  /* no buffer: the length */
+    assert_int_equal(sd_grammar_matcher_completion(NULL, buf, 8), -1);
+    sd_grammar_matcher_free(m);
+    sd_grammar_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gbnf_basics),       cmocka_unit_test(test_llama_cpp_examples),
@@ -954,6 +1001,7 @@ int main(void) {
         cmocka_unit_test(test_schema_bounds),     cmocka_unit_test(test_matcher_masks),
         cmocka_unit_test(test_forced),            cmocka_unit_test(test_real_vocab),
         cmocka_unit_test(test_gbnf_schemas),      cmocka_unit_test(test_lazy),
+        cmocka_unit_test(test_completion),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

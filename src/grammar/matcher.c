@@ -972,6 +972,80 @@ sd_status sd_grammar_matcher_mask(sd_grammar_matcher *m, uint64_t *mask) {
     return SD_OK;
 }
 
+/* Breadth-first over the automaton's states from the current one, each state entered once (by its
+ * first, so shortest, path), the bytes of a state in increasing order: the first accepting state
+ * reached gives the shortest completion. States are not flushed during the search (only the
+ * matcher's entry points flush), so their ids stay valid. */
+long sd_grammar_matcher_completion(sd_grammar_matcher *m, void *buf, size_t cap) {
+    if (!m || is_free(m)) return -1;
+    sd_grammar *g = m->g;
+    maybe_flush(g);
+    const int32_t s0 = cur_state(m);
+    if (s0 < 0) return -1;
+    if (g->st[s0].accept) return 0;
+    enum { MAX_VISIT = 1 << 14 };
+    typedef struct {
+        int32_t state, parent;
+        uint8_t byte;
+        uint32_t depth;
+    } visit;
+    visit *q = malloc(MAX_VISIT * sizeof *q);
+    int32_t *seen = NULL; /* seen[state]: 1 once queued */
+    size_t n_seen = 0;
+    long found = -1;
+    int head = 0, tail = 0;
+    if (!q) return -1;
+    q[tail++] = (visit){s0, -1, 0, 0};
+    while (head < tail && found < 0) {
+        const visit v = q[head];
+        const int at = head++;
+        if (v.depth >= cap) continue;
+        gr_bset u = {{0}};
+        for (int i = 0; i < g->st[v.state].n; i++) {
+            const gr_bset *b = &g->sets[g->el[g->nodes[g->spool[g->st[v.state].off + i]].pos].v];
+            for (int w = 0; w < 4; w++) u.w[w] |= b->w[w];
+        }
+        for (unsigned byte = 0; byte < 256 && found < 0; byte++) {
+            if (!((u.w[byte >> 6] >> (byte & 63)) & 1)) continue;
+            const int32_t nx = step(g, v.state, byte);
+            if (nx == -1) continue;
+            if (nx < 0) { /* out of memory: give up */
+                head = tail;
+                break;
+            }
+            if ((size_t)nx >= n_seen) {
+                size_t n = n_seen ? n_seen : 64;
+                while (n <= (size_t)nx) n *= 2;
+                int32_t *t = realloc(seen, n * sizeof *t);
+                if (!t) {
+                    head = tail;
+                    break;
+                }
+                memset(t + n_seen, 0, (n - n_seen) * sizeof *t);
+                seen = t;
+                n_seen = n;
+            }
+            if (seen[nx]) continue;
+            seen[nx] = 1;
+            if (tail == MAX_VISIT) {
+                head = tail;
+                break;
+            }
+            q[tail] = (visit){nx, at, (uint8_t)byte, v.depth + 1};
+            if (g->st[nx].accept) {
+                found = (long)q[tail].depth;
+                uint8_t *o = buf;
+                for (int k = tail; k > 0; k = q[k].parent)
+                    if (o) o[q[k].depth - 1] = q[k].byte;
+            }
+            tail++;
+        }
+    }
+    free(seen);
+    free(q);
+    return found;
+}
+
 size_t sd_grammar_matcher_forced_bytes(sd_grammar_matcher *m, void *buf, size_t cap) {
     if (!m || is_free(m)) return 0; /* free text forces nothing */
     sd_grammar *g = m->g;

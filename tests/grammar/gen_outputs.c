@@ -1,9 +1,11 @@
 /* Test-only driver for the schema validity test: for every schema of a JSON file and every model
  * given, generates under the schema with constrained plain sampling (forward, mask the logits,
  * sd_sample_probs, draw, accept) for several seeds and temperatures, and writes one JSON line per
- * output: {"schema": i, "model", "seed", "temp", "finished", "tokens", "text"}. A finite schema must
- * finish within its bound (max bytes + 1 tokens) whenever that fits the budget; an output that
- * breaks this, or a token the matcher then refuses, fails the run (exit 1).
+ * output: {"schema": i, "model", "seed", "temp", "finished", "tokens", "text"}, and for an output the
+ * budget cut, "closed": the bytes of the grammar's shortest completion appended to its text (so the
+ * validator checks it whole). A finite schema must finish within its bound (max bytes + 1 tokens)
+ * whenever that fits the budget; an output that breaks this, a token the matcher then refuses, or
+ * a cut output the grammar cannot complete fails the run (exit 1).
  * Usage: sd_grammar_gen SCHEMAS.json OUT.jsonl BUDGET MODEL...   (a llama2.c .bin takes tokenizer
  * tok512.bin beside it, as the CLI finds it) */
 #include <cjson/cJSON.h>
@@ -74,7 +76,7 @@ int main(int argc, char **argv) {
         sd_tokenizer_tokenize_alloc(tok, ptext, strlen(ptext), 1, 0, &prompt, &n_prompt);
         const char *mname = strrchr(argv[mi], '/') ? strrchr(argv[mi], '/') + 1 : argv[mi];
         double t_mask = 0;
-        long n_tokens = 0, n_finished = 0, n_outputs = 0;
+        long n_tokens = 0, n_finished = 0, n_outputs = 0, n_closed = 0;
         int si = 0;
         for (const cJSON *e = schemas->child; e; e = e->next, si++) {
             char *stext = cJSON_PrintUnformatted(cJSON_GetObjectItem(e, "schema"));
@@ -101,7 +103,8 @@ int main(int argc, char **argv) {
                     fprintf(stderr, "error: %s\n", sd_last_error());
                     return 1;
                 }
-                char *buf = malloc((size_t)budget * ((size_t)sd_tokenizer_max_piece_len(tok) + 1) + 1);
+                enum { CLOSE_CAP = 4096 }; /* bytes a cut output may take to be closed */
+                char *buf = malloc((size_t)budget * ((size_t)sd_tokenizer_max_piece_len(tok) + 1) + CLOSE_CAP + 1);
                 size_t blen = 0;
                 int finished = 0, n = 0;
                 for (; n < budget; n++) {
@@ -151,6 +154,21 @@ int main(int argc, char **argv) {
                             (unsigned long long)max_bytes);
                     failures++;
                 }
+                /* a cut output is closed by the grammar's shortest completion, so that the validator
+                 * checks it too: every prefix the mask allowed must extend to a valid instance */
+                long closed = -1;
+                if (!finished && !failures) {
+                    closed = sd_grammar_matcher_completion(m, buf + blen, CLOSE_CAP);
+                    if (closed < 0 || sd_grammar_matcher_accept_bytes(m, buf + blen, (size_t)closed) != SD_OK ||
+                        !sd_grammar_matcher_can_end(m)) {
+                        fprintf(stderr, "FAIL: schema %d: a cut output cannot be completed (%ld)\n", si, closed);
+                        failures++;
+                        closed = -1;
+                    } else {
+                        blen += (size_t)closed;
+                        n_closed++;
+                    }
+                }
                 buf[blen] = 0;
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddNumberToObject(o, "schema", si);
@@ -158,6 +176,7 @@ int main(int argc, char **argv) {
                 cJSON_AddNumberToObject(o, "seed", (double)k_runs[r].seed);
                 cJSON_AddNumberToObject(o, "temp", k_runs[r].temp);
                 cJSON_AddBoolToObject(o, "finished", finished);
+                if (closed >= 0) cJSON_AddNumberToObject(o, "closed", (double)closed);
                 cJSON_AddNumberToObject(o, "tokens", n);
                 cJSON_AddStringToObject(o, "text", buf);
                 char *line = cJSON_PrintUnformatted(o);
@@ -169,8 +188,8 @@ int main(int argc, char **argv) {
             }
             sd_grammar_free(g);
         }
-        fprintf(stderr, "%s: %ld outputs, %ld finished, %ld tokens, mask %.3f ms per token\n", mname, n_outputs, n_finished,
-                n_tokens, n_tokens ? t_mask / (double)n_tokens * 1e3 : 0.0);
+        fprintf(stderr, "%s: %ld outputs, %ld finished, %ld cut and closed by the shortest completion, %ld tokens, mask %.3f ms per token\n",
+                mname, n_outputs, n_finished, n_closed, n_tokens, n_tokens ? t_mask / (double)n_tokens * 1e3 : 0.0);
         free(prompt);
         free(logits);
         free(probs);

@@ -1,6 +1,8 @@
-// Checks every finished output of sd_grammar_gen against its schema with ajv (draft-07, or
-// draft 2020-12 for schemas using its keywords, draft-04 for boolean exclusive bounds) and ajv-formats; prints each invalid output and a
-// summary; exit 1 when any output is invalid or no output finished.
+// Checks every output of sd_grammar_gen against its schema with ajv (draft-07, or draft 2020-12 for
+// schemas using its keywords, draft-04 for boolean exclusive bounds) and ajv-formats: the finished
+// ones, and those the token budget cut, closed by the grammar's shortest completion ("closed"); prints
+// each invalid output and a summary; exit 1 when any output is invalid, or neither finished nor
+// closed, or a schema has no output checked.
 // Usage: node validate.mjs SCHEMAS.json OUTPUTS.jsonl
 import fs from 'node:fs';
 import Ajv from 'ajv';
@@ -26,19 +28,25 @@ const validators = schemas.map((e) => {
   if (typeof s === 'object' && s !== null) delete s.$schema; // the class is chosen here
   return (usesDraft4(raw) ? draft4 : uses2020(raw) ? draft2020 : draft7).compile(s);
 });
-let checked = 0, invalid = 0, cut = 0;
+let checked = 0, invalid = 0, cut = 0, closed = 0;
 const perModel = {};
+const perSchema = new Array(schemas.length).fill(0);
 for (const line of fs.readFileSync(outputsPath, 'utf8').split('\n')) {
   if (!line) continue;
   const o = JSON.parse(line);
-  perModel[o.model] ??= { finished: 0, cut: 0 };
-  if (!o.finished) {
+  perModel[o.model] ??= { finished: 0, closed: 0, cut: 0 };
+  if (!o.finished && o.closed === undefined) {
     cut++;
     perModel[o.model].cut++;
     continue;
   }
-  perModel[o.model].finished++;
+  if (o.finished) perModel[o.model].finished++;
+  else {
+    closed++;
+    perModel[o.model].closed++;
+  }
   checked++;
+  if (o.model !== 'control') perSchema[o.schema]++;
   let value, ok = false, why = '';
   try {
     value = JSON.parse(o.text);
@@ -52,6 +60,10 @@ for (const line of fs.readFileSync(outputsPath, 'utf8').split('\n')) {
     console.log(`INVALID: schema ${o.schema} (${schemas[o.schema].name}) ${o.model} seed ${o.seed} temp ${o.temp}: ${why}\n  ${JSON.stringify(o.text)}`);
   }
 }
-for (const [m, c] of Object.entries(perModel)) console.log(`${m}: ${c.finished} finished, ${c.cut} cut by the token budget`);
-console.log(`ajv: ${checked} outputs checked, ${invalid} invalid, ${cut} cut by the budget (not checked)`);
-process.exit(invalid || !checked ? 1 : 0);
+for (const [m, c] of Object.entries(perModel))
+  console.log(`${m}: ${c.finished} finished, ${c.closed} cut by the token budget and closed, ${c.cut} cut and not closed`);
+const control = Object.keys(perModel).length === 1 && perModel.control;
+const unchecked = control ? [] : perSchema.flatMap((n, i) => (n ? [] : [`${i} (${schemas[i].name})`]));
+if (unchecked.length) console.log(`FAIL: no output checked for schema ${unchecked.join(', ')}`);
+console.log(`ajv: ${checked} outputs checked (${closed} of them closed), ${invalid} invalid, ${cut} neither finished nor closed`);
+process.exit(invalid || cut || !checked || unchecked.length ? 1 : 0);
