@@ -1,6 +1,8 @@
 /* Shared test helpers (see sdtest.h). */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include "sdtest.h"
 
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,14 +62,30 @@ const char *sdtest_source_path(const char *rel) {
     return buf;
 }
 
+static char tmp_dir[256];
+static pid_t tmp_owner;
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *f) {
+    (void)st, (void)flag, (void)f;
+    remove(path);
+    return 0;
+}
+
+/* At exit the process that made the directory removes it (a forked child leaves it be): nothing
+ * else does, and test models of a few hundred MB a run filled a disk. */
+static void remove_tmp_dir(void) {
+    if (tmp_dir[0] && getpid() == tmp_owner) nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 const char *sdtest_tmp_path(const char *name) {
-    static char dir[256];
     static char buf[512];
-    if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/tmp/sdtest.%ld", (long)getpid());
-        mkdir(dir, 0700);
+    if (!tmp_dir[0]) {
+        snprintf(tmp_dir, sizeof tmp_dir, "/tmp/sdtest.%ld", (long)getpid());
+        mkdir(tmp_dir, 0700);
+        tmp_owner = getpid();
+        atexit(remove_tmp_dir);
     }
-    snprintf(buf, sizeof buf, "%s/%s", dir, name);
+    snprintf(buf, sizeof buf, "%s/%s", tmp_dir, name);
     return buf;
 }
 

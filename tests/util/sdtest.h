@@ -26,7 +26,7 @@ void sdtest_missing_shared(const char *what);
 /* Path of a file in the project's source tree (configs, tests data); static storage. */
 const char *sdtest_source_path(const char *rel);
 
-/* A fresh path in a per-process temporary directory (removed by the OS; not by us). */
+/* A fresh path in a per-process temporary directory, removed with its contents at exit. */
 const char *sdtest_tmp_path(const char *name);
 
 /* Reads a whole file into a malloc'd buffer (NULL on error). */
