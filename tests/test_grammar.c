@@ -980,6 +980,23 @@ static void test_completion(void **state) {
     check_completion(g, "{", 7, NULL); /* "id":0} (quotes and the value, no spaces) */
     check_completion(g, "{\"id\": 12", 1, "}");
     sd_grammar_free(g);
+    /* deep inside nested values the shortest search gives up; the stages close them */
+    g = schema("{\"type\": \"object\"}");
+    {
+        char deep[512] = "{\"a\": ";
+        for (int i = 0; i < 40; i++) strcat(deep, i % 2 ? "[" : "{\"k\": ");
+        strcat(deep, "\"xy");
+        sd_grammar_matcher *dm = NULL;
+        assert_int_equal(sd_grammar_matcher_create(g, NULL, &dm), SD_OK);
+        assert_int_equal(sd_grammar_matcher_accept_bytes(dm, deep, strlen(deep)), SD_OK);
+        char out[512];
+        const long n = sd_grammar_matcher_completion(dm, out, sizeof out);
+        assert_true(n > 40); /* at least the quote and 41 closing brackets */
+        assert_int_equal(sd_grammar_matcher_accept_bytes(dm, out, (size_t)n), SD_OK);
+        assert_true(sd_grammar_matcher_can_end(dm));
+        sd_grammar_matcher_free(dm);
+    }
+    sd_grammar_free(g);
     g = gbnf("root ::= \"a\"+ \"b\" | \"cd\"");
     check_completion(g, "", 2, "ab"); /* "ab" before "cd": byte order among the shortest */
     check_completion(g, "aaa", 1, "b");

@@ -164,11 +164,13 @@ int sd_grammar_matcher_is_done(const sd_grammar_matcher *m);
  * punctuation, const values), up to the first point with a choice or where the grammar may end.
  * Writes at most cap bytes; returns how many bytes are forced (it stops counting at cap). */
 size_t sd_grammar_matcher_forced_bytes(sd_grammar_matcher *m, void *buf, size_t cap);
-/* The shortest bytes (first in byte order among the shortest) after which the text so far is a
- * complete sentence: 0 when it already is, else their count, written to buf (when not NULL);
- * -1 when there is none within cap bytes or the search's bound (16k grammar states), after the end
- * of generation, in the free text before a lazy grammar's trigger, or out of memory. The matcher
- * does not move. Tests use it to close an output cut by a token budget and validate it whole. */
+/* Bytes after which the text so far is a complete sentence: 0 when it already is, else their count,
+ * written to buf (when not NULL). They are the shortest (first in byte order among the shortest)
+ * when a search of 16k grammar states finds them; past that (deep inside nested values) they close
+ * the open rules one stage at a time, each stage the shortest. -1 when none is found within cap
+ * bytes or the searches' bounds, after the end of generation, in the free text before a lazy
+ * grammar's trigger, or out of memory. The matcher does not move. Tests use it to close an output
+ * cut by a token budget and validate it whole. */
 long sd_grammar_matcher_completion(sd_grammar_matcher *m, void *buf, size_t cap);
 /* The one token allowed next, when exactly one is (an end-of-generation id counts as a token);
  * else -1. Needs a vocabulary. */

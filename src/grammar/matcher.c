@@ -972,31 +972,38 @@ sd_status sd_grammar_matcher_mask(sd_grammar_matcher *m, uint64_t *mask) {
     return SD_OK;
 }
 
-/* Breadth-first over the automaton's states from the current one, each state entered once (by its
- * first, so shortest, path), the bytes of a state in increasing order: the first accepting state
- * reached gives the shortest completion. States are not flushed during the search (only the
- * matcher's entry points flush), so their ids stay valid. */
-long sd_grammar_matcher_completion(sd_grammar_matcher *m, void *buf, size_t cap) {
-    if (!m || is_free(m)) return -1;
-    sd_grammar *g = m->g;
-    maybe_flush(g);
-    const int32_t s0 = cur_state(m);
-    if (s0 < 0) return -1;
-    if (g->st[s0].accept) return 0;
-    enum { MAX_VISIT = 1 << 14 };
+/* The depth of a state's shallowest stack (rules still open). */
+static int state_depth(const sd_grammar *g, int32_t s) {
+    int best = -1;
+    for (int i = 0; i < g->st[s].n; i++) {
+        int d = 0;
+        for (int32_t id = g->spool[g->st[s].off + i]; id >= 0; id = g->nodes[id].parent) d++;
+        if (best < 0 || d < best) best = d;
+    }
+    return best;
+}
+
+/* Breadth-first over the automaton's states from s0, each state entered once (by its first, so
+ * shortest, path), a state's bytes in increasing order, at most GR_CLOSE_VISITS states: the path
+ * to the first state that accepts or (d0 >= 0) whose shallowest stack is shallower than d0. Writes
+ * its bytes to buf (when not NULL) and its end to *end; returns its length, -1 when none is found
+ * within cap bytes or the bound, -2 out of memory. States are not flushed during the search (only
+ * the matcher's entry points flush), so their ids stay valid. */
+enum { GR_CLOSE_VISITS = 1 << 14 };
+static long close_search(sd_grammar *g, int32_t s0, int d0, uint8_t *buf, size_t cap, int32_t *end) {
     typedef struct {
         int32_t state, parent;
         uint8_t byte;
         uint32_t depth;
     } visit;
-    visit *q = malloc(MAX_VISIT * sizeof *q);
-    int32_t *seen = NULL; /* seen[state]: 1 once queued */
+    visit *q = malloc(GR_CLOSE_VISITS * sizeof *q);
+    uint8_t *seen = NULL; /* seen[state]: queued */
     size_t n_seen = 0;
     long found = -1;
     int head = 0, tail = 0;
-    if (!q) return -1;
+    if (!q) return -2;
     q[tail++] = (visit){s0, -1, 0, 0};
-    while (head < tail && found < 0) {
+    while (head < tail && found == -1) {
         const visit v = q[head];
         const int at = head++;
         if (v.depth >= cap) continue;
@@ -1005,38 +1012,37 @@ long sd_grammar_matcher_completion(sd_grammar_matcher *m, void *buf, size_t cap)
             const gr_bset *b = &g->sets[g->el[g->nodes[g->spool[g->st[v.state].off + i]].pos].v];
             for (int w = 0; w < 4; w++) u.w[w] |= b->w[w];
         }
-        for (unsigned byte = 0; byte < 256 && found < 0; byte++) {
+        for (unsigned byte = 0; byte < 256 && found == -1; byte++) {
             if (!((u.w[byte >> 6] >> (byte & 63)) & 1)) continue;
             const int32_t nx = step(g, v.state, byte);
             if (nx == -1) continue;
-            if (nx < 0) { /* out of memory: give up */
-                head = tail;
+            if (nx < 0) {
+                found = -2;
                 break;
             }
             if ((size_t)nx >= n_seen) {
-                size_t n = n_seen ? n_seen : 64;
+                size_t n = n_seen ? n_seen : 256;
                 while (n <= (size_t)nx) n *= 2;
-                int32_t *t = realloc(seen, n * sizeof *t);
+                uint8_t *t = realloc(seen, n);
                 if (!t) {
-                    head = tail;
+                    found = -2;
                     break;
                 }
-                memset(t + n_seen, 0, (n - n_seen) * sizeof *t);
+                memset(t + n_seen, 0, n - n_seen);
                 seen = t;
                 n_seen = n;
             }
             if (seen[nx]) continue;
             seen[nx] = 1;
-            if (tail == MAX_VISIT) {
-                head = tail;
+            if (tail == GR_CLOSE_VISITS) {
+                head = tail; /* the bound: give up */
                 break;
             }
             q[tail] = (visit){nx, at, (uint8_t)byte, v.depth + 1};
-            if (g->st[nx].accept) {
+            if (g->st[nx].accept || (d0 >= 0 && state_depth(g, nx) < d0)) {
                 found = (long)q[tail].depth;
-                uint8_t *o = buf;
-                for (int k = tail; k > 0; k = q[k].parent)
-                    if (o) o[q[k].depth - 1] = q[k].byte;
+                *end = nx;
+                for (int k = tail; buf && k > 0; k = q[k].parent) buf[q[k].depth - 1] = q[k].byte;
             }
             tail++;
         }
@@ -1044,6 +1050,31 @@ long sd_grammar_matcher_completion(sd_grammar_matcher *m, void *buf, size_t cap)
     free(seen);
     free(q);
     return found;
+}
+
+/* The shortest completion when the search finds one within its bound; else one by stages, each
+ * the shortest way to a shallower stack (closing a string, a number, an array...), which keeps
+ * every search small where the shortest one is not (inside deep nesting, every way to open
+ * another value and every whitespace count is a state of its own). */
+long sd_grammar_matcher_completion(sd_grammar_matcher *m, void *buf, size_t cap) {
+    if (!m || is_free(m)) return -1;
+    sd_grammar *g = m->g;
+    maybe_flush(g);
+    int32_t s = cur_state(m);
+    if (s < 0) return -1;
+    if (g->st[s].accept) return 0;
+    uint8_t *o = buf;
+    int32_t end = -1;
+    long n = close_search(g, s, -1, o, cap, &end);
+    if (n != -1) return n < 0 ? -1 : n;
+    size_t total = 0;
+    while (!g->st[s].accept) {
+        n = close_search(g, s, state_depth(g, s), o ? o + total : NULL, cap - total, &end);
+        if (n < 0) return -1;
+        total += (size_t)n;
+        s = end;
+    }
+    return (long)total;
 }
 
 size_t sd_grammar_matcher_forced_bytes(sd_grammar_matcher *m, void *buf, size_t cap) {

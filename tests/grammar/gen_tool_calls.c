@@ -7,8 +7,10 @@
  * sd_sample_probs, draw, accept) for two seeds and temperatures, read back with the call parser the
  * server uses for that choice, and written one JSON line each:
  * {"schema": i, "model", "syntax", "mode", "seed", "temp", "finished", "tokens", "text", "calls":
- * [{"name", "arguments"}]}. A finished output that does not read back as calls alone fails the run
- * (exit 1); validate_tools.mjs reads the text again by itself and checks the arguments with ajv.
+ * [{"name", "arguments"}]}, and for an output the budget cut, "closed": the bytes of the grammar's
+ * shortest completion appended to its text. A finished or closed output that does not read back as
+ * calls alone, or a cut one the grammar cannot complete, fails the run (exit 1); validate_tools.mjs
+ * reads the text again by itself and checks the arguments with ajv.
  * Usage: sd_tool_gen SCHEMAS.json OUT.jsonl BUDGET MODEL...   (a llama2.c .bin takes tok512.bin beside it) */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -77,13 +79,14 @@ int main(int argc, char **argv) {
         }
         float *logits = malloc(sizeof(float) * (size_t)n_vocab), *probs = malloc(sizeof(float) * (size_t)n_vocab);
         uint64_t *mask = malloc(sizeof(uint64_t) * sd_grammar_mask_words(voc));
-        char *buf = malloc((size_t)budget * ((size_t)sd_tokenizer_max_piece_len(tok) + 1) + 1);
+        enum { CLOSE_CAP = 4096 }; /* bytes a cut output may take to be closed */
+        char *buf = malloc((size_t)budget * ((size_t)sd_tokenizer_max_piece_len(tok) + 1) + CLOSE_CAP + 1);
         int32_t *prompt = NULL;
         int n_prompt = 0;
         const char *ptext = "Call a function: ";
         sd_tokenizer_tokenize_alloc(tok, ptext, strlen(ptext), 1, 0, &prompt, &n_prompt);
         const char *mname = strrchr(argv[mi], '/') ? strrchr(argv[mi], '/') + 1 : argv[mi];
-        long n_outputs = 0, n_finished = 0, n_tokens = 0, n_calls = 0;
+        long n_outputs = 0, n_finished = 0, n_closed = 0, n_tokens = 0, n_calls = 0;
         int si = 0;
         for (const cJSON *e = schemas->child; e; e = e->next, si++) {
             const cJSON *schema = cJSON_GetObjectItem(e, "schema");
@@ -122,6 +125,7 @@ int main(int argc, char **argv) {
                         }
                         size_t blen = 0;
                         int finished = 0, n = 0, n_lead = 0;
+                        const int failures0 = failures;
                         int32_t *lead_ids = NULL;
                         sd_tokenizer_tokenize_alloc(tok, lead, strlen(lead), 0, 0, &lead_ids, &n_lead);
                         for (; n < budget; n++) {
@@ -145,6 +149,21 @@ int main(int argc, char **argv) {
                             blen += bl;
                             if (sd_context_forward(ctx, 0, &id, 1, logits, 0) != SD_OK) return 1;
                         }
+                        /* a cut output is closed by the grammar's shortest completion, so that its
+                         * calls are read back and validated too */
+                        long closed = -1;
+                        if (!finished && failures == failures0) {
+                            closed = sd_grammar_matcher_completion(m, buf + blen, CLOSE_CAP);
+                            if (closed < 0 || sd_grammar_matcher_accept_bytes(m, buf + blen, (size_t)closed) != SD_OK ||
+                                !sd_grammar_matcher_can_end(m)) {
+                                fprintf(stderr, "FAIL: schema %d: a cut output cannot be completed (%ld)\n", si, closed);
+                                failures++;
+                                closed = -1;
+                            } else {
+                                blen += (size_t)closed;
+                                n_closed++;
+                            }
+                        }
                         buf[blen] = 0;
                         free(lead_ids);
                         sd_grammar_matcher_free(m);
@@ -159,7 +178,9 @@ int main(int argc, char **argv) {
                         cJSON *cur = NULL;
                         char *args = calloc(blen + 1, 1);
                         size_t al = 0;
-                        size_t content = 0, lead_text = lazy && syn == SD_CHAT_TOOLS_HERMES ? sizeof k_lead - 1 : 0;
+                        /* the lead's text as decoded: a SentencePiece vocabulary writes a space before it */
+                        const char *call_at = lazy && syn == SD_CHAT_TOOLS_HERMES ? strstr(buf, " <tool_call>") : NULL;
+                        size_t content = 0, lead_text = call_at ? (size_t)(call_at - buf) : 0;
                         for (int k = 0; k <= n_ev; k++) {
                             if (cur && (k == n_ev || ev[k].kind == SD_CHAT_TOOL_CALL)) {
                                 args[al] = 0;
@@ -181,9 +202,9 @@ int main(int argc, char **argv) {
                                 al += ev[k].len;
                             }
                         }
-                        if (finished && (content != lead_text || cJSON_GetArraySize(calls) < 1 || (single && cJSON_GetArraySize(calls) != 1) ||
+                        if ((finished || closed >= 0) && (content != lead_text || cJSON_GetArraySize(calls) < 1 || (single && cJSON_GetArraySize(calls) != 1) ||
                                          (syn == SD_CHAT_TOOLS_LLAMA3 && cJSON_GetArraySize(calls) != 1))) {
-                            fprintf(stderr, "FAIL: schema %d: a finished output does not read back as calls: %s\n", si, buf);
+                            fprintf(stderr, "FAIL: schema %d: a finished or closed output does not read back as calls: %s\n", si, buf);
                             failures++;
                         }
                         n_calls += cJSON_GetArraySize(calls);
@@ -194,6 +215,7 @@ int main(int argc, char **argv) {
                         cJSON_AddNumberToObject(o, "seed", (double)k_runs[r].seed);
                         cJSON_AddNumberToObject(o, "temp", k_runs[r].temp);
                         cJSON_AddBoolToObject(o, "finished", finished);
+                        if (closed >= 0) cJSON_AddNumberToObject(o, "closed", (double)closed);
                         cJSON_AddNumberToObject(o, "tokens", n);
                         cJSON_AddStringToObject(o, "text", buf);
                         cJSON_AddItemToObject(o, "calls", calls);
@@ -212,7 +234,8 @@ int main(int argc, char **argv) {
             }
             free(stext);
         }
-        fprintf(stderr, "%s: %ld outputs, %ld finished, %ld calls, %ld tokens\n", mname, n_outputs, n_finished, n_calls, n_tokens);
+        fprintf(stderr, "%s: %ld outputs, %ld finished, %ld cut and closed by the shortest completion, %ld calls, %ld tokens\n",
+                mname, n_outputs, n_finished, n_closed, n_calls, n_tokens);
         free(prompt);
         free(buf);
         free(logits);

@@ -1,9 +1,11 @@
-// Checks every finished output of sd_tool_gen on its own: the text read as calls by the syntax's
+// Checks every finished output of sd_tool_gen, and every one the token budget cut, closed by the
+// grammar's shortest completion ("closed"), on its own: the text read as calls by the syntax's
 // fixed form (Hermes: <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call> blocks, one per
 // line; Llama 3: {"name": "NAME", "parameters": ARGS}), each ARGS parsed by JSON.parse and validated
 // by ajv (draft-07, 2020-12 or draft-04 by the schema's keywords, with ajv-formats) against its
 // function's schema; the calls the C parser reported must be the same (names and argument text).
-// Prints each failure and a summary; exit 1 when any output fails or none finished.
+// Prints each failure and a summary; exit 1 when any output fails, or is neither finished nor
+// closed, or a schema has no output checked.
 // Usage: node validate_tools.mjs SCHEMAS.json OUTPUTS.jsonl
 import fs from 'node:fs';
 import Ajv from 'ajv';
@@ -53,20 +55,26 @@ function readCalls(syntax, text) {
   }
 }
 
-let checked = 0, invalid = 0, cut = 0, calls = 0;
+let checked = 0, invalid = 0, cut = 0, closed = 0, calls = 0;
 const per = {};
+const perSchema = new Map();
 for (const line of fs.readFileSync(outputsPath, 'utf8').split('\n')) {
   if (!line) continue;
   const o = JSON.parse(line);
   const key = `${o.model} ${o.syntax} ${o.mode}`;
-  per[key] ??= { finished: 0, cut: 0, calls: 0 };
-  if (!o.finished) {
+  per[key] ??= { finished: 0, closed: 0, cut: 0, calls: 0 };
+  if (!o.finished && o.closed === undefined) {
     cut++;
     per[key].cut++;
     continue;
   }
-  per[key].finished++;
+  if (o.finished) per[key].finished++;
+  else {
+    closed++;
+    per[key].closed++;
+  }
   checked++;
+  if (o.model !== 'control') perSchema.set(o.schema, (perSchema.get(o.schema) ?? 0) + 1);
   let why = '';
   try {
     // auto: the calls follow the lead's text (Hermes) or whitespace (Llama 3), as the reader skips them
@@ -91,6 +99,12 @@ for (const line of fs.readFileSync(outputsPath, 'utf8').split('\n')) {
     console.log(`INVALID: schema ${o.schema} (${schemas[o.schema].name}) ${key} seed ${o.seed}: ${why}\n  ${JSON.stringify(o.text)}`);
   }
 }
-for (const [k, c] of Object.entries(per)) console.log(`${k}: ${c.finished} finished (${c.calls} calls), ${c.cut} cut by the token budget`);
-console.log(`ajv: ${checked} outputs (${calls} calls) checked, ${invalid} invalid, ${cut} cut by the budget (not checked)`);
-process.exit(invalid || !checked ? 1 : 0);
+for (const [k, c] of Object.entries(per))
+  console.log(`${k}: ${c.finished} finished, ${c.closed} cut by the token budget and closed (${c.calls} calls), ${c.cut} neither`);
+// the schemas given as functions: the object schemas (sd_tool_gen skips the others)
+const isControl = Object.keys(per).every((k) => k.startsWith('control'));
+const seen = new Set(fs.readFileSync(outputsPath, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l).schema));
+const unchecked = isControl ? [] : [...seen].filter((i) => !perSchema.get(i)).map((i) => `${i} (${schemas[i].name})`);
+if (unchecked.length) console.log(`FAIL: no output checked for schema ${unchecked.join(', ')}`);
+console.log(`ajv: ${checked} outputs (${calls} calls) checked (${closed} of them closed), ${invalid} invalid, ${cut} neither finished nor closed`);
+process.exit(invalid || cut || !checked || unchecked.length ? 1 : 0);
