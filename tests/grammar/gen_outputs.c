@@ -20,6 +20,7 @@
 #include "specdec/model.h"
 #include "specdec/sample.h"
 #include "specdec/tokenizer.h"
+#include "close_cut.h"
 
 static double now(void) {
     struct timespec t;
@@ -103,7 +104,6 @@ int main(int argc, char **argv) {
                     fprintf(stderr, "error: %s\n", sd_last_error());
                     return 1;
                 }
-                enum { CLOSE_CAP = 4096 }; /* bytes a cut output may take to be closed */
                 char *buf = malloc((size_t)budget * ((size_t)sd_tokenizer_max_piece_len(tok) + 1) + CLOSE_CAP + 1);
                 size_t blen = 0;
                 int finished = 0, n = 0;
@@ -158,16 +158,9 @@ int main(int argc, char **argv) {
                  * checks it too: every prefix the mask allowed must extend to a valid instance */
                 long closed = -1;
                 if (!finished && !failures) {
-                    closed = sd_grammar_matcher_completion(m, buf + blen, CLOSE_CAP);
-                    if (closed < 0 || sd_grammar_matcher_accept_bytes(m, buf + blen, (size_t)closed) != SD_OK ||
-                        !sd_grammar_matcher_can_end(m)) {
-                        fprintf(stderr, "FAIL: schema %d: a cut output cannot be completed (%ld)\n", si, closed);
-                        failures++;
-                        closed = -1;
-                    } else {
-                        blen += (size_t)closed;
-                        n_closed++;
-                    }
+                    closed = close_cut(m, buf, &blen, si);
+                    if (closed < 0) failures++;
+                    else n_closed++;
                 }
                 buf[blen] = 0;
                 cJSON *o = cJSON_CreateObject();

@@ -24,6 +24,7 @@
 #include "specdec/model.h"
 #include "specdec/sample.h"
 #include "specdec/tokenizer.h"
+#include "close_cut.h"
 
 static const char k_other[] = "{\"type\": \"object\", \"properties\": {\"q\": {\"type\": \"string\", \"maxLength\": 6}}, "
                               "\"required\": [\"q\"], \"additionalProperties\": false}";
@@ -79,7 +80,6 @@ int main(int argc, char **argv) {
         }
         float *logits = malloc(sizeof(float) * (size_t)n_vocab), *probs = malloc(sizeof(float) * (size_t)n_vocab);
         uint64_t *mask = malloc(sizeof(uint64_t) * sd_grammar_mask_words(voc));
-        enum { CLOSE_CAP = 4096 }; /* bytes a cut output may take to be closed */
         char *buf = malloc((size_t)budget * ((size_t)sd_tokenizer_max_piece_len(tok) + 1) + CLOSE_CAP + 1);
         int32_t *prompt = NULL;
         int n_prompt = 0;
@@ -153,16 +153,9 @@ int main(int argc, char **argv) {
                          * calls are read back and validated too */
                         long closed = -1;
                         if (!finished && failures == failures0) {
-                            closed = sd_grammar_matcher_completion(m, buf + blen, CLOSE_CAP);
-                            if (closed < 0 || sd_grammar_matcher_accept_bytes(m, buf + blen, (size_t)closed) != SD_OK ||
-                                !sd_grammar_matcher_can_end(m)) {
-                                fprintf(stderr, "FAIL: schema %d: a cut output cannot be completed (%ld)\n", si, closed);
-                                failures++;
-                                closed = -1;
-                            } else {
-                                blen += (size_t)closed;
-                                n_closed++;
-                            }
+                            closed = close_cut(m, buf, &blen, si);
+                            if (closed < 0) failures++;
+                            else n_closed++;
                         }
                         buf[blen] = 0;
                         free(lead_ids);
