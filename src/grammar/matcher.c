@@ -972,6 +972,16 @@ sd_status sd_grammar_matcher_mask(sd_grammar_matcher *m, uint64_t *mask) {
     return SD_OK;
 }
 
+/* The bytes state s allows next: the union of its stacks' terminal sets. */
+static gr_bset state_bytes(const sd_grammar *g, int32_t s) {
+    gr_bset u = {{0}};
+    for (int i = 0; i < g->st[s].n; i++) {
+        const gr_bset *b = &g->sets[g->el[g->nodes[g->spool[g->st[s].off + i]].pos].v];
+        for (int w = 0; w < 4; w++) u.w[w] |= b->w[w];
+    }
+    return u;
+}
+
 /* The depth of a state's shallowest stack (rules still open). */
 static int state_depth(const sd_grammar *g, int32_t s) {
     int best = -1;
@@ -1007,11 +1017,7 @@ static long close_search(sd_grammar *g, int32_t s0, int d0, uint8_t *buf, size_t
         const visit v = q[head];
         const int at = head++;
         if (v.depth >= cap) continue;
-        gr_bset u = {{0}};
-        for (int i = 0; i < g->st[v.state].n; i++) {
-            const gr_bset *b = &g->sets[g->el[g->nodes[g->spool[g->st[v.state].off + i]].pos].v];
-            for (int w = 0; w < 4; w++) u.w[w] |= b->w[w];
-        }
+        const gr_bset u = state_bytes(g, v.state);
         for (unsigned byte = 0; byte < 256 && found == -1; byte++) {
             if (!((u.w[byte >> 6] >> (byte & 63)) & 1)) continue;
             const int32_t nx = step(g, v.state, byte);
@@ -1085,11 +1091,7 @@ size_t sd_grammar_matcher_forced_bytes(sd_grammar_matcher *m, void *buf, size_t 
     size_t n = 0;
     uint8_t *o = buf;
     while (s >= 0 && !g->st[s].accept && n < cap) {
-        gr_bset u = {{0}};
-        for (int i = 0; i < g->st[s].n; i++) {
-            const gr_bset *b = &g->sets[g->el[g->nodes[g->spool[g->st[s].off + i]].pos].v];
-            for (int w = 0; w < 4; w++) u.w[w] |= b->w[w];
-        }
+        const gr_bset u = state_bytes(g, s);
         int cnt = 0, byte = 0;
         for (int w = 0; w < 4; w++) {
             cnt += __builtin_popcountll(u.w[w]);
