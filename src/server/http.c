@@ -4,11 +4,12 @@
  * connection suspended meanwhile), or server-sent events as the engine produces them (suspended
  * whenever everything so far is sent). Every answer waits until the whole request is in, so a
  * connection stays open for the next request (keep-alive, pipelining), whatever the status. */
+#define _GNU_SOURCE /* POLLRDHUP */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,31 +335,24 @@ void srv_http_wake(srv_req *r) {
 int srv_http_client_gone(srv_req *r) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return 0;
-    char ch;
-    /* 0 is an end of the client's sending side, not of the client: only an error (a reset) or a
-     * failed write (which libmicrohttpd reports by completing the request with an error) is */
+    /* libmicrohttpd's socket is the door's pair (net.c): hung up when the client reset or a write
+     * to it failed, only its reading side ended when the client ended its sending side, which is
+     * not the client leaving (a reset after it still hangs the pair up) */
     const int fd = ci->connect_fd;
-    const ssize_t n = recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
-    if (n > 0) return 0;
-    if (!r->probed) {
-        r->probed = 1;
-        if (r->g.stream) { /* a comment line: every SSE reader skips it */
-            srv_buf_puts(&r->out, ": keep-alive\n\n");
-            srv_http_wake(r);
-        } else if (r->http11 && r->suspended) { /* nothing of the response is out yet: an interim answer */
-            static const char processing[] = "HTTP/1.1 102 Processing\r\n\r\n";
-            if (send(fd, processing, sizeof processing - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) return 1;
-        }
-        return 0;
+    struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&pf, 1, 0) < 0) return 0;
+    if (pf.revents & (POLLHUP | POLLERR | POLLNVAL)) return 1;
+    if (!(pf.revents & POLLRDHUP) || r->probed) return 0;
+    /* its sending side ended: a probe is written once, which a client that left fails */
+    r->probed = 1;
+    if (r->g.stream) { /* a comment line: every SSE reader skips it */
+        srv_buf_puts(&r->out, ": keep-alive\n\n");
+        srv_http_wake(r);
+    } else if (r->http11 && r->suspended) { /* nothing of the response is out yet: an interim answer */
+        static const char processing[] = "HTTP/1.1 102 Processing\r\n\r\n";
+        if (send(fd, processing, sizeof processing - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) return 1;
     }
-    /* after the probe, a reset leaves the socket closed (a half-closed one stays in CLOSE_WAIT) */
-    int err = 0;
-    socklen_t l = sizeof err;
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) == 0 && err) return 1;
-    struct tcp_info ti;
-    l = sizeof ti;
-    return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) == 0 && ti.tcpi_state == TCP_CLOSE;
+    return 0;
 }
 
 /* ---- generation requests ------------------------------------------------------------------- */
@@ -658,8 +652,8 @@ sd_status srv_start(const srv_params *p, srv **out) {
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->work_cv, NULL);
     pthread_cond_init(&s->net_cv, NULL);
-    /* Every connection holds a descriptor: take what the hard limit allows, and cap the
-     * connections below it. */
+    /* Every connection holds three descriptors (the client's socket and the pair to libmicrohttpd,
+     * net.c): take what the hard limit allows, and cap the connections below it. */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
         if (rl.rlim_cur < rl.rlim_max) {
@@ -668,10 +662,10 @@ sd_status srv_start(const srv_params *p, srv **out) {
             getrlimit(RLIMIT_NOFILE, &rl);
         }
         const rlim_t room = rl.rlim_cur > 256 ? rl.rlim_cur - 128 : 64; /* models, threads, the door's slack */
-        if ((rlim_t)s->p.max_conns + 64 > room) {
+        if (3 * (rlim_t)s->p.max_conns + 64 > room) {
             fprintf(stderr, "warning: serve: --max-connections %d needs more descriptors than the limit of %llu: taking %llu\n",
-                    s->p.max_conns, (unsigned long long)rl.rlim_cur, (unsigned long long)(room - 64));
-            s->p.max_conns = (int)(room - 64);
+                    s->p.max_conns, (unsigned long long)rl.rlim_cur, (unsigned long long)((room - 64) / 3));
+            s->p.max_conns = (int)((room - 64) / 3);
         }
     }
     sd_status st = srv_net_listen(s);
@@ -720,7 +714,7 @@ void srv_shutdown(srv *s, double drain_s) {
     s->draining = 1; /* /health 503, new requests 503: the requests already taken finish */
     pthread_mutex_unlock(&s->mu);
     if (drain_s > 0) wait_until(s, idle, drain_s);
-    srv_net_stop(s);     /* no new connections */
+    srv_net_close_listener(s); /* no new connections */
     srv_engine_stop(s);  /* the rest end: queued ones with 503, running ones with an error event */
     srv_work_stop(s);
     wait_until(s, no_live, 10.0); /* their last bytes go out */
@@ -734,6 +728,7 @@ void srv_shutdown(srv *s, double drain_s) {
     pthread_mutex_unlock(&s->mu);
     MHD_stop_daemon(s->d);
     s->d = NULL;
+    srv_net_stop(s); /* after libmicrohttpd: the door relays what it wrote last */
 }
 
 void srv_free(srv *s) {

@@ -272,10 +272,9 @@ typedef struct srv_conn {
     struct srv_conn *prev, *next;
 } srv_conn;
 
-/* A connection accepted by the door (net.c) and not yet handed to libmicrohttpd: its first
- * request's head is awaited, checked, and answered here when it is one libmicrohttpd would
- * answer in HTML. */
-typedef struct srv_pending srv_pending;
+/* A connection as the door holds it (net.c): the client's socket, the pair to libmicrohttpd, and
+ * the bytes between them. */
+typedef struct srv_link srv_link;
 
 /* The routes (http.c). */
 enum {
@@ -334,8 +333,8 @@ struct srv {
     pthread_mutex_t net_mu;
     pthread_cond_t net_cv;
     srv_conn *conns;
-    srv_pending *pending;
-    int n_conns;              /* accepted and not yet closed, the door's included */
+    srv_link *links, *dead_links;
+    int n_conns;              /* accepted and not yet closed */
     size_t buffered;          /* request body bytes held beyond each connection's first SRV_BODY_FREE */
     unsigned long timed_out;  /* connections cut off at a deadline */
     /* the tokenizer workers (work.c); mu */

@@ -1,23 +1,31 @@
-/* The server's sockets: the listening socket and the door in front of libmicrohttpd, and the
- * connections' deadlines. The door accepts, waits for a connection's first request head (peeked,
- * not read), and answers there what libmicrohttpd would answer in HTML of its own (a head too
- * large, a version other than HTTP/1.x, a Content-Length past 64 bits, a malformed request line),
- * what it would take silently cut (a NUL byte in the head) or what the connection cap refuses, in OpenAI's error JSON; everything else is handed to
- * libmicrohttpd whole. The janitor cuts off connections past their deadline: a request must
- * arrive whole within --request-timeout of its first line, and an idle keep-alive connection may
- * wait --timeout for its next one (libmicrohttpd's timeout is idle time only, which a client
+/* The server's sockets: the listening socket, the door in front of libmicrohttpd, and the
+ * connections' deadlines. The door accepts every connection and relays its bytes to libmicrohttpd
+ * through a socket pair. It reads every request head whole before passing it on and answers there
+ * what libmicrohttpd would answer in HTML of its own (a head too large, a version other than
+ * HTTP/1.x, a Content-Length past 64 bits, a malformed request line), what it would take silently
+ * cut (a NUL byte in the head) or what the connection cap refuses, in OpenAI's error JSON: on a
+ * kept-alive connection's later requests as on its first, where libmicrohttpd has no hook. Bodies
+ * pass as they come. The client's reset reaches libmicrohttpd as its socket hung up, the client's
+ * end of sending as the pair's. The janitor cuts off connections past their deadline: a request
+ * must arrive whole within --request-timeout of its first line, and an idle keep-alive connection
+ * may wait --timeout for its next one (libmicrohttpd's timeout is idle time only, which a client
  * sending one byte a minute never exceeds). */
 #define _GNU_SOURCE /* accept4 */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,14 +39,42 @@
  * with its request unread does not reset it before the client reads the answer. */
 #define LINGER_S 2.0
 
-struct srv_pending {
-    int fd;
+/* Client bytes a connection holds: a whole head must fit behind what is still being passed on. */
+#define RELAY_UP (2 * SRV_HEAD_MAX + 2)
+/* libmicrohttpd's bytes a connection holds on their way to the client */
+#define RELAY_DOWN ((size_t)16 << 10)
+/* each end's send buffer in the socket pair to libmicrohttpd */
+#define RELAY_PAIR_BUF ((size_t)64 << 10)
+
+typedef struct {
+    srv_link *l;
+    int client; /* 1: the client's socket; 0: the pair's end */
+} link_end;
+
+struct srv_link {
+    int cfd;        /* the client's socket */
+    int mfd;        /* the door's end of the pair whose other end libmicrohttpd serves; -1 until the first head passed */
     struct sockaddr_storage addr;
     socklen_t addr_len;
-    double t0;
-    int refuse;  /* over the connection cap: answered 503 once its head is in */
-    int closing; /* answered: read until EOF, then closed */
-    srv_pending *prev, *next;
+    link_end end[2]; /* the epoll tags of cfd and mfd */
+    double t0;      /* accepted, or (closing) answered */
+    double t_head;  /* when the head now awaited began; 0: none is */
+    int refuse;     /* over the connection cap: its first head is answered 503 */
+    int frame;      /* FRAME_*: where the client's byte stream is */
+    unsigned long long left; /* bytes of the body or chunk still to come */
+    char *up;       /* [RELAY_UP] the client's bytes: [0, up_fwd) passed checks and go on */
+    size_t up_len, up_fwd;
+    char *down;     /* [RELAY_DOWN] libmicrohttpd's bytes for the client */
+    size_t down_len;
+    int c_eof;      /* the client ended its sending side */
+    int c_gone;     /* the client reset, or a write to it failed */
+    int m_shut;     /* libmicrohttpd was told the client's sending side ended */
+    int m_eof;      /* libmicrohttpd closed its end */
+    int failed;     /* a refused head: err answers it once libmicrohttpd is done with what came before */
+    srv_err err;
+    int closing;    /* answered: read until EOF, then closed */
+    int dead;       /* closed: freed once the events at hand are handled */
+    srv_link *prev, *next;
 };
 
 /* ---- the listening socket ------------------------------------------------------------------ */
@@ -122,36 +158,7 @@ void srv_net_reply(srv *s, int fd, const srv_err *e, const char *extra_headers) 
     srv_http_count(s, (unsigned)e->status);
 }
 
-/* ---- the door -------------------------------------------------------------------------------- */
-
-static void pending_unlink(srv *s, srv_pending *p) {
-    if (p->prev) p->prev->next = p->next;
-    else s->pending = p->next;
-    if (p->next) p->next->prev = p->prev;
-}
-
-/* Closes a connection the door holds (net_mu held): what it sent (peeked, not read) is read
- * first, or the close would be a reset. */
-static void pending_close(srv *s, srv_pending *p) {
-    char sink[4096];
-    for (int i = 0; i < 64 && recv(p->fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++) {
-    }
-    epoll_ctl(s->door_epoll, EPOLL_CTL_DEL, p->fd, NULL);
-    close(p->fd);
-    pending_unlink(s, p);
-    s->n_conns--;
-    free(p);
-}
-
-/* Answered: shut the sending side, and read what the client still sends until it closes. */
-static void pending_answered(srv *s, srv_pending *p) {
-    char sink[4096];
-    while (recv(p->fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
-    }
-    shutdown(p->fd, SHUT_WR);
-    p->closing = 1;
-    p->t0 = sd_now();
-}
+/* ---- request heads ---------------------------------------------------------------------------- */
 
 /* The end of a request head in b[0..n): the byte after its blank line, 0 when not there yet. */
 static size_t head_end(const char *b, size_t n) {
@@ -235,81 +242,359 @@ static int check_head(const srv *s, const char *b, size_t n, srv_err *e) {
     return 0;
 }
 
-/* A connection's first head: wait for it, check it, and answer or hand the connection over. */
-static void door_look(srv *s, srv_pending *p) {
-    char buf[SRV_HEAD_MAX + 1];
-    if (p->closing) {
+/* ---- the door: every connection's bytes pass through it ------------------------------------ */
+
+/* Where the client's byte stream is: in a request head, or in the body the head announced. */
+enum { FRAME_HEAD, FRAME_BODY, FRAME_CHUNK_SIZE, FRAME_CHUNK_DATA, FRAME_CHUNK_END, FRAME_TRAILER };
+
+static void link_unlink(srv *s, srv_link *l) {
+    if (l->prev) l->prev->next = l->next;
+    else s->links = l->next;
+    if (l->next) l->next->prev = l->prev;
+}
+
+static void link_free(srv *s, srv_link *l) {
+    epoll_ctl(s->door_epoll, EPOLL_CTL_DEL, l->cfd, NULL);
+    close(l->cfd);
+    if (l->mfd >= 0) { /* libmicrohttpd sees its socket hung up: the client is gone */
+        epoll_ctl(s->door_epoll, EPOLL_CTL_DEL, l->mfd, NULL);
+        close(l->mfd);
+    }
+    link_unlink(s, l);
+    s->n_conns--;
+    /* freed after the events at hand: one of them may still name it */
+    l->dead = 1;
+    l->next = s->dead_links;
+    s->dead_links = l;
+}
+
+static void links_bury(srv *s) {
+    while (s->dead_links) {
+        srv_link *l = s->dead_links;
+        s->dead_links = l->next;
+        free(l->up);
+        free(l->down);
+        free(l);
+    }
+}
+
+/* Answered, or libmicrohttpd is done with it: the sending side is shut, and what the client still
+ * sends is read (and dropped) until it closes, so that the close is not a reset that could destroy
+ * the answer before the client reads it. */
+static int link_linger(srv *s, srv_link *l) {
+    if (l->mfd >= 0) {
+        epoll_ctl(s->door_epoll, EPOLL_CTL_DEL, l->mfd, NULL);
+        close(l->mfd);
+        l->mfd = -1;
+    }
+    if (l->c_eof) { /* nothing more can come from it */
+        link_free(s, l);
+        return 1;
+    }
+    shutdown(l->cfd, SHUT_WR);
+    l->closing = 1;
+    l->t0 = sd_now();
+    return 0;
+}
+
+static void link_fail(srv_link *l, int status, const char *code, const char *fmt, const char *detail, size_t n) {
+    srv_err_set(&l->err, status, "invalid_request_error", NULL, code, fmt, (int)(n < 60 ? n : 60), detail);
+    l->failed = 1;
+}
+
+/* The body a checked head announces: Content-Length, or chunked. 0 when it is one this door can
+ * follow (and libmicrohttpd reads the same way), else the error. */
+static int head_framing(srv_link *l, const char *b, size_t n) {
+    int chunked = 0, has_len = 0;
+    unsigned long long len = 0;
+    const char *eol = memchr(b, '\n', n);
+    for (const char *p = eol + 1; p < b + n;) {
+        const char *end = memchr(p, '\n', (size_t)(b + n - p));
+        if (!end) break;
+        const char *z = end;
+        while (z > p && (z[-1] == '\r' || z[-1] == ' ' || z[-1] == '\t')) z--;
+        if ((size_t)(z - p) > 15 && !strncasecmp(p, "Content-Length:", 15)) {
+            const char *d = p + 15;
+            while (d < z && (*d == ' ' || *d == '\t')) d++;
+            unsigned long long x = 0;
+            for (; d < z; d++) x = x * 10 + (unsigned)(*d - '0'); /* digits that fit: check_head */
+            if (has_len && x != len) {
+                link_fail(l, 400, "bad_request", "two different Content-Length headers (the second %.*s)", p + 15, (size_t)(z - p - 15));
+                return -1;
+            }
+            has_len = 1;
+            len = x;
+        } else if ((size_t)(z - p) > 18 && !strncasecmp(p, "Transfer-Encoding:", 18)) {
+            const char *v = p + 18; /* chunked alone: libmicrohttpd frames nothing else the same way */
+            while (v < z && (*v == ' ' || *v == '\t')) v++;
+            if ((size_t)(z - v) != 7 || strncasecmp(v, "chunked", 7) != 0) {
+                link_fail(l, 400, "bad_request", "Transfer-Encoding %.*s is not supported: send chunked, or a Content-Length", v,
+                          (size_t)(z - v));
+                return -1;
+            }
+            chunked = 1;
+        }
+        p = end + 1;
+    }
+    if (chunked && has_len) { /* RFC 9112 6.1: a request with both may be an attempt to smuggle one */
+        link_fail(l, 400, "bad_request", "both Transfer-Encoding and Content-Length are given%.*s", "", 0);
+        return -1;
+    }
+    l->frame = chunked ? FRAME_CHUNK_SIZE : len > 0 ? FRAME_BODY : FRAME_HEAD;
+    l->left = len;
+    return 0;
+}
+
+/* Hands a connection whose first head passed to libmicrohttpd, through a socket pair: the door
+ * keeps the client's socket and relays. */
+static int link_connect(srv *s, srv_link *l) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) return -1;
+    /* what the pair holds is on top of what each side buffers: kept small */
+    const int buf = (int)RELAY_PAIR_BUF;
+    for (int i = 0; i < 2; i++) setsockopt(sv[i], SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = &l->end[1]};
+    if (epoll_ctl(s->door_epoll, EPOLL_CTL_ADD, sv[0], &ev) != 0) {
+        close(sv[0]);
+        close(sv[1]);
+        return -1;
+    }
+    if (MHD_add_connection(s->d, sv[1], (const struct sockaddr *)&l->addr, l->addr_len) != MHD_YES) { /* it closed sv[1] */
+        const int err = errno;
+        epoll_ctl(s->door_epoll, EPOLL_CTL_DEL, sv[0], NULL);
+        close(sv[0]);
+        errno = err;
+        return -1;
+    }
+    l->mfd = sv[0];
+    return 0;
+}
+
+/* Reads the client's bytes from up_fwd on: heads are checked whole before any of them goes on, bodies
+ * go on as they come. Returns 1 when anything moved. */
+static int link_parse(srv *s, srv_link *l) {
+    int moved = 0;
+    while (!l->failed && l->up_fwd < l->up_len) {
+        const char *b = l->up + l->up_fwd;
+        const size_t n = l->up_len - l->up_fwd;
+        size_t take = 0;
+        switch (l->frame) {
+        case FRAME_HEAD: {
+            if (b[0] == '\r' || b[0] == '\n') { /* empty lines before a request line are ignored (RFC 9112 2.2) */
+                take = 1;
+                break;
+            }
+            if (!l->t_head) l->t_head = sd_now();
+            const size_t end = head_end(b, n);
+            if (!end) {
+                if (n > SRV_HEAD_MAX) {
+                    srv_err_set(&l->err, 431, "invalid_request_error", NULL, "request_header_too_large",
+                                "the request's line and headers exceed %zu bytes", SRV_HEAD_MAX);
+                    l->failed = 1;
+                }
+                return moved;
+            }
+            if (end > SRV_HEAD_MAX + 1) { /* the same limit whether or not the head came in one read */
+                srv_err_set(&l->err, 431, "invalid_request_error", NULL, "request_header_too_large",
+                            "the request's line and headers exceed %zu bytes", SRV_HEAD_MAX);
+                l->failed = 1;
+                return 1;
+            }
+            if (check_head(s, b, end, &l->err) != 0 || head_framing(l, b, end) != 0) {
+                l->failed = 1;
+                return 1;
+            }
+            if (l->mfd < 0) { /* the connection's first request */
+                if (l->refuse) {
+                    srv_err_set(&l->err, 503, "unavailable_error", NULL, "too_many_connections",
+                                "too many connections (the server takes %d at once): retry later", s->p.max_conns);
+                    l->failed = 1;
+                    return 1;
+                }
+                if (link_connect(s, l) != 0) {
+                    srv_err_set(&l->err, 503, "unavailable_error", NULL, "server_busy", "the server cannot take the connection: %s",
+                                strerror(errno));
+                    l->failed = 1;
+                    return 1;
+                }
+            }
+            l->t_head = 0;
+            take = end;
+            break;
+        }
+        case FRAME_BODY:
+        case FRAME_CHUNK_DATA:
+            take = n < l->left ? n : (size_t)l->left;
+            l->left -= take;
+            if (!l->left) l->frame = l->frame == FRAME_BODY ? FRAME_HEAD : FRAME_CHUNK_END;
+            break;
+        case FRAME_CHUNK_SIZE:
+        case FRAME_TRAILER: {
+            const char *nl = memchr(b, '\n', n);
+            if (!nl) {
+                if (n > SRV_HEAD_MAX) link_fail(l, 400, "bad_request", "a chunk's size line or trailer exceeds the head's limit%.*s", "", 0);
+                return moved;
+            }
+            take = (size_t)(nl - b) + 1;
+            if (l->frame == FRAME_TRAILER) {
+                if (take <= 2 && b[0] != ' ' && (take == 1 || b[0] == '\r')) l->frame = FRAME_HEAD; /* the empty line */
+                break;
+            }
+            unsigned long long x = 0;
+            size_t i = 0;
+            for (; i < take && isxdigit((unsigned char)b[i]) && x < (1ull << 56); i++)
+                x = x * 16 + (unsigned)(isdigit((unsigned char)b[i]) ? b[i] - '0' : (b[i] | 0x20) - 'a' + 10);
+            if (i == 0 || (b[i] != ';' && b[i] != '\r' && b[i] != '\n' && b[i] != ' ' && b[i] != '\t')) {
+                link_fail(l, 400, "bad_request", "a chunk's size is not hexadecimal (got %.*s)", b, take - 1);
+                return 1;
+            }
+            l->left = x;
+            l->frame = x ? FRAME_CHUNK_DATA : FRAME_TRAILER;
+            break;
+        }
+        case FRAME_CHUNK_END:
+            if (b[0] == '\n') take = 1;
+            else if (b[0] == '\r' && n < 2) return moved;
+            else if (b[0] == '\r' && b[1] == '\n') take = 2;
+            else {
+                link_fail(l, 400, "bad_request", "a chunk's data does not end where its size says (got %.*s)", b, n < 8 ? n : 8);
+                return 1;
+            }
+            l->frame = FRAME_CHUNK_SIZE;
+            break;
+        }
+        l->up_fwd += take;
+        moved = 1;
+    }
+    return moved;
+}
+
+static int would_block(void) { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR; }
+
+/* Moves what can move on one connection, both ways, until nothing does; then ends it where its
+ * ends are reached. 1 when it is freed. */
+static int link_pump(srv *s, srv_link *l, uint32_t events) {
+    if (l->dead) return 1;
+    if (l->closing) {
         char sink[4096];
         ssize_t n;
-        while ((n = recv(p->fd, sink, sizeof sink, MSG_DONTWAIT)) > 0) {
+        while ((n = recv(l->cfd, sink, sizeof sink, MSG_DONTWAIT)) > 0) {
         }
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) pending_close(s, p);
-        return;
+        if (n == 0 || !would_block()) {
+            link_free(s, l);
+            return 1;
+        }
+        return 0;
     }
-    const ssize_t n = recv(p->fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        pending_close(s, p);
-        return;
+    if (events & (EPOLLERR | EPOLLHUP)) l->c_gone = 1; /* the client's socket: a reset */
+    for (int moved = 1; moved && !l->c_gone;) {
+        moved = 0;
+        if (l->up_len < RELAY_UP) { /* read past its end too: a reset after it shows here */
+            const ssize_t n = recv(l->cfd, l->up + l->up_len, RELAY_UP - l->up_len, MSG_DONTWAIT);
+            if (n > 0) {
+                if (!l->failed) l->up_len += (size_t)n; /* after a refused head nothing more is read as a request */
+                moved = 1;
+            } else if (n == 0) {
+                moved |= !l->c_eof;
+                l->c_eof = 1;
+            } else if (!would_block()) {
+                l->c_gone = 1;
+                break;
+            }
+        }
+        moved |= link_parse(s, l);
+        if (l->failed) l->up_len = l->up_fwd; /* the refused head and whatever follows it are dropped */
+        if (l->mfd >= 0 && l->up_fwd > 0 && !l->m_shut) {
+            const ssize_t n = send(l->mfd, l->up, l->up_fwd, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n > 0) {
+                memmove(l->up, l->up + n, l->up_len - (size_t)n);
+                l->up_len -= (size_t)n;
+                l->up_fwd -= (size_t)n;
+                moved = 1;
+            } else if (n < 0 && !would_block()) {
+                l->m_shut = 1; /* libmicrohttpd closed its end: what is left is dropped */
+            }
+        }
+        /* nothing more will go on (the client's end, or a refused head): libmicrohttpd sees the end of
+         * the client's sending side, answers what it has and closes. Only once it has read all the
+         * rest: an end that comes with the last bytes goes unseen by its reads until something new
+         * arrives (the pair's reads then wake the door) */
+        int queued = 0;
+        if (l->mfd >= 0 && !l->m_shut && !l->up_fwd && (l->c_eof || l->failed) && ioctl(l->mfd, SIOCOUTQ, &queued) == 0 &&
+            queued == 0) {
+            shutdown(l->mfd, SHUT_WR);
+            l->m_shut = 1;
+            moved = 1;
+        }
+        if (l->mfd >= 0 && !l->m_eof && l->down_len < RELAY_DOWN) {
+            const ssize_t n = recv(l->mfd, l->down + l->down_len, RELAY_DOWN - l->down_len, MSG_DONTWAIT);
+            if (n > 0) l->down_len += (size_t)n;
+            else if (n == 0 || !would_block()) l->m_eof = 1;
+            if (n >= 0 || l->m_eof) moved = 1;
+        }
+        if (l->down_len > 0) {
+            const ssize_t n = send(l->cfd, l->down, l->down_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n > 0) {
+                memmove(l->down, l->down + n, l->down_len - (size_t)n);
+                l->down_len -= (size_t)n;
+                moved = 1;
+            } else if (n < 0 && !would_block()) {
+                l->c_gone = 1;
+            }
+        }
     }
-    if (n < 0) return;
-    const size_t end = head_end(buf, (size_t)n);
-    srv_err e;
-    if (!end) {
-        if ((size_t)n <= SRV_HEAD_MAX) return; /* more to come */
-        srv_err_set(&e, 431, "invalid_request_error", NULL, "request_header_too_large",
-                    "the request's line and headers exceed %zu bytes", SRV_HEAD_MAX);
-        srv_net_reply(s, p->fd, &e, NULL);
-        pending_answered(s, p);
-        return;
+    if (l->c_gone || (l->mfd < 0 && l->c_eof && !l->failed)) {
+        link_free(s, l);
+        return 1;
     }
-    memset(&e, 0, sizeof e);
-    int refused = check_head(s, buf, end, &e) != 0;
-    if (!refused && p->refuse) {
-        srv_err_set(&e, 503, "unavailable_error", NULL, "too_many_connections",
-                    "too many connections (the server takes %d at once): retry later", s->p.max_conns);
-        refused = 1;
+    /* a refused head is answered after everything libmicrohttpd had to say before it */
+    if (l->failed ? (l->mfd < 0 || (l->m_eof && !l->down_len)) : (l->m_eof && !l->down_len)) {
+        if (l->failed) srv_net_reply(s, l->cfd, &l->err, l->err.status == 503 ? "Retry-After: 1\r\n" : NULL);
+        return link_linger(s, l);
     }
-    if (!refused) {
-        epoll_ctl(s->door_epoll, EPOLL_CTL_DEL, p->fd, NULL);
-        pending_unlink(s, p);
-        /* libmicrohttpd counts it from here; the door's count stays until it is closed */
-        if (MHD_add_connection(s->d, p->fd, (const struct sockaddr *)&p->addr, p->addr_len) != MHD_YES) s->n_conns--;
-        free(p);
-        return;
-    }
-    srv_net_reply(s, p->fd, &e, e.status == 503 ? "Retry-After: 1\r\n" : NULL);
-    pending_answered(s, p);
+    return 0;
 }
 
 static void door_accept(srv *s) {
     for (;;) {
-        srv_pending *p = calloc(1, sizeof *p);
-        if (!p) return;
-        p->addr_len = sizeof p->addr;
-        const int fd = s->listen_fd < 0 ? -1 : accept4(s->listen_fd, (struct sockaddr *)&p->addr, &p->addr_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            free(p);
-            return; /* EAGAIN, or out of descriptors: the backlog waits */
+        struct sockaddr_storage addr;
+        socklen_t addr_len = sizeof addr;
+        const int fd = s->listen_fd < 0 ? -1 : accept4(s->listen_fd, (struct sockaddr *)&addr, &addr_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return; /* EAGAIN, or out of descriptors: the backlog waits */
+        srv_link *l = s->n_conns >= s->p.max_conns + DOOR_SLACK ? NULL : calloc(1, sizeof *l); /* far over the cap: no word at all */
+        if (l) {
+            l->up = malloc(RELAY_UP);
+            l->down = malloc(RELAY_DOWN);
         }
-        if (s->n_conns >= s->p.max_conns + DOOR_SLACK) { /* far over the cap: no word at all */
+        if (!l || !l->up || !l->down) {
+            if (l) free(l->up), free(l->down);
+            free(l);
             close(fd);
-            free(p);
             continue;
         }
-        p->fd = fd;
-        p->t0 = sd_now();
-        p->refuse = s->n_conns >= s->p.max_conns;
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = p};
+        const int one = 1; /* the relay's writes are whole messages already: no waiting for more */
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        l->cfd = fd;
+        l->mfd = -1;
+        l->addr = addr;
+        l->addr_len = addr_len;
+        l->t0 = l->t_head = sd_now();
+        l->refuse = s->n_conns >= s->p.max_conns;
+        l->end[0] = (link_end){l, 1};
+        l->end[1] = (link_end){l, 0};
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = &l->end[0]};
         if (epoll_ctl(s->door_epoll, EPOLL_CTL_ADD, fd, &ev) != 0) {
             close(fd);
-            free(p);
+            free(l->up);
+            free(l->down);
+            free(l);
             continue;
         }
-        p->next = s->pending;
-        if (s->pending) s->pending->prev = p;
-        s->pending = p;
+        l->next = s->links;
+        if (s->links) s->links->prev = l;
+        s->links = l;
         s->n_conns++;
-        door_look(s, p); /* the head may be in already */
+        link_pump(s, l, 0); /* the head may be in already */
     }
 }
 
@@ -321,21 +606,26 @@ static void *door_main(void *arg) {
         pthread_mutex_lock(&s->net_mu);
         int stop = 0;
         for (int i = 0; i < n; i++) {
-            if (ev[i].data.ptr == &s->door_stop_fd) stop = 1;
-            else if (ev[i].data.ptr == &s->listen_fd) door_accept(s);
-            else door_look(s, ev[i].data.ptr);
+            void *p = ev[i].data.ptr;
+            if (p == &s->door_stop_fd) stop = 1;
+            else if (p == &s->listen_fd) door_accept(s);
+            else if (p) {
+                link_end *end = p;
+                link_pump(s, end->l, end->client ? ev[i].events : 0); /* the pair's hang-up is not the client's */
+            }
         }
         /* heads that take too long (as long as a whole request may, or a connection may be idle),
          * and answered connections that never close */
         const double now = sd_now(),
                      head_s = s->p.request_timeout_s < s->p.timeout_s ? s->p.request_timeout_s : s->p.timeout_s;
-        for (srv_pending *p = s->pending, *next; p; p = next) {
-            next = p->next;
-            if (now - p->t0 > (p->closing ? LINGER_S : head_s)) {
-                if (!p->closing) s->timed_out++;
-                pending_close(s, p);
+        for (srv_link *l = s->links, *next; l; l = next) {
+            next = l->next;
+            if (l->closing ? now - l->t0 > LINGER_S : l->frame == FRAME_HEAD && l->t_head && !l->up_fwd && now - l->t_head > head_s) {
+                if (!l->closing) s->timed_out++;
+                link_free(s, l);
             }
         }
+        links_bury(s);
         pthread_mutex_unlock(&s->net_mu);
         if (stop) break;
     }
@@ -366,7 +656,6 @@ void srv_net_conn_closed(srv *s, void **socket_context) {
         else s->conns = r->next;
         if (r->next) r->next->prev = r->prev;
     }
-    s->n_conns--;
     pthread_mutex_unlock(&s->net_mu);
     free(r);
     *socket_context = NULL;
@@ -431,7 +720,11 @@ void srv_net_stop(srv *s) {
         s->door_started = 0;
     }
     pthread_mutex_lock(&s->net_mu);
-    while (s->pending) pending_close(s, s->pending);
+    while (s->links) { /* libmicrohttpd has stopped: what it wrote goes out, as far as it can now */
+        srv_link *l = s->links;
+        if (l->closing || !link_pump(s, l, 0)) link_free(s, l);
+    }
+    links_bury(s);
     s->janitor_stop = 1;
     pthread_cond_broadcast(&s->net_cv);
     pthread_mutex_unlock(&s->net_mu);

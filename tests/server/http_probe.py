@@ -5,7 +5,10 @@
                            and whether the connection stayed open after them
   halfclose PORT BODY      POST /v1/completions, then shutdown(SHUT_WR): prints the response body
   reset PORT BODY SECONDS  POST /v1/completions, wait, then close with a reset (SO_LINGER 0)
-  raw PORT HEX             send bytes (hex), print the response (status line, then the body)
+  raw PORT HEX [later]     send bytes (hex), print the response (status line, then the body);
+                           later: on a kept-alive connection, after a GET /health answered 200
+  frames PORT              on one connection: a chunked POST, a POST whose body holds a blank line
+                           and request-like text, then a GET: prints each status
   trickle PORT SECONDS     a body announced as 1000 bytes sent one byte a second: prints after how
                            many seconds the server closed the connection
   hold PORT BYTES          announce 4 MiB, send BYTES of it, then wait until killed
@@ -113,8 +116,12 @@ def reset(port, body, seconds):
     s.close()
 
 
-def raw(port, hexdata):
+def raw(port, hexdata, when="first"):
     s = conn(port)
+    if when == "later":
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _, _, rest = read_response(s)
+        assert status.split(" ")[1] == "200" and rest == b"", status
     s.sendall(bytes.fromhex(hexdata))
     s.settimeout(20)
     out = b""
@@ -132,6 +139,32 @@ def raw(port, hexdata):
         if line.lower().startswith("content-type"):
             print(line)
     print(body.decode("utf-8", "replace"))
+
+
+def frames(port):
+    s = conn(port)
+    body = b'{"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0}'
+    trick = b'{"max_tokens": 2,\r\n\r\n"prompt": "GET /nothing HTTP/1.1"}'  # a blank line (JSON whitespace) in the body
+    reqs = [b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 7]), body[i:i + 7]) for i in range(0, len(body), 7))
+            + b"0\r\n\r\n",
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(trick), trick),
+            b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"]
+    s.sendall(b"".join(reqs))
+
+    class Feed:
+        def __init__(self, sock):
+            self.sock, self.pre = sock, b""
+
+        def recv(self, n):
+            if self.pre:
+                d, self.pre = self.pre, b""
+                return d
+            return self.sock.recv(n)
+    f = Feed(s)
+    for _ in reqs:
+        status, hdrs, body, f.pre = read_response(f)
+        print(status.split(" ", 2)[1])
 
 
 def trickle(port, seconds):
@@ -172,5 +205,5 @@ def idle(port, n):
 
 if __name__ == "__main__":
     cmd, port, *rest = sys.argv[1:]
-    {"pipeline": pipeline, "halfclose": halfclose, "reset": reset, "raw": raw, "trickle": trickle,
+    {"pipeline": pipeline, "halfclose": halfclose, "reset": reset, "raw": raw, "frames": frames, "trickle": trickle,
      "hold": hold, "idle": idle}[cmd](int(port), *rest)
