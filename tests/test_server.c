@@ -771,34 +771,76 @@ static void test_parse_spec_fields(void **state) {
     sd_tokenizer_free(t);
 }
 
-/* docs/serve.md's table of request fields is srv_fields, row for row: a field added, refused or
- * taken in the code and not on that page (or the other way) fails here. SD_PRINT_FIELDS=1
- * prints the rows instead (scripts/serve_fields.sh puts them into the page). */
+/* docs/serve.md's table of request fields is srv_fields, row for row, and README's table of their
+ * names by what the server does with them too: a field added, refused or taken in the code and not
+ * on those pages (or the other way) fails here. SD_PRINT_FIELDS=docs (or =readme) prints the rows
+ * instead (scripts/serve_fields.sh puts them into the pages). */
+static void check_block(const char *file, const char *open_mark, const char *close_mark, const char *rows, int n_rows,
+                        const char *print_as) {
+    const char *print = getenv("SD_PRINT_FIELDS");
+    if (print) {
+        if (!strcmp(print, print_as)) fputs(rows, stdout);
+        return;
+    }
+    size_t len = 0;
+    char *doc = sdtest_read_file(sdtest_source_path(file), &len);
+    assert_non_null(doc);
+    char *a = strstr(doc, open_mark), *z = a ? strstr(a, close_mark) : NULL;
+    if (!a || !z) fail_msg("%s has no '%s' ... '%s' block", file, open_mark, close_mark);
+    *z = 0;
+    for (const char *r = rows; *r;) {
+        const char *e = strchr(r, '\n');
+        char *row = strndup(r, (size_t)(e - r + 1));
+        if (!strstr(a, row)) fail_msg("%s's table of fields lacks the row\n  %s", file, row);
+        free(row);
+        r = e + 1;
+    }
+    int got = 0;
+    for (const char *p = a; (p = strstr(p, "\n| `")) != NULL; p++) got++;
+    if (got != n_rows) fail_msg("%s's table of fields has %d rows, srv_fields makes %d", file, got, n_rows);
+    free(doc);
+}
+
 static void test_fields_doc(void **state) {
     (void)state;
-    size_t len = 0;
-    char *doc = sdtest_read_file(sdtest_source_path("docs/serve.md"), &len);
-    assert_non_null(doc);
-    char *a = strstr(doc, "<!-- fields:"), *z = a ? strstr(a, "<!-- end of fields -->") : NULL;
-    assert_non_null(a);
-    assert_non_null(z);
-    *z = 0;
-    int n = 0, rows = 0;
+    int n = 0;
     const srv_field *f = srv_fields(&n);
     static const char *const ep[4] = {"", "completions", "chat", "both"};
     static const char *const unless[] = {"",          " unless 1",         " unless 0",          " unless false or 0",
                                          " unless empty", " unless \"none\"", " unless {\"type\": \"text\"}", " unless [\"text\"]"};
+    srv_buf docs = {0}, readme = {0};
+    char row[512];
     for (int i = 0; i < n; i++) {
-        char row[512];
         snprintf(row, sizeof row, "| `%s` | %s | %s%s: %s |\n", f[i].name, ep[f[i].endpoints],
                  f[i].kind == SRV_FIELD_TAKEN ? "taken" : f[i].kind == SRV_FIELD_REFUSED ? "refused" : "ignored on purpose",
                  f[i].kind == SRV_FIELD_REFUSED ? unless[f[i].neutral] : "", f[i].note);
-        if (getenv("SD_PRINT_FIELDS")) fputs(row, stdout); /* the rows as the page should hold them */
-        else if (!strstr(a, row)) fail_msg("docs/serve.md's table of fields lacks the row\n  %s", row);
+        srv_buf_puts(&docs, row);
     }
-    for (const char *p = a; (p = strstr(p, "\n| `")) != NULL; p++) rows++;
-    if (!getenv("SD_PRINT_FIELDS") && rows != n) fail_msg("docs/serve.md's table of fields has %d rows, srv_fields %d", rows, n);
-    free(doc);
+    /* README: one row per kind, its fields' names in the table's order */
+    static const struct {
+        srv_field_kind kind;
+        const char *what;
+    } kinds[] = {{SRV_FIELD_TAKEN, "taken"},
+                 {SRV_FIELD_REFUSED, "refused with a 400 naming it, unless at the value that changes nothing"},
+                 {SRV_FIELD_IGNORED, "ignored on purpose"}};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        int first = 1;
+        for (int i = 0; i < n; i++) {
+            if (f[i].kind != kinds[k].kind) continue;
+            snprintf(row, sizeof row, first ? "| `%s`" : ", `%s`", f[i].name);
+            srv_buf_puts(&readme, row);
+            first = 0;
+        }
+        snprintf(row, sizeof row, " | %s |\n", kinds[k].what);
+        srv_buf_puts(&readme, row);
+    }
+    srv_buf_put(&docs, "", 1);
+    srv_buf_put(&readme, "", 1);
+    assert_false(docs.oom || readme.oom);
+    check_block("docs/serve.md", "<!-- fields:", "<!-- end of fields -->", docs.p, n, "docs");
+    check_block("README.md", "<!-- field names:", "<!-- end of field names -->", readme.p, 3, "readme");
+    srv_buf_free(&docs);
+    srv_buf_free(&readme);
 }
 
 int main(void) {
