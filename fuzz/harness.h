@@ -22,6 +22,7 @@ int sd_fuzz_tool_calls(const uint8_t *data, size_t size);      /* mode byte | pi
 int sd_fuzz_hf_config(const uint8_t *data, size_t size);       /* generation/tokenizer_config.json */
 int sd_fuzz_gbnf(const uint8_t *data, size_t size);            /* GBNF grammar text, then matching */
 int sd_fuzz_schema(const uint8_t *data, size_t size);          /* JSON Schema text, then matching */
+int sd_fuzz_http_frames(const uint8_t *data, size_t size);     /* chunk-size byte | a client's request stream */
 
 typedef struct {
     const char *name; /* "gguf": the fuzz_gguf binary, tests/fuzz-regressions/gguf/ */

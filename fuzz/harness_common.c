@@ -25,6 +25,7 @@ const sd_fuzz_target sd_fuzz_targets[] = {
     {"hf_config", sd_fuzz_hf_config},
     {"gbnf", sd_fuzz_gbnf},
     {"schema", sd_fuzz_schema},
+    {"http_frames", sd_fuzz_http_frames},
     {NULL, NULL},
 };
 

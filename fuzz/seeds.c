@@ -454,6 +454,26 @@ static const struct {
     CHAT_SEED("\x16\x02" "first\0\x01user\0\x00\0"),
 };
 
+/* http_frames: a chunk-size byte, then pipelined requests: Content-Length and chunked bodies (with
+ * an extension and a trailer), request-like bytes inside a body, an empty line before a request,
+ * and heads the door refuses. */
+#define HTTP_SEED(x) {x, sizeof x - 1}
+static const struct {
+    const char *text;
+    size_t len;
+} k_http[] = {
+    HTTP_SEED("\x07GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\n\r\n"),
+    HTTP_SEED("\x02POST /v1/completions HTTP/1.1\r\nContent-Length: 27\r\n\r\n{\"a\": \"\r\n\r\nGET / HTTP/1.1\"}\r\n"
+              "GET / HTTP/1.1\r\n\r\n"),
+    HTTP_SEED("\x05POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n4;ext=1\r\n{\"a\"\r\nC\r\n: \"\r\n\r\nGET /\r\n"
+              "3 \r\n\"}\n\r\n0\r\nX-Trailer: 1\r\n\r\nGET / HTTP/1.0\n\n"),
+    HTTP_SEED("\x01GET / HTTP/2.0\r\n\r\n"),
+    HTTP_SEED("\x03GET /a\0b HTTP/1.1\r\nX: y\r\n\r\n"),
+    HTTP_SEED("\x09POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\nabc"),
+    HTTP_SEED("\x04POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n"),
+};
+#undef HTTP_SEED
+
 /* tool_calls: mode byte (syntax, constrained), 4 piece sizes, then an output: calls well-formed,
  * cut, malformed, after text. */
 static const struct {
@@ -610,6 +630,11 @@ int sd_fuzz_make_seeds(const char *target, sd_fuzz_seed **out, int *n) {
             const char *t = g ? k_gbnf[i] : k_schemas[i];
             snprintf(name, sizeof name, "%s%zu", target, i);
             add_copy(&s, name, t, strlen(t));
+        }
+    } else if (!strcmp(target, "http_frames")) {
+        for (size_t i = 0; i < sizeof k_http / sizeof k_http[0]; i++) {
+            snprintf(name, sizeof name, "http_frames%zu", i);
+            add_copy(&s, name, k_http[i].text, k_http[i].len);
         }
     } else if (!strcmp(target, "config")) {
         for (size_t i = 0; i < sizeof k_configs / sizeof k_configs[0]; i++) {

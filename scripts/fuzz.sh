@@ -4,7 +4,7 @@
 # (copied into the build directory at run time, never into the tree); prints executions and
 # coverage per target. A crash leaves its reproducer in build-fuzz/artifacts/TARGET/.
 # Usage: scripts/fuzz.sh [TARGET|all] [SECONDS]     (default: all, 60 s per target)
-#   TARGET: gguf model_gguf llama2c tokenizer tokenizer_file config safetensors hf_tokenizer chat tool_calls hf_config gbnf schema
+#   TARGET: gguf model_gguf llama2c tokenizer tokenizer_file config safetensors hf_tokenizer chat tool_calls hf_config gbnf schema http_frames
 #   env: SPECDEC_SHARED (../shared), SPECDEC_FUZZ_BUILD (build-fuzz), SPECDEC_FUZZ_RSS_MB (2048),
 #        SPECDEC_FUZZ_ARGS (extra libFuzzer flags, e.g. "-jobs=2 -workers=2")
 set -euo pipefail
@@ -15,7 +15,7 @@ SECS=${2:-60}
 BUILD=${SPECDEC_FUZZ_BUILD:-build-fuzz}
 SHARED=${SPECDEC_SHARED:-$ROOT/../shared}
 RSS=${SPECDEC_FUZZ_RSS_MB:-2048}
-TARGETS=(gguf model_gguf llama2c tokenizer tokenizer_file config safetensors hf_tokenizer chat tool_calls hf_config gbnf schema)
+TARGETS=(gguf model_gguf llama2c tokenizer tokenizer_file config safetensors hf_tokenizer chat tool_calls hf_config gbnf schema http_frames)
 
 if [ "$WHICH" != all ] && [[ ! " ${TARGETS[*]} " == *" $WHICH "* ]]; then
   echo "fuzz: unknown target '$WHICH' (known: ${TARGETS[*]} all)" >&2
@@ -25,7 +25,7 @@ fi
 
 # Fuzzing needs clang, its libFuzzer/sanitizer runtimes and LLVM's OpenMP (clang does not use
 # GCC's libgomp), on top of the normal build packages; installed here only, on demand.
-PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev
+PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev libmicrohttpd-dev
       clang libclang-rt-14-dev libomp-14-dev)
 missing=()
 for p in "${PKGS[@]}"; do

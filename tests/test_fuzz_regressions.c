@@ -174,6 +174,7 @@ static void test_seeds_tool_calls(void **state) { (void)state; replay_seeds("too
 static void test_seeds_hf_config(void **state) { (void)state; replay_seeds("hf_config"); }
 static void test_seeds_gbnf(void **state) { (void)state; replay_seeds("gbnf"); }
 static void test_seeds_schema(void **state) { (void)state; replay_seeds("schema"); }
+static void test_seeds_http_frames(void **state) { (void)state; replay_seeds("http_frames"); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -191,7 +192,7 @@ int main(void) {
         cmocka_unit_test(test_seeds_tool_calls),
         cmocka_unit_test(test_seeds_hf_config),
         cmocka_unit_test(test_seeds_gbnf),
-        cmocka_unit_test(test_seeds_schema),
+        cmocka_unit_test(test_seeds_schema), cmocka_unit_test(test_seeds_http_frames),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -771,6 +771,93 @@ static void test_parse_spec_fields(void **state) {
     sd_tokenizer_free(t);
 }
 
+/* Feeds s[0..n) to srv_frame_step as the door gets it, `chunk` more bytes at a time (0: all at
+ * once), stepping over what has arrived until a step needs more; writes where each request head
+ * starts (" H<offset>"), a refusal (" E<status>") and how far it read (" @<offset>") into out. */
+static void frames_of(const char *s, size_t n, size_t chunk, char *out, size_t cap) {
+    srv_frame f = {SRV_FRAME_HEAD, 0};
+    size_t got = 0, pos = 0, len = 0;
+    out[0] = 0;
+    for (int failed = 0; !failed;) {
+        got = chunk && got + chunk < n ? got + chunk : n;
+        for (;;) {
+            int head = 0;
+            srv_err e;
+            const long t = srv_frame_step(&f, s + pos, got - pos, (size_t)4 << 20, &head, &e);
+            if (t < 0) {
+                len += (size_t)snprintf(out + len, cap - len, " E%d", e.status);
+                failed = 1;
+                break;
+            }
+            if (t == 0) break;
+            if (head) len += (size_t)snprintf(out + len, cap - len, " H%zu", pos);
+            pos += (size_t)t;
+        }
+        if (got == n) break;
+    }
+    snprintf(out + len, cap - len, " @%zu", pos);
+}
+
+/* The door's reading of request streams (frame.c): where heads start in pipelined requests with
+ * Content-Length and chunked bodies (request-like bytes inside a body are body), what it refuses,
+ * and the same answer however the bytes arrive (whole, or 1, 2, 3, 7, 64 bytes at a time). */
+static void test_frames(void **state) {
+    (void)state;
+    static const char get[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"; /* 33 bytes */
+    static const char post5[] = "POST /v1/completions HTTP/1.1\r\nContent-Length: 27\r\n\r\n{\"a\": \"\r\n\r\nGET / HTTP/1.1\"}";
+    static const char chunked[] = "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                  "4;ext=1\r\n{\"a\"\r\nC\r\n: \"\r\n\r\nGET /\r\n3 \r\n\"}\n\r\n0\r\nX-Trailer: 1\r\n\r\n";
+    char big[20100];
+    snprintf(big, sizeof big, "GET / HTTP/1.1\r\nX-Big: %0*d\r\n\r\n", 20000, 0);
+#define PART(x) x, sizeof x - 1
+    static const char chunk_head[] = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const struct {
+        const char *a;
+        size_t la;
+        const char *b; /* follows a in one stream */
+        size_t lb;
+        int a_head, b_head; /* a head starts at a's first byte, at b's */
+        int err;            /* the refusal's status, 0: none */
+        size_t end;         /* bytes read past a */
+    } cases[] = {
+        {PART(get), PART(get), 1, 1, 0, 33},
+        {PART(post5), PART(get), 1, 1, 0, 33},
+        {PART(chunked), PART(get), 1, 1, 0, 33},
+        {PART("\r\n\n"), PART(get), 0, 1, 0, 33},
+        {PART(get), PART("GET /health HTTP/2.0\r\n\r\n"), 1, 0, 505, 0},
+        {PART(get), PART("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n"), 1, 0, 413, 0},
+        {PART(get), PART("GET /health\0x HTTP/1.1\r\n\r\n"), 1, 0, 400, 0},
+        {PART(get), PART("GET /health HTTP/1.1\r\nAuthorization: k\0j\r\n\r\n"), 1, 0, 400, 0},
+        {PART(get), PART("GARBAGE\r\n\r\n"), 1, 0, 400, 0},
+        {PART("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"), PART(""), 0, 0, 400, 0},
+        {PART("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n"), PART(""), 0, 0, 400, 0},
+        {PART("POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n"), PART(""), 0, 0, 400, 0},
+        {PART(chunk_head), PART("zz\r\n"), 1, 0, 400, 0},
+        {PART(chunk_head), PART("2\r\nabc\r\n"), 1, 0, 400, 5},
+        {PART(chunk_head), PART("100000000000000000\r\n"), 1, 0, 413, 0},
+        {PART(get), big, 0, 1, 0, 431, 0}, /* lb: strlen */
+    };
+#undef PART
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const size_t la = cases[i].la, lb = cases[i].b == big ? strlen(big) : cases[i].lb;
+        static char s[21000];
+        char want[128], got[256], other[256];
+        memcpy(s, cases[i].a, la);
+        memcpy(s + la, cases[i].b, lb);
+        int w = snprintf(want, sizeof want, "%s", cases[i].a_head ? " H0" : "");
+        if (cases[i].b_head) w += snprintf(want + w, sizeof want - (size_t)w, " H%zu", la);
+        if (cases[i].err) w += snprintf(want + w, sizeof want - (size_t)w, " E%d", cases[i].err);
+        snprintf(want + w, sizeof want - (size_t)w, " @%zu", (cases[i].err && !cases[i].a_head ? 0 : la) + cases[i].end);
+        frames_of(s, la + lb, 0, got, sizeof got);
+        if (strcmp(got, want)) fail_msg("case %zu: got '%s', want '%s'", i, got, want);
+        static const size_t chunks[] = {1, 2, 3, 7, 64};
+        for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+            frames_of(s, la + lb, chunks[c], other, sizeof other);
+            if (strcmp(other, got)) fail_msg("case %zu, %zu bytes at a time: '%s', whole: '%s'", i, chunks[c], other, got);
+        }
+    }
+}
+
 /* docs/serve.md's table of request fields is srv_fields, row for row, and README's table of their
  * names by what the server does with them too: a field added, refused or taken in the code and not
  * on those pages (or the other way) fails here. SD_PRINT_FIELDS=docs (or =readme) prints the rows
@@ -850,7 +937,7 @@ int main(void) {
         cmocka_unit_test(test_parse_spec_fields), cmocka_unit_test(test_parse_values),
         cmocka_unit_test(test_responses),    cmocka_unit_test(test_chat_content_is_text),
         cmocka_unit_test(test_ids),          cmocka_unit_test(test_refused_by_bytes),
-        cmocka_unit_test(test_tokenize_endpoints), cmocka_unit_test(test_fields_doc),
+        cmocka_unit_test(test_tokenize_endpoints), cmocka_unit_test(test_fields_doc), cmocka_unit_test(test_frames),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

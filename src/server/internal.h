@@ -272,6 +272,25 @@ typedef struct srv_conn {
     struct srv_conn *prev, *next;
 } srv_conn;
 
+/* Where a client's request stream is (frame.c): in a request head, or in the body it announced. */
+typedef enum {
+    SRV_FRAME_HEAD,
+    SRV_FRAME_BODY,       /* left: bytes of a Content-Length body still to come */
+    SRV_FRAME_CHUNK_SIZE, /* a chunked body's next size line */
+    SRV_FRAME_CHUNK_DATA, /* left: bytes of the chunk still to come */
+    SRV_FRAME_CHUNK_END,  /* the CRLF after a chunk's data */
+    SRV_FRAME_TRAILER,    /* the trailer's lines, up to the empty one */
+} srv_frame_at;
+typedef struct {
+    srv_frame_at at;
+    unsigned long long left;
+} srv_frame;
+/* One step over the client's next bytes b[0..n) from where f is: the bytes that make its next
+ * part (a whole request head, checked as libmicrohttpd would refuse it, *head then 1; body bytes;
+ * a chunk's size line; ...), 0 when more bytes are needed first, or -1 with e set (f is then
+ * not to be used again). */
+long srv_frame_step(srv_frame *f, const char *b, size_t n, size_t max_body, int *head, srv_err *e);
+
 /* A connection as the door holds it (net.c): the client's socket, the pair to libmicrohttpd, and
  * the bytes between them. */
 typedef struct srv_link srv_link;

@@ -11,7 +11,6 @@
  * may wait --timeout for its next one (libmicrohttpd's timeout is idle time only, which a client
  * sending one byte a minute never exceeds). */
 #define _GNU_SOURCE /* accept4 */
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sockios.h>
@@ -60,8 +59,7 @@ struct srv_link {
     double t0;      /* accepted, or (closing) answered */
     double t_head;  /* when the head now awaited began; 0: none is */
     int refuse;     /* over the connection cap: its first head is answered 503 */
-    int frame;      /* FRAME_*: where the client's byte stream is */
-    unsigned long long left; /* bytes of the body or chunk still to come */
+    srv_frame frame; /* where the client's byte stream is */
     char *up;       /* [RELAY_UP] the client's bytes: [0, up_fwd) passed checks and go on */
     size_t up_len, up_fwd;
     char *down;     /* [RELAY_DOWN] libmicrohttpd's bytes for the client */
@@ -158,94 +156,7 @@ void srv_net_reply(srv *s, int fd, const srv_err *e, const char *extra_headers) 
     srv_http_count(s, (unsigned)e->status);
 }
 
-/* ---- request heads ---------------------------------------------------------------------------- */
-
-/* The end of a request head in b[0..n): the byte after its blank line, 0 when not there yet. */
-static size_t head_end(const char *b, size_t n) {
-    for (size_t i = 0; i + 1 < n; i++) {
-        if (b[i] != '\n') continue;
-        if (b[i + 1] == '\n') return i + 2;
-        if (b[i + 1] == '\r' && i + 2 < n && b[i + 2] == '\n') return i + 3;
-    }
-    return 0;
-}
-
-/* Checks a complete head as libmicrohttpd would refuse it; 0 when it may go on, else the error. */
-static int check_head(const srv *s, const char *b, size_t n, srv_err *e) {
-    const char *eol = memchr(b, '\n', n), *sp1 = memchr(b, ' ', n);
-    /* libmicrohttpd hands the target and the headers on as C strings, cut at a NUL: refused instead
-     * (RFC 9110 5.5), naming where it is */
-    const char *nul = memchr(b, '\0', n);
-    if (nul && nul < eol) {
-        srv_err_set(e, 400, "invalid_request_error", NULL, "bad_request", "the request line holds a NUL byte (at byte %zu, after '%.*s')",
-                    (size_t)(nul - b), (int)(nul - b < 60 ? nul - b : 60), b);
-        return -1;
-    }
-    if (nul) { /* a header: named, its value not echoed (it may be a key) */
-        const char *h = nul;
-        while (h > b && h[-1] != '\n') h--;
-        const char *colon = memchr(h, ':', (size_t)(nul - h));
-        const int nl = (int)((colon ? colon : nul) - h);
-        srv_err_set(e, 400, "invalid_request_error", NULL, "bad_request", "the request header '%.*s' holds a NUL byte (at byte %zu of the head)",
-                    nl < 60 ? nl : 60, h, (size_t)(nul - b));
-        return -1;
-    }
-    const size_t line = (size_t)(eol - b) - (eol > b && eol[-1] == '\r');
-    const char *sp2 = sp1 && sp1 < b + line ? memchr(sp1 + 1, ' ', (size_t)(b + line - sp1 - 1)) : NULL;
-    if (!sp1 || sp1 == b || sp1 >= b + line || !sp2) {
-        srv_err_set(e, 400, "invalid_request_error", NULL, "bad_request",
-                    "the request line is not METHOD TARGET HTTP/1.1 (got %.*s)", (int)(line < 60 ? line : 60), b);
-        return -1;
-    }
-    const char *v = sp2 + 1;
-    const size_t vl = (size_t)(b + line - v);
-    if (vl != 8 || memcmp(v, "HTTP/", 5) != 0 || v[6] != '.' || v[5] < '0' || v[5] > '9' || v[7] < '0' || v[7] > '9') {
-        srv_err_set(e, 400, "invalid_request_error", NULL, "bad_request", "the request line's version is not HTTP/d.d (got %.*s)",
-                    (int)(vl < 20 ? vl : 20), v);
-        return -1;
-    }
-    if (v[5] != '1') {
-        srv_err_set(e, 505, "invalid_request_error", NULL, "http_version_not_supported",
-                    "HTTP/%c.%c is not supported: this server speaks HTTP/1.0 and HTTP/1.1", v[5], v[7]);
-        return -1;
-    }
-    /* Content-Length: digits that fit 64 bits (libmicrohttpd answers 413 in HTML past them) */
-    for (const char *p = eol + 1; p < b + n;) {
-        const char *end = memchr(p, '\n', (size_t)(b + n - p));
-        if (!end) break;
-        if ((size_t)(end - p) > 15 && !strncasecmp(p, "Content-Length:", 15)) {
-            const char *d = p + 15;
-            while (d < end && (*d == ' ' || *d == '\t')) d++;
-            const char *z = end;
-            while (z > d && (z[-1] == '\r' || z[-1] == ' ' || z[-1] == '\t')) z--;
-            unsigned long long x = 0;
-            int over = 0;
-            const char *q = d;
-            for (; q < z && *q >= '0' && *q <= '9'; q++) {
-                if (x > (~0ull - 9) / 10) over = 1;
-                x = x * 10 + (unsigned)(*q - '0');
-            }
-            if (q == d || q != z) {
-                srv_err_set(e, 400, "invalid_request_error", NULL, "bad_request", "Content-Length is not a number (got %.*s)",
-                            (int)(z - d < 30 ? z - d : 30), d);
-                return -1;
-            }
-            if (over) {
-                srv_err_set(e, 413, "invalid_request_error", NULL, "request_too_large",
-                            "request body of %.*s bytes exceeds the limit of %zu bytes", (int)(z - d < 40 ? z - d : 40), d,
-                            s->p.max_body);
-                return -1;
-            }
-        }
-        p = end + 1;
-    }
-    return 0;
-}
-
 /* ---- the door: every connection's bytes pass through it ------------------------------------ */
-
-/* Where the client's byte stream is: in a request head, or in the body the head announced. */
-enum { FRAME_HEAD, FRAME_BODY, FRAME_CHUNK_SIZE, FRAME_CHUNK_DATA, FRAME_CHUNK_END, FRAME_TRAILER };
 
 static void link_unlink(srv *s, srv_link *l) {
     if (l->prev) l->prev->next = l->next;
@@ -297,54 +208,6 @@ static int link_linger(srv *s, srv_link *l) {
     return 0;
 }
 
-static void link_fail(srv_link *l, int status, const char *code, const char *fmt, const char *detail, size_t n) {
-    srv_err_set(&l->err, status, "invalid_request_error", NULL, code, fmt, (int)(n < 60 ? n : 60), detail);
-    l->failed = 1;
-}
-
-/* The body a checked head announces: Content-Length, or chunked. 0 when it is one this door can
- * follow (and libmicrohttpd reads the same way), else the error. */
-static int head_framing(srv_link *l, const char *b, size_t n) {
-    int chunked = 0, has_len = 0;
-    unsigned long long len = 0;
-    const char *eol = memchr(b, '\n', n);
-    for (const char *p = eol + 1; p < b + n;) {
-        const char *end = memchr(p, '\n', (size_t)(b + n - p));
-        if (!end) break;
-        const char *z = end;
-        while (z > p && (z[-1] == '\r' || z[-1] == ' ' || z[-1] == '\t')) z--;
-        if ((size_t)(z - p) > 15 && !strncasecmp(p, "Content-Length:", 15)) {
-            const char *d = p + 15;
-            while (d < z && (*d == ' ' || *d == '\t')) d++;
-            unsigned long long x = 0;
-            for (; d < z; d++) x = x * 10 + (unsigned)(*d - '0'); /* digits that fit: check_head */
-            if (has_len && x != len) {
-                link_fail(l, 400, "bad_request", "two different Content-Length headers (the second %.*s)", p + 15, (size_t)(z - p - 15));
-                return -1;
-            }
-            has_len = 1;
-            len = x;
-        } else if ((size_t)(z - p) > 18 && !strncasecmp(p, "Transfer-Encoding:", 18)) {
-            const char *v = p + 18; /* chunked alone: libmicrohttpd frames nothing else the same way */
-            while (v < z && (*v == ' ' || *v == '\t')) v++;
-            if ((size_t)(z - v) != 7 || strncasecmp(v, "chunked", 7) != 0) {
-                link_fail(l, 400, "bad_request", "Transfer-Encoding %.*s is not supported: send chunked, or a Content-Length", v,
-                          (size_t)(z - v));
-                return -1;
-            }
-            chunked = 1;
-        }
-        p = end + 1;
-    }
-    if (chunked && has_len) { /* RFC 9112 6.1: a request with both may be an attempt to smuggle one */
-        link_fail(l, 400, "bad_request", "both Transfer-Encoding and Content-Length are given%.*s", "", 0);
-        return -1;
-    }
-    l->frame = chunked ? FRAME_CHUNK_SIZE : len > 0 ? FRAME_BODY : FRAME_HEAD;
-    l->left = len;
-    return 0;
-}
-
 /* Hands a connection whose first head passed to libmicrohttpd, through a socket pair: the door
  * keeps the client's socket and relays. */
 static int link_connect(srv *s, srv_link *l) {
@@ -370,100 +233,38 @@ static int link_connect(srv *s, srv_link *l) {
     return 0;
 }
 
-/* Reads the client's bytes from up_fwd on: heads are checked whole before any of them goes on, bodies
- * go on as they come. Returns 1 when anything moved. */
+/* Reads the client's bytes from up_fwd on (frame.c says where each request's parts end): heads are
+ * checked whole before any of them goes on, bodies go on as they come. Returns 1 when anything
+ * moved. */
 static int link_parse(srv *s, srv_link *l) {
     int moved = 0;
     while (!l->failed && l->up_fwd < l->up_len) {
         const char *b = l->up + l->up_fwd;
         const size_t n = l->up_len - l->up_fwd;
-        size_t take = 0;
-        switch (l->frame) {
-        case FRAME_HEAD: {
-            if (b[0] == '\r' || b[0] == '\n') { /* empty lines before a request line are ignored (RFC 9112 2.2) */
-                take = 1;
-                break;
-            }
-            if (!l->t_head) l->t_head = sd_now();
-            const size_t end = head_end(b, n);
-            if (!end) {
-                if (n > SRV_HEAD_MAX) {
-                    srv_err_set(&l->err, 431, "invalid_request_error", NULL, "request_header_too_large",
-                                "the request's line and headers exceed %zu bytes", SRV_HEAD_MAX);
-                    l->failed = 1;
-                }
-                return moved;
-            }
-            if (end > SRV_HEAD_MAX + 1) { /* the same limit whether or not the head came in one read */
-                srv_err_set(&l->err, 431, "invalid_request_error", NULL, "request_header_too_large",
-                            "the request's line and headers exceed %zu bytes", SRV_HEAD_MAX);
+        if (l->frame.at == SRV_FRAME_HEAD && !l->t_head && b[0] != '\r' && b[0] != '\n') l->t_head = sd_now();
+        int head = 0;
+        const long take = srv_frame_step(&l->frame, b, n, s->p.max_body, &head, &l->err);
+        if (take < 0) {
+            l->failed = 1;
+            return 1;
+        }
+        if (take == 0) return moved;
+        if (head && l->mfd < 0) { /* the connection's first request */
+            if (l->refuse) {
+                srv_err_set(&l->err, 503, "unavailable_error", NULL, "too_many_connections",
+                            "too many connections (the server takes %d at once): retry later", s->p.max_conns);
                 l->failed = 1;
                 return 1;
             }
-            if (check_head(s, b, end, &l->err) != 0 || head_framing(l, b, end) != 0) {
+            if (link_connect(s, l) != 0) {
+                srv_err_set(&l->err, 503, "unavailable_error", NULL, "server_busy", "the server cannot take the connection: %s",
+                            strerror(errno));
                 l->failed = 1;
                 return 1;
             }
-            if (l->mfd < 0) { /* the connection's first request */
-                if (l->refuse) {
-                    srv_err_set(&l->err, 503, "unavailable_error", NULL, "too_many_connections",
-                                "too many connections (the server takes %d at once): retry later", s->p.max_conns);
-                    l->failed = 1;
-                    return 1;
-                }
-                if (link_connect(s, l) != 0) {
-                    srv_err_set(&l->err, 503, "unavailable_error", NULL, "server_busy", "the server cannot take the connection: %s",
-                                strerror(errno));
-                    l->failed = 1;
-                    return 1;
-                }
-            }
-            l->t_head = 0;
-            take = end;
-            break;
         }
-        case FRAME_BODY:
-        case FRAME_CHUNK_DATA:
-            take = n < l->left ? n : (size_t)l->left;
-            l->left -= take;
-            if (!l->left) l->frame = l->frame == FRAME_BODY ? FRAME_HEAD : FRAME_CHUNK_END;
-            break;
-        case FRAME_CHUNK_SIZE:
-        case FRAME_TRAILER: {
-            const char *nl = memchr(b, '\n', n);
-            if (!nl) {
-                if (n > SRV_HEAD_MAX) link_fail(l, 400, "bad_request", "a chunk's size line or trailer exceeds the head's limit%.*s", "", 0);
-                return moved;
-            }
-            take = (size_t)(nl - b) + 1;
-            if (l->frame == FRAME_TRAILER) {
-                if (take <= 2 && b[0] != ' ' && (take == 1 || b[0] == '\r')) l->frame = FRAME_HEAD; /* the empty line */
-                break;
-            }
-            unsigned long long x = 0;
-            size_t i = 0;
-            for (; i < take && isxdigit((unsigned char)b[i]) && x < (1ull << 56); i++)
-                x = x * 16 + (unsigned)(isdigit((unsigned char)b[i]) ? b[i] - '0' : (b[i] | 0x20) - 'a' + 10);
-            if (i == 0 || (b[i] != ';' && b[i] != '\r' && b[i] != '\n' && b[i] != ' ' && b[i] != '\t')) {
-                link_fail(l, 400, "bad_request", "a chunk's size is not hexadecimal (got %.*s)", b, take - 1);
-                return 1;
-            }
-            l->left = x;
-            l->frame = x ? FRAME_CHUNK_DATA : FRAME_TRAILER;
-            break;
-        }
-        case FRAME_CHUNK_END:
-            if (b[0] == '\n') take = 1;
-            else if (b[0] == '\r' && n < 2) return moved;
-            else if (b[0] == '\r' && b[1] == '\n') take = 2;
-            else {
-                link_fail(l, 400, "bad_request", "a chunk's data does not end where its size says (got %.*s)", b, n < 8 ? n : 8);
-                return 1;
-            }
-            l->frame = FRAME_CHUNK_SIZE;
-            break;
-        }
-        l->up_fwd += take;
+        if (head) l->t_head = 0;
+        l->up_fwd += (size_t)take;
         moved = 1;
     }
     return moved;
@@ -620,7 +421,7 @@ static void *door_main(void *arg) {
                      head_s = s->p.request_timeout_s < s->p.timeout_s ? s->p.request_timeout_s : s->p.timeout_s;
         for (srv_link *l = s->links, *next; l; l = next) {
             next = l->next;
-            if (l->closing ? now - l->t0 > LINGER_S : l->frame == FRAME_HEAD && l->t_head && !l->up_fwd && now - l->t_head > head_s) {
+            if (l->closing ? now - l->t0 > LINGER_S : l->frame.at == SRV_FRAME_HEAD && l->t_head && !l->up_fwd && now - l->t_head > head_s) {
                 if (!l->closing) s->timed_out++;
                 link_free(s, l);
             }
