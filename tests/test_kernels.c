@@ -101,12 +101,13 @@ static void test_matmul_f32(void **state) {
 
 /* F32 matrices with their packed copy (16-row groups, column-major): against the
  * reference, and batch rows equal to single-token products bit for bit; padded last groups
- * (37, 5 rows), column counts not a multiple of 4 (7, 67, 250), past one token chunk (n > 6),
- * and past SD_SMALL_BATCH, where the packed kernel still runs (bit for bit at every n). */
+ * (37, 5 rows), column counts not a multiple of 4 (7, 67, 250), past one token chunk (n > 7:
+ * 7 + 1, 7 + 7, 7 + 4 + 4 on AVX-512; chunks of 3 on AVX2) and past SD_SMALL_BATCH, where the
+ * packed kernel still runs (bit for bit at every n). */
 static void test_matmul_f32_packed(void **state) {
     (void)state;
     assert_true(sd_f32_can_pack(&(sd_tensor){SD_TYPE_F32, 16, 64, 64 * sizeof(float), NULL, NULL})); /* every path */
-    static const int ns[] = {1, 2, 5, 6, 7, 12, 13, 33, 34, 70};
+    static const int ns[] = {1, 2, 5, 6, 7, 8, 12, 13, 14, 15, 33, 34, 70};
     for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
         check_matmul_p(SD_TYPE_F32, 37, 64, ns[i], 1);
         check_matmul_p(SD_TYPE_F32, 64, 172, ns[i], 1);

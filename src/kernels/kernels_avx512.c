@@ -186,14 +186,17 @@ static const multi_fn k_multi_bf16[MULTI_MAX + 1] = {
 /* ---- F32 panels (sd_f32_pack): a column of a panel is up to 4 vectors of 16 rows, and each
  * (row, token) is one chain of FMAs over the columns in order, started from zero, whatever the
  * batch: the same bits for decode, verify and prefill. A register block is V vectors (the
- * panel's rows) x NB <= 6 tokens (24 accumulators at most), each weight vector loaded once for
- * the NB tokens, each activation broadcast from memory into the FMAs. A batch of more than 6
+ * panel's rows) x NB <= 7 tokens (28 accumulators at most), each weight vector loaded once for
+ * the NB tokens, each activation broadcast from memory into the FMAs. A batch of more than 7
  * tokens takes the panel in blocks of PANEL_CB columns, each block (32 KiB of weights) read from
- * memory once and then from L1 by every token chunk, the accumulators carried in Y between
- * blocks. Against the row kernels this replaced (110M-shape F32 rows, one thread, streaming):
+ * memory once by a chunk of 7 tokens and then from L1 by the other chunks, the accumulators
+ * carried in Y between blocks. Only the first chunk's FMAs overlap the memory stream, so it is
+ * the largest: 8 tokens as 7 + 1 cost 1.10-1.12 decode steps where 4 + 4 cost 1.31-1.43, and 7
+ * in one block 1.06 where 4 + 3 cost 1.25-1.32 (Zen 4, 36 GB/s). Prefetching the next block
+ * during the later chunks (into L2 or L3) made 8 and 9 tokens slower. Against the row kernels this replaced (110M-shape F32 rows, one thread, streaming):
  * the weights of a 5-token pass are one sequential stream where the 4 far-apart streams of
  * multi_f32_5 drew about half the bandwidth of decode, and no horizontal sums are left. */
-#define PANEL_TB 6    /* tokens per register block */
+#define PANEL_TB 7    /* tokens per register block */
 #define PANEL_CB 128  /* columns per block of a batch that takes several token chunks */
 
 /* Columns [c0, c1) of panel P (V vectors a column) for NB tokens of X into Y (the panel's first
@@ -244,7 +247,8 @@ static inline __attribute__((always_inline)) void panel_block(const float *P, co
     case 3: PANEL_NB(V, 3); break;                                                                 \
     case 4: PANEL_NB(V, 4); break;                                                                 \
     case 5: PANEL_NB(V, 5); break;                                                                 \
-    default: PANEL_NB(V, 6); break;                                                                \
+    case 6: PANEL_NB(V, 6); break;                                                                 \
+    default: PANEL_NB(V, 7); break;                                                                \
     }
 static void panel_call(const float *P, int v, int64_t c0, int64_t c1, const float *X, int64_t cols, int nb, float *Y,
                        int64_t rows, __mmask16 last, int first, int pf) {
@@ -258,11 +262,13 @@ static void panel_call(const float *P, int v, int64_t c0, int64_t c1, const floa
 #undef PANEL_V
 #undef PANEL_NB
 
-/* Rows [r0, r1) (r0 a multiple of SD_F32_PANEL) of a packed F32 matrix for n tokens: up to 6 in
- * one pass over each panel; more in near-equal chunks (7: 4 + 3) over each block of columns. */
+/* Rows [r0, r1) (r0 a multiple of SD_F32_PANEL) of a packed F32 matrix for n tokens: up to 7 in
+ * one pass over each panel; more as 7 and the rest in near-equal chunks (15: 7 + 4 + 4) over each
+ * block of columns. */
 static void panel_rows(const sd_tensor *W, const float *X, int n, float *Y, int64_t r0, int64_t r1) {
     const int64_t cols = W->cols, rows = W->rows;
-    const int chunks = (n + PANEL_TB - 1) / PANEL_TB, per = (n + chunks - 1) / chunks;
+    const int rest = n - PANEL_TB, chunks = n <= PANEL_TB ? 1 : 1 + (rest + PANEL_TB - 1) / PANEL_TB,
+              per = chunks > 1 ? (rest + chunks - 2) / (chunks - 1) : n;
     for (int64_t r = r0; r < r1; r += SD_F32_PANEL) {
         const float *P = (const float *)W->packed + (size_t)r * cols;
         const int v = sd_f32_panel_rows(rows, r) / 16;
@@ -274,9 +280,9 @@ static void panel_rows(const sd_tensor *W, const float *X, int n, float *Y, int6
         }
         for (int64_t c0 = 0; c0 < cols; c0 += PANEL_CB) {
             const int64_t c1 = cols - c0 < PANEL_CB ? cols : c0 + PANEL_CB;
-            for (int t0 = 0; t0 < n; t0 += per)
-                panel_call(P, v, c0, c1, X + (size_t)t0 * cols, cols, n - t0 < per ? n - t0 : per,
-                           Y + (size_t)t0 * rows + r, rows, last, c0 == 0, t0 == 0);
+            for (int t0 = 0, nb = PANEL_TB; t0 < n; t0 += nb, nb = n - t0 < per ? n - t0 : per)
+                panel_call(P, v, c0, c1, X + (size_t)t0 * cols, cols, nb, Y + (size_t)t0 * rows + r, rows, last,
+                           c0 == 0, t0 == 0);
         }
     }
 }
