@@ -35,8 +35,9 @@ typedef struct {
 /* Runs one round of the controller on pre-draw confidences conf[0..), as a drafter would: the
  * proposals made. */
 static int round_with(sd_draft_ctl *c, const sd_draft_costs *cs, sd_draft_mode mode, int k_max, const float *conf,
-                      others o) {
+                      others o, float temp) {
     sd_spec_params p = sd_spec_default_params();
+    p.sampling.temperature = temp;
     p.draft_max = k_max;
     p.draft_mode = mode;
     p.p_min = 0.5f;
@@ -54,7 +55,7 @@ static int round_with(sd_draft_ctl *c, const sd_draft_costs *cs, sd_draft_mode m
 }
 
 static int round_of(sd_draft_ctl *c, const sd_draft_costs *cs, int k_max, const float *conf) {
-    return round_with(c, cs, SD_DRAFT_ADAPTIVE, k_max, conf, (others){0, 0, 0});
+    return round_with(c, cs, SD_DRAFT_ADAPTIVE, k_max, conf, (others){0, 0, 0}, 0.0f);
 }
 
 static void test_adaptive_decisions(void **state) {
@@ -185,6 +186,31 @@ static void batch_costs(sd_draft_costs *c, double draft) {
 /* In a shared round a draft must raise the whole round's rate: alone, or beside a few plain
  * slots while the pass stays memory-bound, drafts pay; beside 24 slots' tokens, where each more
  * token costs its share of compute, none does. */
+/* Before anything is learned, a greedy round believes an unsure proposal more than a sampled one
+ * (controller.c, bin_prior: under greedy verification a draft's argmax is the target's far more
+ * often than its probability); what is learned overrides the prior. */
+static void test_greedy_prior(void **state) {
+    (void)state;
+    const float unsure[8] = {0.15f, 0.15f, 0.15f, 0.15f, 0.15f, 0.15f, 0.15f, 0.15f};
+    sd_draft_costs cs;
+    costs_init(&cs);
+    costs(&cs, 1, 0.05);
+    sd_draft_ctl g, s;
+    sd_draft_ctl_init(&g);
+    sd_draft_ctl_init(&s);
+    const int ng = round_with(&g, &cs, SD_DRAFT_ADAPTIVE, 8, unsure, (others){0, 0, 0}, 0.0f);
+    const int ns = round_with(&s, &cs, SD_DRAFT_ADAPTIVE, 8, unsure, (others){0, 0, 0}, 1.0f);
+    printf("  confidences 0.15, nothing learned: greedy %d drafts, temperature 1 %d\n", ng, ns);
+    assert_true(ng > ns);
+    /* learned: such proposals are rejected; greedy then drafts no more than sampled */
+    for (int r = 0; r < 200; r++) sd_draft_ctl_record(&g, 0, unsure, 1, 0);
+    for (int r = 0; r < 200; r++) sd_draft_ctl_record(&s, 0, unsure, 1, 0);
+    const int lg = round_with(&g, &cs, SD_DRAFT_ADAPTIVE, 8, unsure, (others){0, 0, 0}, 0.0f);
+    const int ls = round_with(&s, &cs, SD_DRAFT_ADAPTIVE, 8, unsure, (others){0, 0, 0}, 1.0f);
+    printf("  after 200 rejections: greedy %d, temperature 1 %d\n", lg, ls);
+    assert_true(lg <= ls && lg < ng);
+}
+
 static void test_adaptive_in_a_batch(void **state) {
     (void)state;
     const float sure[8] = {0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f};
@@ -194,9 +220,9 @@ static void test_adaptive_in_a_batch(void **state) {
     costs_init(&cs);
     batch_costs(&cs, 0.05);
     const int alone = round_of(&a, &cs, 8, sure);
-    const int beside4 = round_with(&a, &cs, SD_DRAFT_ADAPTIVE, 8, sure, (others){4, 4, 0}); /* 4 plain slots */
+    const int beside4 = round_with(&a, &cs, SD_DRAFT_ADAPTIVE, 8, sure, (others){4, 4, 0}, 0.0f); /* 4 plain slots */
     int beside24 = 0;
-    for (int r = 0; r < 31; r++) beside24 += round_with(&a, &cs, SD_DRAFT_ADAPTIVE, 8, sure, (others){24, 24, 0});
+    for (int r = 0; r < 31; r++) beside24 += round_with(&a, &cs, SD_DRAFT_ADAPTIVE, 8, sure, (others){24, 24, 0}, 0.0f);
     printf("  drafts per round alone %d, beside 4 plain slots %d, beside 24: %d in 31 rounds\n", alone, beside4,
            beside24);
     /* alone: 7 drafts keep the pass at 8 tokens; the 8th costs more than its 0.95^8 */
@@ -210,7 +236,7 @@ static void test_adaptive_in_a_batch(void **state) {
     sd_draft_ctl b;
     sd_draft_ctl_init(&b);
     assert_int_equal(round_of(&b, &cs, 8, sure), 7);
-    assert_true(round_with(&b, &cs, SD_DRAFT_ADAPTIVE, 8, sure, (others){4, 4, 2}) >= 3);
+    assert_true(round_with(&b, &cs, SD_DRAFT_ADAPTIVE, 8, sure, (others){4, 4, 2}, 0.0f) >= 3);
 }
 
 /* Once drafting did not pay, it resumes only when a round with a draft is expected to run 10%
@@ -259,9 +285,9 @@ static void test_pmin_and_limits(void **state) {
     costs_init(&cs);
     const float conf[6] = {0.9f, 0.5f, 0.49f, 0.9f, 0.9f, 0.9f};
     /* 0.5 is kept (not below p_min 0.5), the round ends before the 0.49 one */
-    assert_int_equal(round_with(&c, &cs, SD_DRAFT_PMIN, 6, conf, (others){0, 0, 0}), 2);
+    assert_int_equal(round_with(&c, &cs, SD_DRAFT_PMIN, 6, conf, (others){0, 0, 0}, 0.0f), 2);
     assert_int_equal(sd_draft_ctl_judge(&c.base, 0, 2, 0.49f), SD_DRAFT_STOP);
-    assert_int_equal(round_with(&c, &cs, SD_DRAFT_FIXED, 6, conf, (others){0, 0, 0}), 6);
+    assert_int_equal(round_with(&c, &cs, SD_DRAFT_FIXED, 6, conf, (others){0, 0, 0}, 0.0f), 6);
     sd_spec_params p = sd_spec_default_params();
     p.draft_max = 6;
     p.draft_mode = SD_DRAFT_FIXED;
@@ -647,6 +673,7 @@ static void test_ngram_engine(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adaptive_decisions),
+        cmocka_unit_test(test_greedy_prior),
         cmocka_unit_test(test_adaptive_in_a_batch),
         cmocka_unit_test(test_resume_margin),
         cmocka_unit_test(test_pmin_and_limits),

@@ -161,9 +161,22 @@ static int conf_bin(float conf) {
     return b < 0 ? 0 : b >= SD_CTL_BINS ? SD_CTL_BINS - 1 : b;
 }
 
+/* A bin's prior: its centre where proposals are accepted with probability min(1, p/q), and the
+ * centre's square root under greedy verification, where a proposal is accepted when it is the
+ * target's argmax. A draft's argmax is the target's far more often than its probability says:
+ * on three pairs (the cost twins, stories260K + stories-draft, the twin target drafting for
+ * itself in Q4_0), 600-1700 proposals each, bins 0.1-0.2 / 0.2-0.3 / 0.3-0.4 / 0.4-0.5 were
+ * accepted 0.38-0.45 / 0.50-0.63 / 0.59-0.73 / 0.72-0.82 of the time (root of the centre: 0.39 /
+ * 0.50 / 0.59 / 0.67), while sampled at temperature 1 they were 0.51-0.53 in every bin below 0.6.
+ * Priors at the centre made the first rounds of a greedy generation stop at proposals that pay. */
+static double bin_prior(const sd_draft_ctl *c, int b) {
+    const double centre = (b + 0.5) / SD_CTL_BINS;
+    return c->greedy ? sqrt(centre) : centre;
+}
+
 static double accept_est(const sd_draft_ctl *c, int source, float conf) {
     const int b = conf_bin(conf);
-    const double prior = (b + 0.5) / SD_CTL_BINS;
+    const double prior = bin_prior(c, b);
     return (c->acc[source][b] + PRIOR_N * prior) / (c->tried[source][b] + PRIOR_N);
 }
 
@@ -234,6 +247,7 @@ int sd_draft_ctl_plan(sd_draft_ctl *c, const sd_spec_params *p, const sd_draft_c
                       const sd_draft_round_in *in) {
     c->mode = p->draft_mode;
     c->p_min = p->p_min;
+    c->greedy = !(p->sampling.temperature > 0);
     c->costs = costs;
     c->others_n = in->others_n;
     c->others_e = in->others_e;
