@@ -211,6 +211,22 @@ static void test_greedy_prior(void **state) {
     assert_true(lg <= ls && lg < ng);
 }
 
+/* A pass whose cost jumps at 4 tokens and is flat after: a round of sure proposals carries on past
+ * the jump, which one more proposal alone would not pay for but the ones after it share. */
+static void test_cost_jump(void **state) {
+    (void)state;
+    const float sure[8] = {0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f};
+    sd_draft_costs cs;
+    costs_init(&cs);
+    for (int n = 1; n <= SD_DRAFT_COST_MAX_N; n++) sd_draft_costs_pass(&cs, n, n <= 3 ? 1.0 : 1.5);
+    sd_draft_costs_draft(&cs, 1, 0.02);
+    sd_draft_ctl c;
+    sd_draft_ctl_init(&c);
+    const int n = round_of(&c, &cs, 8, sure);
+    printf("  pass cost 1 up to 3 tokens, 1.5 from 4: %d drafts of 8\n", n);
+    assert_int_equal(n, 8);
+}
+
 static void test_adaptive_in_a_batch(void **state) {
     (void)state;
     const float sure[8] = {0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f};
@@ -674,6 +690,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adaptive_decisions),
         cmocka_unit_test(test_greedy_prior),
+        cmocka_unit_test(test_cost_jump),
         cmocka_unit_test(test_adaptive_in_a_batch),
         cmocka_unit_test(test_resume_margin),
         cmocka_unit_test(test_pmin_and_limits),

@@ -261,6 +261,7 @@ int sd_draft_ctl_plan(sd_draft_ctl *c, const sd_spec_params *p, const sd_draft_c
     if (k > in->share) k = in->share;
     if (!in->allowed || k < 1) return 0;
     if (p->draft_mode == SD_DRAFT_ADAPTIVE) k = adaptive_plan(c, k);
+    c->k_round = k;
     return k;
 }
 
@@ -272,18 +273,15 @@ sd_draft_verdict sd_draft_ctl_judge(sd_draft_policy *policy, int source, int i, 
     if (c->mode == SD_DRAFT_PMIN) return conf < c->p_min ? SD_DRAFT_STOP : SD_DRAFT_MORE;
     if (source < 0 || source >= SD_DRAFT_MAX_SOURCES) source = 0;
     if (c->measuring) return SD_DRAFT_LAST; /* the round's one proposal, there to be measured */
-    /* adaptive: propose it unless verifying it lowers the round's expected rate (the draft step
-     * that produced its distribution is spent either way) */
+    /* adaptive: propose it unless verifying it, with or without more after it, lowers the round's
+     * expected rate (the draft step that produced its distribution is spent either way) */
     const double acc = accept_est(c, source, conf);
     const double cum = c->cum * acc, e_with = c->e + cum;
     const int d = (c->stepping >> source & 1u) ? i + 1 : 0; /* draft steps spent so far */
     const double r_keep = round_rate(c, e_with, d, i + 2);
     const double r_stop = round_rate(c, c->e, d, i + 1);
-    if (r_keep < r_stop) return SD_DRAFT_STOP;
-    c->cum = cum;
-    c->e = e_with;
-    /* one more after it: is its draft step worth taking? Its acceptance before its distribution
-     * is seen: how often a proposal following one of this confidence was accepted, learned, with
+    /* more after it: is a draft step worth taking? Their acceptance before their distributions
+     * are seen: how often a proposal following one of this confidence was accepted, learned, with
      * the rate after any proposal as its prior. A prior of this proposal's own acceptance (as if
      * confidence ran in streaks) ended every round at its first unsure proposal, and so never
      * learned that on the cost twins two in three after it were accepted. */
@@ -295,8 +293,21 @@ sd_draft_verdict sd_draft_ctl_judge(sd_draft_policy *policy, int source, int i, 
     }
     const double pooled = (all_acc + PRIOR_N * acc) / (all_tried + PRIOR_N);
     const double next = (c->next_acc[source][b] + PRIOR_N * pooled) / (c->next_tried[source][b] + PRIOR_N);
-    const double r_next = round_rate(c, e_with + cum * next, d ? d + 1 : 0, i + 3);
-    return r_next > r_keep ? SD_DRAFT_MORE : SD_DRAFT_LAST;
+    /* Not only one more: any number m more, up to the round's k, each at that rate. A pass's cost
+     * rises in steps (on Zen 4 the twin target's fitted costs were flat from 4 to 6 tokens, then
+     * 0.47 ms more at 7), so a proposal can pay for a jump that the ones after it share: weighed
+     * alone, with one more at most, the round ended at the jump. */
+    double r_more = 0, e_m = e_with, cum_m = cum;
+    for (int m = 1; i + 1 + m <= c->k_round; m++) {
+        cum_m *= next;
+        e_m += cum_m;
+        const double r = round_rate(c, e_m, d ? d + m : 0, i + 2 + m);
+        if (r > r_more) r_more = r;
+    }
+    if (r_keep < r_stop && r_more < r_stop) return SD_DRAFT_STOP;
+    c->cum = cum;
+    c->e = e_with;
+    return r_more > r_keep ? SD_DRAFT_MORE : SD_DRAFT_LAST;
 }
 
 sd_draft_verdict sd_draft_ctl_judge_free(sd_draft_ctl *c, int source, float conf, int drafter_follows) {

@@ -37,6 +37,7 @@ typedef struct {
     /* the round in progress (sd_draft_ctl_plan sets them) */
     sd_draft_mode mode;
     float p_min;
+    int k_round;             /* the round's most proposals (sd_draft_ctl_plan's answer) */
     int greedy;              /* the target's sampling is greedy: acceptance is argmax agreement */
     const sd_draft_costs *costs;
     int others_n;            /* what the pass's other sequences put into it (their last round): */
