@@ -106,9 +106,9 @@ static const cli_opt k_opts[] = {
     {"--draft-max", "-k", OPT_INT, GEN_LIKE, "drafting", "K", 0, SD_MAX_DRAFT, 0, F(draft_max), NULL,
      "most draft tokens per verify pass, 0..%g (0: none)", DEF_OPTS},
     {"--draft-fixed", NULL, OPT_FLAG, GEN_LIKE, "drafting", NULL, 0, 0, 0, F(draft_fixed), NULL,
-     "always draft K tokens per pass; by default the draft length adapts: each pass stops where one more draft no "
-     "longer pays for its draft step and verify cost (measured) given its expected acceptance (learned by the "
-     "draft's confidence), and drafts nothing when not even one pays",
+     "always draft K tokens per pass; by default the draft length adapts: each pass stops where no number of "
+     "further drafts pays for its draft steps and verify cost (measured) given their expected acceptance (learned "
+     "by the draft's confidence), and drafts nothing when not even one pays",
      NULL},
     {"--draft-p-min", NULL, OPT_FLOAT, GEN_LIKE, "drafting", "P", 0, 1, 0, F(p_min), NULL,
      "instead, llama.cpp's rule: stop before a draft whose distribution's top probability is below P, in [0, 1]",
