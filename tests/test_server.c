@@ -773,11 +773,12 @@ static void test_parse_spec_fields(void **state) {
 
 /* Feeds s[0..n) to srv_frame_step as the door gets it, `chunk` more bytes at a time (0: all at
  * once), stepping over what has arrived until a step needs more; writes where each request head
- * starts (" H<offset>"), a refusal (" E<status>") and how far it read (" @<offset>") into out. */
-static void frames_of(const char *s, size_t n, size_t chunk, char *out, size_t cap) {
+ * starts (" H<offset>"), a refusal (" E<status>") and how far it read (" @<offset>") into out,
+ * and a refusal's message into msg. */
+static void frames_of(const char *s, size_t n, size_t chunk, char *out, size_t cap, char *msg, size_t msg_cap) {
     srv_frame f = {SRV_FRAME_HEAD, 0};
     size_t got = 0, pos = 0, len = 0;
-    out[0] = 0;
+    out[0] = msg[0] = 0;
     for (int failed = 0; !failed;) {
         got = chunk && got + chunk < n ? got + chunk : n;
         for (;;) {
@@ -786,6 +787,7 @@ static void frames_of(const char *s, size_t n, size_t chunk, char *out, size_t c
             const long t = srv_frame_step(&f, s + pos, got - pos, (size_t)4 << 20, &head, &e);
             if (t < 0) {
                 len += (size_t)snprintf(out + len, cap - len, " E%d", e.status);
+                snprintf(msg, msg_cap, "%s", e.msg);
                 failed = 1;
                 break;
             }
@@ -819,23 +821,29 @@ static void test_frames(void **state) {
         int a_head, b_head; /* a head starts at a's first byte, at b's */
         int err;            /* the refusal's status, 0: none */
         size_t end;         /* bytes read past a */
+        const char *msg;    /* the refusal's message (docs/serve.md, Errors), NULL: not checked */
     } cases[] = {
-        {PART(get), PART(get), 1, 1, 0, 33},
-        {PART(post5), PART(get), 1, 1, 0, 33},
-        {PART(chunked), PART(get), 1, 1, 0, 33},
-        {PART("\r\n\n"), PART(get), 0, 1, 0, 33},
-        {PART(get), PART("GET /health HTTP/2.0\r\n\r\n"), 1, 0, 505, 0},
-        {PART(get), PART("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n"), 1, 0, 413, 0},
-        {PART(get), PART("GET /health\0x HTTP/1.1\r\n\r\n"), 1, 0, 400, 0},
-        {PART(get), PART("GET /health HTTP/1.1\r\nAuthorization: k\0j\r\n\r\n"), 1, 0, 400, 0},
-        {PART(get), PART("GARBAGE\r\n\r\n"), 1, 0, 400, 0},
-        {PART("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"), PART(""), 0, 0, 400, 0},
-        {PART("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n"), PART(""), 0, 0, 400, 0},
-        {PART("POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n"), PART(""), 0, 0, 400, 0},
-        {PART(chunk_head), PART("zz\r\n"), 1, 0, 400, 0},
-        {PART(chunk_head), PART("2\r\nabc\r\n"), 1, 0, 400, 5},
-        {PART(chunk_head), PART("100000000000000000\r\n"), 1, 0, 413, 0},
-        {PART(get), big, 0, 1, 0, 431, 0}, /* lb: strlen */
+        {PART(get), PART(get), 1, 1, 0, 33, NULL},
+        {PART(post5), PART(get), 1, 1, 0, 33, NULL},
+        {PART(chunked), PART(get), 1, 1, 0, 33, NULL},
+        {PART("\r\n\n"), PART(get), 0, 1, 0, 33, NULL},
+        {PART(get), PART("GET /health HTTP/2.0\r\n\r\n"), 1, 0, 505, 0, NULL},
+        {PART(get), PART("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n"), 1, 0, 413, 0, NULL},
+        {PART(get), PART("GET /health\0x HTTP/1.1\r\n\r\n"), 1, 0, 400, 0, NULL},
+        {PART(get), PART("GET /health HTTP/1.1\r\nAuthorization: k\0j\r\n\r\n"), 1, 0, 400, 0, NULL},
+        {PART(get), PART("GARBAGE\r\n\r\n"), 1, 0, 400, 0, NULL},
+        {PART("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"), PART(""), 0, 0, 400, 0,
+         "Transfer-Encoding gzip is not supported: send chunked, or a Content-Length"},
+        {PART("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n"), PART(""), 0, 0, 400, 0,
+         "both Transfer-Encoding and Content-Length are given"},
+        {PART("POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n"), PART(""), 0, 0, 400, 0,
+         "two different Content-Length headers (the second 3)"},
+        {PART(chunk_head), PART("zz\r\n"), 1, 0, 400, 0, "a chunk's size is not hexadecimal (got 'zz')"},
+        {PART(chunk_head), PART("2\r\nabc\r\n"), 1, 0, 400, 5,
+         "a chunk's data does not end where its size says (no CRLF after it: got 'c')"},
+        {PART(chunk_head), PART("100000000000000000\r\n"), 1, 0, 413, 0,
+         "a chunk's size 100000000000000000 exceeds the limit of 4194304 bytes"},
+        {PART(get), big, 0, 1, 0, 431, 0, NULL}, /* lb: strlen */
     };
 #undef PART
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -848,12 +856,16 @@ static void test_frames(void **state) {
         if (cases[i].b_head) w += snprintf(want + w, sizeof want - (size_t)w, " H%zu", la);
         if (cases[i].err) w += snprintf(want + w, sizeof want - (size_t)w, " E%d", cases[i].err);
         snprintf(want + w, sizeof want - (size_t)w, " @%zu", (cases[i].err && !cases[i].a_head ? 0 : la) + cases[i].end);
-        frames_of(s, la + lb, 0, got, sizeof got);
+        char msg[600], msg_other[600];
+        frames_of(s, la + lb, 0, got, sizeof got, msg, sizeof msg);
         if (strcmp(got, want)) fail_msg("case %zu: got '%s', want '%s'", i, got, want);
+        if (cases[i].msg && strcmp(msg, cases[i].msg)) fail_msg("case %zu: message '%s', want '%s'", i, msg, cases[i].msg);
         static const size_t chunks[] = {1, 2, 3, 7, 64};
         for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
-            frames_of(s, la + lb, chunks[c], other, sizeof other);
+            frames_of(s, la + lb, chunks[c], other, sizeof other, msg_other, sizeof msg_other);
             if (strcmp(other, got)) fail_msg("case %zu, %zu bytes at a time: '%s', whole: '%s'", i, chunks[c], other, got);
+            if (strcmp(msg_other, msg))
+                fail_msg("case %zu, %zu bytes at a time: message '%s', whole: '%s'", i, chunks[c], msg_other, msg);
         }
     }
 }

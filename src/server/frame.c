@@ -139,6 +139,14 @@ static long too_large_head(srv_err *e) {
     return -1;
 }
 
+/* How much of b[0..n) a message quotes: up to its line's end (a CR or LF is no part of the value
+ * and would put a control character into the message), at most cap bytes. */
+static int quote_len(const char *b, size_t n, size_t cap) {
+    size_t i = 0;
+    while (i < n && i < cap && b[i] != '\r' && b[i] != '\n') i++;
+    return (int)i;
+}
+
 long srv_frame_step(srv_frame *f, const char *b, size_t n, size_t max_body, int *head, srv_err *e) {
     *head = 0;
     if (n == 0) return 0;
@@ -178,14 +186,14 @@ long srv_frame_step(srv_frame *f, const char *b, size_t n, size_t max_body, int 
         for (; i < take && isxdigit((unsigned char)b[i]); i++) {
             if (x >> 56) { /* past what any body may hold: libmicrohttpd refuses it too */
                 srv_err_set(e, 413, "invalid_request_error", NULL, "request_too_large",
-                            "a chunk's size %.*s exceeds the limit of %zu bytes", (int)(take - 1 < 30 ? take - 1 : 30), b, max_body);
+                            "a chunk's size %.*s exceeds the limit of %zu bytes", quote_len(b, take, 30), b, max_body);
                 return -1;
             }
             x = x * 16 + (unsigned)(isdigit((unsigned char)b[i]) ? b[i] - '0' : (b[i] | 0x20) - 'a' + 10);
         }
         if (i == 0 || (b[i] != ';' && b[i] != '\r' && b[i] != '\n' && b[i] != ' ' && b[i] != '\t')) {
-            srv_err_set(e, 400, "invalid_request_error", NULL, "bad_request", "a chunk's size is not hexadecimal (got %.*s)",
-                        (int)(take - 1 < 30 ? take - 1 : 30), b);
+            srv_err_set(e, 400, "invalid_request_error", NULL, "bad_request", "a chunk's size is not hexadecimal (got '%.*s')",
+                        quote_len(b, take, 30), b);
             return -1;
         }
         f->left = x;
@@ -198,8 +206,9 @@ long srv_frame_step(srv_frame *f, const char *b, size_t n, size_t max_body, int 
             f->at = SRV_FRAME_CHUNK_SIZE;
             return b[0] == '\n' ? 1 : 2;
         }
-        srv_err_set(e, 400, "invalid_request_error", NULL, "bad_request", "a chunk's data does not end where its size says (got %.*s)",
-                    (int)(n < 8 ? n : 8), b);
+        srv_err_set(e, 400, "invalid_request_error", NULL, "bad_request",
+                    "a chunk's data does not end where its size says (no CRLF after it: got '%.*s%s')", quote_len(b, n, 8), b,
+                    b[0] == '\r' ? "\\r" : "");
         return -1;
     }
     return -1;
