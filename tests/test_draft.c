@@ -183,9 +183,6 @@ static void batch_costs(sd_draft_costs *c, double draft) {
     sd_draft_costs_draft(c, 1, draft);
 }
 
-/* In a shared round a draft must raise the whole round's rate: alone, or beside a few plain
- * slots while the pass stays memory-bound, drafts pay; beside 24 slots' tokens, where each more
- * token costs its share of compute, none does. */
 /* Before anything is learned, a greedy round believes an unsure proposal more than a sampled one
  * (controller.c, bin_prior: under greedy verification a draft's argmax is the target's far more
  * often than its probability); what is learned overrides the prior. */
@@ -227,6 +224,9 @@ static void test_cost_jump(void **state) {
     assert_int_equal(n, 8);
 }
 
+/* In a shared round a draft must raise the whole round's rate: alone, or beside a few plain
+ * slots while the pass stays memory-bound, drafts pay; beside 24 slots' tokens, where each more
+ * token costs its share of compute, none does. */
 static void test_adaptive_in_a_batch(void **state) {
     (void)state;
     const float sure[8] = {0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f};

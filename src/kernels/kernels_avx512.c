@@ -193,9 +193,10 @@ static const multi_fn k_multi_bf16[MULTI_MAX + 1] = {
  * carried in Y between blocks. Only the first chunk's FMAs overlap the memory stream, so it is
  * the largest: 8 tokens as 7 + 1 cost 1.10-1.12 decode steps where 4 + 4 cost 1.31-1.43, and 7
  * in one block 1.06 where 4 + 3 cost 1.25-1.32 (Zen 4, 36 GB/s). Prefetching the next block
- * during the later chunks (into L2 or L3) made 8 and 9 tokens slower. Against the row kernels this replaced (110M-shape F32 rows, one thread, streaming):
- * the weights of a 5-token pass are one sequential stream where the 4 far-apart streams of
- * multi_f32_5 drew about half the bandwidth of decode, and no horizontal sums are left. */
+ * during the later chunks (into L2 or L3) made 8 and 9 tokens slower. Against the row kernels
+ * this replaced (110M-shape F32 rows, one thread, streaming): the weights of a 5-token pass are
+ * one sequential stream where the 4 far-apart streams of multi_f32_5 drew about half the
+ * bandwidth of decode, and no horizontal sums are left. */
 #define PANEL_TB 7    /* tokens per register block */
 #define PANEL_CB 128  /* columns per block of a batch that takes several token chunks */
 
