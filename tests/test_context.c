@@ -500,10 +500,11 @@ static void test_begin_reuses_prefix(void **state) {
     sd_model_free(m);
 }
 
-/* A model drafter feeds a new history only when it is asked to draft (a generation that never
- * drafts never runs it), keeps the prefix it already holds, and says how many tokens it fed to
- * catch up: the whole prompt at first, the last round's 1-2 tokens after a round that drafted. */
-static void test_drafter_lazy_sync(void **state) {
+/* A model drafter feeds a new history but its last token when it is synced to it (as the target's
+ * prefill does: the generation's first round drafts, and its drafting time then prices a step),
+ * keeps the prefix it already holds, and says how many tokens it fed to catch up when asked to
+ * draft: the prompt's last at first, the last round's 1-2 tokens after a round that drafted. */
+static void test_drafter_sync(void **state) {
     (void)state;
     sd_model *m = model_of(0);
     sd_context *dc = new_ctx(m, 64, 1);
@@ -513,7 +514,7 @@ static void test_drafter_lazy_sync(void **state) {
     int32_t hist[32] = {1, 290, 291, 292, 5, 6}, out[4];
     float conf[4];
     assert_int_equal(d->vt->sync(d, hist, 6), SD_OK);
-    assert_int_equal(sd_context_seq_len(dc, 0), 0); /* nothing fed yet */
+    assert_int_equal(sd_context_seq_len(dc, 0), 5); /* all but the last */
     sd_draft_req r = {0};
     r.hist = hist;
     r.n_hist = r.n_prompt = 6;
@@ -522,7 +523,7 @@ static void test_drafter_lazy_sync(void **state) {
     r.conf = conf;
     assert_int_equal(d->vt->draft(d, &r), SD_OK);
     assert_int_equal(r.n_out, 3);
-    assert_int_equal(r.n_synced, 6);
+    assert_int_equal(r.n_synced, 1);
     assert_int_equal(sd_context_seq_len(dc, 0), 6 + 2); /* the drafts but the last */
     /* the first two drafts accepted, then the target's own token: 1 to feed */
     hist[6] = out[0];
@@ -537,17 +538,23 @@ static void test_drafter_lazy_sync(void **state) {
     r.n_hist = 13;
     assert_int_equal(d->vt->draft(d, &r), SD_OK);
     assert_int_equal(r.n_synced, 2);
-    /* a new prompt sharing the first 4 tokens: fed from there when next asked */
+    /* a new prompt sharing the first 4 tokens: fed from there but its last, kept the cache's */
     int32_t other[8] = {1, 290, 291, 292, 40, 41, 42, 43};
     assert_int_equal(d->vt->sync(d, other, 8), SD_OK);
-    assert_int_equal(sd_context_seq_len(dc, 0), 13 + 2);
+    assert_int_equal(sd_context_seq_len(dc, 0), 7);
     r.hist = other;
     r.n_hist = 8;
     r.k = 1;
     assert_int_equal(d->vt->draft(d, &r), SD_OK);
-    assert_int_equal(r.n_synced, 4);
+    assert_int_equal(r.n_synced, 1);
     assert_int_equal(sd_context_seq_len(dc, 0), 8);
-    /* a history longer than the drafter's context is refused at sync, as it was when sync fed it */
+    /* the same prompt again: the cache's rows of it kept (the drafts' dropped), its last token fed
+     * when drafting */
+    assert_int_equal(d->vt->sync(d, other, 8), SD_OK);
+    assert_int_equal(sd_context_seq_len(dc, 0), 7);
+    assert_int_equal(d->vt->draft(d, &r), SD_OK);
+    assert_int_equal(r.n_synced, 1);
+    /* a history longer than the drafter's context is refused at sync */
     int32_t big[70] = {0};
     assert_int_equal(d->vt->sync(d, big, 70), SD_ERR_CONTEXT_FULL);
     sd_drafter_free(d);
@@ -968,7 +975,7 @@ int main(void) {
         cmocka_unit_test(test_bad_batches),
         cmocka_unit_test(test_begin_reuses_prefix),
         cmocka_unit_test(test_step_many),
-        cmocka_unit_test(test_drafter_lazy_sync),
+        cmocka_unit_test(test_drafter_sync),
         cmocka_unit_test(test_set_params_between_requests),
         cmocka_unit_test(test_step_many_caps_the_pass),
         cmocka_unit_test(test_cancel),

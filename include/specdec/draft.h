@@ -47,8 +47,9 @@ typedef struct {
                                                which, right after the target's pass, reads a draft
                                                model that fits the caches cold */
     int n_pass[SD_DRAFT_COST_MAX_N + 1];    /* measurements behind t_pass[n] (their plain mean at first) */
-    int warm;                               /* 1 once a 1-token pass has run (the first is not a
-                                               measurement) */
+    int warm;                               /* 1 once a 1-token pass has run (the first is
+                                               provisional: t_pass[1] with n_pass[1] = 0, replaced
+                                               by the next) */
     int n_draft;                            /* rounds behind t_draft */
     double draft_mom[4];                    /* their running means of steps, seconds, steps^2 and
                                                steps x seconds: the line the two prices come from */

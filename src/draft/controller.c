@@ -33,6 +33,10 @@
  * where that share is at most this. On stories260K + stories-draft a token's catch-up costs a
  * large share of a target step, on the cost twins a small one (measured: commit c712845). */
 #define PROBE_MAX_SHARE 0.05
+/* How much faster than plain steps drafting must be expected to run for a 1-token price measured
+ * once, early, to be trusted (it may run cold: sd_draft_costs_pass). Beyond the cold passes seen
+ * (stories260K's 1.4x), below the cost twins' gain (2-3x). */
+#define PROVISIONAL_MARGIN 1.5
 
 /* ---- costs -------------------------------------------------------------------------------- */
 
@@ -43,22 +47,24 @@ static void running_mean(double *mean, int *n, double x) {
     *mean += (x - *mean) / *n;
 }
 
-/* The first 1-token pass is not counted: the first passes after a prefill run cold (the random
- * Qwen2 zoo model drafting for itself: its first passes of one and two tokens took far longer
- * than warm ones, easing over a few passes), and counted, it priced every plain step for the rest
- * of a generation that kept drafting (no plain round measures it again): drafting slower than
- * plain decoding looked like a gain (measured: commit aae2168). A larger pass measured cold errs
- * the safe way (drafting looks dearer than it is, and every drafting round measures it again), so
- * its first one counts: skipping it too cost the cost twins' 60-token generations another round
- * without drafts. */
+/* The first 1-token pass is provisional: the next one replaces it rather than joining its mean.
+ * The first passes after a prefill run cold (the random Qwen2 zoo model drafting for itself: its
+ * first passes of one and two tokens took far longer than warm ones, easing over a few passes;
+ * stories260K's second pass 1.4x a warm one), and a cold 1-token price, counted, priced every
+ * plain step for the rest of a generation that kept drafting (no plain round measures it again):
+ * drafting slower than plain decoding looked like a gain (measured: commit aae2168). The
+ * controller trusts it only where drafting wins by far (PROVISIONAL_MARGIN). A larger pass
+ * measured cold errs the safe way (drafting looks dearer than it is, and every drafting round
+ * measures it again), so its first one counts; its reference step (pass_at) is a counted one. */
 void sd_draft_costs_pass(sd_draft_costs *c, int n_tokens, double seconds) {
     if (c->given || n_tokens < 1 || n_tokens > SD_DRAFT_COST_MAX_N || !(seconds > 0)) return;
     if (n_tokens == 1 && !c->warm) {
         c->warm = 1;
+        c->t_pass[1] = seconds;
         return;
     }
     running_mean(&c->t_pass[n_tokens], &c->n_pass[n_tokens], seconds);
-    if (n_tokens > 1) c->ref1[n_tokens] = c->t_pass[1];
+    if (n_tokens > 1) c->ref1[n_tokens] = c->n_pass[1] > 0 ? c->t_pass[1] : 0;
 }
 
 /* A measured pass of n tokens at today's price of one step: the ratio to the single-token pass
@@ -192,22 +198,44 @@ static double round_rate(const sd_draft_ctl *c, double e, int d, int n) {
     return t > 0 ? (c->others_e + e) / t : 0.0;
 }
 
+/* The best expected rate of a round of 1..k_max drafts: the first accepted at `first`, each after
+ * it at the rate proposals that followed another were (learned over every bin; prior: `first`). */
+static double best_round_rate(const sd_draft_ctl *c, double first, int k_max, int steps) {
+    double acc = 0, tried = 0;
+    for (int s = 0; s < SD_DRAFT_MAX_SOURCES; s++)
+        for (int j = 0; j < SD_CTL_BINS; j++) {
+            acc += c->next_acc[s][j];
+            tried += c->next_tried[s][j];
+        }
+    const double next = (acc + PRIOR_N * first) / (tried + PRIOR_N);
+    double best = 0, cum = first, e = 1 + first;
+    for (int d = 1; d <= k_max; d++, cum *= next, e += cum) {
+        const double r = round_rate(c, e, steps ? d : 0, d + 1);
+        if (r > best) best = r;
+    }
+    return best;
+}
+
 /* The adaptive round's start: k_max, 0 when not even one draft is expected to pay (now and then
  * 1 instead, a probe). */
 static int adaptive_plan(sd_draft_ctl *c, int k_max) {
-    /* nothing measured yet: a plain step, which measures the 1-token pass everything is weighed
-     * against (a round shared by several sequences has it measured first: batch.c) */
-    if (!(c->costs->t_pass[1] > 0)) return 0;
-    /* The draft step's cost is only known once the drafter has run, and a pass of two tokens once
-     * one has run: until then a single draft, proposed whatever the judgement (which would weigh it
-     * by guesses: a pass cost linear in its tokens keeps a memory-bound target from ever drafting),
-     * rather than k_max of them, since on a pair whose draft step costs as much as the target's a
-     * full first round costs several target steps. */
+    const sd_draft_costs *k = c->costs;
     const int steps = c->stepping != 0; /* the first proposal's draft steps (a lookup: none) */
-    if ((steps && !(c->costs->t_draft > 0)) || !(c->costs->t_pass[2] > 0)) {
+    /* Nothing measured of drafting (the draft step, a pass of more than one token): a round of
+     * k_max drafts, as fixed k drafts it, proposed whatever the judgement (which would weigh them
+     * by guesses: a pass cost linear in its tokens keeps a memory-bound target from ever
+     * drafting). A generation starts so: on the cost twins, a start of two plain steps and a
+     * round of one draft ran 32-token generations at 0.79 of fixed k's speed (measured: this
+     * commit). A pair whose drafting does not pay loses one round. */
+    int multi = 0;
+    for (int n = 2; n <= SD_DRAFT_COST_MAX_N; n++) multi |= k->t_pass[n] > 0;
+    if ((steps && !(k->t_draft > 0)) || !multi) {
         c->measuring = 1;
-        return k_max < 1 ? k_max : 1;
+        return k_max;
     }
+    /* then a plain step: the 1-token pass everything is weighed against (a round shared by
+     * several sequences has it measured first: batch.c) */
+    if (!(k->t_pass[1] > 0)) return 0;
     /* Does even one draft pay? Its acceptance before seeing it: the first position's record. */
     const double first = c->first_tried > 0 ? (c->first_acc + PRIOR_N * 0.5) / (c->first_tried + PRIOR_N) : 0.5;
     /* From plain rounds, drafting must pay by a margin: near break-even, costs measured a round
@@ -217,6 +245,11 @@ static int adaptive_plan(sd_draft_ctl *c, int k_max) {
      * which rounds run faster. */
     const double margin = c->plain_last && c->others_n == 0 ? RESUME_MARGIN : 1.0;
     const int pays = round_rate(c, 1 + first, steps, 2) > margin * round_rate(c, 1, 0, 1);
+    /* A provisional 1-token price (sd_draft_costs_pass) is trusted where the best round expected
+     * beats plain steps by PROVISIONAL_MARGIN; elsewhere a plain step measures it again. */
+    if (pays && !k->given && k->n_pass[1] < 1 &&
+        !(best_round_rate(c, first, k_max, steps) > PROVISIONAL_MARGIN * round_rate(c, 1, 0, 1)))
+        return 0;
     if (!c->explore_every) c->explore_every = EXPLORE_EVERY;
     c->plain_last = !pays;
     if (pays) {
@@ -272,7 +305,8 @@ sd_draft_verdict sd_draft_ctl_judge(sd_draft_policy *policy, int source, int i, 
     if (c->mode == SD_DRAFT_FIXED) return SD_DRAFT_MORE;
     if (c->mode == SD_DRAFT_PMIN) return conf < c->p_min ? SD_DRAFT_STOP : SD_DRAFT_MORE;
     if (source < 0 || source >= SD_DRAFT_MAX_SOURCES) source = 0;
-    if (c->measuring) return SD_DRAFT_LAST; /* the round's one proposal, there to be measured */
+    if (c->measuring) /* the round's proposals, there to be measured */
+        return i + 1 >= c->k_round ? SD_DRAFT_LAST : SD_DRAFT_MORE;
     /* adaptive: propose it unless verifying it, with or without more after it, lowers the round's
      * expected rate (the draft step that produced its distribution is spent either way) */
     const double acc = accept_est(c, source, conf);

@@ -85,13 +85,22 @@ static sd_status sync_from(model_drafter *md, const int32_t *hist, int n_hist, i
     return SD_OK;
 }
 
-/* A new history: compared from its start when a draft is next asked for. */
+/* A new history (a generation's prompt): all but its last token fed now, as the target's prefill
+ * feeds them (the cache's common prefix kept). A generation's first round drafts (the controller),
+ * and fed then, the prompt's catch-up made that round's drafting time no draft step's price, so a
+ * second round had to draft only to measure it (measured: this commit). */
 static sd_status md_sync(sd_drafter *d, const int32_t *hist, int n_hist) {
     model_drafter *md = d->impl;
-    (void)hist; /* fed when a draft is asked for (a generation that never drafts never runs the model) */
     sd_status st = check_hist(md, n_hist);
-    if (st == SD_OK) md->synced = 0;
-    return st;
+    if (st != SD_OK) return st;
+    int c = 0;
+    while (c < md->n_fed && c < n_hist - 1 && md->fed[c] == hist[c]) c++;
+    if ((st = sd_context_seq_truncate(md->ctx, md->seq, c)) != SD_OK) return st;
+    md->n_fed = md->synced = c;
+    md->have_logits = 0;
+    if (c < n_hist - 1 && (st = feed(md, hist + c, n_hist - 1 - c)) != SD_OK) return st;
+    md->synced = n_hist - 1;
+    return SD_OK;
 }
 
 /* The logits in hand restricted/padded to the target's vocabulary into md->row, with the

@@ -57,10 +57,10 @@ int sd_spec_batch_switch_rates(const sd_spec_batch *b, int batch, double rate[2]
 
 /* One pass of one token, thrown away: the step every judgement compares against, for a round
  * that several sequences share before it is known (a shared pass holds more than one token; the
- * loop below runs one per sequence until it is known, the first being the warm-up that
- * sd_draft_costs_pass does not count). A sequence alone needs none: its first rounds are plain
- * steps, which measure it (the controller); this pass, made at every start, had cost each
- * generation a decode step before its first token. */
+ * loop below runs one per sequence until it is counted, the first being provisional, replaced by
+ * the second: sd_draft_costs_pass). A sequence alone needs none: after its first round, which
+ * drafts, comes a plain step, which measures it (the controller); this pass, made at every start,
+ * had cost each generation a decode step before its first token. */
 sd_status sd_batch_measure(sd_spec_batch *b, sd_spec *s) {
     const int len = sd_context_seq_len(b->ctx, s->seq);
     if (len + 1 > s->n_ctx) return SD_OK; /* no room: the first rounds measure instead */
@@ -108,7 +108,7 @@ sd_status sd_batch_step_cb(sd_spec_batch *b, sd_spec *const *specs, int n, sd_sp
             sum_e += specs[i]->last_e;
             sum_t += specs[i]->last_td;
         }
-    for (int i = 0; n_live > 1 && !(b->costs.t_pass[1] > 0) && i < n && rc == SD_OK; i++)
+    for (int i = 0; n_live > 1 && !(b->costs.n_pass[1] > 0) && i < n && rc == SD_OK; i++)
         if (specs[i]->active && specs[i]->drafter && specs[i]->p.draft_mode == SD_DRAFT_ADAPTIVE &&
             !specs[i]->p.costs.given)
             rc = sd_batch_measure(b, specs[i]); /* a sequence without room measures nothing: the next */
