@@ -135,10 +135,10 @@ void sd_draft_costs_catchup(sd_draft_costs *c, int n_tokens, int n_steps, double
     running_mean(&c->t_catchup, &c->n_catchup, (t > 0 ? t : 0) / n_tokens);
 }
 
-double sd_draft_costs_verify(const sd_draft_costs *c, int n) {
+/* A pass of n tokens from the fitted costs f (fitted): measured sizes as fitted, interpolated
+ * between them, extrapolated past the largest, scaled from the smallest below it. */
+static double verify_of_fit(const double f[SD_DRAFT_COST_MAX_N + 1], int n) {
     const int N = SD_DRAFT_COST_MAX_N;
-    double f[SD_DRAFT_COST_MAX_N + 1];
-    fitted(c, f);
     if (n < 1) n = 1;
     if (n <= N && f[n] > 0) return f[n];
     int lo = (n <= N ? n : N + 1) - 1, hi = n + 1; /* the nearest measured sizes below and above */
@@ -152,6 +152,12 @@ double sd_draft_costs_verify(const sd_draft_costs *c, int n) {
         return f[lo] + slope * (n - lo);
     }
     return hi <= N ? f[hi] * n / hi : 0.0;
+}
+
+double sd_draft_costs_verify(const sd_draft_costs *c, int n) {
+    double f[SD_DRAFT_COST_MAX_N + 1];
+    fitted(c, f);
+    return verify_of_fit(f, n);
 }
 
 /* ---- the sequence's controller ---------------------------------------------------------------- */
@@ -194,7 +200,7 @@ static double draft_time(const sd_draft_costs *k, int d) {
 
 static double round_rate(const sd_draft_ctl *c, double e, int d, int n) {
     const double t =
-        c->others_t + draft_time(c->costs, d) + sd_draft_costs_verify(c->costs, c->others_n + c->pass_base + n);
+        c->others_t + draft_time(c->costs, d) + verify_of_fit(c->fit, c->others_n + c->pass_base + n);
     return t > 0 ? (c->others_e + e) / t : 0.0;
 }
 
@@ -282,6 +288,7 @@ int sd_draft_ctl_plan(sd_draft_ctl *c, const sd_spec_params *p, const sd_draft_c
     c->p_min = p->p_min;
     c->greedy = !(p->sampling.temperature > 0);
     c->costs = costs;
+    if (costs) fitted(costs, c->fit); /* once a round: the judge prices passes many times a proposal */
     c->others_n = in->others_n;
     c->others_e = in->others_e;
     c->others_t = in->others_t;

@@ -40,6 +40,7 @@ typedef struct {
     int k_round;             /* the round's most proposals (sd_draft_ctl_plan's answer) */
     int greedy;              /* the target's sampling is greedy: acceptance is argmax agreement */
     const sd_draft_costs *costs;
+    double fit[SD_DRAFT_COST_MAX_N + 1]; /* costs' pass prices as fitted at the round's plan */
     int others_n;            /* what the pass's other sequences put into it (their last round): */
     double others_e;         /* tokens, tokens they emitted, seconds they spent drafting */
     double others_t;
