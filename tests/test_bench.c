@@ -292,6 +292,10 @@ static void test_config_errors(void **state) {
     expect_error("{\"k\": [1, 2 3]}", SD_ERR_FORMAT, "configs/x.json: line 1, column 13: invalid JSON: expected ',' or ']', got '3]}'");
     expect_error("{\"k\": tru}", SD_ERR_FORMAT, "configs/x.json: line 1, column 7: invalid JSON: expected a value, got 'tru}'");
     expect_error("{\"k\": 01}", SD_ERR_FORMAT, "configs/x.json: line 1, column 8: invalid JSON: expected ',' or '}', got '1}'");
+    /* numbers (the lexer the server's request scanner shares): where each one stops */
+    expect_error("{\"k\": 1.}", SD_ERR_FORMAT, "configs/x.json: line 1, column 9: invalid JSON: expected a digit, got '}'");
+    expect_error("{\"k\": -x}", SD_ERR_FORMAT, "configs/x.json: line 1, column 8: invalid JSON: expected a digit, got 'x}'");
+    expect_error("{\"k\": 2e+}", SD_ERR_FORMAT, "configs/x.json: line 1, column 10: invalid JSON: expected a digit, got '}'");
     expect_error("", SD_ERR_FORMAT, "configs/x.json: line 1, column 1: invalid JSON: expected a value, got the end of the file");
     /* A file that is not there. */
     sd_bench_config c;

@@ -206,6 +206,45 @@ sd_status sd_json_obj(sd_json_ctx *c, const cJSON *obj, const char *key, int req
 
 /* A JSON syntax check that stops at the first offending byte and says what it expected
  * there (cJSON only reports roughly where it gave up). */
+/* One run of digits at p (at least one). */
+static const char *lex_digits(const char *p, const char *end, const char **what) {
+    if (p >= end || *p < '0' || *p > '9') {
+        *what = "a digit";
+        return p;
+    }
+    while (p < end && *p >= '0' && *p <= '9') p++;
+    return p;
+}
+
+const char *sd_json_lex_number(const char *p, const char *end, const char **what) {
+    if (p < end && *p == '-') p++;
+    if (p < end && *p == '0') {
+        p++;
+    } else {
+        p = lex_digits(p, end, what);
+        if (*what) return p;
+    }
+    if (p < end && *p == '.') {
+        p = lex_digits(p + 1, end, what);
+        if (*what) return p;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        p = lex_digits(p, end, what);
+    }
+    return p;
+}
+
+const char *sd_json_lex_word(const char *p, const char *end, const char *w, const char **what) {
+    const size_t n = strlen(w);
+    if ((size_t)(end - p) < n || memcmp(p, w, n) != 0) {
+        *what = "a value";
+        return p;
+    }
+    return p + n;
+}
+
 typedef struct {
     const char *p, *end;
     const char *what;
@@ -246,33 +285,16 @@ static int js_string(jscan *j) {
     return 0;
 }
 
-static int js_digits(jscan *j) {
-    if (j->p >= j->end || *j->p < '0' || *j->p > '9') return js_fail(j, "a digit");
-    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
-    return 0;
-}
-
 static int js_number(jscan *j) {
-    if (*j->p == '-') j->p++;
-    if (j->p < j->end && *j->p == '0') j->p++;
-    else if (js_digits(j)) return -1;
-    if (j->p < j->end && *j->p == '.') {
-        j->p++;
-        if (js_digits(j)) return -1;
-    }
-    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-        j->p++;
-        if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
-        if (js_digits(j)) return -1;
-    }
-    return 0;
+    const char *what = NULL;
+    j->p = sd_json_lex_number(j->p, j->end, &what);
+    return what ? js_fail(j, what) : 0;
 }
 
 static int js_word(jscan *j, const char *w) {
-    size_t n = strlen(w);
-    if ((size_t)(j->end - j->p) < n || memcmp(j->p, w, n) != 0) return js_fail(j, "a value");
-    j->p += n;
-    return 0;
+    const char *what = NULL;
+    j->p = sd_json_lex_word(j->p, j->end, w, &what);
+    return what ? js_fail(j, what) : 0;
 }
 
 /* Members of an object or elements of an array after the opening bracket. */

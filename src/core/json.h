@@ -21,6 +21,12 @@ typedef struct {
 
 sd_json_ctx sd_json_ctx_make(const char *file, sd_status err, int null_is_absent);
 
+/* JSON's number and literal (true, false, null: w) grammar at p (RFC 8259), for the scanners that
+ * check a document's syntax (this one's, the server's request scanner): where the token ends, or,
+ * when it is malformed, where it stops, with *what set to what was expected there. */
+const char *sd_json_lex_number(const char *p, const char *end, const char **what);
+const char *sd_json_lex_word(const char *p, const char *end, const char *w, const char **what);
+
 /* Parses text after a strict syntax check (RFC 8259: no trailing commas, comments or garbage after
  * the value; at most 256 levels): "FILE: line L, column C: invalid JSON: expected X, got Y". */
 sd_status sd_json_parse(const char *text, size_t len, const char *file, cJSON **out);

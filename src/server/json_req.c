@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json.h"
 #include "server/internal.h"
 
 typedef struct {
@@ -113,33 +114,16 @@ static int string(scan *j, char *key, size_t cap) {
     return 0;
 }
 
-static int digits(scan *j) {
-    if (j->p >= j->end || *j->p < '0' || *j->p > '9') return fail(j, "a digit");
-    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
-    return 0;
-}
-
 static int number(scan *j) {
-    if (*j->p == '-') j->p++;
-    if (j->p < j->end && *j->p == '0') j->p++;
-    else if (digits(j)) return -1;
-    if (j->p < j->end && *j->p == '.') {
-        j->p++;
-        if (digits(j)) return -1;
-    }
-    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-        j->p++;
-        if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
-        if (digits(j)) return -1;
-    }
-    return 0;
+    const char *what = NULL;
+    j->p = sd_json_lex_number(j->p, j->end, &what);
+    return what ? fail(j, what) : 0;
 }
 
 static int word(scan *j, const char *w) {
-    const size_t n = strlen(w);
-    if ((size_t)(j->end - j->p) < n || memcmp(j->p, w, n) != 0) return fail(j, "a value");
-    j->p += n;
-    return 0;
+    const char *what = NULL;
+    j->p = sd_json_lex_word(j->p, j->end, w, &what);
+    return what ? fail(j, what) : 0;
 }
 
 static int value(scan *j);
