@@ -81,7 +81,7 @@ typedef struct {
     int q_filled;        /* out: 1 when q holds the distributions the proposals were drawn from */
     int source;          /* out: which of the drafter's sources proposed (sd_drafter.sources) */
     int n_synced;        /* out: history tokens a model fed before its first proposal: 1-2 after a
-                            round that drafted, more after a new prompt or rounds without drafts */
+                            round that drafted or a sync, more after rounds without drafts */
     int n_steps;         /* out: the model's forward passes this round (the catch-up on the history
                             among them; 0: a lookup): what the round's drafting time bought. A
                             round the policy ended before a proposal ran one pass more than it
@@ -112,9 +112,10 @@ typedef struct {
 
 typedef struct {
     /* Tells the drafter of a new history hist[0..n_hist) (the prompt, at the start of a
-     * generation): what it holds of it is reused, and a model feeds the rest when it next drafts,
-     * so that a generation that never drafts never runs it. Optional (NULL): draft() syncs
-     * anyway. A history that does not extend the last one must come through sync first. */
+     * generation): what it holds of it is reused, and a model feeds the rest but the last token
+     * now, as the target's prefill does (a generation's first round drafts, and its drafting time
+     * is then a step's price). Optional (NULL): draft() syncs anyway. A history that does not
+     * extend the last one must come through sync first. */
     sd_status (*sync)(sd_drafter *d, const int32_t *hist, int n_hist);
     sd_status (*draft)(sd_drafter *d, sd_draft_req *r);
     void (*destroy)(sd_drafter *d);
