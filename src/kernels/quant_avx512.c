@@ -340,13 +340,15 @@ static inline float ldf(const void *p) {
     return v;
 }
 
-/* Q4_0: 4 vectors, low nibbles are elements 4k..4k+3, high ones 16+4k.. (unsigned 0..15). */
+/* Q4_0: 4 vectors, low nibbles are elements 4k..4k+3, high ones 16+4k.. (unsigned 0..15). By
+ * masks and a shift, not GF(2) affine maps: the maps run on the pipes that run dpbusd, which
+ * bound a batch of several tokens on Zen 4 (measured: commit message). */
 static inline void r_weights_q4_0(const uint8_t *p, __m512i w[8]) {
-    const __m512i lo = _mm512_set1_epi64(GF_LO), hi = _mm512_set1_epi64(GF_HI);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int k = 0; k < 4; k++) {
         const __m512i v = _mm512_loadu_si512(p + 64 * k);
-        w[k] = _mm512_gf2p8affine_epi64_epi8(v, lo, 0);
-        w[k + 4] = _mm512_gf2p8affine_epi64_epi8(v, hi, 0);
+        w[k] = _mm512_and_si512(v, m4);
+        w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
     }
 }
 
