@@ -34,8 +34,8 @@
  * large share of a target step, on the cost twins a small one (measured: commit c712845). */
 #define PROBE_MAX_SHARE 0.05
 /* How much faster than plain steps drafting must be expected to run for a 1-token price measured
- * once, early, to be trusted (it may run cold: sd_draft_costs_pass). Beyond the cold passes seen
- * (stories260K's 1.4x), below the cost twins' gain (2-3x). */
+ * once, early, to be trusted (it may run cold: sd_draft_costs_pass): above how much slower the
+ * cold passes seen ran (stories260K's), below the cost twins' gain (measured: commit 16f286b). */
 #define PROVISIONAL_MARGIN 1.5
 
 /* ---- costs -------------------------------------------------------------------------------- */
@@ -50,9 +50,9 @@ static void running_mean(double *mean, int *n, double x) {
 /* The first 1-token pass is provisional: the next one replaces it rather than joining its mean.
  * The first passes after a prefill run cold (the random Qwen2 zoo model drafting for itself: its
  * first passes of one and two tokens took far longer than warm ones, easing over a few passes;
- * stories260K's second pass 1.4x a warm one), and a cold 1-token price, counted, priced every
- * plain step for the rest of a generation that kept drafting (no plain round measures it again):
- * drafting slower than plain decoding looked like a gain (measured: commit aae2168). The
+ * stories260K's second pass too: commit 16f286b), and a cold 1-token price, counted, priced
+ * every plain step for the rest of a generation that kept drafting (no plain round measures it
+ * again): drafting slower than plain decoding looked like a gain (measured: commit aae2168). The
  * controller trusts it only where drafting wins by far (PROVISIONAL_MARGIN). A larger pass
  * measured cold errs the safe way (drafting looks dearer than it is, and every drafting round
  * measures it again), so its first one counts; its reference step (pass_at) is a counted one. */
@@ -230,9 +230,9 @@ static int adaptive_plan(sd_draft_ctl *c, int k_max) {
     /* Nothing measured of drafting (the draft step, a pass of more than one token): a round of
      * k_max drafts, as fixed k drafts it, proposed whatever the judgement (which would weigh them
      * by guesses: a pass cost linear in its tokens keeps a memory-bound target from ever
-     * drafting). A generation starts so: on the cost twins, a start of two plain steps and a
-     * round of one draft ran 32-token generations at 0.79 of fixed k's speed (measured: this
-     * commit). A pair whose drafting does not pay loses one round. */
+     * drafting). A generation starts so: a start of two plain steps and a round of one draft
+     * cost short generations on the cost twins much of fixed k's speed (measured: commit
+     * 16f286b). A pair whose drafting does not pay loses one round. */
     int multi = 0;
     for (int n = 2; n <= SD_DRAFT_COST_MAX_N; n++) multi |= k->t_pass[n] > 0;
     if ((steps && !(k->t_draft > 0)) || !multi) {
