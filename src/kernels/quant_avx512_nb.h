@@ -73,14 +73,15 @@ static inline __attribute__((always_inline)) void NBF(r16_step_q)(const uint8_t 
  * token an exact int32 sum over the sub-blocks of scale * dot and one of min * (sum of the
  * sub-block's activations) (dpwssd of (min, min') pairs by the record's bs32 pairs), then
  * acc = fma(float(sum), d * dx, acc) - float(msum) * (dmin * dx). Each 64-byte vector of a chunk
- * is loaded once for both of its sub-blocks (low nibbles: 2c, high: 2c + 1). Per token a
+ * is loaded once for both of its sub-blocks (low nibbles: 2c, high: 2c + 1; masks and a shift,
+ * not a GF(2) affine map, which shares dpbusd's pipes: commit 10fc9d8 for Q4_0). Per token a
  * sub-block's dot is one chain of 8 dpbusd (two chains of 4 for NB <= 2, where one per
  * sub-block would leave too few in flight). From 7 tokens the tokens go in two tiles, each
  * unpacking the chunk again from L1: one tile's chains beside every token's sums spilled. */
 static inline __attribute__((always_inline)) void NBF(r16_step_q4_k)(const uint8_t *const *G, const int S,
                                                                      int64_t nblk, const uint8_t *act, size_t xs,
                                                                      __m512 acc[][NB]) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), hi = _mm512_set1_epi64(GF_HI);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     const int64_t nsb = nblk / 8;
     enum { SPLIT = NB <= 2, TILE = NB <= 6 ? NB : (NB + 1) / 2 };
     NBF(zero_acc)(acc, S);
@@ -102,7 +103,7 @@ static inline __attribute__((always_inline)) void NBF(r16_step_q4_k)(const uint8
                     for (int k = 0; k < 8; k++) {
                         __m512i v = _mm512_loadu_si512(B + 320 + 512 * c + 64 * k);
                         __asm__("" : "+v"(v)); /* one load: GCC read v again as the AND's operand */
-                        const __m512i wl = _mm512_and_si512(v, m4), wh = _mm512_gf2p8affine_epi64_epi8(v, hi, 0);
+                        const __m512i wl = _mm512_and_si512(v, m4), wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                         for (int j = 0; j < j1 - j0; j++) {
                             const int8_t *aq = act_k_at(act, xs, j0 + j, sb)->q + 64 * c + 4 * k;
                             if (SPLIT && k >= 4) {
