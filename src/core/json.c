@@ -204,8 +204,6 @@ sd_status sd_json_obj(sd_json_ctx *c, const cJSON *obj, const char *key, int req
 
 /* ---- syntax ---- */
 
-/* A JSON syntax check that stops at the first offending byte and says what it expected
- * there (cJSON only reports roughly where it gave up). */
 /* One run of digits at p (at least one). */
 static const char *lex_digits(const char *p, const char *end, const char **what) {
     if (p >= end || *p < '0' || *p > '9') {
@@ -217,6 +215,7 @@ static const char *lex_digits(const char *p, const char *end, const char **what)
 }
 
 const char *sd_json_lex_number(const char *p, const char *end, const char **what) {
+    *what = NULL;
     if (p < end && *p == '-') p++;
     if (p < end && *p == '0') {
         p++;
@@ -238,6 +237,7 @@ const char *sd_json_lex_number(const char *p, const char *end, const char **what
 
 const char *sd_json_lex_word(const char *p, const char *end, const char *w, const char **what) {
     const size_t n = strlen(w);
+    *what = NULL;
     if ((size_t)(end - p) < n || memcmp(p, w, n) != 0) {
         *what = "a value";
         return p;
@@ -245,6 +245,8 @@ const char *sd_json_lex_word(const char *p, const char *end, const char *w, cons
     return p + n;
 }
 
+/* A JSON syntax check that stops at the first offending byte and says what it expected
+ * there (cJSON only reports roughly where it gave up). */
 typedef struct {
     const char *p, *end;
     const char *what;
