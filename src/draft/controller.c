@@ -288,7 +288,8 @@ int sd_draft_ctl_plan(sd_draft_ctl *c, const sd_spec_params *p, const sd_draft_c
     c->p_min = p->p_min;
     c->greedy = !(p->sampling.temperature > 0);
     c->costs = costs;
-    if (costs) fitted(costs, c->fit); /* once a round: the judge prices passes many times a proposal */
+    /* once a round, for the adaptive judge (the only one that prices passes, many times a proposal) */
+    if (costs && p->draft_mode == SD_DRAFT_ADAPTIVE) fitted(costs, c->fit);
     c->others_n = in->others_n;
     c->others_e = in->others_e;
     c->others_t = in->others_t;

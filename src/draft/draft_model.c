@@ -54,8 +54,8 @@ static sd_status feed(model_drafter *md, const int32_t *tokens, int n) {
 }
 
 /* Keeps the longest prefix of the cache that the history shares (fed[0..c) is known to be
- * shared; at most n_hist - 1 tokens are kept, so that the last history token is fed and gives
- * the logits to draft from), then feeds the rest of the history. */
+ * shared), then feeds the rest of the history; for `logits` at most n_hist - 1 tokens are kept,
+ * so that the last history token is fed and gives the logits to draft from. */
 static sd_status check_hist(const model_drafter *md, int n_hist) {
     if (n_hist < 1) return sd_fail(SD_ERR_INVALID_ARG, "drafter: empty history");
     if (n_hist > sd_context_n_ctx(md->ctx))
@@ -65,21 +65,21 @@ static sd_status check_hist(const model_drafter *md, int n_hist) {
 }
 
 /* ... and *n_fed_out: the tokens it fed. */
-static sd_status sync_from(model_drafter *md, const int32_t *hist, int n_hist, int c, int *n_fed_out) {
+static sd_status sync_from(model_drafter *md, const int32_t *hist, int n_hist, int c, int logits, int *n_fed_out) {
     *n_fed_out = 0;
-    sd_status st = check_hist(md, n_hist);
+    sd_status st = logits ? check_hist(md, n_hist) : SD_OK; /* without: a checked history's prefix */
     if (st != SD_OK) return st;
     while (c < md->n_fed && c < n_hist && md->fed[c] == hist[c]) c++;
-    if (c == n_hist && md->n_fed == n_hist && md->have_logits) {
+    if (c == n_hist && md->n_fed == n_hist && (md->have_logits || !logits)) {
         md->synced = c;
-        return SD_OK; /* already there, logits in hand */
+        return SD_OK; /* already there (with logits in hand, where they are needed) */
     }
-    if (c > n_hist - 1) c = n_hist - 1;
+    if (logits && c > n_hist - 1) c = n_hist - 1;
     if ((st = sd_context_seq_truncate(md->ctx, md->seq, c)) != SD_OK) return st;
     md->n_fed = c;
     md->have_logits = 0;
     md->synced = c;
-    if ((st = feed(md, hist + c, n_hist - c)) != SD_OK) return st;
+    if (c < n_hist && (st = feed(md, hist + c, n_hist - c)) != SD_OK) return st;
     md->synced = n_hist;
     *n_fed_out = n_hist - c;
     return SD_OK;
@@ -92,15 +92,8 @@ static sd_status sync_from(model_drafter *md, const int32_t *hist, int n_hist, i
 static sd_status md_sync(sd_drafter *d, const int32_t *hist, int n_hist) {
     model_drafter *md = d->impl;
     sd_status st = check_hist(md, n_hist);
-    if (st != SD_OK) return st;
-    int c = 0;
-    while (c < md->n_fed && c < n_hist - 1 && md->fed[c] == hist[c]) c++;
-    if ((st = sd_context_seq_truncate(md->ctx, md->seq, c)) != SD_OK) return st;
-    md->n_fed = md->synced = c;
-    md->have_logits = 0;
-    if (c < n_hist - 1 && (st = feed(md, hist + c, n_hist - 1 - c)) != SD_OK) return st;
-    md->synced = n_hist - 1;
-    return SD_OK;
+    int n_fed;
+    return st != SD_OK ? st : sync_from(md, hist, n_hist - 1, 0, 0, &n_fed);
 }
 
 /* The logits in hand restricted/padded to the target's vocabulary into md->row, with the
@@ -172,7 +165,7 @@ static sd_status md_draft(sd_drafter *d, sd_draft_req *r) {
     /* The history extends the last one: its first `synced` tokens are the cache's. */
     int c = md->synced < md->n_fed ? md->synced : md->n_fed;
     r->n_steps = 0;
-    sd_status st = sync_from(md, r->hist, r->n_hist, c < r->n_hist ? c : r->n_hist, &r->n_synced);
+    sd_status st = sync_from(md, r->hist, r->n_hist, c < r->n_hist ? c : r->n_hist, 1, &r->n_synced);
     if (st != SD_OK) return st;
     r->n_steps = r->n_synced > 0;
     /* Drafts go into the cache too (all but the last); the next sync keeps those accepted. */
@@ -398,7 +391,7 @@ static sd_status md_draft_tree(sd_drafter *d, sd_draft_tree_req *r) {
         return sd_fail(SD_ERR_INVALID_ARG, "drafter: a sampled tree needs room for its distributions (q)");
     int c0 = md->synced < md->n_fed ? md->synced : md->n_fed;
     int n_synced;
-    sd_status st = sync_from(md, r->hist, r->n_hist, c0 < r->n_hist ? c0 : r->n_hist, &n_synced);
+    sd_status st = sync_from(md, r->hist, r->n_hist, c0 < r->n_hist ? c0 : r->n_hist, 1, &n_synced);
     if (st != SD_OK) return st;
     const int base = md->n_fed; /* the history; tree rows go after it and are dropped */
     const int width = r->width < 1 ? 1 : r->width;
