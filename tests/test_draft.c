@@ -591,6 +591,46 @@ static void test_adaptive_start(void **state) {
     sd_model_free(t);
 }
 
+/* The 1-token price of a target that streams its weights is waited for: after the first round
+ * (drafting measured), rounds draft k unjudged as it did, except that an unsure first proposal is
+ * not made (its round's pass is one token: the price), for a few rounds before a plain step; a
+ * target inside the caches takes the plain step at once, and once the price is known rounds are
+ * judged again. */
+static void test_t1_wait(void **state) {
+    (void)state;
+    sd_spec_params p = sd_spec_default_params();
+    p.draft_max = 6;
+    p.draft_mode = SD_DRAFT_ADAPTIVE;
+    const sd_draft_round_in in = {1000, 1000, 1, 0, 0, 0};
+    for (int streamed = 0; streamed <= 1; streamed++) {
+        sd_draft_ctl c;
+        sd_draft_costs cs;
+        sd_draft_ctl_init(&c);
+        sd_draft_costs_init(&cs);
+        cs.streamed = streamed;
+        assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 6); /* the first round: measures */
+        sd_draft_costs_pass(&cs, 7, 1.2);
+        sd_draft_costs_draft(&cs, 6, 0.6);
+        int waits = 0;
+        while (sd_draft_ctl_plan(&c, &p, &cs, &in) == 6 && waits < 64) {
+            waits++;
+            /* sure first proposals are made and every one after them, unjudged; an unsure first is not */
+            assert_int_equal(sd_draft_ctl_judge(&c.base, 0, 0, 0.9f), SD_DRAFT_MORE);
+            for (int i = 1; i < 5; i++) assert_int_equal(sd_draft_ctl_judge(&c.base, 0, i, 0.01f), SD_DRAFT_MORE);
+            assert_int_equal(sd_draft_ctl_judge(&c.base, 0, 5, 0.01f), SD_DRAFT_LAST);
+            assert_int_equal(sd_draft_ctl_judge(&c.base, 0, 0, 0.05f), SD_DRAFT_STOP);
+        }
+        printf("  streamed %d: %d rounds waited for an unsure first proposal, then a plain step\n", streamed, waits);
+        if (streamed) assert_in_range(waits, 2, 16);
+        else assert_int_equal(waits, 0);
+        /* the price measured (the stopped round's pass, or the plain step): judged rounds */
+        sd_draft_costs_pass(&cs, 1, 1.0);
+        sd_draft_costs_pass(&cs, 1, 1.0);
+        assert_int_equal(sd_draft_ctl_plan(&c, &p, &cs, &in), 6);
+        assert_int_equal(c.measuring, SD_CTL_JUDGED);
+    }
+}
+
 /* ---- the n-gram drafter ---------------------------------------------------------------------- */
 
 /* Brute force: the continuation of the most recent earlier match of the longest n-gram. */
@@ -728,6 +768,7 @@ int main(void) {
         cmocka_unit_test(test_batch_switch),
         cmocka_unit_test(test_policies_lossless),
         cmocka_unit_test(test_adaptive_start),
+        cmocka_unit_test(test_t1_wait),
         cmocka_unit_test(test_ngram_matches_brute_force),
         cmocka_unit_test(test_ngram_engine),
     };

@@ -742,6 +742,8 @@ typedef struct {
     int top_k;
     float top_p;
     float min_p, presence, frequency, repetition; /* 0 0 0 0: none (repetition 0 means 1) */
+    int wait_t1; /* adaptive, the 1-token price unknown and the target streamed: every round waits
+                    for an unsure first proposal (which it does not make) to measure it */
 } ex_cfg;
 
 static sd_spec_params ex_params(const exact_setup *e, const ex_cfg *c) {
@@ -756,6 +758,10 @@ static sd_spec_params ex_params(const exact_setup *e, const ex_cfg *c) {
     p.costs.given = 1;
     for (int n = 1; n <= SD_DRAFT_COST_MAX_N; n++) p.costs.t_pass[n] = 1 + 0.2 * (n - 1);
     p.costs.t_draft = 0.1;
+    if (c->wait_t1) {
+        p.costs.t_pass[1] = 0;
+        p.costs.streamed = 1;
+    }
     return p;
 }
 
@@ -905,26 +911,30 @@ static void test_sampling_exact_every_drafter(void **state) {
     omp_set_num_threads(1); /* the contexts made below: n_threads 0 takes it */
     const sd_sampling_mode R = SD_SAMPLING_REJECTION, C = SD_SAMPLING_COUPLED;
     static const ex_cfg cfgs[] = {
-        {"plain", 0, 0, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f, 0, 0, 0, 0},
-        {"model, adaptive", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f, 0, 0, 0, 0},
-        {"model, adaptive", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f, 0, 0, 0, 0},
-        {"model, adaptive, top-k 6 top-p 0.9", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 0.8f, 6, 0.9f, 0, 0, 0, 0},
-        {"model, p_min 0.3", 1, 0, SD_DRAFT_PMIN, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f, 0, 0, 0, 0},
-        {"model, p_min 0.3, top-p 0.9", 1, 0, SD_DRAFT_PMIN, 2, 0, SD_SAMPLING_COUPLED, 1.2f, 0, 0.9f, 0, 0, 0, 0},
-        {"model, fixed", 1, 0, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f, 0, 0, 0, 0},
-        {"model, tree of 6", 1, 0, SD_DRAFT_FIXED, 2, 6, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f, 0, 0, 0, 0},
-        {"ngram, fixed", 0, 1, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f, 0, 0, 0, 0},
-        {"ngram, adaptive", 0, 1, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f, 0, 0, 0, 0},
-        {"ngram + model, adaptive", 1, 1, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f, 0, 0, 0, 0},
-        {"ngram + model, p_min, top-k 8", 1, 1, SD_DRAFT_PMIN, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 8, 1.0f, 0, 0, 0, 0},
+        {"plain", 0, 0, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f, 0, 0, 0, 0, 0},
+        {"model, adaptive", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f, 0, 0, 0, 0, 0},
+        {"model, adaptive", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f, 0, 0, 0, 0, 0},
+        {"model, adaptive, top-k 6 top-p 0.9", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 0.8f, 6, 0.9f, 0, 0, 0, 0, 0},
+        {"model, adaptive, 1-token price unknown", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 0.6f, 0, 1.0f, 0,
+         0, 0, 0, 1},
+        {"model, adaptive, 1-token price unknown", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_COUPLED, 0.6f, 0, 1.0f, 0, 0,
+         0, 0, 1},
+        {"model, p_min 0.3", 1, 0, SD_DRAFT_PMIN, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f, 0, 0, 0, 0, 0},
+        {"model, p_min 0.3, top-p 0.9", 1, 0, SD_DRAFT_PMIN, 2, 0, SD_SAMPLING_COUPLED, 1.2f, 0, 0.9f, 0, 0, 0, 0, 0},
+        {"model, fixed", 1, 0, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f, 0, 0, 0, 0, 0},
+        {"model, tree of 6", 1, 0, SD_DRAFT_FIXED, 2, 6, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f, 0, 0, 0, 0, 0},
+        {"ngram, fixed", 0, 1, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f, 0, 0, 0, 0, 0},
+        {"ngram, adaptive", 0, 1, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 0, 1.0f, 0, 0, 0, 0, 0},
+        {"ngram + model, adaptive", 1, 1, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f, 0, 0, 0, 0, 0},
+        {"ngram + model, p_min, top-k 8", 1, 1, SD_DRAFT_PMIN, 2, 0, SD_SAMPLING_COUPLED, 1.0f, 8, 1.0f, 0, 0, 0, 0, 0},
         {"model, adaptive, min-p 0.1, penalties", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f,
-         0.1f, 0.4f, 0.3f, 1.5f},
+         0.1f, 0.4f, 0.3f, 1.5f, 0},
         {"model, fixed, repetition 2, frequency 1", 1, 0, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_COUPLED, 0.9f, 0, 0.95f, 0.0f,
-         0.0f, 1.0f, 2.0f},
+         0.0f, 1.0f, 2.0f, 0},
         {"ngram + model, presence -0.5, min-p", 1, 1, SD_DRAFT_FIXED, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f,
-         0.05f, -0.5f, 0.0f, 0.0f},
+         0.05f, -0.5f, 0.0f, 0.0f, 0},
         {"model, tree of 6, penalties", 1, 0, SD_DRAFT_FIXED, 2, 6, SD_SAMPLING_REJECTION, 1.0f, 0, 1.0f, 0.0f, 0.5f, 0.5f,
-         1.3f},
+         1.3f, 0},
     };
     (void)R;
     (void)C;
@@ -964,7 +974,7 @@ static void test_sampling_exact_every_drafter(void **state) {
     }
     /* two sequences stepped in one batch, kept across generations */
     const ex_cfg both = {"two slots in one batch, adaptive", 1, 0, SD_DRAFT_ADAPTIVE, 2, 0, SD_SAMPLING_REJECTION, 1.0f, 0,
-                         1.0f, 0, 0, 0, 0};
+                         1.0f, 0, 0, 0, 0, 0};
     e.sp = sd_sampler_default_params();
     e.sp.temperature = 1.0f;
     exact_joint(&e);

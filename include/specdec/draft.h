@@ -59,6 +59,8 @@ typedef struct {
     double ref1[SD_DRAFT_COST_MAX_N + 1];   /* t_pass[1] when t_pass[n] last moved (0: unknown then):
                                                a larger pass is weighed by its ratio to one step */
     int given; /* 1: set by the caller (reproducible runs, tests): never measured or updated */
+    int streamed; /* the target's weights are more than the CPU's caches (CPUID): each pass streams
+                     them, and one of a few tokens costs about a step (set at creation, not measured) */
 } sd_draft_costs;
 
 /* One round's request and its answer. */

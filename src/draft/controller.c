@@ -37,6 +37,17 @@
  * once, early, to be trusted (it may run cold: sd_draft_costs_pass): above how much slower the
  * cold passes seen ran (stories260K's), below the cost twins' gain (measured: commit 16f286b). */
 #define PROVISIONAL_MARGIN 1.5
+/* While the 1-token price is unknown, a target that streams its weights (sd_draft_costs.streamed)
+ * drafts up to T1_WAIT_ROUNDS more rounds as the first one, except that a first proposal expected
+ * to be accepted less often than UNSURE_FIRST is not made: that round's pass of one token
+ * measures the price where the round would have emitted little more than that token anyway.
+ * Only then a plain step, whose pass is the price too, but which cost a round of drafts wherever
+ * it fell: on the cost twins, 32-token generations ran 0.89 of fixed k's speed with it right
+ * after the first round. A target inside the caches takes the plain step at once: its pass grows
+ * with its tokens (a random Qwen2 drafting for itself: 7 tokens 5.7 steps), so rounds of k
+ * drafts, confident as a self-draft's are, ran it at 0.73x plain speed. */
+#define T1_WAIT_ROUNDS 8
+#define UNSURE_FIRST 0.5
 
 /* ---- costs -------------------------------------------------------------------------------- */
 
@@ -236,12 +247,20 @@ static int adaptive_plan(sd_draft_ctl *c, int k_max) {
     int multi = 0;
     for (int n = 2; n <= SD_DRAFT_COST_MAX_N; n++) multi |= k->t_pass[n] > 0;
     if ((steps && !(k->t_draft > 0)) || !multi) {
-        c->measuring = 1;
+        c->measuring = SD_CTL_MEASURE_ALL;
         return k_max;
     }
-    /* then a plain step: the 1-token pass everything is weighed against (a round shared by
-     * several sequences has it measured first: batch.c) */
-    if (!(k->t_pass[1] > 0)) return 0;
+    /* then the 1-token pass everything is weighed against: a round that meets an unsure first
+     * proposal, else a plain step (a round shared by several sequences has it measured first:
+     * batch.c) */
+    if (!(k->t_pass[1] > 0)) {
+        if (steps && k->streamed && c->t1_wait < T1_WAIT_ROUNDS) {
+            c->t1_wait++;
+            c->measuring = SD_CTL_MEASURE_ONE_UNSURE;
+            return k_max;
+        }
+        return 0;
+    }
     /* Does even one draft pay? Its acceptance before seeing it: the first position's record. */
     const double first = c->first_tried > 0 ? (c->first_acc + PRIOR_N * 0.5) / (c->first_tried + PRIOR_N) : 0.5;
     /* From plain rounds, drafting must pay by a margin: near break-even, costs measured a round
@@ -276,7 +295,7 @@ static int adaptive_plan(sd_draft_ctl *c, int k_max) {
     if (++c->plain_run >= c->explore_every) {
         c->plain_run = 0;
         c->probing = 1;
-        c->measuring = 1; /* a probe measures: proposed whatever its confidence */
+        c->measuring = SD_CTL_MEASURE_ALL; /* a probe measures: proposed whatever its confidence */
         return 1;
     }
     return 0;
@@ -296,7 +315,7 @@ int sd_draft_ctl_plan(sd_draft_ctl *c, const sd_spec_params *p, const sd_draft_c
     c->cum = 1;
     c->e = 1;
     c->pass_base = 0;
-    c->measuring = 0;
+    c->measuring = SD_CTL_JUDGED;
     int k = p->draft_max;
     if (k > in->room) k = in->room;
     if (k > in->share) k = in->share;
@@ -313,7 +332,9 @@ sd_draft_verdict sd_draft_ctl_judge(sd_draft_policy *policy, int source, int i, 
     if (c->mode == SD_DRAFT_FIXED) return SD_DRAFT_MORE;
     if (c->mode == SD_DRAFT_PMIN) return conf < c->p_min ? SD_DRAFT_STOP : SD_DRAFT_MORE;
     if (source < 0 || source >= SD_DRAFT_MAX_SOURCES) source = 0;
-    if (c->measuring) /* the round's proposals, there to be measured */
+    if (c->measuring == SD_CTL_MEASURE_ONE_UNSURE && i == 0 && accept_est(c, source, conf) < UNSURE_FIRST)
+        return SD_DRAFT_STOP;
+    if (c->measuring != SD_CTL_JUDGED) /* the round's proposals, there to be measured */
         return i + 1 >= c->k_round ? SD_DRAFT_LAST : SD_DRAFT_MORE;
     /* adaptive: propose it unless verifying it, with or without more after it, lowers the round's
      * expected rate (the draft step that produced its distribution is spent either way) */

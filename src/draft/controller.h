@@ -16,6 +16,14 @@
 
 #define SD_CTL_BINS 10
 
+/* How a round's proposals are made when it measures costs rather than judging them. */
+typedef enum {
+    SD_CTL_JUDGED = 0,       /* judged (or fixed / p_min): not a measuring round */
+    SD_CTL_MEASURE_ALL,      /* every proposal up to the round's most, unjudged */
+    SD_CTL_MEASURE_ONE_UNSURE /* the same, but an unsure first proposal is not made: the round's
+                                 pass is then one token, the price everything is weighed against */
+} sd_ctl_measure;
+
 /* One sequence's controller: what it has learned of its drafter's proposals, and the round in
  * progress. A sequence keeps it across generations (a server slot's drafts stay as reliable). */
 typedef struct {
@@ -31,7 +39,8 @@ typedef struct {
     int explore_every;             /* plain rounds between probes (doubles while they fail) */
     int probing;                   /* the last round was a probe */
     int plain_last;                /* the last judgement found drafting not to pay (adaptive) */
-    int measuring;                 /* this round's one proposal is made to measure costs, unjudged */
+    sd_ctl_measure measuring;      /* this round's proposals are made to measure costs, unjudged */
+    int t1_wait;                   /* rounds that waited for an unsure first proposal */
     unsigned stepping;             /* bit s: source s's proposals each cost a draft step (the
                                       drafter's sd_drafter.stepping; init: every source) */
     /* the round in progress (sd_draft_ctl_plan sets them) */

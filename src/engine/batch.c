@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "core/io.h"
+#include "specdec/cpu.h"
+#include "specdec/model.h"
 #include "engine/internal.h"
 
 /* Engines whose model drafters draft in one lockstep group at most. */
@@ -17,6 +19,16 @@ sd_spec_batch_params sd_spec_batch_default_params(void) {
     return p;
 }
 
+/* Whether the target's weights are more than the caches its threads use (L3 and each thread's
+ * L2, from CPUID; unknown sizes: no): a pass reading them in order then streams them all from
+ * memory, as the caches evict each line before the next pass reads it again. */
+static int target_streams(const sd_context *target) {
+    size_t l2, l3;
+    if (sd_cpu_caches_cpuid(&l2, &l3) < 1) return 0;
+    const double caches = (double)l3 + (double)l2 * sd_context_n_threads(target);
+    return (double)sd_model_weight_bytes(sd_context_model(target)) > caches;
+}
+
 sd_status sd_spec_batch_create(sd_context *target, const sd_spec_batch_params *p, sd_spec_batch **out) {
     *out = NULL;
     if (!target) return sd_fail(SD_ERR_INVALID_ARG, "batch: no target context");
@@ -26,6 +38,7 @@ sd_status sd_spec_batch_create(sd_context *target, const sd_spec_batch_params *p
     b->p = p ? *p : sd_spec_batch_default_params();
     if (b->p.max_batch <= 0) b->p.max_batch = 256;
     sd_draft_costs_init(&b->costs);
+    b->costs.streamed = target_streams(target);
     sd_status st = sd_verify_round_create(target, &b->round);
     if (st == SD_OK && b->p.draft_switch) st = sd_draft_switch_init(&b->sw, b->p.max_batch);
     if (st != SD_OK) {
