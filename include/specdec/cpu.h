@@ -44,4 +44,25 @@ int sd_cpu_threads(int n);
  * Returns the number of the two levels found. */
 int sd_cpu_caches_cpuid(size_t *l2, size_t *l3);
 
+/* Sizes in bytes of a CPU's level-2 and level-3 caches from its Linux sysfs cache directory
+ * (DIR/indexN/level, type and size, e.g. /sys/devices/system/cpu/cpu0/cache): unified or data
+ * caches only; a size is "1024K", "32M" or plain bytes. 0 where a level is absent or
+ * unreadable. Returns the number of the two levels found. */
+int sd_cache_sizes_sysfs(const char *dir, size_t *l2, size_t *l3);
+
+/* Where cache sizes came from: nowhere trustworthy, the kernel's sysfs entries, or the CPU's
+ * cache-description leaves (CPUID 4 on Intel, 0x8000001D on AMD). */
+typedef enum { SD_CACHES_UNKNOWN, SD_CACHES_SYSFS, SD_CACHES_CPUID } sd_cache_source;
+const char *sd_cache_source_name(sd_cache_source s); /* "unknown", "sysfs", "CPUID" */
+
+/* Bytes of last-level cache plus the L2 of `threads` cores, the most weights that can stay
+ * cached between decode steps, from the sysfs directory dir (DIR/indexN, as above) when it
+ * gives both levels, else (when cpuid) from CPUID when it gives an L3, else 0: unknown. Never
+ * glibc's sysconf, which on AMD EPYC guests reads the legacy leaf 0x80000006 that the
+ * hypervisor fills with 320-508 MiB of L3 (so a 438 MB model "fit in the caches"), nor a guess.
+ * *src (may be NULL) says which. sd_cache_bytes: /sys/devices/system/cpu/cpu0/cache, then CPUID,
+ * read once per process. */
+double sd_cache_bytes_from(const char *dir, int cpuid, int threads, sd_cache_source *src);
+double sd_cache_bytes(int threads, sd_cache_source *src);
+
 #endif

@@ -19,14 +19,12 @@ sd_spec_batch_params sd_spec_batch_default_params(void) {
     return p;
 }
 
-/* Whether the target's weights are more than the caches its threads use (L3 and each thread's
- * L2, from CPUID; no L3 described: unknown, so no): a pass reading them in order then streams
- * them all from memory, as the caches evict each line before the next pass reads it again. */
+/* Whether the target's weights are more than the caches its threads use (sd_cache_bytes, as
+ * bench-decode reports them; unknown: no): a pass reading them in order then streams them all
+ * from memory, as the caches evict each line before the next pass reads it again. */
 static int target_streams(const sd_context *target) {
-    size_t l2, l3;
-    if (sd_cpu_caches_cpuid(&l2, &l3) < 1 || l3 == 0) return 0;
-    const double caches = (double)l3 + (double)l2 * sd_context_n_threads(target);
-    return (double)sd_model_weight_bytes(sd_context_model(target)) > caches;
+    const double caches = sd_cache_bytes(sd_context_n_threads(target), NULL);
+    return caches > 0 && (double)sd_model_weight_bytes(sd_context_model(target)) > caches;
 }
 
 sd_status sd_spec_batch_create(sd_context *target, const sd_spec_batch_params *p, sd_spec_batch **out) {

@@ -1,7 +1,9 @@
 /* What this CPU runs (CPUID and XGETBV), the choice of the kernels' path once at first use
- * (the best, or SPECDEC_ISA's), and the cache sizes CPUID reports. */
+ * (the best, or SPECDEC_ISA's), and the cache sizes (sysfs, else CPUID; read once). */
+#include <ctype.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,4 +238,75 @@ int sd_cpu_caches_cpuid(size_t *l2, size_t *l3) {
     }
 #endif
     return (*l2 > 0) + (*l3 > 0);
+}
+
+/* ---------------------------------------------------------------- cache sizes: sysfs, else CPUID */
+
+/* The first line of DIR/NAME into buf (newline stripped); 0, or -1 when unreadable. */
+static int read_line(const char *dir, const char *name, char *buf, size_t cap) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path) return -1;
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    const int ok = fgets(buf, (int)cap, f) != NULL;
+    fclose(f);
+    if (!ok) return -1;
+    buf[strcspn(buf, "\r\n")] = 0;
+    return 0;
+}
+
+/* "32768K", "32M", "1G" or bytes; 0 for anything else. */
+static size_t parse_cache_size(const char *s) {
+    if (!isdigit((unsigned char)*s)) return 0;
+    char *end;
+    const unsigned long long v = strtoull(s, &end, 10);
+    const int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+    if (shift) end++;
+    if (*end || v == 0 || v > (SIZE_MAX >> 30)) return 0;
+    return (size_t)v << shift;
+}
+
+int sd_cache_sizes_sysfs(const char *dir, size_t *l2, size_t *l3) {
+    *l2 = *l3 = 0;
+    for (int i = 0; i < 16; i++) {
+        char idx[4200], level[16], type[32], size[32];
+        snprintf(idx, sizeof idx, "%s/index%d", dir, i);
+        if (read_line(idx, "level", level, sizeof level) || read_line(idx, "type", type, sizeof type) ||
+            read_line(idx, "size", size, sizeof size))
+            continue;
+        if (strcmp(type, "Unified") != 0 && strcmp(type, "Data") != 0) continue;
+        size_t *dst = !strcmp(level, "2") ? l2 : !strcmp(level, "3") ? l3 : NULL;
+        if (dst && !*dst) *dst = parse_cache_size(size);
+    }
+    return (*l2 > 0) + (*l3 > 0);
+}
+
+const char *sd_cache_source_name(sd_cache_source s) {
+    return s == SD_CACHES_SYSFS ? "sysfs" : s == SD_CACHES_CPUID ? "CPUID" : "unknown";
+}
+
+double sd_cache_bytes_from(const char *dir, int cpuid, int threads, sd_cache_source *src) {
+    size_t l2 = 0, l3 = 0;
+    sd_cache_source s = SD_CACHES_UNKNOWN;
+    if (sd_cache_sizes_sysfs(dir, &l2, &l3) == 2) s = SD_CACHES_SYSFS;
+    else if (cpuid && sd_cpu_caches_cpuid(&l2, &l3) > 0 && l3 > 0) s = SD_CACHES_CPUID;
+    if (src) *src = s;
+    return s == SD_CACHES_UNKNOWN ? 0 : (double)l3 + (double)l2 * threads;
+}
+
+/* This machine's sizes, read once per process: the draft controller asks at every engine's
+ * creation (batch.c), and test_spec creates thousands. */
+static pthread_once_t g_caches_once = PTHREAD_ONCE_INIT;
+static double g_l3, g_l2;
+static sd_cache_source g_caches_src;
+
+static void caches_once(void) {
+    g_l3 = sd_cache_bytes_from("/sys/devices/system/cpu/cpu0/cache", 1, 0, &g_caches_src);
+    g_l2 = sd_cache_bytes_from("/sys/devices/system/cpu/cpu0/cache", 1, 1, NULL) - g_l3;
+}
+
+double sd_cache_bytes(int threads, sd_cache_source *src) {
+    pthread_once(&g_caches_once, caches_once);
+    if (src) *src = g_caches_src;
+    return g_caches_src == SD_CACHES_UNKNOWN ? 0 : g_l3 + g_l2 * threads;
 }
