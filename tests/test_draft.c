@@ -464,7 +464,8 @@ static void test_provisional_step(void **state) {
 }
 
 /* The batch switch (a server's rounds of several slots): it measures both modes for each batch
- * size, takes the faster, tries the other now and then, waiting twice as long after each try that
+ * size, takes the faster (drafting only where it is faster beyond its rounds' noise), tries the
+ * other now and then, waiting twice as long after each try that
  * changes nothing, and starts the wait over when one does; a batch of one always may draft. */
 static void test_batch_switch(void **state) {
     (void)state;
@@ -476,7 +477,7 @@ static void test_batch_switch(void **state) {
     int allowed_first = 0, plain_then = 0;
     for (int r = 0; r < 8; r++) {
         allowed_first += sd_draft_switch_allow(&w, 4);
-        sd_draft_switch_record(&w, 4, 1, 4 * 1.7, 5.0); /* drafting: slower per token here */
+        sd_draft_switch_record(&w, 4, 1, 4 * 0.9, 1.05); /* drafting: slower per token here, a little */
     }
     for (int r = 0; r < 8; r++) {
         plain_then += !sd_draft_switch_allow(&w, 4);
@@ -489,7 +490,7 @@ static void test_batch_switch(void **state) {
     for (int r = 0; r < 600 && n_tries < 6; r++) {
         const int a = sd_draft_switch_allow(&w, 4);
         if (a) tries[n_tries++] = r;
-        sd_draft_switch_record(&w, 4, a, a ? 4 * 1.7 : 4, a ? 5.0 : 1.0);
+        sd_draft_switch_record(&w, 4, a, a ? 4 * 0.9 : 4, a ? 1.05 : 1.0);
     }
     printf("  plain faster at 4 slots: drafting tried at rounds %d, %d, %d, %d, %d\n", tries[0], tries[1], tries[2],
            tries[3], tries[4]);
@@ -498,6 +499,53 @@ static void test_batch_switch(void **state) {
     assert_int_equal(tries[1] - tries[0], 32);
     assert_int_equal(tries[2] - tries[1], 64);
     assert_int_equal(tries[3] - tries[2], 128);
+    /* a try that costs much waits longer: one that takes 2.51 s beyond its tokens' worth of plain
+     * rounds (4.5 tokens in 4.01 s against 3 tokens a second) costs its 2% of the rounds only
+     * after 125.5 rounds; then the wait doubles as before, up to 512 */
+    for (int r = 0; r < 16; r++) {
+        const int a = sd_draft_switch_allow(&w, 3);
+        sd_draft_switch_record(&w, 3, a, a ? 4.5 : 3, a ? 4.01 : 1.0);
+    }
+    n_tries = 0;
+    for (int r = 0; r < 1500 && n_tries < 5; r++) {
+        const int a = sd_draft_switch_allow(&w, 3);
+        if (a) tries[n_tries++] = r;
+        sd_draft_switch_record(&w, 3, a, a ? 4.5 : 3, a ? 4.01 : 1.0);
+    }
+    printf("  costly tries at 3 slots: drafting tried at rounds %d, %d, %d, %d, %d\n", tries[0], tries[1], tries[2],
+           tries[3], tries[4]);
+    assert_int_equal(n_tries, 5);
+    assert_int_equal(tries[0], 15);
+    assert_int_equal(tries[1] - tries[0], 126);
+    assert_int_equal(tries[2] - tries[1], 252);
+    assert_int_equal(tries[3] - tries[2], 504);
+    assert_int_equal(tries[4] - tries[3], 512);
+    /* A mode's rate is its tokens over its seconds (not the mean of its rounds' rates, which favours
+     * the short rounds), and drafting is taken only where it beats plain rounds by more than the
+     * spread of its rounds allows for: plain rounds 6 tokens in 1 s; drafting rounds alternate
+     * between two outcomes (tokens, seconds). */
+    static const struct {
+        double tok[2], sec[2];
+        int drafting; /* the verdict after 8 rounds of each */
+    } noisy[] = {
+        {{3, 20}, {0.25, 4.0}, 0}, /* rates 12 and 5: their mean 8.5, but 23 tokens in 4.25 s = 5.4 */
+        {{10, 6}, {1.0, 1.6}, 0},  /* 16 tokens in 2.6 s = 6.15: within the rounds' noise */
+        {{14, 10}, {1.0, 1.0}, 1}, /* 12 a second, spread 2: twice plain's rate, clearly */
+    };
+    for (int c = 0; c < 3; c++) {
+        const int batch = 5 + c;
+        for (int r = 0; r < 8; r++) {
+            assert_int_equal(sd_draft_switch_allow(&w, batch), 1);
+            sd_draft_switch_record(&w, batch, 1, noisy[c].tok[r % 2], noisy[c].sec[r % 2]);
+        }
+        for (int r = 0; r < 8; r++) {
+            assert_int_equal(sd_draft_switch_allow(&w, batch), 0);
+            sd_draft_switch_record(&w, batch, 0, 6, 1.0);
+        }
+        printf("  %d slots, drafting rounds %.0f/%.2f and %.0f/%.2f against plain 6/1: %s\n", batch, noisy[c].tok[0],
+               noisy[c].sec[0], noisy[c].tok[1], noisy[c].sec[1], noisy[c].drafting ? "drafting" : "plain");
+        assert_int_equal(sd_draft_switch_allow(&w, batch), noisy[c].drafting);
+    }
     /* other batch sizes keep their own figures */
     assert_int_equal(sd_draft_switch_allow(&w, 2), 1);
     sd_draft_switch_record(&w, 9, 1, 1, 1); /* beyond the table: ignored */

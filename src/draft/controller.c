@@ -425,6 +425,22 @@ void sd_draft_ctl_record(sd_draft_ctl *c, int source, const float *conf, int n_d
 #define SWITCH_EXPLORE 16
 #define SWITCH_EXPLORE_MAX 512
 #define SWITCH_WINDOW 20
+/* Drafting is taken only where its rate beats plain rounds' by SWITCH_Z standard errors of the
+ * difference (from the rounds' spread): plain rounds are the safe side, and drafting rounds' rates
+ * scatter widely (a round may accept all its drafts or none). At 8 busy slots on the cost twins
+ * (Zen 4) drafting rounds ran 0.87-1.09 of plain ones' rate from one server's life to another's,
+ * a round's rate 330-550 tokens/s beside plain rounds' 470-500, and the plain comparison of the
+ * means of rates took drafting in 24-44% of fresh servers' rounds, at 0.94-0.98x plain serving
+ * (measured: the commit adding SWITCH_Z). */
+#define SWITCH_Z 1.5
+/* A try of the losing mode may cost at most this share of the rounds until the next: the wait
+ * after a try that changed nothing is at least its loss (its time less its tokens at the best
+ * mode's rate) over this share of a best round's time, and at least twice the last wait. At 8 busy
+ * slots on the cost twins (Zen 4) a try of drafting after 15-96 plain rounds took 20-82 ms for
+ * 9-29 tokens, against 16.6 ms for 8 in a plain round: the draft model catches up on every token
+ * since the last drafting round, and the pass turns compute-bound (measured: the commit adding
+ * SWITCH_BUDGET). */
+#define SWITCH_BUDGET 0.02
 
 sd_status sd_draft_switch_init(sd_draft_switch *w, int max_batch) {
     memset(w, 0, sizeof *w);
@@ -439,17 +455,32 @@ void sd_draft_switch_free(sd_draft_switch *w) {
     memset(w, 0, sizeof *w);
 }
 
+double sd_draft_switch_rate(const sd_draft_switch_size *m, int mode) {
+    return m->sec[mode] > 0 ? m->tok[mode] / m->sec[mode] : 0.0;
+}
+
+/* The squared standard error of a mode's rate: the rounds' variance over the rounds it averages. */
+static double switch_se2(const sd_draft_switch_size *m, int mode) {
+    const double var = m->r2[mode] - m->r1[mode] * m->r1[mode];
+    const int n = m->n[mode] < SWITCH_WINDOW ? m->n[mode] : SWITCH_WINDOW;
+    return var > 0 && n > 0 ? var / n : 0.0;
+}
+
 int sd_draft_switch_allow(sd_draft_switch *w, int batch) {
     if (batch < 2 || batch > w->max_batch || !w->size) return 1;
     sd_draft_switch_size *m = &w->size[batch];
     if (m->n[1] < SWITCH_MIN) return 1;
     if (m->n[0] < SWITCH_MIN) return 0;
-    const int best = m->rate[1] >= m->rate[0];
+    const int best = sd_draft_switch_rate(m, 1) - sd_draft_switch_rate(m, 0) >
+                     SWITCH_Z * sqrt(switch_se2(m, 0) + switch_se2(m, 1));
     if (!m->every) m->every = SWITCH_EXPLORE;
     if (m->trying) { /* the try is measured: did it change the verdict? */
         m->trying = 0;
         if (best == m->best_before) {
-            if (m->every < SWITCH_EXPLORE_MAX) m->every *= 2;
+            const double t_best = m->sec[best], wait = t_best > 0 ? m->try_loss / (SWITCH_BUDGET * t_best) : 0;
+            m->every *= 2;
+            if (m->every < wait) m->every = wait < SWITCH_EXPLORE_MAX ? (int)ceil(wait) : SWITCH_EXPLORE_MAX;
+            if (m->every > SWITCH_EXPLORE_MAX) m->every = SWITCH_EXPLORE_MAX;
         } else {
             m->every = SWITCH_EXPLORE;
         }
@@ -467,7 +498,15 @@ void sd_draft_switch_record(sd_draft_switch *w, int batch, int allowed, double t
     if (batch < 2 || batch > w->max_batch || !w->size || !(seconds > 0)) return;
     sd_draft_switch_size *m = &w->size[batch];
     const int i = allowed ? 1 : 0;
+    if (m->trying && m->n[!i] > 0) { /* the try: its time beyond its tokens at the other mode's rate */
+        const double rate = sd_draft_switch_rate(m, !i);
+        m->try_loss = rate > 0 && seconds > tokens / rate ? seconds - tokens / rate : 0;
+    }
     const double r = tokens / seconds;
     const int n = ++m->n[i];
-    m->rate[i] += (r - m->rate[i]) / (n < SWITCH_WINDOW ? n : SWITCH_WINDOW);
+    const double w1 = 1.0 / (n < SWITCH_WINDOW ? n : SWITCH_WINDOW);
+    m->tok[i] += (tokens - m->tok[i]) * w1;
+    m->sec[i] += (seconds - m->sec[i]) * w1;
+    m->r1[i] += (r - m->r1[i]) * w1;
+    m->r2[i] += (r * r - m->r2[i]) * w1;
 }

@@ -112,12 +112,16 @@ double sd_draft_costs_verify(const sd_draft_costs *c, int n);
  * It catches what a sequence's own cost model misses in a batch (the drafts' catching up, the
  * pass turning compute-bound). */
 typedef struct {
-    double rate[2]; /* [0] plain rounds, [1] drafting allowed: tokens per second, running mean */
+    /* [0] plain rounds, [1] rounds with drafting allowed: running means of a round's tokens and
+     * seconds (the mode's rate is their ratio) and of its rate and the rate's square (the rounds'
+     * spread) */
+    double tok[2], sec[2], r1[2], r2[2];
     int n[2];       /* rounds measured */
     int since;      /* rounds since the other mode was last tried */
     int every;      /* try the other mode after this many rounds (0: not yet set) */
     int trying;     /* the last round tried the other mode */
     int best_before;/* which mode was best before that try */
+    double try_loss;/* seconds the last try took beyond its tokens at the best mode's rate */
 } sd_draft_switch_size;
 
 typedef struct {
@@ -129,6 +133,8 @@ sd_status sd_draft_switch_init(sd_draft_switch *w, int max_batch);
 void sd_draft_switch_free(sd_draft_switch *w);
 /* Whether a round of `batch` sequences may draft (1 for a batch of one: its controller decides). */
 int sd_draft_switch_allow(sd_draft_switch *w, int batch);
+/* A batch size's measured tokens per second of plain rounds (mode 0) or drafting ones (1); 0 before any. */
+double sd_draft_switch_rate(const sd_draft_switch_size *m, int mode);
 /* The round's outcome: tokens emitted by all sequences in `seconds`, drafting allowed or not. */
 void sd_draft_switch_record(sd_draft_switch *w, int batch, int allowed, double tokens, double seconds);
 

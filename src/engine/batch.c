@@ -60,7 +60,7 @@ sd_context *sd_spec_batch_context(sd_spec_batch *b) { return b->ctx; }
 int sd_spec_batch_switch_rates(const sd_spec_batch *b, int batch, double rate[2], int n[2]) {
     if (!b->p.draft_switch || !b->sw.size || batch < 1 || batch > b->sw.max_batch) return 0;
     for (int i = 0; i < 2; i++) {
-        rate[i] = b->sw.size[batch].rate[i];
+        rate[i] = sd_draft_switch_rate(&b->sw.size[batch], i);
         n[i] = b->sw.size[batch].n[i];
     }
     return 1;
