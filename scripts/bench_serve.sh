@@ -8,16 +8,19 @@
 # whether every output equals the plain one-at-a-time output.
 #
 # Usage: scripts/bench_serve.sh [--pair twins|self-q8_0] [-n TOKENS] [--reps R] [-k K] [-t THREADS]
-#                               [--clients LIST] [--draft-fixed] [--out FILE]
+#                               [--clients LIST] [--warmup N] [--draft-fixed] [--out FILE]
 #   --clients LIST  the client counts, a space- or comma-separated subset of 1 2 4 8 (default: all);
 #                   the ratios to one plain stream need 1 among them
+#   --warmup N      after each start, both servers serve the round's sweep of client counts (then
+#                   8 clients) with N-token requests, unmeasured (default 32; 0: one short request
+#                   per slot)
 #   -k K       the speculative server's --draft-max (default: the server's own default)
 #   twins      stories260K's cost twin at the stories110M shape (343 MB F32, memory-bound) drafted by
 #              stories-draft's twin at the stories15M shape (the demo's pair; default)
 #   self-q8_0  the same target drafting with its own Q8_0 copy (--draft-type q8_0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pair=twins n=128 reps=3 k= threads=$(nproc) out= fixed=() clients="1 2 4 8"
+pair=twins n=128 reps=3 k= threads=$(nproc) out= fixed=() clients="1 2 4 8" warmup=32
 while [ $# -gt 0 ]; do
   case $1 in
     --pair) pair=$2; shift 2 ;;
@@ -27,6 +30,7 @@ while [ $# -gt 0 ]; do
     -t) threads=$2; shift 2 ;;
     --draft-fixed) fixed=(--draft-fixed); shift ;;
     --clients) clients=${2//,/ }; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     *) echo "error: bench_serve: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -35,6 +39,7 @@ for c in $clients; do
   case $c in 1|2|4|8) ;; *) echo "error: bench_serve: --clients takes 1, 2, 4 or 8, got '$c'" >&2; exit 2 ;; esac
 done
 [ -n "${clients// /}" ] || { echo "error: bench_serve: --clients is empty" >&2; exit 2; }
+[[ $warmup =~ ^[0-9]+$ ]] || { echo "error: bench_serve: --warmup takes a number of tokens, got '$warmup'" >&2; exit 2; }
 for tool in curl jq; do command -v $tool >/dev/null || { echo "error: bench_serve needs $tool" >&2; exit 1; }; done
 BIN=build/specdec
 [ -x "$BIN" ] || scripts/setup.sh build
@@ -84,11 +89,20 @@ launch() { # REP
     start spec "${common[@]}" "${spec_args[@]}" ${kopt[@]+"${kopt[@]}"} ${fixed[@]+"${fixed[@]}"}; SPEC=$URL
     start plain "${common[@]}"; PLAIN=$URL
   fi
-  # warm up: every slot of both servers takes a request (the adaptive policy measures its pass
-  # costs on a slot's first request), and the weights are read once
-  local u
+  # warm up: the round's sweep of client counts with the same prompts and shorter requests, so that
+  # the rounds measure a server whose batch switch has met each batch size (a fresh one measures
+  # both modes at each first: at 8 clients on the cost twins, that learning cost about 3% of a
+  # 128-token run), every slot has taken a request (the adaptive policy measures its pass costs on
+  # a slot's first one) and the weights have been read once. --warmup 0: only that last, with 8
+  # short requests (8 copies of "Once", whose drafts at 8 slots are all accepted: a switch that
+  # learned from them drafted at 8 slots for the next 40 rounds)
+  local u c
   for u in "$PLAIN" "$SPEC"; do
-    seq 0 7 | xargs -P 8 -I{} curl -s -m 600 "$u/v1/completions" -d '{"prompt": "Once", "max_tokens": 8}' -o /dev/null
+    if [ "$warmup" -gt 0 ]; then
+      for c in $clients 8; do seq 0 7 | xargs -P "$c" -I{} curl -s -m 1200 "$u/v1/completions" -d "@$TMP/warm.{}" -o /dev/null; done
+    else
+      seq 0 7 | xargs -P 8 -I{} curl -s -m 600 "$u/v1/completions" -d '{"prompt": "Once", "max_tokens": 8}' -o /dev/null
+    fi
   done
 }
 
@@ -99,6 +113,7 @@ prompts=("Once upon a time, there was a little girl named Lily." "Tom and his do
 # the request bodies are written once: a client's only work while timed is curl
 for i in $(seq 0 7); do
   jq -n --arg p "${prompts[$i]}" --argjson n "$n" '{prompt: $p, max_tokens: $n, temperature: 0, ignore_eos: true}' >"$TMP/body.$i"
+  jq -n --arg p "${prompts[$i]}" --argjson n "$warmup" '{prompt: $p, max_tokens: $n, temperature: 0, ignore_eos: true}' >"$TMP/warm.$i"
 done
 metric() { curl -s "$1/metrics" | sed -n "s/^specdec:$2 //p"; }
 # one run: the 8 requests from c clients; prints "tokens/s drafting% mean_accepted"
@@ -146,7 +161,7 @@ done
 report() {
   echo "## specdec serve: aggregate generated tokens/s"
   echo
-  echo "Command: \`scripts/bench_serve.sh --pair $pair -n $n --reps $reps ${kopt[*]:-} -t $threads --clients '$clients' ${fixed[*]:-}\`; target \`$(basename "$target")\`;"
+  echo "Command: \`scripts/bench_serve.sh --pair $pair -n $n --reps $reps ${kopt[*]:-} -t $threads --clients '$clients' --warmup $warmup ${fixed[*]:-}\`; target \`$(basename "$target")\`;"
   echo "drafter: ${spec_args[*]##*/}; 8 requests x $n tokens, greedy; both servers --parallel 8 -c 512. Medians over $reps rounds [min-max]."
   echo "ratio columns are medians of the per-round ratios (runs paired within a round)."
   echo
