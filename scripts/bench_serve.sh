@@ -20,26 +20,30 @@
 #   self-q8_0  the same target drafting with its own Q8_0 copy (--draft-type q8_0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+die() { echo "error: bench_serve: $*" >&2; exit 2; }
+val() { [ $# -ge 2 ] || die "$1 needs a value"; } # OPTION "$@"
+num() { [[ $2 =~ ^[0-9]+$ ]] || die "$1 takes a number, got '$2'"; }
 pair=twins n=128 reps=3 k= threads=$(nproc) out= fixed=() clients="1 2 4 8" warmup=32
 while [ $# -gt 0 ]; do
   case $1 in
-    --pair) pair=$2; shift 2 ;;
-    -n) n=$2; shift 2 ;;
-    --reps) reps=$2; shift 2 ;;
-    -k) k=$2; shift 2 ;;
-    -t) threads=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    --pair) val "$@"; pair=$2; shift 2 ;;
+    -n) val "$@"; num -n "$2"; n=$2; shift 2 ;;
+    --reps) val "$@"; num --reps "$2"; reps=$2; shift 2 ;;
+    -k) val "$@"; num -k "$2"; k=$2; shift 2 ;;
+    -t) val "$@"; num -t "$2"; threads=$2; shift 2 ;;
     --draft-fixed) fixed=(--draft-fixed); shift ;;
-    --clients) clients=${2//,/ }; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    *) echo "error: bench_serve: unknown argument '$1'" >&2; exit 2 ;;
+    --clients) val "$@"; clients=${2//,/ }; shift 2 ;;
+    --warmup) val "$@"; num --warmup "$2"; warmup=$2; shift 2 ;;
+    --out) val "$@"; out=$2; shift 2 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
 for c in $clients; do
-  case $c in 1|2|4|8) ;; *) echo "error: bench_serve: --clients takes 1, 2, 4 or 8, got '$c'" >&2; exit 2 ;; esac
+  case $c in 1|2|4|8) ;; *) die "--clients takes 1, 2, 4 or 8, got '$c'" ;; esac
 done
-[ -n "${clients// /}" ] || { echo "error: bench_serve: --clients is empty" >&2; exit 2; }
-[[ $warmup =~ ^[0-9]+$ ]] || { echo "error: bench_serve: --warmup takes a number of tokens, got '$warmup'" >&2; exit 2; }
+[ -n "${clients// /}" ] || die "--clients is empty"
+[ "$n" -ge 1 ] && [ "$reps" -ge 1 ] || die "-n and --reps must be at least 1, got -n $n --reps $reps"
 for tool in curl jq; do command -v $tool >/dev/null || { echo "error: bench_serve needs $tool" >&2; exit 1; }; done
 BIN=build/specdec
 [ -x "$BIN" ] || scripts/setup.sh build

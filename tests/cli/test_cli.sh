@@ -52,6 +52,14 @@ check "SPECDEC_ISA=avx3 info" 1 "^error: SPECDEC_ISA=avx3 names no kernel path" 
 check "no command"            2 "unknown command|usage" -- "$BIN" bogus
 # the README's first command without the test data: one error before anything is set up or built
 check "demo without test data" 1 "^error: demo: the trained stories pair is not under /nonexistent/models \(stories260K/stories260K\.bin, stories-draft/stories-draft\.bin\): run from a checkout beside \.\./shared, or set SPECDEC_SHARED$" -- env SPECDEC_SHARED=/nonexistent "$SRC/scripts/demo.sh"
+# the server benchmark refuses a bad option by name before it builds or starts anything
+check "bench_serve --help"       0 "^ +\[--clients LIST\] \[--warmup N\]" -- "$SRC/scripts/bench_serve.sh" --help
+check "bench_serve --clients 3"  2 "^error: bench_serve: --clients takes 1, 2, 4 or 8, got '3'$" -- "$SRC/scripts/bench_serve.sh" --clients 3
+check "bench_serve --clients ,"  2 "^error: bench_serve: --clients is empty$" -- "$SRC/scripts/bench_serve.sh" --clients ,
+check "bench_serve --warmup x"   2 "^error: bench_serve: --warmup takes a number, got 'x'$" -- "$SRC/scripts/bench_serve.sh" --warmup x
+check "bench_serve --warmup"     2 "^error: bench_serve: --warmup needs a value$" -- "$SRC/scripts/bench_serve.sh" --warmup
+check "bench_serve -n 0"         2 "^error: bench_serve: -n and --reps must be at least 1, got -n 0 --reps 3$" -- "$SRC/scripts/bench_serve.sh" -n 0
+check "bench_serve --bogus"      2 "^error: bench_serve: unknown argument '--bogus' \(see --help\)$" -- "$SRC/scripts/bench_serve.sh" --bogus
 for c in generate info bench-decode bench mkmodel convert tokenize serve; do
   check "$c --help"           0 "usage: specdec $c"  -- "$BIN" $c --help
 done
