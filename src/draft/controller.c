@@ -477,10 +477,9 @@ int sd_draft_switch_allow(sd_draft_switch *w, int batch) {
     if (m->trying) { /* the try is measured: did it change the verdict? */
         m->trying = 0;
         if (best == m->best_before) {
-            const double t_best = m->sec[best], wait = t_best > 0 ? m->try_loss / (SWITCH_BUDGET * t_best) : 0;
-            m->every *= 2;
-            if (m->every < wait) m->every = wait < SWITCH_EXPLORE_MAX ? (int)ceil(wait) : SWITCH_EXPLORE_MAX;
-            if (m->every > SWITCH_EXPLORE_MAX) m->every = SWITCH_EXPLORE_MAX;
+            const double t_best = m->sec[best], wait = t_best > 0 ? ceil(m->try_loss / (SWITCH_BUDGET * t_best)) : 0;
+            const double next = fmax(2.0 * m->every, wait);
+            m->every = next < SWITCH_EXPLORE_MAX ? (int)next : SWITCH_EXPLORE_MAX;
         } else {
             m->every = SWITCH_EXPLORE;
         }
