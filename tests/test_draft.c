@@ -477,11 +477,11 @@ static void test_batch_switch(void **state) {
     int allowed_first = 0, plain_then = 0;
     for (int r = 0; r < 8; r++) {
         allowed_first += sd_draft_switch_allow(&w, 4);
-        sd_draft_switch_record(&w, 4, 1, 4 * 0.9, 1.05); /* drafting: slower per token here, a little */
+        sd_draft_switch_record(&w, 4, 1, 4 * 0.9, 1.05, 0); /* drafting: slower per token here, a little */
     }
     for (int r = 0; r < 8; r++) {
         plain_then += !sd_draft_switch_allow(&w, 4);
-        sd_draft_switch_record(&w, 4, 0, 4, 1.0);
+        sd_draft_switch_record(&w, 4, 0, 4, 1.0, 0);
     }
     assert_int_equal(allowed_first, 8);
     assert_int_equal(plain_then, 8);
@@ -490,7 +490,7 @@ static void test_batch_switch(void **state) {
     for (int r = 0; r < 600 && n_tries < 6; r++) {
         const int a = sd_draft_switch_allow(&w, 4);
         if (a) tries[n_tries++] = r;
-        sd_draft_switch_record(&w, 4, a, a ? 4 * 0.9 : 4, a ? 1.05 : 1.0);
+        sd_draft_switch_record(&w, 4, a, a ? 4 * 0.9 : 4, a ? 1.05 : 1.0, 0);
     }
     printf("  plain faster at 4 slots: drafting tried at rounds %d, %d, %d, %d, %d\n", tries[0], tries[1], tries[2],
            tries[3], tries[4]);
@@ -499,18 +499,31 @@ static void test_batch_switch(void **state) {
     assert_int_equal(tries[1] - tries[0], 32);
     assert_int_equal(tries[2] - tries[1], 64);
     assert_int_equal(tries[3] - tries[2], 128);
+    /* the host slows down (another guest): every round takes twice as long. Plain's rate halves
+     * within its window; drafting's, measured before, is scaled alike rather than taken as it was
+     * (it would beat plain's now by 70%): no drafting (no try falls due in them) */
+    int drafting_slow = 0;
+    for (int r = 0; r < 200; r++) {
+        const int a = sd_draft_switch_allow(&w, 4);
+        drafting_slow += a;
+        sd_draft_switch_record(&w, 4, a, a ? 4 * 0.9 : 4, a ? 2.1 : 2.0, 0);
+    }
+    printf("  the host twice as slow: %d of 200 rounds drafting\n", drafting_slow);
+    assert_int_equal(drafting_slow, 0);
     /* a try that costs much waits longer: one that takes 2.51 s beyond its tokens' worth of plain
      * rounds (4.5 tokens in 4.01 s against 3 tokens a second) costs its 2% of the rounds only
-     * after 125.5 rounds; then the wait doubles as before, up to 512 */
+     * after 125.5 rounds; then the wait doubles as before, up to 512 (size 3 borrows nothing from
+     * size 4: plain at a larger size implies nothing here) */
     for (int r = 0; r < 16; r++) {
         const int a = sd_draft_switch_allow(&w, 3);
-        sd_draft_switch_record(&w, 3, a, a ? 4.5 : 3, a ? 4.01 : 1.0);
+        assert_int_equal(a, r < 8);
+        sd_draft_switch_record(&w, 3, a, a ? 4.5 : 3, a ? 4.01 : 1.0, 0);
     }
     n_tries = 0;
     for (int r = 0; r < 1500 && n_tries < 5; r++) {
         const int a = sd_draft_switch_allow(&w, 3);
         if (a) tries[n_tries++] = r;
-        sd_draft_switch_record(&w, 3, a, a ? 4.5 : 3, a ? 4.01 : 1.0);
+        sd_draft_switch_record(&w, 3, a, a ? 4.5 : 3, a ? 4.01 : 1.0, 0);
     }
     printf("  costly tries at 3 slots: drafting tried at rounds %d, %d, %d, %d, %d\n", tries[0], tries[1], tries[2],
            tries[3], tries[4]);
@@ -520,6 +533,43 @@ static void test_batch_switch(void **state) {
     assert_int_equal(tries[2] - tries[1], 252);
     assert_int_equal(tries[3] - tries[2], 504);
     assert_int_equal(tries[4] - tries[3], 512);
+    sd_draft_switch_free(&w);
+    sd_draft_switch_free(&w); /* twice is fine */
+
+    /* A try's drafts catch up on every round since the last one drafted, which grows with the
+     * wait: counted apart. Plain rounds 3 tokens in 1 s; tries of 2.7 tokens in 1.4 s (0.5 s of
+     * their own beyond plain's rate) plus c s of catching up per round waited. At c = 0.01 the
+     * budget leaves 0.01 s a round for the 0.5 s: 50 rounds to the next try (not 33, the whole
+     * cost over the budget); at c = 0.03 the catching up alone takes more than the budget, and
+     * the wait is the longest. */
+    static const struct {
+        double c;
+        int second; /* rounds from the first try to the second */
+    } catchup[] = {{0.01, 50}, {0.03, 512}};
+    for (int c = 0; c < 2; c++) {
+        assert_int_equal(sd_draft_switch_init(&w, 8), SD_OK);
+        int since = 1; /* rounds since the last drafting round, this one counted (16 at the first try) */
+        n_tries = 0;
+        for (int r = 0; r < 16; r++) {
+            const int a = sd_draft_switch_allow(&w, 2);
+            sd_draft_switch_record(&w, 2, a, a ? 2.7 : 3, a ? 1.4 : 1.0, 0);
+        }
+        for (int r = 0; r < 700 && n_tries < 2; r++, since++) {
+            const int a = sd_draft_switch_allow(&w, 2);
+            if (a) {
+                tries[n_tries++] = r;
+                sd_draft_switch_record(&w, 2, 1, 2.7, 1.4 + catchup[c].c * since, catchup[c].c * since);
+                since = 0; /* the loop's ++ makes it 1 at the next round */
+            } else {
+                sd_draft_switch_record(&w, 2, 0, 3, 1.0, 0);
+            }
+        }
+        printf("  catching up %.2f s a round waited: drafting tried at rounds %d, %d\n", catchup[c].c, tries[0], tries[1]);
+        assert_int_equal(n_tries, 2);
+        assert_int_equal(tries[1] - tries[0], catchup[c].second);
+        sd_draft_switch_free(&w);
+    }
+
     /* A mode's rate is its tokens over its seconds (not the mean of its rounds' rates, which favours
      * the short rounds), and drafting is taken only where it beats plain rounds by more than the
      * spread of its rounds allows for: plain rounds 6 tokens in 1 s; drafting rounds alternate
@@ -534,24 +584,79 @@ static void test_batch_switch(void **state) {
     };
     for (int c = 0; c < 3; c++) {
         const int batch = 5 + c;
+        assert_int_equal(sd_draft_switch_init(&w, 8), SD_OK);
         for (int r = 0; r < 8; r++) {
             assert_int_equal(sd_draft_switch_allow(&w, batch), 1);
-            sd_draft_switch_record(&w, batch, 1, noisy[c].tok[r % 2], noisy[c].sec[r % 2]);
+            sd_draft_switch_record(&w, batch, 1, noisy[c].tok[r % 2], noisy[c].sec[r % 2], 0);
         }
         for (int r = 0; r < 8; r++) {
             assert_int_equal(sd_draft_switch_allow(&w, batch), 0);
-            sd_draft_switch_record(&w, batch, 0, 6, 1.0);
+            sd_draft_switch_record(&w, batch, 0, 6, 1.0, 0);
         }
         printf("  %d slots, drafting rounds %.0f/%.2f and %.0f/%.2f against plain 6/1: %s\n", batch, noisy[c].tok[0],
                noisy[c].sec[0], noisy[c].tok[1], noisy[c].sec[1], noisy[c].drafting ? "drafting" : "plain");
         assert_int_equal(sd_draft_switch_allow(&w, batch), noisy[c].drafting);
+        /* other batch sizes keep their own figures: a smaller one is measured afresh (drafting
+         * first) unless plain here implies plain there */
+        assert_int_equal(sd_draft_switch_allow(&w, 2), 1);
+        sd_draft_switch_free(&w);
     }
-    /* other batch sizes keep their own figures */
-    assert_int_equal(sd_draft_switch_allow(&w, 2), 1);
-    sd_draft_switch_record(&w, 9, 1, 1, 1); /* beyond the table: ignored */
+
+    /* A size met rarely borrows its measured neighbours' verdict: drafting at a larger size
+     * implies drafting, plain at a smaller one plain, and between a smaller size that drafts and a
+     * larger one that does not, their margins interpolated. Size 2 drafts at twice plain's rate
+     * (margin +1), size 8 at 0.4 of it (margin -0.6): +0.73 at 3, +0.2 at 5, -0.07 at 6. */
+    assert_int_equal(sd_draft_switch_init(&w, 8), SD_OK);
+    for (int r = 0; r < 16; r++) {
+        const int a2 = sd_draft_switch_allow(&w, 2), a8 = sd_draft_switch_allow(&w, 8);
+        assert_int_equal(a2, r < 8);
+        assert_int_equal(a8, r < 8);
+        sd_draft_switch_record(&w, 2, a2, a2 ? 4 : 2, 1.0, 0);
+        sd_draft_switch_record(&w, 8, a8, a8 ? 3.2 : 8, 1.0, 0);
+    }
+    static const int between[9] = {[3] = 1, [4] = 1, [5] = 1, [6] = 0, [7] = 0};
+    for (int b = 3; b <= 7; b++)
+        for (int r = 0; r < 20; r++) assert_int_equal(sd_draft_switch_allow(&w, b), between[b]);
+    /* once met SWITCH_RARE (128) times, a size is measured itself: size 6's borrowed plain rounds
+     * count as its plain measure, so its own drafting rounds come next */
+    int n6 = 20, own = -1;
+    for (; n6 < 300 && own < 0; n6++) {
+        const int a = sd_draft_switch_allow(&w, 6);
+        if (a) own = n6;
+        sd_draft_switch_record(&w, 6, a, a ? 9 : 6, 1.0, 0); /* drafting pays at 6 after all */
+    }
+    assert_int_equal(own, 128);
+    for (int r = 1; r < 8; r++) {
+        assert_int_equal(sd_draft_switch_allow(&w, 6), 1);
+        sd_draft_switch_record(&w, 6, 1, 9, 1.0, 0);
+    }
+    assert_int_equal(sd_draft_switch_allow(&w, 6), 1); /* measured: its own verdict */
+    sd_draft_switch_free(&w);
+    /* one side alone: plain at 4 implies plain at 6 but nothing at 3 (measured: drafting, then
+     * plain), drafting at 4 implies drafting at 3 but nothing at 6 */
+    for (int d = 0; d < 2; d++) {
+        assert_int_equal(sd_draft_switch_init(&w, 8), SD_OK);
+        for (int r = 0; r < 16; r++) {
+            const int a = sd_draft_switch_allow(&w, 4);
+            sd_draft_switch_record(&w, 4, a, a ? (d ? 8 : 2) : 4, 1.0, 0);
+        }
+        int at3 = 0, at6 = 0;
+        for (int r = 0; r < 16; r++) {
+            const int a3 = sd_draft_switch_allow(&w, 3), a6 = sd_draft_switch_allow(&w, 6);
+            at3 += a3;
+            at6 += a6;
+            sd_draft_switch_record(&w, 3, a3, 3, 1.0, 0);
+            sd_draft_switch_record(&w, 6, a6, 6, 1.0, 0);
+        }
+        printf("  4 slots %s: of 16 rounds, %d drafting at 3 slots, %d at 6\n", d ? "drafting" : "plain", at3, at6);
+        assert_int_equal(at3, d ? 16 : 8);
+        assert_int_equal(at6, d ? 8 : 0);
+        sd_draft_switch_free(&w);
+    }
+    assert_int_equal(sd_draft_switch_init(&w, 8), SD_OK);
+    sd_draft_switch_record(&w, 9, 1, 1, 1, 0); /* beyond the table: ignored */
     assert_int_equal(sd_draft_switch_allow(&w, 9), 1);
     sd_draft_switch_free(&w);
-    sd_draft_switch_free(&w); /* twice is fine */
 }
 
 /* Every policy keeps greedy speculative output identical to plain decoding: stories260K drafting

@@ -140,10 +140,14 @@ static void fitted(const sd_draft_costs *c, double fit[SD_DRAFT_COST_MAX_N + 1])
     }
 }
 
+double sd_draft_costs_catchup_seconds(const sd_draft_costs *c, int n_steps, double seconds) {
+    const double t = seconds - (n_steps - 1) * c->t_draft; /* the steps after it at their price */
+    return t > 0 ? t : 0;
+}
+
 void sd_draft_costs_catchup(sd_draft_costs *c, int n_tokens, int n_steps, double seconds) {
     if (c->given || n_tokens < 1 || n_steps < 1 || !(seconds >= 0)) return;
-    double t = seconds - (n_steps - 1) * c->t_draft; /* the steps after it at their price */
-    running_mean(&c->t_catchup, &c->n_catchup, (t > 0 ? t : 0) / n_tokens);
+    running_mean(&c->t_catchup, &c->n_catchup, sd_draft_costs_catchup_seconds(c, n_steps, seconds) / n_tokens);
 }
 
 /* A pass of n tokens from the fitted costs f (fitted): measured sizes as fitted, interpolated
@@ -439,8 +443,17 @@ void sd_draft_ctl_record(sd_draft_ctl *c, int source, const float *conf, int n_d
  * slots on the cost twins (Zen 4) a try of drafting after 15-96 plain rounds took 20-82 ms for
  * 9-29 tokens, against 16.6 ms for 8 in a plain round: the draft model catches up on every token
  * since the last drafting round, and the pass turns compute-bound (measured: the commit adding
- * SWITCH_BUDGET). */
+ * SWITCH_BUDGET). That catching up grows with the wait, so it is counted apart, per round waited:
+ * where it alone takes the budget no wait keeps a try within it, and the wait is the longest. */
 #define SWITCH_BUDGET 0.02
+/* A batch size met fewer times than this, before both modes are measured there, takes the verdict
+ * its measured neighbours imply, where they imply one, rather than paying SWITCH_MIN rounds of the
+ * losing mode: at 8 clients on the cost twins (Zen 4) the sizes below 8 were met only as requests
+ * ended (2-22 rounds of each in a server's first 200), and their drafting rounds at 6 and 7 slots
+ * took 46-48 ms against plain ones' 15-16 ms (measured: the commit adding SWITCH_RARE). */
+#define SWITCH_RARE 128
+/* Rounds after which a mode's rate is taken as stale (a try's own round is not host drift). */
+#define SWITCH_STALE 4
 
 sd_status sd_draft_switch_init(sd_draft_switch *w, int max_batch) {
     memset(w, 0, sizeof *w);
@@ -466,18 +479,61 @@ static double switch_se2(const sd_draft_switch_size *m, int mode) {
     return var > 0 && n > 0 ? var / n : 0.0;
 }
 
+static int switch_measured(const sd_draft_switch_size *m) {
+    return m->n[0] >= SWITCH_MIN && m->n[1] >= SWITCH_MIN;
+}
+
+/* By how much drafting's rate beats plain's beyond SWITCH_Z standard errors of the difference, as
+ * a share of plain's: drafting is taken where it is positive. A mode not run for a while is
+ * compared at the host's speed of now: its rate scaled as the other mode's moved since (on Zen 4
+ * plain rounds at 8 slots went from 15 to 30 ms over 40 rounds while another guest ran, and
+ * drafting's rate of before won). */
+static double switch_margin(const sd_draft_switch_size *m) {
+    double r[2] = {sd_draft_switch_rate(m, 0), sd_draft_switch_rate(m, 1)}, se2[2] = {switch_se2(m, 0), switch_se2(m, 1)};
+    const int stale = m->last[0] < m->last[1] ? 0 : 1, now = m->last[!stale];
+    if (now - m->last[stale] >= SWITCH_STALE && m->anchor[stale] > 0 && r[!stale] > 0) {
+        const double f = r[!stale] / m->anchor[stale];
+        r[stale] *= f;
+        se2[stale] *= f * f;
+    }
+    const double d = r[1] - r[0] - SWITCH_Z * sqrt(se2[0] + se2[1]);
+    return r[0] > 0 ? d / r[0] : d;
+}
+
+/* The verdict that the nearest measured sizes imply for an unmeasured one (-1: none). A draft pays
+ * less the more sequences share the pass (it turns compute-bound), so plain at a smaller size
+ * implies plain here and drafting at a larger one drafting; between a smaller size that drafts
+ * and a larger one that does not, their margins interpolated. */
+static int switch_borrow(const sd_draft_switch *w, int batch) {
+    int lo = 0, hi = 0;
+    for (int b = batch - 1; b >= 2 && !lo; b--)
+        if (switch_measured(&w->size[b])) lo = b;
+    for (int b = batch + 1; b <= w->max_batch && !hi; b++)
+        if (switch_measured(&w->size[b])) hi = b;
+    const double m_lo = lo ? switch_margin(&w->size[lo]) : 0, m_hi = hi ? switch_margin(&w->size[hi]) : 0;
+    if (hi && m_hi > 0) return 1;
+    if (lo && !(m_lo > 0)) return 0;
+    if (!lo || !hi) return -1;
+    return m_lo + (m_hi - m_lo) * (batch - lo) / (double)(hi - lo) > 0;
+}
+
 int sd_draft_switch_allow(sd_draft_switch *w, int batch) {
     if (batch < 2 || batch > w->max_batch || !w->size) return 1;
     sd_draft_switch_size *m = &w->size[batch];
-    if (m->n[1] < SWITCH_MIN) return 1;
-    if (m->n[0] < SWITCH_MIN) return 0;
-    const int best = sd_draft_switch_rate(m, 1) - sd_draft_switch_rate(m, 0) >
-                     SWITCH_Z * sqrt(switch_se2(m, 0) + switch_se2(m, 1));
+    if (!switch_measured(m)) { /* drafting measured first, then plain, unless the size is rare */
+        const int borrowed = m->seen < SWITCH_RARE ? switch_borrow(w, batch) : -1;
+        m->seen++;
+        return borrowed >= 0 ? borrowed : m->n[1] < SWITCH_MIN;
+    }
+    const int best = switch_margin(m) > 0;
     if (!m->every) m->every = SWITCH_EXPLORE;
     if (m->trying) { /* the try is measured: did it change the verdict? */
         m->trying = 0;
         if (best == m->best_before) {
-            const double t_best = m->sec[best], wait = t_best > 0 ? ceil(m->try_loss / (SWITCH_BUDGET * t_best)) : 0;
+            /* the next try costs its own loss and its drafts' catching up on every round waited:
+             * the wait keeps both within the budget where one can */
+            const double room = SWITCH_BUDGET * m->sec[best] - m->try_catchup;
+            const double wait = room > 0 ? ceil(m->try_loss / room) : SWITCH_EXPLORE_MAX;
             const double next = fmax(2.0 * m->every, wait);
             m->every = next < SWITCH_EXPLORE_MAX ? (int)next : SWITCH_EXPLORE_MAX;
         } else {
@@ -493,13 +549,15 @@ int sd_draft_switch_allow(sd_draft_switch *w, int batch) {
     return best;
 }
 
-void sd_draft_switch_record(sd_draft_switch *w, int batch, int allowed, double tokens, double seconds) {
+void sd_draft_switch_record(sd_draft_switch *w, int batch, int allowed, double tokens, double seconds, double catchup) {
     if (batch < 2 || batch > w->max_batch || !w->size || !(seconds > 0)) return;
     sd_draft_switch_size *m = &w->size[batch];
     const int i = allowed ? 1 : 0;
     if (m->trying && m->n[!i] > 0) { /* the try: its time beyond its tokens at the other mode's rate */
-        const double rate = sd_draft_switch_rate(m, !i);
-        m->try_loss = rate > 0 && seconds > tokens / rate ? seconds - tokens / rate : 0;
+        const double rate = sd_draft_switch_rate(m, !i), c = catchup > 0 && catchup < seconds ? catchup : 0;
+        const double own = seconds - c;
+        m->try_loss = rate > 0 && own > tokens / rate ? own - tokens / rate : 0;
+        m->try_catchup = c / (m->every > 0 ? m->every : 1);
     }
     const double r = tokens / seconds;
     const int n = ++m->n[i];
@@ -508,4 +566,8 @@ void sd_draft_switch_record(sd_draft_switch *w, int batch, int allowed, double t
     m->sec[i] += (seconds - m->sec[i]) * w1;
     m->r1[i] += (r - m->r1[i]) * w1;
     m->r2[i] += (r * r - m->r2[i]) * w1;
+    m->last[i] = m->n[0] + m->n[1];
+    const double other = sd_draft_switch_rate(m, !i);
+    if (other > 0) m->anchor[i] = other;
+    if (!(m->anchor[!i] > 0)) m->anchor[!i] = sd_draft_switch_rate(m, i); /* measured back to back */
 }

@@ -100,6 +100,8 @@ void sd_draft_costs_draft(sd_draft_costs *c, int n_steps, double seconds);
 /* A round whose model first caught up on n_tokens of history (more than the last round's), then
  * ran n_steps passes in all (the catch-up's among them), took `seconds` (ignored when c->given). */
 void sd_draft_costs_catchup(sd_draft_costs *c, int n_tokens, int n_steps, double seconds);
+/* Of such a round's `seconds`, the catching up: what its steps after the first leave over. */
+double sd_draft_costs_catchup_seconds(const sd_draft_costs *c, int n_steps, double seconds);
 /* Seconds of a pass of n tokens: measured, else interpolated between the nearest measured sizes
  * (extrapolated past the largest); 0 when nothing is measured. */
 double sd_draft_costs_verify(const sd_draft_costs *c, int n);
@@ -117,11 +119,16 @@ typedef struct {
      * spread) */
     double tok[2], sec[2], r1[2], r2[2];
     int n[2];       /* rounds measured */
+    int last[2];    /* the size's round count at each mode's last round */
+    double anchor[2]; /* the other mode's rate then (how the host's speed has moved since) */
+    int seen;       /* rounds met before both modes were measured (a rare size borrows a verdict) */
     int since;      /* rounds since the other mode was last tried */
     int every;      /* try the other mode after this many rounds (0: not yet set) */
     int trying;     /* the last round tried the other mode */
     int best_before;/* which mode was best before that try */
-    double try_loss;/* seconds the last try took beyond its tokens at the best mode's rate */
+    double try_loss;/* seconds the last try took beyond its tokens at the best mode's rate, less
+                       its drafts' catching up */
+    double try_catchup; /* that catching up, per round waited before the try */
 } sd_draft_switch_size;
 
 typedef struct {
@@ -135,7 +142,8 @@ void sd_draft_switch_free(sd_draft_switch *w);
 int sd_draft_switch_allow(sd_draft_switch *w, int batch);
 /* A batch size's measured tokens per second of plain rounds (mode 0) or drafting ones (1); 0 before any. */
 double sd_draft_switch_rate(const sd_draft_switch_size *m, int mode);
-/* The round's outcome: tokens emitted by all sequences in `seconds`, drafting allowed or not. */
-void sd_draft_switch_record(sd_draft_switch *w, int batch, int allowed, double tokens, double seconds);
+/* The round's outcome: tokens emitted by all sequences in `seconds`, drafting allowed or not;
+ * `catchup` of those seconds the draft models spent catching up on history (after plain rounds). */
+void sd_draft_switch_record(sd_draft_switch *w, int batch, int allowed, double tokens, double seconds, double catchup);
 
 #endif

@@ -181,15 +181,17 @@ sd_status sd_batch_step_cb(sd_spec_batch *b, sd_spec *const *specs, int n, sd_sp
         if (rc == SD_OK && !any_tree) sd_draft_costs_pass(&b->costs, b->last_pass, tv);
     }
     int emitted = 0;
+    double catchup = 0;
     for (int i = 0; i < n_in && rc == SD_OK; i++) {
         sd_spec *s = specs[in[i]];
         const int before = s->st.n_generated;
+        catchup += s->rnd.t_catchup;
         rc = sd_seq_finish(s, b->round, cb, user, rounds ? &rounds[in[i]] : NULL);
         emitted += s->st.n_generated - before;
     }
     for (int i = 0; rounds && i < n; i++) rounds[i].done = !specs[i]->active;
     if (rc == SD_OK && b->p.draft_switch && n_live >= 2)
-        sd_draft_switch_record(&b->sw, n_live, allowed, emitted, sd_now() - t_step);
+        sd_draft_switch_record(&b->sw, n_live, allowed, emitted, sd_now() - t_step, catchup);
     free(in);
     free(batched);
     return rc;

@@ -55,6 +55,7 @@ struct sd_spec {
         int row0;        /* first logit row in the verify round */
         int n_forced;    /* chain[1..n_forced]: the bytes the grammar forced, tokenized */
         int nd;          /* drafts in the chain: n_forced + the drafter's (sd_seq_add sets it) */
+        double t_catchup;/* seconds of the round's drafting spent catching up on history */
         sd_draft_req req;
         int32_t chain[SD_MAX_DRAFT + 1]; /* [pending, d1..dnd] */
     } rnd;

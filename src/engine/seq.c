@@ -587,6 +587,8 @@ sd_status sd_seq_check_req(sd_spec *s, double td, int n_synced) {
         sd_draft_costs_draft(&s->batch->costs, req->n_steps, td);
     else if (!s->p.costs.given && req->n_steps > 0) /* what a probe after plain rounds will cost */
         sd_draft_costs_catchup(&s->batch->costs, n_synced, req->n_steps, td);
+    if (n_synced > SYNC_ROUND && req->n_steps > 0) /* the batch switch's price of a try */
+        s->rnd.t_catchup = sd_draft_costs_catchup_seconds(&s->batch->costs, req->n_steps, td);
     /* llama-server's n_min: too short a chain is not worth its pass (check_params refused the
      * combinations where dropping it by its length would bias the output) */
     if (req->n_out > 0 && req->n_out < s->p.draft_min) req->n_out = 0;
