@@ -581,9 +581,11 @@ static void test_batch_switch(void **state) {
         {{3, 20}, {0.25, 4.0}, 0}, /* rates 12 and 5: their mean 8.5, but 23 tokens in 4.25 s = 5.4 */
         {{10, 6}, {1.0, 1.6}, 0},  /* 16 tokens in 2.6 s = 6.15: within the rounds' noise */
         {{14, 10}, {1.0, 1.0}, 1}, /* 12 a second, spread 2: twice plain's rate, clearly */
+        {{6.24, 6.24}, {1.0, 1.0}, 0}, /* 4% faster without noise: not worth requests that no longer end together */
+        {{6.36, 6.36}, {1.0, 1.0}, 1}, /* 6% faster */
     };
-    for (int c = 0; c < 3; c++) {
-        const int batch = 5 + c;
+    for (int c = 0; c < 5; c++) {
+        const int batch = 3 + c;
         assert_int_equal(sd_draft_switch_init(&w, 8), SD_OK);
         for (int r = 0; r < 8; r++) {
             assert_int_equal(sd_draft_switch_allow(&w, batch), 1);
@@ -593,7 +595,7 @@ static void test_batch_switch(void **state) {
             assert_int_equal(sd_draft_switch_allow(&w, batch), 0);
             sd_draft_switch_record(&w, batch, 0, 6, 1.0, 0);
         }
-        printf("  %d slots, drafting rounds %.0f/%.2f and %.0f/%.2f against plain 6/1: %s\n", batch, noisy[c].tok[0],
+        printf("  %d slots, drafting rounds %.2f/%.2f and %.2f/%.2f against plain 6/1: %s\n", batch, noisy[c].tok[0],
                noisy[c].sec[0], noisy[c].tok[1], noisy[c].sec[1], noisy[c].drafting ? "drafting" : "plain");
         assert_int_equal(sd_draft_switch_allow(&w, batch), noisy[c].drafting);
         /* other batch sizes keep their own figures: a smaller one is measured afresh (drafting

@@ -437,6 +437,13 @@ void sd_draft_ctl_record(sd_draft_ctl *c, int source, const float *conf, int n_d
  * means of rates took drafting in 24-44% of fresh servers' rounds, at 0.94-0.98x plain serving
  * (measured: the commit adding SWITCH_Z). */
 #define SWITCH_Z 1.5
+/* ... and by this share of plain's rate besides: drafting costs what its rounds' rate does not
+ * show, the catching up at each switch back and requests that no longer end together. At 8 slots
+ * on the cost twins (Zen 4) the switch found drafting rounds faster in some servers' lives (511
+ * and 533 tokens/s against plain rounds' 493 and 506), and such runs still ended 0.95-0.97x plain
+ * serving: requests that drafted well ended 20+ rounds early, the rest ran at 6 slots at 402
+ * tokens/s (measured: the commit adding SWITCH_GAIN). */
+#define SWITCH_GAIN 0.05
 /* A try of the losing mode may cost at most this share of the rounds until the next: the wait
  * after a try that changed nothing is at least its loss (its time less its tokens at the best
  * mode's rate) over this share of a best round's time, and at least twice the last wait. At 8 busy
@@ -483,8 +490,8 @@ static int switch_measured(const sd_draft_switch_size *m) {
     return m->n[0] >= SWITCH_MIN && m->n[1] >= SWITCH_MIN;
 }
 
-/* By how much drafting's rate beats plain's beyond SWITCH_Z standard errors of the difference, as
- * a share of plain's: drafting is taken where it is positive. A mode not run for a while is
+/* By how much drafting's rate beats plain's beyond SWITCH_Z standard errors of the difference and
+ * SWITCH_GAIN, as a share of plain's: drafting is taken where it is positive. A mode not run for a while is
  * compared at the host's speed of now: its rate scaled as the other mode's moved since (on Zen 4
  * plain rounds at 8 slots went from 15 to 30 ms over 40 rounds while another guest ran, and
  * drafting's rate of before won). */
@@ -496,7 +503,7 @@ static double switch_margin(const sd_draft_switch_size *m) {
         r[stale] *= f;
         se2[stale] *= f * f;
     }
-    const double d = r[1] - r[0] - SWITCH_Z * sqrt(se2[0] + se2[1]);
+    const double d = r[1] - r[0] * (1 + SWITCH_GAIN) - SWITCH_Z * sqrt(se2[0] + se2[1]);
     return r[0] > 0 ? d / r[0] : d;
 }
 
