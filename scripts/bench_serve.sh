@@ -8,9 +8,12 @@
 # whether every output equals the plain one-at-a-time output.
 #
 # Usage: scripts/bench_serve.sh [--pair twins|self-q8_0] [-n TOKENS] [--reps R] [-k K] [-t THREADS]
-#                               [--clients LIST] [--warmup N] [--draft-fixed] [--out FILE]
+#                               [--clients LIST] [--warmup N] [--per-client R] [--draft-fixed] [--out FILE]
 #   --clients LIST  the client counts, a space- or comma-separated subset of 1 2 4 8 (default: all);
 #                   the ratios to one plain stream need 1 among them
+#   --per-client R  each of the 8 requests is sent R times (8 x R requests, the clients taking the
+#                   next as soon as one ends: a sustained load, whose run ends once rather than
+#                   after every 8; default 1)
 #   --warmup N      after each start, both servers serve the round's sweep of client counts (then
 #                   8 clients) with N-token requests, unmeasured (default 32; 0: one short request
 #                   per slot)
@@ -23,7 +26,7 @@ cd "$(dirname "$0")/.."
 die() { echo "error: bench_serve: $*" >&2; exit 2; }
 val() { [ $# -ge 2 ] || die "$1 needs a value"; } # OPTION "$@"
 num() { [[ $2 =~ ^[0-9]+$ ]] || die "$1 takes a number, got '$2'"; }
-pair=twins n=128 reps=3 k= threads=$(nproc) out= fixed=() clients="1 2 4 8" warmup=32
+pair=twins n=128 reps=3 k= threads=$(nproc) out= fixed=() clients="1 2 4 8" warmup=32 per=1
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -35,6 +38,7 @@ while [ $# -gt 0 ]; do
     --draft-fixed) fixed=(--draft-fixed); shift ;;
     --clients) val "$@"; clients=${2//,/ }; shift 2 ;;
     --warmup) val "$@"; num --warmup "$2"; warmup=$2; shift 2 ;;
+    --per-client) val "$@"; num --per-client "$2"; per=$2; shift 2 ;;
     --out) val "$@"; out=$2; shift 2 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -44,6 +48,8 @@ for c in $clients; do
 done
 [ -n "${clients// /}" ] || die "--clients is empty"
 [ "$n" -ge 1 ] && [ "$reps" -ge 1 ] || die "-n and --reps must be at least 1, got -n $n --reps $reps"
+[ "$per" -ge 1 ] || die "--per-client must be at least 1, got $per"
+n_req=$((8 * per))
 for tool in curl jq; do command -v $tool >/dev/null || { echo "error: bench_serve needs $tool" >&2; exit 1; }; done
 BIN=build/specdec
 [ -x "$BIN" ] || scripts/setup.sh build
@@ -115,28 +121,30 @@ prompts=("Once upon a time, there was a little girl named Lily." "Tom and his do
          "The sun was hot, so Ben went to the lake." "There was a small cat who lived in a box."
          "Mom and Dad took Amy to see the big boat." "A little fish swam in the blue sea all day.")
 # the request bodies are written once: a client's only work while timed is curl
+for i in $(seq 0 $((n_req - 1))); do
+  jq -n --arg p "${prompts[$((i % 8))]}" --argjson n "$n" '{prompt: $p, max_tokens: $n, temperature: 0, ignore_eos: true}' >"$TMP/body.$i"
+done
 for i in $(seq 0 7); do
-  jq -n --arg p "${prompts[$i]}" --argjson n "$n" '{prompt: $p, max_tokens: $n, temperature: 0, ignore_eos: true}' >"$TMP/body.$i"
   jq -n --arg p "${prompts[$i]}" --argjson n "$warmup" '{prompt: $p, max_tokens: $n, temperature: 0, ignore_eos: true}' >"$TMP/warm.$i"
 done
 metric() { curl -s "$1/metrics" | sed -n "s/^specdec:$2 //p"; }
-# one run: the 8 requests from c clients; prints "tokens/s drafting% mean_accepted"
+# one run: the 8 x R requests from c clients; prints "tokens/s drafting% mean_accepted"
 run() { # URL C TAG
   local r0 d0 a0 v0 t0 t1
   r0=$(metric "$1" rounds_total); d0=$(metric "$1" rounds_drafting_total)
   a0=$(metric "$1" spec_decode_num_accepted_tokens_total); v0=$(metric "$1" spec_decode_num_drafts_total)
   t0=$(date +%s.%N)
-  seq 0 7 | xargs -P "$2" -I{} curl -s -m 1200 "$1/v1/completions" -d "@$TMP/body.{}" -o "$TMP/$3.{}.json"
+  seq 0 $((n_req - 1)) | xargs -P "$2" -I{} curl -s -m 1200 "$1/v1/completions" -d "@$TMP/body.{}" -o "$TMP/$3.{}.json"
   t1=$(date +%s.%N)
   local toks=0
-  for i in $(seq 0 7); do toks=$((toks + $(jq -r '.usage.completion_tokens // 0' "$TMP/$3.$i.json"))); done
+  for i in $(seq 0 $((n_req - 1))); do toks=$((toks + $(jq -r '.usage.completion_tokens // 0' "$TMP/$3.$i.json"))); done
   local r d a v
   r=$(( $(metric "$1" rounds_total) - r0 )); d=$(( $(metric "$1" rounds_drafting_total) - d0 ))
   a=$(( $(metric "$1" spec_decode_num_accepted_tokens_total) - a0 )); v=$(( $(metric "$1" spec_decode_num_drafts_total) - v0 ))
   awk -v t="$toks" -v t0="$t0" -v t1="$t1" -v r="$r" -v d="$d" -v a="$a" -v v="$v" \
     'BEGIN { printf "%.2f %.1f %.2f %d\n", t / (t1 - t0), r ? 100 * d / r : 0, v ? 1 + a / v : 0, t }'
 }
-echo "specdec serve benchmark: pair $pair, 8 requests x $n tokens (greedy, ignore_eos), $reps alternating rounds, -t $threads, k $k ${fixed[*]:-adaptive}" >&2
+echo "specdec serve benchmark: pair $pair, $n_req requests x $n tokens (greedy, ignore_eos), $reps alternating rounds, -t $threads, k $k ${fixed[*]:-adaptive}" >&2
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for rep in $(seq "$reps"); do
   launch "$rep"
@@ -159,14 +167,14 @@ diffs=0 n_out=0
 for f in "$TMP"/*-c*-r*.json; do
   i=${f%.json}; i=${i##*.}
   n_out=$((n_out + 1))
-  [ "$(jq -r '.choices[0].text' "$f")" = "$(jq -r '.choices[0].text' "$TMP/plain-c$ref-r1.$i.json")" ] || diffs=$((diffs + 1))
+  [ "$(jq -r '.choices[0].text' "$f")" = "$(jq -r '.choices[0].text' "$TMP/plain-c$ref-r1.$((i % 8)).json")" ] || diffs=$((diffs + 1))
 done
 
 report() {
   echo "## specdec serve: aggregate generated tokens/s"
   echo
-  echo "Command: \`scripts/bench_serve.sh --pair $pair -n $n --reps $reps ${kopt[*]:-} -t $threads --clients '$clients' --warmup $warmup ${fixed[*]:-}\`; target \`$(basename "$target")\`;"
-  echo "drafter: ${spec_args[*]##*/}; 8 requests x $n tokens, greedy; both servers --parallel 8 -c 512. Medians over $reps rounds [min-max]."
+  echo "Command: \`scripts/bench_serve.sh --pair $pair -n $n --reps $reps ${kopt[*]:-} -t $threads --clients '$clients' --warmup $warmup --per-client $per ${fixed[*]:-}\`; target \`$(basename "$target")\`;"
+  echo "drafter: ${spec_args[*]##*/}; $n_req requests (8 prompts x $per) x $n tokens, greedy; both servers --parallel 8 -c 512. Medians over $reps rounds [min-max]."
   echo "ratio columns are medians of the per-round ratios (runs paired within a round)."
   echo
   echo "| clients | plain tokens/s | speculative tokens/s | spec / plain | spec / one plain stream | plain / one plain stream | rounds drafting | mean accepted length |"

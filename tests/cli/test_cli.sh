@@ -58,6 +58,7 @@ check "bench_serve --clients 3"  2 "^error: bench_serve: --clients takes 1, 2, 4
 check "bench_serve --clients ,"  2 "^error: bench_serve: --clients is empty$" -- "$SRC/scripts/bench_serve.sh" --clients ,
 check "bench_serve --warmup x"   2 "^error: bench_serve: --warmup takes a number, got 'x'$" -- "$SRC/scripts/bench_serve.sh" --warmup x
 check "bench_serve --warmup"     2 "^error: bench_serve: --warmup needs a value$" -- "$SRC/scripts/bench_serve.sh" --warmup
+check "bench_serve --per-client 0" 2 "^error: bench_serve: --per-client must be at least 1, got 0$" -- "$SRC/scripts/bench_serve.sh" --per-client 0
 check "bench_serve -n 0"         2 "^error: bench_serve: -n and --reps must be at least 1, got -n 0 --reps 3$" -- "$SRC/scripts/bench_serve.sh" -n 0
 check "bench_serve --bogus"      2 "^error: bench_serve: unknown argument '--bogus' \(see --help\)$" -- "$SRC/scripts/bench_serve.sh" --bogus
 for c in generate info bench-decode bench mkmodel convert tokenize serve; do
