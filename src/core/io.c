@@ -1,4 +1,5 @@
-/* File reads, read-only mappings and the clock shared by the library, the CLI and the tests. */
+/* File reads, read-only mappings, huge-page memory and the clock shared by the library, the CLI
+ * and the tests. */
 #include "core/io.h"
 
 #include <errno.h>
@@ -90,4 +91,15 @@ double sd_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void *sd_huge_alloc(size_t bytes) {
+    const size_t huge = (size_t)2 << 20;
+    if (!bytes || bytes > SIZE_MAX - huge) return NULL;
+    const size_t rounded = (bytes + huge - 1) & ~(huge - 1);
+    void *p = aligned_alloc(huge, rounded);
+#ifdef MADV_HUGEPAGE
+    if (p) madvise(p, rounded, MADV_HUGEPAGE); /* advice only */
+#endif
+    return p;
 }

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/io.h"
+
 struct sd_kv {
     int n_layers, n_ctx, kv_dim, n_seq;
     int *len;     /* [n_seq] */
@@ -39,8 +41,10 @@ sd_status sd_kv_create(int n_layers, int n_ctx, int kv_dim, sd_type type, int n_
     const size_t bytes = per * (size_t)n_ctx * esz * (size_t)n_seq;
     sd_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return sd_fail(SD_ERR_NOMEM, "kv cache: out of memory");
-    kv->k = malloc(bytes);
-    kv->v = malloc(bytes);
+    /* in 2 MiB pages: attention reads every sequence's rows of every layer each pass (at 8 server
+     * slots and 80 positions, 47 MB a round: 11,500 TLB misses in 4 KiB pages) */
+    kv->k = sd_huge_alloc(bytes);
+    kv->v = sd_huge_alloc(bytes);
     kv->len = calloc((size_t)n_seq, sizeof *kv->len);
     if (!kv->k || !kv->v || !kv->len) {
         sd_kv_free(kv);

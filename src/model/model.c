@@ -133,17 +133,8 @@ static sd_status pack_weights(sd_model *m) {
     size_t total = 0;
     for (int i = 0; i < n; i++) total += (packed_bytes(list[i]) + 63) & ~(size_t)63;
     /* 2 MiB pages: a decode step streams every byte of the image, and in 4 KiB pages that is a
-     * TLB miss per 4 KiB (15,000 per step for the 110M shape in Q4_K). Where transparent huge
-     * pages are off, or only on for madvise'd memory, the advice is what asks for them. */
-    const size_t huge = (size_t)2 << 20;
-    uint8_t *buf = NULL;
-    if (total) {
-        const size_t rounded = (total + huge - 1) & ~(huge - 1);
-        buf = aligned_alloc(huge, rounded);
-#ifdef MADV_HUGEPAGE
-        if (buf) madvise(buf, rounded, MADV_HUGEPAGE); /* advice only: failure leaves 4 KiB pages */
-#endif
-    }
+     * TLB miss per 4 KiB (15,000 per step for the 110M shape in Q4_K) */
+    uint8_t *buf = total ? sd_huge_alloc(total) : NULL;
     m->packed_image = buf;
     const long page = sysconf(_SC_PAGESIZE);
     for (int i = 0; i < n && buf; i++) {
