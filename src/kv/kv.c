@@ -9,6 +9,8 @@
 
 #include "core/io.h"
 
+#define KV_HUGE_MIN ((size_t)32 << 20) /* bytes of K (or V) from which a cache takes 2 MiB pages */
+
 struct sd_kv {
     int n_layers, n_ctx, kv_dim, n_seq;
     int *len;     /* [n_seq] */
@@ -41,10 +43,15 @@ sd_status sd_kv_create(int n_layers, int n_ctx, int kv_dim, sd_type type, int n_
     const size_t bytes = per * (size_t)n_ctx * esz * (size_t)n_seq;
     sd_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return sd_fail(SD_ERR_NOMEM, "kv cache: out of memory");
-    /* in 2 MiB pages: attention reads every sequence's rows of every layer each pass (at 8 server
-     * slots and 80 positions, 47 MB a round: 11,500 TLB misses in 4 KiB pages) */
-    kv->k = sd_huge_alloc(bytes);
-    kv->v = sd_huge_alloc(bytes);
+    /* Large caches in 2 MiB pages: attention reads every sequence's rows of every layer each
+     * pass (at 8 server slots and 80 positions, 47 MB a round: 11,500 TLB misses in 4 KiB pages).
+     * Small ones stay in malloc's pages: each 2 MiB page faulted in takes a free 2 MiB run of
+     * memory (compacting for it when memory is fragmented), and test_spec's many small contexts
+     * took 100 s instead of 9 with every cache in huge pages (measured: the commit adding
+     * KV_HUGE_MIN). */
+    const int huge = bytes >= KV_HUGE_MIN;
+    kv->k = huge ? sd_huge_alloc(bytes) : malloc(bytes);
+    kv->v = huge ? sd_huge_alloc(bytes) : malloc(bytes);
     kv->len = calloc((size_t)n_seq, sizeof *kv->len);
     if (!kv->k || !kv->v || !kv->len) {
         sd_kv_free(kv);
