@@ -491,10 +491,10 @@ static int switch_measured(const sd_draft_switch_size *m) {
 }
 
 /* By how much drafting's rate beats plain's beyond SWITCH_Z standard errors of the difference and
- * SWITCH_GAIN, as a share of plain's: drafting is taken where it is positive. A mode not run for a while is
- * compared at the host's speed of now: its rate scaled as the other mode's moved since (on Zen 4
- * plain rounds at 8 slots went from 15 to 30 ms over 40 rounds while another guest ran, and
- * drafting's rate of before won). */
+ * SWITCH_GAIN, as a share of plain's: drafting is taken where it is positive. A mode not run for
+ * a while is compared at the host's speed of now: its rate scaled as the other mode's moved since
+ * (on Zen 4 plain rounds at 8 slots went from 15 to 30 ms over 40 rounds while another guest ran,
+ * and drafting's rate of before won). */
 static double switch_margin(const sd_draft_switch_size *m) {
     double r[2] = {sd_draft_switch_rate(m, 0), sd_draft_switch_rate(m, 1)}, se2[2] = {switch_se2(m, 0), switch_se2(m, 1)};
     const int stale = m->last[0] < m->last[1] ? 0 : 1, now = m->last[!stale];
